@@ -1,0 +1,164 @@
+# ds4cl — build, test, demo, bench, install.
+#
+# Every module directory below contributes its *.c files to one static
+# library; cli/ holds the three program entry points; tests/ holds the test
+# runner and one test file per area. New files are picked up automatically.
+#
+#   make            build ds4cl, ds4cl-bench, ds4cl-mkmodel in the repo root
+#   make test       build and run the test suite (T=pattern filters, J=jobs)
+#   make test SAN=1 the same under AddressSanitizer + UBSan (build/san)
+#   make test TSAN=1 the same under ThreadSanitizer (build/tsan)
+#   make demo       the agent end to end on a generated tiny model
+#   make bench      benchmarks (CSV on stdout, see bench/README.md)
+#   make fuzz       run the fuzz targets for FUZZ_SECONDS each
+#   make deps       install the Debian packages the project needs
+
+VERSION   := 0.1.0
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+CC        ?= cc
+PKG_CONFIG ?= pkg-config
+PKGS      := ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8
+
+MODULES   := base engine opencl agent tools ui sessions prompts cli
+
+ifeq ($(SAN),1)
+  VARIANT   := san
+  OPTFLAGS  := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  LDSAN     := -fsanitize=address,undefined
+  BINDIR    := build/san
+else ifeq ($(TSAN),1)
+  VARIANT   := tsan
+  OPTFLAGS  := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
+  LDSAN     := -fsanitize=thread
+  BINDIR    := build/tsan
+else
+  VARIANT   := rel
+  OPTFLAGS  := -O2 -g
+  LDSAN     :=
+  BINDIR    := .
+endif
+
+OBJDIR    := build/$(VARIANT)
+GENDIR    := build/gen
+
+PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
+
+ARCHFLAGS ?= -march=native
+CFLAGS    ?=
+CPPFLAGS  += -D_GNU_SOURCE -DDS4CL_VERSION=\"$(VERSION)\" -DCL_TARGET_OPENCL_VERSION=120 \
+             -I. -I$(GENDIR)
+ALL_CFLAGS = -std=c11 -Wall -Wextra -pthread $(OPTFLAGS) $(ARCHFLAGS) $(PKG_CFLAGS) $(CFLAGS)
+LDLIBS    += $(PKG_LIBS) -lm -pthread -ldl
+
+# Generated sources: OpenCL kernels and prompt texts embedded as C strings.
+CL_SRCS     := $(sort $(wildcard opencl/kernels/*.cl))
+PROMPT_SRCS := $(sort $(wildcard prompts/*.txt))
+GEN_SRCS    := $(GENDIR)/cl_sources.c $(GENDIR)/prompt_texts.c
+
+# cli/main_*.c are the program entry points; every other .c is library code.
+MAIN_SRCS := cli/main_ds4cl.c cli/main_bench.c cli/main_mkmodel.c
+LIB_SRCS  := $(filter-out $(MAIN_SRCS),$(sort $(foreach m,$(MODULES),$(wildcard $(m)/*.c))))
+LIB_OBJS  := $(patsubst %.c,$(OBJDIR)/%.o,$(LIB_SRCS)) \
+             $(patsubst $(GENDIR)/%.c,$(OBJDIR)/gen/%.o,$(GEN_SRCS))
+LIB       := $(OBJDIR)/libds4cl.a
+
+TEST_SRCS := $(sort $(wildcard tests/*.c))
+TEST_OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(TEST_SRCS))
+TESTBIN   := $(OBJDIR)/ds4cl-tests
+
+PROGRAMS  := $(BINDIR)/ds4cl $(BINDIR)/ds4cl-bench $(BINDIR)/ds4cl-mkmodel
+
+DEPFILES  := $(patsubst %.o,%.d,$(LIB_OBJS) $(TEST_OBJS)) \
+             $(patsubst %.c,$(OBJDIR)/%.d,$(MAIN_SRCS))
+
+.PHONY: all test demo bench deps check-deps install uninstall clean fuzz programs
+.DEFAULT_GOAL := all
+
+all: $(PROGRAMS)
+
+programs: $(PROGRAMS)
+
+$(OBJDIR)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(OBJDIR)/gen/%.o: $(GENDIR)/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(GENDIR)/cl_sources.c: $(CL_SRCS) build-aux/embed.sh
+	@mkdir -p $(GENDIR)
+	sh build-aux/embed.sh cl_sources $(CL_SRCS) > $@.tmp && mv $@.tmp $@
+
+$(GENDIR)/prompt_texts.c: $(PROMPT_SRCS) build-aux/embed.sh
+	@mkdir -p $(GENDIR)
+	sh build-aux/embed.sh prompt_texts $(PROMPT_SRCS) > $@.tmp && mv $@.tmp $@
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BINDIR)/ds4cl: $(OBJDIR)/cli/main_ds4cl.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
+
+$(BINDIR)/ds4cl-bench: $(OBJDIR)/cli/main_bench.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
+
+$(BINDIR)/ds4cl-mkmodel: $(OBJDIR)/cli/main_mkmodel.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
+
+$(TESTBIN): $(TEST_OBJS) $(LIB)
+	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
+
+# The suite runs against the programs built in the same variant.
+test: check-deps $(PROGRAMS) $(TESTBIN)
+	DS4CL_BINDIR=$(abspath $(BINDIR)) DS4CL_ROOT=$(CURDIR) DS4CL_VARIANT=$(VARIANT) \
+	ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+	LSAN_OPTIONS=$${LSAN_OPTIONS:-suppressions=$(CURDIR)/build-aux/lsan.supp:print_suppressions=0} \
+	UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+	$(TESTBIN) $(if $(J),-j $(J)) $(T)
+
+check-deps:
+	@sh build-aux/deps.sh --check || $(MAKE) --no-print-directory deps
+
+deps:
+	sh build-aux/deps.sh --install
+
+demo: check-deps $(PROGRAMS)
+	sh build-aux/demo.sh $(BINDIR)
+
+bench: $(PROGRAMS)
+	sh build-aux/bench.sh $(BINDIR)
+
+# Fuzz targets live in tests/fuzz/*.c, one libFuzzer entry point each.
+FUZZ_SECONDS ?= 60
+FUZZ_SRCS    := $(sort $(wildcard tests/fuzz/*.c))
+FUZZ_BINS    := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRCS))
+FUZZ_LIB_SRCS := $(filter-out $(wildcard ui/*.c),$(LIB_SRCS))
+
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRCS) $(GEN_SRCS)
+	@mkdir -p build/fuzz
+	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) \
+	    -o $@ $< $(FUZZ_LIB_SRCS) $(GEN_SRCS) $(LDLIBS)
+
+fuzz: check-deps $(FUZZ_BINS)
+	sh build-aux/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BINS)
+
+install: $(PROGRAMS)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 doc/ds4cl.1 $(DESTDIR)$(PREFIX)/share/man/man1/ds4cl.1
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/ds4cl $(DESTDIR)$(PREFIX)/bin/ds4cl-bench \
+	      $(DESTDIR)$(PREFIX)/bin/ds4cl-mkmodel $(DESTDIR)$(PREFIX)/share/man/man1/ds4cl.1
+
+clean:
+	rm -rf build ds4cl ds4cl-bench ds4cl-mkmodel
+
+-include $(DEPFILES)

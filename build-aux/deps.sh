@@ -1,0 +1,61 @@
+#!/bin/sh
+# deps.sh --check    exit 0 when everything ds4cl needs to build and test is here
+# deps.sh --install  install the missing Debian packages (apt-get as root,
+#                    sudo otherwise), non-interactively
+set -u
+
+PKGS="build-essential pkg-config clang libclang-rt-14-dev libncursesw5-dev
+libcurl4-openssl-dev libwebsockets-dev libjson-c-dev libpcre2-dev
+ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo tmux chromium
+ca-certificates curl"
+
+missing() {
+    for lib in ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8; do
+        pkg-config --exists "$lib" 2>/dev/null || { echo "library $lib"; return 0; }
+    done
+    for prog in cc clang make pkg-config clinfo tmux node npm; do
+        command -v "$prog" >/dev/null 2>&1 || { echo "program $prog"; return 0; }
+    done
+    command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+        || { echo "program chromium"; return 0; }
+    [ -e /etc/OpenCL/vendors/pocl.icd ] || { echo "PoCL OpenCL driver"; return 0; }
+    return 1
+}
+
+case "${1:---check}" in
+--check)
+    what=$(missing) || exit 0
+    echo "ds4cl: missing $what; installing dependencies (make deps)" >&2
+    exit 1
+    ;;
+--install)
+    if [ "$(id -u)" = 0 ]; then
+        SUDO=
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        SUDO=sudo
+    else
+        echo "ds4cl: installing packages needs root: run 'sudo make deps' or install:" >&2
+        echo "  $PKGS nodejs npm" | tr '\n' ' ' >&2
+        echo >&2
+        exit 1
+    fi
+    extra=
+    # A Node.js from elsewhere (e.g. NodeSource) already brings npm; the
+    # Debian npm package would conflict with it.
+    command -v node >/dev/null 2>&1 || extra="$extra nodejs"
+    command -v npm >/dev/null 2>&1 || extra="$extra npm"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq || exit 1
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq --no-install-recommends $PKGS $extra || exit 1
+    if what=$(missing); then
+        echo "ds4cl: still missing $what after installing packages" >&2
+        exit 1
+    fi
+    echo "ds4cl: dependencies installed"
+    ;;
+*)
+    echo "usage: deps.sh --check | --install" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,29 @@
+/* main_bench.c — entry point of `ds4cl-bench`: logits dumps and speed
+ * benchmarks of the engine. */
+#include <stdio.h>
+#include <string.h>
+
+static void help(void)
+{
+    fputs("ds4cl-bench " DS4CL_VERSION " — engine benchmarks and logits dumps\n"
+          "\n"
+          "usage: ds4cl-bench --logits OUT.f32 -m MODEL --token-ids 1,2,3 (--decode N | --feed 7,8,9)\n"
+          "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none]\n"
+          "       ds4cl-bench -m MODEL --prompt-file F --ctx-start A --ctx-max B --step S\n"
+          "                   --gen-tokens G [--backend cpu|opencl]\n"
+          "\n"
+          "  -h, --help     this text\n"
+          "      --version  print the version\n", stdout);
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
+        if (!strcmp(argv[i], "--version")) { printf("ds4cl-bench %s\n", DS4CL_VERSION); return 0; }
+        fprintf(stderr, "ds4cl-bench: unknown option '%s'\nTry 'ds4cl-bench --help'.\n", argv[i]);
+        return 2;
+    }
+    help();
+    return 2;
+}

@@ -1,0 +1,240 @@
+/* ds4.h — the engine's public API.
+ *
+ * Everything outside engine/ and opencl/ talks to the model through this
+ * header only: open a DS4 GGUF on a backend, tokenize and render chat
+ * transcripts, keep a session whose KV state equals a token prefix, read
+ * logits, sample, and save/restore session snapshots. No tensor, quant block
+ * or kernel is visible here.
+ *
+ * Conventions: functions that can fail take a `ds4_error *` (may be NULL)
+ * and return NULL / -1 / DS4_ERROR on failure with a human-readable message
+ * in err->msg. Nothing here prints to stdout/stderr. One session must be
+ * driven by one thread at a time; distinct sessions and the read-only
+ * engine/tokenizer may be shared across threads.
+ */
+#ifndef DS4_H
+#define DS4_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef DS4CL_VERSION
+#define DS4CL_VERSION "0.0.0"
+#endif
+
+/* ---- errors and token vectors ----------------------------------------- */
+
+typedef struct {
+    char msg[768];
+} ds4_error;
+
+/* Formats into err (no-op when err is NULL). Always returns -1 so callers
+ * can `return ds4_error_set(err, ...)`. */
+int ds4_error_set(ds4_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} ds4_tokens;
+
+void ds4_tokens_push(ds4_tokens *t, int32_t id);
+void ds4_tokens_append(ds4_tokens *t, const int32_t *ids, size_t n);
+void ds4_tokens_truncate(ds4_tokens *t, size_t n);
+void ds4_tokens_free(ds4_tokens *t);
+
+/* ---- engine ------------------------------------------------------------ */
+
+typedef enum {
+    DS4_BACKEND_CPU = 0,
+    DS4_BACKEND_OPENCL,
+    DS4_BACKEND_SCRIPT, /* test backend: replies scripted in a JSON Lines file */
+} ds4_backend;
+
+/* Rounding simulations the model was trained with (see ds4-forward §3.2-3.4).
+ * FULL is the model's release numerics; the others exist for verification. */
+typedef enum {
+    DS4_QSIM_FULL = 0, /* fp8 KV + FP4 indexer + f16 cache rows */
+    DS4_QSIM_F16KV,    /* only f16 rounding of cached rows */
+    DS4_QSIM_NONE,     /* everything f32 */
+} ds4_quant_sim;
+
+typedef struct {
+    const char *model_path;
+    ds4_backend backend;
+    const char *script_path; /* DS4_BACKEND_SCRIPT only */
+    const char *device;      /* OpenCL device: index or name substring; NULL = $DS4CL_DEVICE or first GPU */
+    int threads;             /* CPU worker threads; 0 = one per core */
+    ds4_quant_sim quant_sim;
+    /* Optional load progress (0..1) with a short label; may be NULL. */
+    void (*load_progress)(void *ud, double fraction, const char *what);
+    void *load_ud;
+} ds4_engine_options;
+
+typedef struct ds4_engine ds4_engine;
+
+ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err);
+void ds4_engine_close(ds4_engine *e);
+
+typedef struct {
+    int n_vocab, n_layer, n_embd, n_head, head_dim;
+    int n_expert, n_expert_used;
+    int n_ctx_train;               /* 0 when the file does not say */
+    char name[128];                /* general.name or file base name */
+    uint64_t identity;             /* hash of shape + tensor table; snapshots carry it */
+    uint64_t weights_bytes;        /* bytes of tensor data */
+    const char *backend_name;      /* "cpu", "opencl", "script" */
+    char device_name[128];         /* e.g. "cpu (2 threads)" or the OpenCL device */
+} ds4_model_info;
+
+void ds4_engine_info(const ds4_engine *e, ds4_model_info *out);
+
+/* Bytes a session of n_ctx tokens needs on this engine's backend (KV,
+ * compressed rows, scratch), for memory planning before opening it. */
+uint64_t ds4_session_bytes_estimate(const ds4_engine *e, int n_ctx);
+
+/* ---- tokenizer --------------------------------------------------------- */
+
+typedef enum {
+    DS4_TOK_BOS = 0,
+    DS4_TOK_EOS,
+    DS4_TOK_USER,
+    DS4_TOK_ASSISTANT,
+    DS4_TOK_THINK,     /* <think> */
+    DS4_TOK_THINK_END, /* </think> */
+    DS4_TOK_DSML,      /* ｜DSML｜ */
+    DS4_TOK__COUNT
+} ds4_special;
+
+typedef struct ds4_tokenizer ds4_tokenizer;
+
+const ds4_tokenizer *ds4_engine_tokenizer(const ds4_engine *e);
+
+/* A tokenizer on its own, read from a GGUF's tokenizer.ggml.* metadata
+ * (no model binding; used by tools that only need token ids). */
+ds4_tokenizer *ds4_tokenizer_open(const char *gguf_path, ds4_error *err);
+void ds4_tokenizer_free(ds4_tokenizer *t);
+
+int ds4_vocab_size(const ds4_tokenizer *t);
+int32_t ds4_token_special(const ds4_tokenizer *t, ds4_special which);
+
+/* Untrusted text (user input, files, tool output, web pages): BPE only,
+ * special-token strings are never recognised. Appends to out. */
+int ds4_tokenize(const ds4_tokenizer *t, const char *text, size_t len, ds4_tokens *out);
+
+/* Trusted template text (our own prompts, DSML markup we render): the seven
+ * special strings become their special ids. Appends to out. */
+int ds4_tokenize_trusted(const ds4_tokenizer *t, const char *text, size_t len, ds4_tokens *out);
+
+/* The raw bytes a token stands for (specials: their literal text). */
+const char *ds4_token_bytes(const ds4_tokenizer *t, int32_t id, size_t *len);
+
+/* Streaming detokenizer: holds back an incomplete UTF-8 sequence until the
+ * token that completes it arrives. */
+typedef struct {
+    char pending[8];
+    int npending;
+} ds4_detok;
+
+#define DS4_DETOK_MAX 1024 /* out buffer size that always suffices for one token */
+size_t ds4_detok_feed(ds4_detok *d, const ds4_tokenizer *t, int32_t id, char *out);
+size_t ds4_detok_flush(ds4_detok *d, char *out); /* emits held bytes as-is */
+
+/* ---- chat rendering (appends tokens; message text is untrusted) --------- */
+
+typedef enum {
+    DS4_THINK_NONE = 0, /* assistant turns open with </think> */
+    DS4_THINK_HIGH,     /* assistant turns open with <think> */
+    DS4_THINK_MAX,      /* HIGH + the Think Max prefix after BOS */
+} ds4_think;
+
+/* MAX needs a context of at least 393216 tokens; below it, HIGH. */
+ds4_think ds4_think_for_context(ds4_think wanted, int n_ctx);
+
+void ds4_chat_begin(const ds4_tokenizer *t, ds4_tokens *out, ds4_think mode); /* BOS [+ MAX prefix] */
+void ds4_chat_system(const ds4_tokenizer *t, ds4_tokens *out, const char *text, bool trusted);
+void ds4_chat_user(const ds4_tokenizer *t, ds4_tokens *out, const char *text);
+void ds4_chat_tool_result(const ds4_tokenizer *t, ds4_tokens *out, const char *text);
+void ds4_chat_assistant_prefix(const ds4_tokenizer *t, ds4_tokens *out, ds4_think mode);
+void ds4_chat_assistant_end(const ds4_tokenizer *t, ds4_tokens *out); /* EOS */
+
+/* The tool-instruction block of the system prompt (trusted text) for the
+ * given tool schemas (one JSON object each). Returns a malloc'd string. */
+char *ds4_chat_tools_block(const char *const *schemas_json, size_t n);
+
+/* ---- sessions ----------------------------------------------------------- */
+
+typedef enum {
+    DS4_OK = 0,
+    DS4_ERROR = -1,
+    DS4_INTERRUPTED = 1, /* cancel callback said stop; state valid up to n_tokens */
+} ds4_status;
+
+typedef struct {
+    /* Progress of a sync: tokens computed so far out of those to compute. */
+    void (*progress)(void *ud, int done, int total, double tokens_per_s);
+    /* Polled at every chunk and token boundary; true stops the work. */
+    bool (*cancel)(void *ud);
+    void *ud;
+} ds4_callbacks;
+
+typedef struct ds4_session ds4_session;
+
+ds4_session *ds4_session_open(ds4_engine *e, int n_ctx, ds4_error *err);
+void ds4_session_close(ds4_session *s);
+
+/* Makes the session's state equal the given token prefix: keeps the longest
+ * common prefix, rolls back or recomputes what differs, prefills the rest in
+ * chunks. On DS4_INTERRUPTED the session holds a valid prefix of ids (see
+ * ds4_session_n_tokens). cb may be NULL. */
+ds4_status ds4_session_sync(ds4_session *s, const int32_t *ids, size_t n,
+                            const ds4_callbacks *cb, ds4_error *err);
+
+/* Appends one token (decode step). */
+ds4_status ds4_session_eval(ds4_session *s, int32_t id, const ds4_callbacks *cb, ds4_error *err);
+
+/* Logits (n_vocab floats) after the last evaluated token; NULL when empty. */
+const float *ds4_session_logits(const ds4_session *s);
+
+size_t ds4_session_n_tokens(const ds4_session *s);
+const int32_t *ds4_session_tokens(const ds4_session *s);
+int ds4_session_n_ctx(const ds4_session *s);
+/* Tokens actually computed (not reused from the cache) by the last sync. */
+size_t ds4_session_last_prefilled(const ds4_session *s);
+uint64_t ds4_session_kv_bytes(const ds4_session *s);
+
+/* Snapshots: the whole state (tokens, raw windows, compressed rows,
+ * compressor/indexer frontiers, last logits) behind a header with magic,
+ * version, model identity, shape and context size. Loading a snapshot of
+ * another model/shape, or a damaged one, fails with a clear message and
+ * leaves the session unchanged. Saving to a path is atomic. */
+int ds4_session_save(const ds4_session *s, const char *path, ds4_error *err);
+int ds4_session_load(ds4_session *s, const char *path, ds4_error *err);
+int ds4_session_snapshot(const ds4_session *s, void **buf, size_t *len, ds4_error *err);
+int ds4_session_restore(ds4_session *s, const void *buf, size_t len, ds4_error *err);
+
+/* ---- sampling ----------------------------------------------------------- */
+
+typedef struct {
+    float temperature; /* 0 = greedy */
+    int top_k;         /* 0 = off */
+    float top_p;       /* 1 = off */
+    float min_p;       /* 0 = off */
+    uint64_t seed;
+} ds4_sampling;
+
+typedef struct ds4_sampler ds4_sampler;
+
+ds4_sampler *ds4_sampler_new(const ds4_sampling *params);
+void ds4_sampler_free(ds4_sampler *s);
+
+/* Per-token hook: gets a writable copy of the logits (set entries to
+ * -INFINITY to forbid tokens) and may force a greedy choice. */
+typedef void (*ds4_sample_hook)(void *ud, float *logits, int n_vocab, bool *greedy);
+
+/* Picks a token. Ties in greedy mode go to the lower id. Returns -1 when
+ * every token is masked. */
+int32_t ds4_sample(ds4_sampler *s, const float *logits, int n_vocab,
+                   ds4_sample_hook hook, void *ud);
+
+#endif

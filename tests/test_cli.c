@@ -1,0 +1,50 @@
+/* The three programs answer --help and --version and reject unknown flags
+ * with exit status 2 and a message naming the flag. */
+#include "tests/test.h"
+
+static const char *const programs[] = { "ds4cl", "ds4cl-bench", "ds4cl-mkmodel" };
+
+TEST(cli, help_and_version)
+{
+    for (int i = 0; i < 3; i++) {
+        char *out;
+        int rc = test_runf(&out, "'%s/%s' --help", test_bindir(), programs[i]);
+        CHECK_EQ_INT(rc, 0);
+        CHECK_CONTAINS(out, "usage:");
+        rc = test_runf(&out, "'%s/%s' --version", test_bindir(), programs[i]);
+        CHECK_EQ_INT(rc, 0);
+        CHECK_CONTAINS(out, programs[i]);
+        CHECK_CONTAINS(out, DS4CL_VERSION);
+    }
+}
+
+TEST(cli, unknown_flag_is_a_usage_error)
+{
+    for (int i = 0; i < 3; i++) {
+        char *out;
+        int rc = test_runf(&out, "'%s/%s' --no-such-flag", test_bindir(), programs[i]);
+        CHECK_EQ_INT(rc, 2);
+        CHECK_CONTAINS(out, "--no-such-flag");
+    }
+}
+
+TEST(cli, bad_values_are_usage_errors)
+{
+    static const char *const cases[][2] = {
+        { "--ctx lots", "--ctx" },
+        { "--backend cuda", "--backend" },
+        { "--quant-sim some", "--quant-sim" },
+        { "--temp -1", "--temp" },
+        { "--top-p 2", "--top-p" },
+        { "--output-format xml", "--output-format" },
+        { "--dump-tokens -m x.gguf", "--dump-tokens" },
+        { "stray-argument", "stray-argument" },
+        { "-m", "-m" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out;
+        int rc = test_runf(&out, "'%s/ds4cl' %s", test_bindir(), cases[i][0]);
+        CHECK_MSG(rc == 2, "'%s' exited %d, not 2:\n%s", cases[i][0], rc, out);
+        CHECK_CONTAINS(out, cases[i][1]);
+    }
+}

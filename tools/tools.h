@@ -1,0 +1,114 @@
+/* tools.h — the agent's tools behind one registry.
+ *
+ * Each tool (tools/<name>.c) gives a name, a description and JSON schema that
+ * are rendered into the system prompt, a permission class, and a handler.
+ * tools_run() is the only way the agent executes a call: it parses the
+ * arguments, applies the permission policy (asking the front end through
+ * the callback when a rule says "ask"), runs the handler with cancellation,
+ * and always produces a result text for the model — errors included, as
+ * plain text starting with "Tool error: ".
+ *
+ * A tool_env holds what persists between calls of one agent: the workspace
+ * root, the permission policy, what `read`/`search` have shown (for `more`
+ * and stale-edit checks), background bash jobs, the browser. Freeing it
+ * stops every job and closes the browser.
+ */
+#ifndef DS4CL_TOOLS_H
+#define DS4CL_TOOLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct json_object;
+typedef struct tool_env tool_env;
+
+typedef enum {
+    TOOL_CLASS_READ = 0, /* runs freely */
+    TOOL_CLASS_WRITE,    /* asks unless allowed */
+    TOOL_CLASS_EXEC,
+    TOOL_CLASS_NETWORK,
+} tool_class;
+
+typedef enum {
+    TOOL_CONFIRM_NO = 0,
+    TOOL_CONFIRM_YES,
+    TOOL_CONFIRM_ALWAYS, /* yes, and allow this rule for the rest of the session */
+} tool_confirm;
+
+/* Per-call context supplied by the agent. Every callback may be NULL. */
+typedef struct {
+    /* Polled often; true aborts the call within ~100 ms. */
+    bool (*cancelled)(void *ud);
+    /* Live output while the tool runs (e.g. the tail of a bash log). */
+    void (*progress)(void *ud, const char *text, size_t len);
+    /* Permission question for the front end; summary is one line such as
+     * "bash: make test". NULL (non-interactive) means the policy decides
+     * alone and "ask" becomes "deny". */
+    tool_confirm (*confirm)(void *ud, const char *tool, const char *summary);
+    void *ud;
+    /* Upper bound for the result text in bytes, derived from the context
+     * room left; tools cap or paginate their output to fit. 0 = default. */
+    size_t max_result_bytes;
+} tool_call_ctx;
+
+typedef struct {
+    char *text;     /* malloc'd; what the model sees */
+    bool is_error;  /* text starts with "Tool error: " */
+    bool denied;    /* refused by the permission policy or the user */
+} tool_result;
+
+typedef struct tool_def {
+    const char *name;
+    const char *description;
+    const char *parameters_schema; /* JSON Schema object of the parameters */
+    tool_class cls;
+    /* args is a JSON object (validated against nothing yet); writes the
+     * result into out; returns 0 on success, -1 when out->text is an error. */
+    int (*run)(tool_env *env, struct json_object *args, const tool_call_ctx *ctx, tool_result *out);
+    /* One-line summary for permission questions and UI ("bash: make"). */
+    void (*summarize)(struct json_object *args, char *buf, size_t size);
+} tool_def;
+
+/* ---- registry ---------------------------------------------------------------- */
+
+/* All tools in prompt order; *n receives the count. */
+const tool_def *const *tools_all(size_t *n);
+const tool_def *tools_find(const char *name);
+
+/* {"name":…,"description":…,"parameters":…} for the system prompt;
+ * malloc'd. */
+char *tools_schema_json(const tool_def *t);
+
+/* ---- environment and policy --------------------------------------------------- */
+
+typedef enum { PERM_ALLOW = 0, PERM_ASK, PERM_DENY } perm_decision;
+
+typedef struct {
+    const char *workspace;     /* absolute path; writes outside it always ask */
+    bool yes_to_all;           /* --yes */
+    const char *const *allow;  /* --allow TOOL… (NULL-terminated), may be NULL */
+    const char *rules_path;    /* extra rules file; NULL = XDG config + workspace defaults */
+    bool interactive;          /* false: never ask, "ask" becomes deny */
+    bool sandbox;              /* run bash under Landlock when available */
+    const char *state_dir;     /* per-session dir for logs, browser profile; NULL = temp */
+    const char *cdp_url;       /* attach to a running browser instead of starting one */
+    const char *browser_path;  /* browser executable; NULL = search PATH */
+    const char *search_url;    /* web_search template with {query}; NULL = default */
+} tool_env_config;
+
+tool_env *tool_env_new(const tool_env_config *cfg, char *err, size_t errlen);
+void tool_env_free(tool_env *env);
+
+/* The decision the policy takes for a call before asking anyone. */
+perm_decision tools_policy(tool_env *env, const tool_def *t, struct json_object *args);
+
+/* Executes one call: name and the raw JSON object text of its arguments.
+ * Never fails to produce out->text (unknown tool, bad JSON, denial and
+ * cancellation are all results). */
+void tools_run(tool_env *env, const char *name, const char *args_json,
+               const tool_call_ctx *ctx, tool_result *out);
+
+void tool_result_free(tool_result *r);
+
+#endif
