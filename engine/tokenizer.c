@@ -565,6 +565,16 @@ static int special_at(const char *s, size_t n, size_t *len)
     return -1;
 }
 
+size_t tokenizer_first_special(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '<' && (unsigned char)s[i] != 0xEF) continue;
+        size_t sl;
+        if (special_at(s + i, n - i, &sl) >= 0) return i;
+    }
+    return n;
+}
+
 int ds4_tokenize_trusted(const ds4_tokenizer *t, const char *text, size_t len, ds4_tokens *out)
 {
     if (!t || !out || (!text && len)) return -1;

@@ -22,6 +22,10 @@ ds4_tokenizer *tokenizer_build(const char *const *tokens, const size_t *token_le
 /* The literal text of a special token (e.g. "<｜User｜>"). */
 const char *tokenizer_special_text(ds4_special which);
 
+/* Byte offset of the first special string in s[0..n) (what
+ * ds4_tokenize_trusted would turn into a special id), or n when none. */
+size_t tokenizer_first_special(const char *s, size_t n);
+
 /* True when id is one of the seven special tokens of t. */
 bool tokenizer_is_special(const ds4_tokenizer *t, int32_t id);
 
