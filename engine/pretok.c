@@ -8,10 +8,11 @@
  *   | ' '?[\p{P}\p{S}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+
  *
  * evaluated with first-alternative-wins semantics inside each piece (the
- * piece end counts as "not followed by \S"). Digit and CJK pieces need no
- * third split: no alternative matches a digit run, and a CJK run is one
- * letter run. Characters no alternative matches at their position gather
- * into one piece until the next match. */
+ * piece end counts as "not followed by \S"). Digit pieces need no third
+ * split (no alternative matches a digit run); CJK pieces do, since the
+ * kana blocks also hold punctuation (U+30FB), symbols (U+309B) and
+ * unassigned code points (U+3097). Characters no alternative matches at
+ * their position gather into one piece until the next match. */
 #include <pthread.h>
 #include <stdbool.h>
 
@@ -174,7 +175,7 @@ static void split2(const unsigned char *s, size_t start, size_t end, pretok_piec
             if (!is_cjk(d.cp)) break;
             j += d.len;
         }
-        fn(ud, s + i, j - i);
+        split3(s, i, j, fn, ud);
         i = seg = j;
     }
     if (seg < end) split3(s, seg, end, fn, ud);

@@ -74,6 +74,9 @@ TEST(tokenizer, pretokenizer_pieces)
         /* U+FEFF is \s for JavaScript; U+0085 is not */
         { "a\xef\xbb\xbf\xef\xbb\xbf", "a|\xef\xbb\xbf\xef\xbb\xbf|" },
         { "a\xc2\x85\xc2\x85" "b", "a|\xc2\x85|\xc2\x85" "b|" },
+        /* the kana blocks hold punctuation, symbols and unassigned code points */
+        { "\xe3\x83\x87\xe3\x83\x8b\xe3\x82\xb9\xe3\x83\xbb\xe3\x83\xaa", "\xe3\x83\x87\xe3\x83\x8b\xe3\x82\xb9|\xe3\x83\xbb|\xe3\x83\xaa|" },
+        { "\xe3\x83\xb4\xe3\x82\x98\xe3\x83\x95\xe3\x82\x97\xe3\x81\x84", "\xe3\x83\xb4|\xe3\x82\x98\xe3\x83\x95|\xe3\x82\x97\xe3\x81\x84|" },
         /* invalid UTF-8 bytes behave like unassigned characters */
         { "ab\xff\xfe" "cd", "ab|\xff|\xfe" "cd|" },
         { "", "" },
@@ -402,7 +405,10 @@ static void report_mismatch(const ds4_tokenizer *t, const tok_corpus *c, size_t 
 TEST(tokenizer, differential_vs_reference_1mb)
 {
     ds4_tokenizer *t = tok_v3();
-    tok_corpus c = tok_corpus_build(20240611, 1200000);
+    /* DS4CL_TOK_SEED / DS4CL_TOK_BYTES explore other corpora by hand. */
+    const char *seed = getenv("DS4CL_TOK_SEED"), *bytes = getenv("DS4CL_TOK_BYTES");
+    tok_corpus c = tok_corpus_build(seed ? strtoull(seed, NULL, 0) : 20240611,
+                                    bytes ? strtoull(bytes, NULL, 0) : 1200000);
     CHECK(c.bytes >= 1000000);
     tok_oracle_result ref = tok_oracle("plain", (const char *const *)c.texts, c.lens, c.count);
     size_t tokens = 0, mismatches = 0, first = (size_t)-1;
@@ -449,4 +455,68 @@ TEST(tokenizer, trusted_matches_reference_encode)
         int32_t *got = tok_ids(t, texts[i], lens[i], true, &ng);
         tok_check_ids(test_printf("trusted text %zu", i), got, ng, ref.ids[i], ref.n[i]);
     }
+}
+
+/* ---- opening model files and --dump-tokens ----------------------------------- */
+
+TEST(tokenizer, open_rejects_bad_files)
+{
+    const char *model = test_golden_path("A/model.gguf");
+    if (!model) SKIP("golden model A/model.gguf not present");
+    size_t size;
+    char *data = test_read_file(model, &size);
+    CHECK(data != NULL && size > 200000);
+    ds4_error err = { { 0 } };
+    /* cut inside the metadata */
+    const char *cut = test_tmp_path("cut.gguf");
+    test_write_file(cut, data, 5000);
+    CHECK(ds4_tokenizer_open(cut, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "truncated");
+    /* wrong magic */
+    const char *bad = test_tmp_path("bad.gguf");
+    data[0] = 'X';
+    test_write_file(bad, data, 4096);
+    CHECK(ds4_tokenizer_open(bad, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "not a GGUF file");
+    CHECK(ds4_tokenizer_open(test_tmp_path("missing.gguf"), &err) == NULL);
+    CHECK_CONTAINS(err.msg, "missing.gguf");
+    /* a renamed key: no vocabulary */
+    data[0] = 'G';
+    char *key = memmem(data, size, "tokenizer.ggml.tokens", 21);
+    CHECK(key != NULL);
+    key[15] = 'T';
+    const char *renamed = test_tmp_path("renamed.gguf");
+    test_write_file(renamed, data, size);
+    CHECK(ds4_tokenizer_open(renamed, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "no tokenizer.ggml.tokens");
+}
+
+TEST(tokenizer, dump_tokens_cli)
+{
+    const char *model = test_golden_path("A/model.gguf");
+    if (!model) SKIP("golden model A/model.gguf not present");
+    char *out;
+    int rc = test_runf(&out, "'%s/ds4cl' --dump-tokens --raw -m '%s' -p 'int main(void) {'", test_bindir(), model);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR_EQ(out, "[259, 116, 267, 97, 259, 40, 118, 111, 105, 100, 41, 32, 123]\n");
+    /* rendered as one non-thinking user turn */
+    rc = test_runf(&out, "'%s/ds4cl' --dump-tokens -m '%s' -p 'Hi there'", test_bindir(), model);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR_EQ(out, "[304, 306, 72, 105, 258, 268, 307, 309]\n");
+    /* special strings in the text stay plain in both forms; stdin and files */
+    const char *f = test_tmp_path("prompt.txt");
+    test_write_file(f, "</think>", 8);
+    rc = test_runf(&out, "'%s/ds4cl' --dump-tokens --raw -m '%s' --prompt-file '%s'", test_bindir(), model, f);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR_EQ(out, "[60, 47, 116, 104, 259, 107, 62]\n");
+    rc = test_runf(&out, "printf '</think>' | '%s/ds4cl' --dump-tokens -m '%s' -p -", test_bindir(), model);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR_EQ(out, "[304, 306, 60, 47, 116, 104, 259, 107, 62, 307, 309]\n");
+    /* errors */
+    rc = test_runf(&out, "'%s/ds4cl' --dump-tokens -m '%s/nope.gguf' -p x", test_bindir(), test_tmpdir());
+    CHECK_EQ_INT(rc, 1);
+    CHECK_CONTAINS(out, "nope.gguf");
+    rc = test_runf(&out, "'%s/ds4cl' --dump-tokens -p x", test_bindir());
+    CHECK_EQ_INT(rc, 2);
+    CHECK_CONTAINS(out, "-m");
 }

@@ -423,6 +423,9 @@ static void gen_soup(gen *g, size_t target)
         "\u2028", "\ufeff", "\xc2\x85", "\u0301", "e\u0301", "\u200d", "\x01", "\x1c", "\x7f", "😀", "👍🏽", "\ufe0f",
         "é", "ß", "Ω", "ж", "ا", "ע", "ก", "한", "“", "”", "—", "…", "€", "$", "١", "²", "½", "Ⅻ", ">;\n", "x  ->",
         "    int", "a\n\n  b", "<", "</", ">", "\\", "|", "｜", "▁", "<think>", "</think>", "DSML", "&lt;",
+        /* edges of the CJK/kana ranges of the second split */
+        "\u303f", "\u3040", "\u3097", "\u3099", "\u309b", "\u309f", "\u30a0", "\u30fb", "\u30fc", "\u30ff",
+        "\u3100", "\u4dff", "\u4e00", "\u9fa5", "\u9fa6", "\uff65", "\u3005", "\u3007",
     };
     strbuf b = { 0 };
     size_t start = g->c->bytes;

@@ -30,80 +30,14 @@ static void keep_until_exit(void)
     registered = true;
 }
 
-/* Minimal GGUF metadata walk: the string arrays tokens and merges. */
-typedef struct {
-    const unsigned char *p, *end;
-} gguf_cursor;
-
-static uint64_t rd_u(gguf_cursor *c, int n)
-{
-    CHECK(c->end - c->p >= n);
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v |= (uint64_t)c->p[i] << (8 * i);
-    c->p += n;
-    return v;
-}
-
-static const char *rd_str(gguf_cursor *c, size_t *len)
-{
-    *len = rd_u(c, 8);
-    CHECK((size_t)(c->end - c->p) >= *len);
-    const char *s = (const char *)c->p;
-    c->p += *len;
-    return s;
-}
-
-static void skip_value(gguf_cursor *c, uint32_t type)
-{
-    static const int size[] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
-    CHECK(type <= 12);
-    if (type == 8) {
-        size_t len;
-        rd_str(c, &len);
-    } else if (type == 9) {
-        uint32_t et = (uint32_t)rd_u(c, 4);
-        uint64_t n = rd_u(c, 8);
-        for (uint64_t i = 0; i < n; i++) skip_value(c, et);
-    } else {
-        rd_u(c, size[type]);
-    }
-}
-
 ds4_tokenizer *tok_golden(void)
 {
     if (g_golden) return g_golden;
     const char *path = test_golden_path("A/model.gguf");
     if (!path) SKIP("golden model A/model.gguf not present");
-    size_t size;
-    const unsigned char *data = (const unsigned char *)test_read_file(path, &size);
-    CHECK(data != NULL);
-    gguf_cursor c = { data, data + size };
-    CHECK(rd_u(&c, 4) == 0x46554747u && rd_u(&c, 4) == 3);
-    rd_u(&c, 8);
-    uint64_t nkv = rd_u(&c, 8);
-    const char **arrays[2] = { NULL, NULL };
-    size_t *lens[2] = { NULL, NULL }, counts[2] = { 0, 0 };
-    for (uint64_t k = 0; k < nkv; k++) {
-        size_t klen;
-        const char *key = rd_str(&c, &klen);
-        uint32_t type = (uint32_t)rd_u(&c, 4);
-        int which = klen == 21 && !memcmp(key, "tokenizer.ggml.tokens", 21) ? 0
-                  : klen == 21 && !memcmp(key, "tokenizer.ggml.merges", 21) ? 1 : -1;
-        if (which < 0 || type != 9) {
-            skip_value(&c, type);
-            continue;
-        }
-        CHECK(rd_u(&c, 4) == 8);
-        size_t n = rd_u(&c, 8);
-        arrays[which] = test_alloc(n * sizeof(char *));
-        lens[which] = test_alloc(n * sizeof(size_t));
-        counts[which] = n;
-        for (size_t i = 0; i < n; i++) arrays[which][i] = rd_str(&c, &lens[which][i]);
-    }
-    CHECK(arrays[0] && arrays[1]);
     ds4_error err = { { 0 } };
-    g_golden = tokenizer_build(arrays[0], lens[0], counts[0], arrays[1], lens[1], counts[1], &err);
-    CHECK_MSG(g_golden != NULL, "golden tokenizer: %s", err.msg);
+    g_golden = ds4_tokenizer_open(path, &err);
+    CHECK_MSG(g_golden != NULL, "ds4_tokenizer_open(%s): %s", path, err.msg);
     keep_until_exit();
     return g_golden;
 }
