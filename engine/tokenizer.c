@@ -69,6 +69,11 @@ struct ds4_tokenizer {
     merge_slot *merges;
     size_t merge_mask;
     int32_t special[DS4_TOK__COUNT];
+    /* Raw bytes -> id for the tokens BPE turns their own bytes into: a
+     * piece with those bytes is that one token, no merging needed (most
+     * pieces of ordinary text are). */
+    int32_t *whole;
+    size_t whole_mask;
 };
 
 static const char *const special_strings[DS4_TOK__COUNT] = {
@@ -228,6 +233,8 @@ static inline const merge_slot *merge_find(const ds4_tokenizer *t, int32_t a, in
 
 /* ---- building ----------------------------------------------------------- */
 
+static void index_whole_tokens(ds4_tokenizer *t);
+
 static void printable(char *out, size_t size, const char *s, size_t len)
 {
     size_t o = 0;
@@ -245,6 +252,7 @@ void ds4_tokenizer_free(ds4_tokenizer *t)
     free(t->bytes);
     free(t->bytes_off);
     free(t->merges);
+    free(t->whole);
     free(t);
 }
 
@@ -356,6 +364,8 @@ ds4_tokenizer *tokenizer_build(const char *const *tokens, const size_t *token_le
     }
     free(joined);
 
+    index_whole_tokens(t);
+
     /* The specials, by string. */
     for (int k = 0; k < DS4_TOK__COUNT; k++) {
         t->special[k] = index_find(&ix, special_strings[k], strlen(special_strings[k]));
@@ -405,6 +415,8 @@ const char *ds4_token_bytes(const ds4_tokenizer *t, int32_t id, size_t *len)
 
 /* Pieces up to this many bytes use the array scan. */
 #define SMALL_PIECE 48
+/* Longest piece looked up as a whole token (longer ones are never one). */
+#define WHOLE_MAX 256
 
 typedef struct {
     const ds4_tokenizer *t;
@@ -432,10 +444,12 @@ static void bpe_small(bpe_ctx *c, const unsigned char *p, size_t n)
             if (rank[i] < rank[best]) best = i;
         if (rank[best] == INT32_MAX) break;
         sym[best] = res[best];
-        size_t tail = m - best - 2; /* symbols after the merged pair */
-        memmove(sym + best + 1, sym + best + 2, tail * sizeof *sym);
-        memmove(rank + best + 1, rank + best + 2, (tail ? tail - 1 : 0) * sizeof *rank);
-        memmove(res + best + 1, res + best + 2, (tail ? tail - 1 : 0) * sizeof *res);
+        /* close the gap; plain loops beat memmove calls at these sizes */
+        for (size_t i = best + 1; i + 1 < m; i++) sym[i] = sym[i + 1];
+        for (size_t i = best + 1; i + 2 < m; i++) {
+            rank[i] = rank[i + 1];
+            res[i] = res[i + 1];
+        }
         m--;
         if (best > 0) {
             const merge_slot *s = merge_find(t, sym[best - 1], sym[best]);
@@ -525,14 +539,6 @@ static void bpe_large(bpe_ctx *c, const unsigned char *p, size_t n)
     for (int32_t i = 0; i >= 0; i = c->next[i]) ds4_tokens_push(c->out, c->sym[i]);
 }
 
-static void bpe_piece(void *ud, const unsigned char *p, size_t n)
-{
-    bpe_ctx *c = ud;
-    if (n == 1) ds4_tokens_push(c->out, c->t->byte_token[p[0]]);
-    else if (n <= SMALL_PIECE) bpe_small(c, p, n);
-    else bpe_large(c, p, n);
-}
-
 static void bpe_ctx_free(bpe_ctx *c)
 {
     free(c->sym);
@@ -540,6 +546,59 @@ static void bpe_ctx_free(bpe_ctx *c)
     free(c->next);
     free(c->heap);
 }
+
+static int32_t whole_find(const ds4_tokenizer *t, const unsigned char *p, size_t n)
+{
+    for (size_t h = (size_t)hash_bytes(p, n) & t->whole_mask;; h = (h + 1) & t->whole_mask) {
+        int32_t id = t->whole[h];
+        if (id < 0) return -1;
+        uint32_t off = t->bytes_off[id];
+        if (t->bytes_off[id + 1] - off == n && !memcmp(t->bytes + off, p, n)) return id;
+    }
+}
+
+static void bpe_piece(void *ud, const unsigned char *p, size_t n)
+{
+    bpe_ctx *c = ud;
+    if (n == 1) {
+        ds4_tokens_push(c->out, c->t->byte_token[p[0]]);
+        return;
+    }
+    if (n <= WHOLE_MAX) {
+        int32_t id = whole_find(c->t, p, n);
+        if (id >= 0) {
+            ds4_tokens_push(c->out, id);
+            return;
+        }
+    }
+    if (n <= SMALL_PIECE) bpe_small(c, p, n);
+    else bpe_large(c, p, n);
+}
+
+static void index_whole_tokens(ds4_tokenizer *t)
+{
+    size_t cap = 16;
+    while (cap < (size_t)t->n_vocab * 2) cap *= 2;
+    t->whole_mask = cap - 1;
+    t->whole = xmalloc(cap * sizeof *t->whole);
+    for (size_t i = 0; i < cap; i++) t->whole[i] = -1;
+    ds4_tokens out = { 0 };
+    bpe_ctx c = { .t = t, .out = &out };
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        uint32_t off = t->bytes_off[id], n = t->bytes_off[id + 1] - off;
+        if (n < 2 || n > WHOLE_MAX) continue;
+        out.n = 0;
+        if (n <= SMALL_PIECE) bpe_small(&c, t->bytes + off, n);
+        else bpe_large(&c, t->bytes + off, n);
+        if (out.n != 1 || out.ids[0] != id) continue;
+        size_t h = (size_t)hash_bytes(t->bytes + off, n) & t->whole_mask;
+        while (t->whole[h] >= 0) h = (h + 1) & t->whole_mask;
+        t->whole[h] = id;
+    }
+    ds4_tokens_free(&out);
+    bpe_ctx_free(&c);
+}
+
 
 /* ---- entry points ------------------------------------------------------- */
 
