@@ -26,7 +26,7 @@ size_t ds4_detok_feed(ds4_detok *d, const ds4_tokenizer *t, int32_t id, char *ou
     if (!bytes) len = 0;
     size_t n = (size_t)d->npending;
     memcpy(out, d->pending, n);
-    memcpy(out + n, bytes, len);
+    if (len) memcpy(out + n, bytes, len);
     n += len;
     size_t keep = incomplete_tail((const unsigned char *)out, n);
     d->npending = (int)(n - keep);

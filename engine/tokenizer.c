@@ -605,6 +605,7 @@ static void index_whole_tokens(ds4_tokenizer *t)
 int ds4_tokenize(const ds4_tokenizer *t, const char *text, size_t len, ds4_tokens *out)
 {
     if (!t || !out || (!text && len)) return -1;
+    if (!len) return 0;
     bpe_ctx c = { .t = t, .out = out };
     pretok_split((const unsigned char *)text, len, bpe_piece, &c);
     bpe_ctx_free(&c);
@@ -637,6 +638,7 @@ size_t tokenizer_first_special(const char *s, size_t n)
 int ds4_tokenize_trusted(const ds4_tokenizer *t, const char *text, size_t len, ds4_tokens *out)
 {
     if (!t || !out || (!text && len)) return -1;
+    if (!len) return 0;
     bpe_ctx c = { .t = t, .out = out };
     size_t seg = 0;
     for (size_t i = 0; i < len; i++) {

@@ -1,6 +1,7 @@
 /* Tokenizer: pre-tokenizer pieces, published vectors, the golden tiny
  * model's ids, the trust boundary, vocabulary validation, and a
  * differential test against the npm reference tokenizer on > 1 MB. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -519,4 +520,59 @@ TEST(tokenizer, dump_tokens_cli)
     rc = test_runf(&out, "'%s/ds4cl' --dump-tokens -p x", test_bindir());
     CHECK_EQ_INT(rc, 2);
     CHECK_CONTAINS(out, "-m");
+}
+
+TEST(tokenizer, empty_and_null_text)
+{
+    ds4_tokenizer *t = tok_golden();
+    ds4_tokens out = { 0 };
+    CHECK_EQ_INT(ds4_tokenize(t, NULL, 0, &out), 0);
+    CHECK_EQ_INT(ds4_tokenize_trusted(t, "", 0, &out), 0);
+    CHECK_EQ_INT(out.n, 0);
+    CHECK_EQ_INT(ds4_tokenize(t, NULL, 3, &out), -1);
+    CHECK_EQ_INT(ds4_tokenize(NULL, "x", 1, &out), -1);
+    CHECK_EQ_INT(ds4_token_special(NULL, DS4_TOK_BOS), -1);
+    CHECK_EQ_INT(ds4_vocab_size(NULL), 0);
+}
+
+typedef struct {
+    const ds4_tokenizer *t;
+    const char *text;
+    size_t len;
+    ds4_tokens out;
+} tok_job;
+
+static void *tok_worker(void *arg)
+{
+    tok_job *j = arg;
+    for (int r = 0; r < 20; r++) {
+        ds4_tokens_truncate(&j->out, 0);
+        ds4_tokenize_trusted(j->t, j->text, j->len, &j->out);
+    }
+    return NULL;
+}
+
+/* One tokenizer, several threads at once: same ids as one at a time. */
+TEST(tokenizer, shared_across_threads)
+{
+    ds4_tokenizer *t = tok_golden();
+    tok_corpus c = tok_corpus_build(5, 40000);
+    enum { N = 4 };
+    tok_job jobs[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        size_t k = (size_t)i * (c.count / N);
+        jobs[i] = (tok_job){ t, c.texts[k], c.lens[k], { 0 } };
+        CHECK(pthread_create(&th[i], NULL, tok_worker, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    bool same = true;
+    for (int i = 0; i < N; i++) {
+        ds4_tokens one = { 0 };
+        ds4_tokenize_trusted(t, jobs[i].text, jobs[i].len, &one);
+        same = same && one.n == jobs[i].out.n && !memcmp(one.ids, jobs[i].out.ids, one.n * sizeof *one.ids);
+        ds4_tokens_free(&one);
+        ds4_tokens_free(&jobs[i].out);
+    }
+    CHECK(same);
 }
