@@ -131,6 +131,8 @@ typedef struct {
     bool head;              /* the HEAD phase: no body expected */
     bool body_to_file;      /* the final response's body goes to .part */
     uint64_t got;           /* bytes written by this attempt */
+    double last_data_ms;    /* when this attempt last received anything */
+    bool stalled;           /* aborted by the stall watchdog */
     int fail;               /* FAIL_* decided inside a callback */
     char fail_msg[512];
 
@@ -332,6 +334,7 @@ static size_t on_body(char *buf, size_t size, size_t nmemb, void *ud)
     if (x->md_valid) EVP_DigestUpdate(x->md, buf, len);
     x->offset += len;
     x->got += len;
+    x->last_data_ms = now_ms();
     x->res->fetched += len;
     return len;
 }
@@ -369,6 +372,12 @@ static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     (void)dltotal; (void)dlnow; (void)ultotal; (void)ulnow;
     xfer *x = ud;
     if (interrupted(x)) return 1;
+    /* libcurl calls this about once a second even when nothing arrives. */
+    int stall_s = x->rq->stall_timeout_s > 0 ? x->rq->stall_timeout_s : 60;
+    if (now_ms() - x->last_data_ms > stall_s * 1000.0) {
+        x->stalled = true;
+        return 1;
+    }
     if (!x->head) show_progress(x);
     return 0;
 }
@@ -390,8 +399,6 @@ static CURL *make_handle(xfer *x, struct curl_slist *hdrs, char *errbuf)
     curl_easy_setopt(h, CURLOPT_USERAGENT, "ds4cl/" DS4CL_VERSION);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)(x->rq->stall_timeout_s > 0 ? x->rq->stall_timeout_s : 60));
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
@@ -476,7 +483,10 @@ static int retry_delay_ms(const download_request *rq, int failures)
 static void describe_curl_error(xfer *x, CURLcode rc, const char *errbuf)
 {
     const char *what = errbuf[0] ? errbuf : curl_easy_strerror(rc);
-    if (unreachable(rc))
+    if (rc == CURLE_ABORTED_BY_CALLBACK && x->stalled)
+        set_fail(x, FAIL_TRANSIENT, "the transfer stalled: nothing received for %d s",
+                 x->rq->stall_timeout_s > 0 ? x->rq->stall_timeout_s : 60);
+    else if (unreachable(rc))
         set_fail(x, FAIL_TRANSIENT, "cannot reach the server (offline?): %s", what);
     else if (rc == CURLE_OPERATION_TIMEDOUT)
         set_fail(x, FAIL_TRANSIENT, "the transfer stalled: %s", what);
@@ -498,6 +508,8 @@ static int probe(xfer *x, struct curl_slist *hdrs)
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     x->head = true;
     x->status = 0;
+    x->stalled = false;
+    x->last_data_ms = now_ms();
     CURLcode rc = curl_easy_perform(h);
     x->head = false;
     curl_easy_cleanup(h);
@@ -721,6 +733,8 @@ download_status download_file(const download_request *rq, download_result *res)
         }
         x->status = 0;
         x->got = 0;
+        x->stalled = false;
+        x->last_data_ms = now_ms();
         x->fail = FAIL_NONE;
         x->body_to_file = false;
         res->attempts++;

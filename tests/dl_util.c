@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,7 +210,7 @@ static void serve_one(int fd, const dlsrv_config *c, dlsrv_stats *st)
     }
     if (!send_all(fd, h, (size_t)n)) return;
     uint64_t end = c->len;
-    if (act.kind == DLSRV_DROP && act.at > start && act.at < end) end = act.at;
+    if ((act.kind == DLSRV_DROP || act.kind == DLSRV_STALL) && act.at > start && act.at < end) end = act.at;
     const unsigned char *body = c->body;
     for (uint64_t off = start; off < end;) {
         size_t chunk = end - off < 4096 ? (size_t)(end - off) : 4096;
@@ -217,7 +218,10 @@ static void serve_one(int fd, const dlsrv_config *c, dlsrv_stats *st)
         off += chunk;
         st->bytes_served += chunk;
         if (gi < DLSRV_MAX_LOG) st->get_bytes[gi] += chunk;
-        if (c->throttle_ms) sleep_ms(c->throttle_ms);
+    }
+    if (act.kind == DLSRV_STALL) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        poll(&p, 1, 30000);
     }
 }
 

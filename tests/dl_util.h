@@ -20,6 +20,8 @@ typedef enum {
     DLSRV_SERVE = 0, /* serve the request normally */
     DLSRV_DROP,      /* announce the full length, close at file offset `at` */
     DLSRV_STATUS,    /* answer `status` with a short error body */
+    DLSRV_STALL,     /* announce the full length, send up to `at`, then wait
+                        (up to 30 s) for the client to hang up */
 } dlsrv_action_kind;
 
 typedef struct {
@@ -43,7 +45,6 @@ typedef struct {
     uint64_t linked_size;        /* X-Linked-Size, 0 = not sent */
     uint64_t claim_len;          /* size announced in Content-Length/-Range; 0 = len */
     bool redirect;               /* PATH answers 302 to /cdn PATH, linked headers on the 302 */
-    int throttle_ms;             /* pause after every 4 KiB of body */
 } dlsrv_config;
 
 typedef struct {

@@ -174,6 +174,26 @@ TEST(download_http, server_errors_midway_are_retried)
     dlsrv_stop(&f.srv);
 }
 
+TEST(download_http, stalled_transfer_times_out_and_resumes)
+{
+    fixture f;
+    fixture_init(&f, "/m/model.gguf");
+    f.cfg.get[0] = (dlsrv_action){ DLSRV_STALL, 60000, 0 }; /* then silence */
+    f.cfg.n_get = 1;
+    dlsrv_start(&f.srv, &f.cfg);
+    download_request rq = quick_request(&f, dlsrv_url(&f.srv, "/m/model.gguf"));
+    rq.stall_timeout_s = 1;
+    download_result res;
+    download_status st = download_file(&rq, &res);
+    dlsrv_settle(&f.srv);
+    CHECK_MSG(st == DOWNLOAD_OK, "status %d: %s", st, res.error);
+    check_dest_is_body(&f);
+    CHECK_EQ_INT(f.srv.stats->n_get, 2);
+    CHECK_EQ_INT(f.srv.stats->range_start[1], 60000);
+    CHECK_EQ_INT(f.srv.stats->bytes_served, FILE_LEN);
+    dlsrv_stop(&f.srv);
+}
+
 TEST(download_http, persistent_server_errors_give_up)
 {
     fixture f;
@@ -619,20 +639,21 @@ TEST(download_cli, ctrl_c_keeps_the_part_for_resuming)
     fixture f;
     fixture_init(&f, "/m/model.gguf");
     f.cfg.linked_etag = f.sha;
-    f.cfg.throttle_ms = 20; /* ~75 chunks: several seconds for the whole file */
+    const uint64_t cut = 40000;
+    f.cfg.get[0] = (dlsrv_action){ DLSRV_STALL, cut, 0 }; /* then silence */
+    f.cfg.n_get = 1;
     dlsrv_start(&f.srv, &f.cfg);
     const char *url = dlsrv_url(&f.srv, "/m/model.gguf");
     pid_t pid = spawn_download(url, test_tmp_path("log1"));
-    /* wait until some bytes are on disk */
-    bool started = false;
-    for (int i = 0; i < 1000 && !started; i++) {
-        started = dl_file_size(f.part) >= 8192;
-        if (!started) usleep(10000);
+    bool stalled = false;
+    for (int i = 0; i < 2000 && !stalled; i++) {
+        stalled = dl_file_size(f.part) == (long long)cut;
+        if (!stalled) usleep(5000);
     }
-    if (!started) {
+    if (!stalled) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
-        FAIL("the download never started:\n%s", test_read_file(test_tmp_path("log1"), NULL));
+        FAIL("the download never got going:\n%s", test_read_file(test_tmp_path("log1"), NULL));
     }
     kill(pid, SIGINT);
     int status;
@@ -640,12 +661,9 @@ TEST(download_cli, ctrl_c_keeps_the_part_for_resuming)
     char *log = test_read_file(test_tmp_path("log1"), NULL);
     CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 3, "status %#x:\n%s", status, log);
     CHECK_CONTAINS(log, "interrupted");
+    CHECK_CONTAINS(log, "run the same command again to resume");
     check_nothing_published(&f);
-    long long kept = dl_file_size(f.part);
-    CHECK(kept >= 8192 && kept < FILE_LEN);
-    dlsrv_settle(&f.srv);
-    uint64_t served_first = f.srv.stats->bytes_served;
-    int gets_first = f.srv.stats->n_get;
+    CHECK_EQ_INT(dl_file_size(f.part), cut);
 
     char *out;
     int rc = test_runf(&out, "%s '%s/ds4cl' download '%s' --dir '%s'", cli_env(), test_bindir(), url,
@@ -654,9 +672,10 @@ TEST(download_cli, ctrl_c_keeps_the_part_for_resuming)
     CHECK_MSG(rc == 0, "rc %d:\n%s", rc, out);
     check_dest_is_body(&f);
     CHECK_CONTAINS(out, "SHA-256 verified");
-    CHECK_EQ_INT(f.srv.stats->range_start[gets_first], kept);
-    CHECK_EQ_INT(f.srv.stats->get_bytes[gets_first], FILE_LEN - kept);
-    CHECK(served_first >= (uint64_t)kept);
+    CHECK_EQ_INT(f.srv.stats->n_get, 2);
+    CHECK_EQ_INT(f.srv.stats->range_start[1], (int64_t)cut);
+    CHECK_EQ_INT(f.srv.stats->get_bytes[1], FILE_LEN - cut);
+    CHECK_EQ_INT(f.srv.stats->bytes_served, FILE_LEN);
     dlsrv_stop(&f.srv);
 }
 
