@@ -519,8 +519,16 @@ static int probe(xfer *x, struct curl_slist *hdrs)
         return x->fail;
     }
     long s = x->status;
-    if (s == 405 || s == 501) return FAIL_NONE; /* no HEAD here: GET will tell */
-    if (classify_status(x) != FAIL_NONE) return x->fail;
+    /* Only "try again" answers and a missing file count here. Anything
+     * else (HEAD not allowed, a CDN whose signed URL covers GET only, an
+     * auth wall) is left for the GET to report: the HEAD is only a probe. */
+    if (s == 404 || s == 410 || s == 408 || s == 429 || s >= 500) {
+        if (classify_status(x) != FAIL_NONE) return x->fail;
+    }
+    if (s < 200 || s >= 300) {
+        if (x->have_linked_size) x->total = x->linked_size;
+        return FAIL_NONE;
+    }
     if (x->have_linked_size && x->have_cl && x->linked_size != x->cl) {
         set_fail(x, FAIL_PERMANENT,
                  "size mismatch: the file is published as %" PRIu64 " bytes but the server sends %" PRIu64,

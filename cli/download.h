@@ -11,7 +11,9 @@
  * What is checked against what:
  *   - Before the transfer a HEAD request learns the size: X-Linked-Size (the
  *     Hugging Face LFS size, sent on the redirect of a /resolve/ URL), else
- *     Content-Length. Both present and different: refused.
+ *     Content-Length. Both present and different: refused. A HEAD answered
+ *     404/410 ends the download; one refused otherwise (405, 403 from a
+ *     CDN URL signed for GET) is ignored and the GET decides.
  *   - Every response's own total (Content-Range "…/TOTAL", or Content-Length
  *     of a 200) must equal that size, and a 206 must start where .part ends.
  *   - The SHA-256 comes from X-Linked-ETag (Hugging Face sends the LFS

@@ -310,7 +310,7 @@ TEST(download_http, not_found_is_final_and_leaves_nothing)
     CHECK_CONTAINS(res.error, "not found");
     CHECK_CONTAINS(res.error, "404");
     CHECK_EQ_INT(res.http_status, 404);
-    CHECK_EQ_INT(f.srv.stats->n_requests, 1); /* no retries of a 404 */
+    CHECK_EQ_INT(f.srv.stats->n_requests, 1); /* no GET after a 404 HEAD, no retries */
     check_nothing_published(&f);
     CHECK_EQ_INT(dl_file_size(f.part), -1);
     dlsrv_stop(&f.srv);
@@ -347,6 +347,23 @@ TEST(download_http, complete_part_is_finished_without_refetching)
     check_dest_is_body(&f);
     CHECK_EQ_INT(res.fetched, 0);
     CHECK_EQ_INT(f.srv.stats->bytes_served, 0);
+    dlsrv_stop(&f.srv);
+}
+
+TEST(download_http, refused_head_leaves_the_verdict_to_get)
+{
+    fixture f;
+    fixture_init(&f, "/m/model.gguf");
+    f.cfg.head_status = 403; /* e.g. a CDN URL signed for GET only */
+    dlsrv_start(&f.srv, &f.cfg);
+    download_request rq = quick_request(&f, dlsrv_url(&f.srv, "/m/model.gguf"));
+    download_result res;
+    download_status st = download_file(&rq, &res);
+    dlsrv_settle(&f.srv);
+    CHECK_MSG(st == DOWNLOAD_OK, "status %d: %s", st, res.error);
+    check_dest_is_body(&f);
+    CHECK_EQ_INT(f.srv.stats->n_head, 1);
+    CHECK_EQ_INT(f.srv.stats->n_get, 1);
     dlsrv_stop(&f.srv);
 }
 
