@@ -9,6 +9,7 @@
 
 #include "base/base.h"
 #include "cli/memplan.h"
+#include "cli/model_open.h"
 #include "engine/state_size.h"
 #include "tests/test.h"
 
@@ -467,5 +468,77 @@ TEST(memplan_plan, session_context_on_a_real_engine)
     /* no memory at all: refused */
     setenv("DS4CL_MEM_AVAILABLE", "1", 1);
     CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, 256, 0, &n), -1);
+    ds4_engine_close(e);
+}
+
+/* ---- the whole first minute: resolve, check, load, plan ---------------------- */
+
+static ds4_engine *open_capturing(const ds4cl_options *o, int *n_ctx, char **err_text)
+{
+    const char *cap = test_tmp_path("stderr.txt");
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(cap, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    ds4_engine *e = model_open(o, 4096, n_ctx);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    *err_text = test_read_file(cap, NULL);
+    return e;
+}
+
+TEST(memplan_open, no_model_explains_how_to_get_one)
+{
+    setenv("XDG_DATA_HOME", test_tmp_path("xdg"), 1);
+    ds4cl_options o;
+    memset(&o, 0, sizeof o);
+    int n = 0;
+    char *msg;
+    CHECK(open_capturing(&o, &n, &msg) == NULL);
+    CHECK_CONTAINS(msg, "ds4cl download q2");
+}
+
+TEST(memplan_open, weights_too_big_are_refused_before_loading)
+{
+    const char *model = test_tmp_path("big.gguf");
+    int fd = open(model, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK_EQ_INT(ftruncate(fd, (off_t)(20 * GiB)), 0);
+    close(fd);
+    setenv("DS4CL_MEM_AVAILABLE", "8G", 1);
+    ds4cl_options o;
+    memset(&o, 0, sizeof o);
+    o.model_path = model;
+    int n = 0;
+    char *msg;
+    CHECK(open_capturing(&o, &n, &msg) == NULL);
+    CHECK_CONTAINS(msg, "does not fit in memory");
+    CHECK(strstr(msg, "loaded") == NULL);
+}
+
+TEST(memplan_open, golden_model_loads_with_an_auto_context)
+{
+    if (!ds4_engine_open) SKIP("no engine in this build");
+    const char *model = test_golden_path("A/model.gguf");
+    if (!model) SKIP("golden model absent");
+    setenv("DS4CL_MEM_AVAILABLE", "1T", 1);
+    ds4cl_options o;
+    memset(&o, 0, sizeof o);
+    o.model_path = model;
+    o.ctx = -1;
+    o.threads = 1;
+    int n = 0;
+    char *msg;
+    ds4_engine *e = open_capturing(&o, &n, &msg);
+    CHECK_MSG(e != NULL, "%s", msg);
+    CHECK_CONTAINS(msg, "loaded ");
+    CHECK_CONTAINS(msg, "--ctx auto: ");
+    ds4_model_info info;
+    ds4_engine_info(e, &info);
+    CHECK(n > 0);
+    if (info.n_ctx_train > 0) CHECK(n <= info.n_ctx_train);
     ds4_engine_close(e);
 }
