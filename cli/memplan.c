@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <CL/cl.h>
+
 #include "base/base.h"
 #include "cli/progress.h"
 
@@ -336,12 +338,15 @@ void memplan_explain(const memplan_result *r, const memplan_input *in, int reque
     if (r->verdict == MEMPLAN_TOO_BIG && requested > limit) {
         sb_printf(&b, "%s is beyond the model's limit of %d tokens", ctxname, limit);
     } else if (r->verdict == MEMPLAN_TOO_BIG) {
-        if (r->largest_fit == 0) {
+        if (r->largest_fit == 0 && in->weights_bytes + in->fixed_bytes) {
             sb_printf(&b, "the model does not fit in %s: the weights alone need %s,\n", what, weights);
             sb_printf(&b, "  usable %s: %s available (%s) minus %s kept free", usable, avail, source, reserve);
         } else {
             sb_printf(&b, "%s does not fit in %s:\n", ctxname, what);
-            sb_printf(&b, "  needs %s: weights %s + context %s (KV, compressed rows, scratch)\n", need, weights, ctx);
+            if (in->weights_bytes + in->fixed_bytes)
+                sb_printf(&b, "  needs %s: weights %s + context %s (KV, compressed rows, scratch)\n", need, weights, ctx);
+            else
+                sb_printf(&b, "  needs %s for the context (KV, compressed rows, scratch)\n", need);
             sb_printf(&b, "  usable %s: %s available (%s) minus %s kept free\n", usable, avail, source, reserve);
             sb_printf(&b, "  the largest context that fits is %d tokens", r->largest_fit);
             if (r->largest_comfortable)
@@ -366,30 +371,102 @@ void memplan_explain(const memplan_result *r, const memplan_input *in, int reque
 static const char override_hint[] =
     "(DS4CL_MEM_AVAILABLE=BYTES, or DS4CL_DEVICE_MEM for OpenCL, overrides the detected memory)";
 
-/* The pool a backend's weights and sessions live in. */
-static int pool_for(ds4_backend backend, uint64_t *bytes, const char **what, char *source, size_t source_n)
+/* Plain OpenCL 1.2 queries through the ICD loader; no context is created. */
+int memplan_opencl_device(const char *device, memplan_device *out)
 {
-    uint64_t dev = backend == DS4_BACKEND_OPENCL ? memplan_device_memory_override() : 0;
+    memset(out, 0, sizeof *out);
+    if (!device || !*device) device = getenv("DS4CL_DEVICE");
+    if (device && !*device) device = NULL;
+    cl_uint np = 0;
+    if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0) return -1;
+    cl_platform_id plats[16];
+    if (np > 16) np = 16;
+    if (clGetPlatformIDs(np, plats, NULL) != CL_SUCCESS) return -1;
+    char *end = NULL;
+    long want_index = device ? strtol(device, &end, 10) : -1;
+    bool by_index = device && end && end != device && !*end;
+    cl_device_id chosen = NULL, first = NULL;
+    long index = 0;
+    for (cl_uint p = 0; p < np && !chosen; p++) {
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0) continue;
+        cl_device_id devs[64];
+        if (nd > 64) nd = 64;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) != CL_SUCCESS) continue;
+        for (cl_uint d = 0; d < nd && !chosen; d++, index++) {
+            char name[256] = "";
+            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof name, name, NULL);
+            cl_device_type type = 0;
+            clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof type, &type, NULL);
+            if (!first) first = devs[d];
+            if (by_index) {
+                if (index == want_index) chosen = devs[d];
+            } else if (device) {
+                if (strcasestr(name, device)) chosen = devs[d];
+            } else if (type & CL_DEVICE_TYPE_GPU) {
+                chosen = devs[d];
+            }
+        }
+    }
+    if (!chosen && !device) chosen = first;
+    if (!chosen) return -1;
+    cl_ulong mem = 0;
+    cl_bool unified = CL_FALSE;
+    clGetDeviceInfo(chosen, CL_DEVICE_NAME, sizeof out->name, out->name, NULL);
+    out->name[sizeof out->name - 1] = 0;
+    if (clGetDeviceInfo(chosen, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL) != CL_SUCCESS) return -1;
+    clGetDeviceInfo(chosen, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+    out->global_mem = mem;
+    out->unified = unified == CL_TRUE;
+    return 0;
+}
+
+/* Where a session's memory comes from. The weights are memory-mapped from
+ * the GGUF, so they always take host memory; a discrete OpenCL device
+ * holds the session (and whatever the engine copies there) in its own
+ * memory, while a unified-memory device shares the host's. */
+typedef struct {
+    uint64_t available;
+    const char *what;
+    char source[160];
+    bool holds_weights;
+} pool;
+
+static int host_pool(pool *p)
+{
+    p->what = "memory";
+    p->holds_weights = true;
+    return memplan_host_available(&p->available, p->source, sizeof p->source);
+}
+
+static int session_pool(ds4_backend backend, const char *device, pool *p)
+{
+    memset(p, 0, sizeof *p);
+    if (backend != DS4_BACKEND_OPENCL) return host_pool(p);
+    uint64_t dev = memplan_device_memory_override();
     if (dev) {
-        *bytes = dev;
-        *what = "device memory";
-        snprintf(source, source_n, "DS4CL_DEVICE_MEM");
+        p->available = dev;
+        p->what = "device memory";
+        snprintf(p->source, sizeof p->source, "DS4CL_DEVICE_MEM");
         return 0;
     }
-    *what = "memory";
-    return memplan_host_available(bytes, source, source_n);
+    memplan_device d;
+    if (memplan_opencl_device(device, &d) != 0 || d.unified || d.global_mem == 0) return host_pool(p);
+    p->available = d.global_mem;
+    p->what = "device memory";
+    snprintf(p->source, sizeof p->source, "%s, total", d.name);
+    return 0;
 }
 
 int memplan_precheck_file(const char *model_path, ds4_backend backend)
 {
+    /* Every backend maps the weights from the file into host memory. */
     if (backend == DS4_BACKEND_SCRIPT) return 0;
     struct stat st;
     if (stat(model_path, &st) != 0) return 0; /* the loader reports it */
-    uint64_t avail;
-    const char *what;
-    char source[64];
-    if (pool_for(backend, &avail, &what, source, sizeof source) != 0) return 0;
-    memplan_input in = { .weights_bytes = (uint64_t)st.st_size, .available_bytes = avail };
+    pool pl;
+    if (host_pool(&pl) != 0) return 0;
+    memplan_input in = { .weights_bytes = (uint64_t)st.st_size, .available_bytes = pl.available };
     memplan_policy pol = memplan_default_policy();
     memplan_result r;
     memplan_check(&in, &pol, 0, &r);
@@ -399,8 +476,9 @@ int memplan_precheck_file(const char *model_path, ds4_backend backend)
             "ds4cl: the model does not fit in %s: its weights need %s, %s is usable\n"
             "  (%s available per %s, minus %s kept free).\n"
             "Free some memory, or use a smaller model %s.\n",
-            what, format_bytes(w, sizeof w, in.weights_bytes), format_bytes(u, sizeof u, r.usable_bytes),
-            format_bytes(a, sizeof a, avail), source, format_bytes(k, sizeof k, r.reserve_bytes), override_hint);
+            pl.what, format_bytes(w, sizeof w, in.weights_bytes), format_bytes(u, sizeof u, r.usable_bytes),
+            format_bytes(a, sizeof a, pl.available), pl.source, format_bytes(k, sizeof k, r.reserve_bytes),
+            override_hint);
     return -1;
 }
 
@@ -409,7 +487,8 @@ static uint64_t engine_ctx_bytes(void *ud, int n_ctx)
     return ds4_session_bytes_estimate((const ds4_engine *)ud, n_ctx);
 }
 
-int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, int requested, int default_ctx, int *n_ctx)
+int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
+                        int default_ctx, int *n_ctx)
 {
     int fallback = requested > 0 ? requested : default_ctx;
     if (!ds4_engine_info || !ds4_session_bytes_estimate) {
@@ -419,19 +498,17 @@ int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, int requested,
     ds4_model_info info;
     memset(&info, 0, sizeof info);
     ds4_engine_info(e, &info);
-    uint64_t avail;
-    const char *what;
-    char source[64];
-    if (pool_for(backend, &avail, &what, source, sizeof source) != 0) {
+    pool pl;
+    if (session_pool(backend, device, &pl) != 0) {
         if (requested == -1) fprintf(stderr, "ds4cl: cannot tell how much memory is free; using --ctx %d\n", fallback);
         *n_ctx = fallback;
         return 0;
     }
     memplan_input in = {
-        .weights_bytes = info.weights_bytes,
+        .weights_bytes = pl.holds_weights ? info.weights_bytes : 0,
         .ctx_bytes = engine_ctx_bytes,
         .ctx_ud = (void *)e,
-        .available_bytes = avail,
+        .available_bytes = pl.available,
         .max_ctx = info.n_ctx_train,
     };
     memplan_policy pol = memplan_default_policy();
@@ -445,7 +522,7 @@ int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, int requested,
         memplan_check(&in, &pol, default_ctx, &r);
         if (r.verdict != MEMPLAN_FITS) memplan_auto(&in, &pol, default_ctx, &r);
     }
-    memplan_explain(&r, &in, requested, what, source, msg, sizeof msg);
+    memplan_explain(&r, &in, requested, pl.what, pl.source, msg, sizeof msg);
     if (r.verdict == MEMPLAN_TOO_BIG) {
         fprintf(stderr, "ds4cl: %s\n%s\n", msg, override_hint);
         return -1;

@@ -117,6 +117,18 @@ int memplan_host_available(uint64_t *bytes, char *source, size_t source_n);
 /* $DS4CL_DEVICE_MEM, or 0 when unset. */
 uint64_t memplan_device_memory_override(void);
 
+typedef struct {
+    char name[128];
+    uint64_t global_mem; /* CL_DEVICE_GLOBAL_MEM_SIZE (total, not free) */
+    bool unified;        /* shares host memory (integrated GPU, CPU device) */
+} memplan_device;
+
+/* The OpenCL device the engine picks for `device` (engine/ds4.h rule): a
+ * number is an index over all platforms' devices in enumeration order,
+ * other text a case-insensitive name substring; NULL means $DS4CL_DEVICE,
+ * else the first GPU, else the first device. 0, or -1 when none matches. */
+int memplan_opencl_device(const char *device, memplan_device *out);
+
 /* ---- planning a real session ------------------------------------------ */
 
 /* Human text of a plan, one or more lines (no trailing newline), e.g. the
@@ -125,16 +137,22 @@ uint64_t memplan_device_memory_override(void);
 void memplan_explain(const memplan_result *r, const memplan_input *in, int requested,
                      const char *what, const char *source, char *buf, size_t n);
 
-/* Before loading: do the weights (≈ the file size) fit the backend's pool
- * at all? Prints the refusal on stderr and returns -1 when they cannot;
- * 0 otherwise (also when the memory is unknown). */
+/* Before loading: do the weights (≈ the file size) fit in host memory at
+ * all? Every backend maps them from the file, so host memory it is, also
+ * for OpenCL. Prints the refusal on stderr and returns -1 when they
+ * cannot; 0 otherwise (also when the memory is unknown). */
 int memplan_precheck_file(const char *model_path, ds4_backend backend);
 
-/* Decides the context of a session on e: requested > 0 is checked exactly
+/* Decides the context of a session on e. The pool: host memory holding
+ * the weights and the session (CPU, and OpenCL devices with unified
+ * memory); the device memory of a discrete OpenCL device (selected by
+ * `device` as memplan_opencl_device does, or $DS4CL_DEVICE_MEM) holding
+ * the session. requested > 0 is checked exactly
  * (refused with the largest context that fits when too big; a warning when
  * tight), -1 is --ctx auto, 0 takes default_ctx or, when that is not
  * comfortable, the largest comfortable context below it. Prints refusals
  * and warnings on stderr; returns 0 with *n_ctx set, or -1. */
-int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, int requested, int default_ctx, int *n_ctx);
+int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
+                        int default_ctx, int *n_ctx);
 
 #endif

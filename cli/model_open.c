@@ -64,7 +64,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx)
     memset(&info, 0, sizeof info);
     if (ds4_engine_info) ds4_engine_info(e, &info);
     progress_print_loaded(info.name[0] ? info.name : base_name(path), t0);
-    if (memplan_session_ctx(e, o->backend, o->ctx, default_ctx, n_ctx) != 0) {
+    if (memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, n_ctx) != 0) {
         ds4_engine_close(e);
         return NULL;
     }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -437,10 +438,13 @@ TEST(memplan_plan, weights_that_cannot_fit_are_refused_before_loading)
     setenv("DS4CL_MEM_AVAILABLE", "64G", 1);
     CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_CPU, &msg), 0);
     CHECK_STR_EQ(msg, "");
-    /* OpenCL: device memory when it is known */
+    /* OpenCL maps the weights into host memory too: the device's size does
+     * not matter here */
     setenv("DS4CL_DEVICE_MEM", "8G", 1);
+    CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_OPENCL, &msg), 0);
+    setenv("DS4CL_MEM_AVAILABLE", "16G", 1);
     CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_OPENCL, &msg), -1);
-    CHECK_CONTAINS(msg, "device memory");
+    CHECK_CONTAINS(msg, "does not fit in memory");
 }
 
 /* ---- a real engine, when this build has one ------------------------------------ */
@@ -460,14 +464,14 @@ TEST(memplan_plan, session_context_on_a_real_engine)
     CHECK(s2 >= s1);
     int n = 0;
     setenv("DS4CL_MEM_AVAILABLE", "1T", 1);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, 256, 0, &n), 0);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, &n), 0);
     CHECK_EQ_INT(n, 256);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, -1, 0, &n), 0);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, -1, 0, &n), 0);
     CHECK(n >= 256);
     if (info.n_ctx_train > 0) CHECK(n <= info.n_ctx_train);
     /* no memory at all: refused */
     setenv("DS4CL_MEM_AVAILABLE", "1", 1);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, 256, 0, &n), -1);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, &n), -1);
     ds4_engine_close(e);
 }
 
@@ -541,4 +545,25 @@ TEST(memplan_open, golden_model_loads_with_an_auto_context)
     CHECK(n > 0);
     if (info.n_ctx_train > 0) CHECK(n <= info.n_ctx_train);
     ds4_engine_close(e);
+}
+
+TEST(memplan_detect, opencl_device_selection)
+{
+    unsetenv("DS4CL_DEVICE");
+    memplan_device d, again;
+    if (memplan_opencl_device(NULL, &d) != 0) SKIP("no OpenCL device");
+    CHECK(d.name[0] != 0);
+    CHECK(d.global_mem > 0);
+    /* the same device by index (the default is a GPU or device 0) and by name */
+    char part[8];
+    snprintf(part, sizeof part, "%.5s", d.name);
+    CHECK_EQ_INT(memplan_opencl_device(part, &again), 0);
+    CHECK(strncasecmp(again.name, part, strlen(part)) == 0 || strcasestr(again.name, part) != NULL);
+    CHECK_EQ_INT(memplan_opencl_device("no-such-device-xyz", &again), -1);
+    CHECK_EQ_INT(memplan_opencl_device("999", &again), -1);
+    setenv("DS4CL_DEVICE", "no-such-device-xyz", 1);
+    CHECK_EQ_INT(memplan_opencl_device(NULL, &again), -1);
+    unsetenv("DS4CL_DEVICE");
+    CHECK_EQ_INT(memplan_opencl_device("0", &again), 0);
+    CHECK(again.global_mem > 0);
 }
