@@ -342,13 +342,20 @@ struct readable_doc {
     size_t nrefs, caprefs;
     size_t cursor;
     size_t prev_start, prev_end; /* the previous block, to drop repeats */
+    unsigned *listed;            /* per link: the footer round that listed it */
+    unsigned round;
 };
 
-static const char *json_get_str(json_object *o, const char *key)
+/* JSON strings may hold NUL characters; lengths come from json-c, never
+ * from strlen, so a NUL cannot cut off what follows it. */
+static const char *json_get_str(json_object *o, const char *key, size_t *len)
 {
     json_object *v;
-    if (json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string))
+    if (json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string)) {
+        *len = (size_t)json_object_get_string_len(v);
         return json_object_get_string(v);
+    }
+    *len = 0;
     return "";
 }
 
@@ -523,22 +530,25 @@ readable_doc *readable_doc_new(json_object *value, char *err, size_t errlen)
     }
     readable_doc *d = calloc(1, sizeof *d);
     if (!d) abort();
-    const char *title = json_get_str(value, "title"), *url = json_get_str(value, "url");
-    const char *type = json_get_str(value, "type");
-    d->title = clean_line(title, strlen(title), 300);
-    d->url = clean_line(url, strlen(url), 4000);
-    d->type = clean_line(type, strlen(type), 100);
+    size_t tl, ul, yl;
+    const char *title = json_get_str(value, "title", &tl), *url = json_get_str(value, "url", &ul);
+    const char *type = json_get_str(value, "type", &yl);
+    d->title = clean_line(title, tl, 300);
+    d->url = clean_line(url, ul, 4000);
+    d->type = clean_line(type, yl, 100);
     json_object *v;
     if (json_object_object_get_ex(value, "status", &v)) d->status = json_object_get_int(v);
     if (json_object_object_get_ex(value, "truncated", &v)) d->truncated = json_object_get_boolean(v);
 
     d->nlinks = json_object_array_length(links);
     d->links = calloc(d->nlinks + 1, sizeof *d->links);
-    if (!d->links) abort();
+    d->listed = calloc(d->nlinks + 1, sizeof *d->listed);
+    if (!d->links || !d->listed) abort();
     for (size_t i = 0; i < d->nlinks; i++) {
         json_object *l = json_object_array_get_idx(links, i);
-        const char *s = json_object_is_type(l, json_type_string) ? json_object_get_string(l) : "";
-        d->links[i] = clean_line(s, strlen(s), 100000);
+        bool is_str = json_object_is_type(l, json_type_string);
+        d->links[i] = clean_line(is_str ? json_object_get_string(l) : "",
+                                 is_str ? (size_t)json_object_get_string_len(l) : 0, 100000);
     }
     size_t n = json_object_array_length(blocks);
     for (size_t i = 0; i < n; i++) render_block(d, json_object_array_get_idx(blocks, i));
@@ -555,6 +565,7 @@ void readable_doc_free(readable_doc *d)
     for (size_t i = 0; i < d->nlinks; i++) free(d->links[i]);
     free(d->links);
     free(d->refs);
+    free(d->listed);
     sb_free(&d->text);
     free(d);
 }
@@ -572,36 +583,49 @@ const char *readable_doc_text(const readable_doc *d) { return sb_str(&d->text); 
 /* Longest URL listed verbatim; a longer one is useless to retype anyway. */
 #define MAX_LISTED_URL 2000
 
-static size_t link_line_len(const readable_doc *d, int n)
+static size_t link_line_len(const readable_doc *d, int n, size_t max_url)
 {
     size_t ulen = strlen(d->links[n - 1]);
     char num[24];
     int k = snprintf(num, sizeof num, "[%d] ", n);
-    return (size_t)k + (ulen > MAX_LISTED_URL ? 40 : ulen) + 1;
+    return (size_t)k + (ulen > max_url ? 40 : ulen) + 1;
+}
+
+/* Index of the first ref starting at or after pos (refs are in text order). */
+static size_t first_ref_at(const readable_doc *d, size_t pos)
+{
+    size_t lo = 0, hi = d->nrefs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->refs[mid].start < pos) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
 }
 
 /* The "Links:" block for the refs within [a, b), into out when not NULL;
  * returns its length. Each number is listed once, in order of appearance. */
-static size_t links_footer(const readable_doc *d, size_t a, size_t b, strbuf *out)
+static size_t links_footer(readable_doc *d, size_t a, size_t b, size_t max_url, strbuf *out)
 {
     size_t total = 0;
     bool any = false;
-    for (size_t i = 0; i < d->nrefs; i++) {
+    if (++d->round == 0) {
+        memset(d->listed, 0, (d->nlinks + 1) * sizeof *d->listed);
+        d->round = 1;
+    }
+    for (size_t i = first_ref_at(d, a); i < d->nrefs && d->refs[i].start < b; i++) {
         const link_ref *r = &d->refs[i];
-        if (r->start < a || r->end > b) continue;
-        bool dup = false;
-        for (size_t j = 0; j < i && !dup; j++)
-            dup = d->refs[j].n == r->n && d->refs[j].start >= a && d->refs[j].end <= b;
-        if (dup) continue;
+        if (r->end > b || d->listed[r->n] == d->round) continue;
+        d->listed[r->n] = d->round;
         if (!any) {
             total += 7; /* "Links:\n" */
             if (out) sb_puts(out, "Links:\n");
             any = true;
         }
-        total += link_line_len(d, r->n);
+        total += link_line_len(d, r->n, max_url);
         if (out) {
             const char *u = d->links[r->n - 1];
-            if (strlen(u) > MAX_LISTED_URL)
+            if (strlen(u) > max_url)
                 sb_printf(out, "[%d] (URL of %zu bytes left out)\n", r->n, strlen(u));
             else
                 sb_printf(out, "[%d] %s\n", r->n, u);
@@ -627,8 +651,8 @@ static size_t cut_point(const readable_doc *d, size_t a, size_t limit)
             while (b > a + 1 && ((unsigned char)s[b] & 0xc0) == 0x80) b--;
         }
     }
-    for (size_t i = 0; i < d->nrefs; i++)
-        if (d->refs[i].start < b && d->refs[i].end > b && d->refs[i].start > a) b = d->refs[i].start;
+    size_t i = first_ref_at(d, b);
+    if (i > 0 && d->refs[i - 1].end > b && d->refs[i - 1].start > a) b = d->refs[i - 1].start;
     if (b <= a) {
         /* a single character at least, so every call makes progress */
         b = a + 1;
@@ -641,19 +665,26 @@ size_t readable_doc_next(readable_doc *d, size_t max_bytes, strbuf *out)
 {
     size_t a = d->cursor;
     if (a >= d->text.len) return 0;
-    size_t b = cut_point(d, a, a + max_bytes);
-    /* The footer shrinks as the part does, so a few rounds settle it. */
-    for (int round = 0; round < 16; round++) {
-        size_t foot = links_footer(d, a, b, NULL);
-        if (b - a + foot <= max_bytes) break;
-        size_t room = max_bytes > foot ? max_bytes - foot : 0;
-        size_t nb = cut_point(d, a, a + (room < b - a ? room : (b - a) / 2));
-        if (nb >= b) break;
-        b = nb;
+    /* a URL may take a quarter of the part at most */
+    size_t max_url = max_bytes / 4 < MAX_LISTED_URL ? max_bytes / 4 : MAX_LISTED_URL;
+    /* The part grows with its cut and so does its links list: find the
+     * furthest cut whose text and list fit, by bisection. */
+    size_t lo = a + 1, hi = a + max_bytes, best = 0;
+    while (lo <= hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        size_t b = cut_point(d, a, mid);
+        if (b - a + links_footer(d, a, b, max_url, NULL) <= max_bytes) {
+            best = b;
+            if (b >= d->text.len) break;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
     }
+    size_t b = best ? best : cut_point(d, a, a + 1);
     sb_append(out, d->text.s + a, b - a);
     if (out->len && out->s[out->len - 1] != '\n') sb_putc(out, '\n');
-    links_footer(d, a, b, out);
+    links_footer(d, a, b, max_url, out);
     d->cursor = b;
     return b - a;
 }
@@ -667,8 +698,9 @@ void readable_search_format(json_object *value, size_t max_bytes, strbuf *out, i
     *found = 0;
     json_object *results;
     if (page_text && value && json_object_is_type(value, json_type_object)) {
-        const char *title = json_get_str(value, "title"), *text = json_get_str(value, "text");
-        char *t = clean_line(title, strlen(title), 200), *x = clean_line(text, strlen(text), 600);
+        size_t tl, xl;
+        const char *title = json_get_str(value, "title", &tl), *text = json_get_str(value, "text", &xl);
+        char *t = clean_line(title, tl, 200), *x = clean_line(text, xl, 600);
         sb_printf(page_text, "%s%s%s", t, *t && *x ? " — " : "", x);
         free(t);
         free(x);
@@ -684,13 +716,16 @@ void readable_search_format(json_object *value, size_t max_bytes, strbuf *out, i
         json_object *r = json_object_array_get_idx(results, i);
         if (!json_object_is_type(r, json_type_array) || json_object_array_length(r) < 3) continue;
         const char *f[3];
+        size_t fl[3];
         for (int k = 0; k < 3; k++) {
             json_object *s = json_object_array_get_idx(r, (size_t)k);
-            f[k] = json_object_is_type(s, json_type_string) ? json_object_get_string(s) : "";
+            bool is_str = json_object_is_type(s, json_type_string);
+            f[k] = is_str ? json_object_get_string(s) : "";
+            fl[k] = is_str ? (size_t)json_object_get_string_len(s) : 0;
         }
-        char *title = clean_line(f[0], strlen(f[0]), 300);
-        char *url = clean_line(f[1], strlen(f[1]), MAX_LISTED_URL);
-        char *snippet = clean_line(f[2], strlen(f[2]), 500);
+        char *title = clean_line(f[0], fl[0], 300);
+        char *url = clean_line(f[1], fl[1], MAX_LISTED_URL);
+        char *snippet = clean_line(f[2], fl[2], 500);
         sb_clear(&item);
         sb_printf(&item, "%d. %s\n   %s\n", *count + 1, title, url);
         if (*snippet) sb_printf(&item, "   %s\n", snippet);

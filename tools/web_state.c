@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 
 #define MAX_STALE_TABS 16
@@ -30,13 +31,14 @@
 /* After the load event, the network counts as quiet once no request has
  * started or ended for this long (Chrome's own networkAlmostIdle waits a
  * whole second). */
-#define NETWORK_QUIET_MS 300
+#define NETWORK_QUIET_MS 250
 
 struct web_state {
     char *state_dir, *cdp_url, *browser_path, *search_tmpl;
     web_limits lim;
     cdp_browser *browser; /* NULL when attached to a browser we did not start */
     char *endpoint;       /* DevTools HTTP endpoint in use */
+    cdp_conn *browser_conn; /* browser-level session, holding settings such as "no downloads" */
     char *user_agent;     /* the browser's, with "Headless" taken out */
     char *stale[MAX_STALE_TABS];
     int nstale;
@@ -84,6 +86,8 @@ static void forget_browser(web_state *ws)
 {
     for (int i = 0; i < ws->nstale; i++) free(ws->stale[i]);
     ws->nstale = 0;
+    cdp_conn_free(ws->browser_conn);
+    ws->browser_conn = NULL;
     cdp_browser_close(ws->browser);
     ws->browser = NULL;
     free(ws->endpoint);
@@ -95,6 +99,7 @@ void web_state_free(web_state *ws)
     if (!ws) return;
     if (ws->browser) forget_browser(ws);
     else close_stale_tabs(ws); /* someone else's browser: leave no tabs behind */
+    cdp_conn_free(ws->browser_conn);
     free(ws->endpoint);
     free(ws->user_agent);
     readable_doc_free(ws->doc);
@@ -139,6 +144,15 @@ char *web_normalize_url(const char *url, char *err, size_t errlen)
     /* "host:8080/x" is a host and port, not a scheme */
     bool has_scheme = scheme_len > 0 && scheme_len < len && url[scheme_len] == ':' &&
                       !(scheme_len + 1 < len && url[scheme_len + 1] >= '0' && url[scheme_len + 1] <= '9');
+    if (has_scheme && !((scheme_len == 4 && !strncasecmp(url, "http", 4)) ||
+                        (scheme_len == 5 && !strncasecmp(url, "https", 5)))) {
+        if (scheme_len == 4 && !strncasecmp(url, "file", 4))
+            snprintf(err, errlen, "file:// URLs are not opened in the browser; use the read tool for local files");
+        else
+            snprintf(err, errlen, "only http and https URLs can be visited, not %.*s:",
+                     (int)(scheme_len < 40 ? scheme_len : 40), url);
+        return NULL;
+    }
     if (!has_scheme) sb_puts(&s, "https://");
     sb_append(&s, url, len);
 
@@ -149,10 +163,7 @@ char *web_normalize_url(const char *url, char *err, size_t errlen)
     if (uc != CURLUE_OK || !scheme) {
         snprintf(err, errlen, "not a valid URL: %.200s", s.s);
     } else if (strcmp(scheme, "http") && strcmp(scheme, "https")) {
-        if (!strcmp(scheme, "file"))
-            snprintf(err, errlen, "file:// URLs are not opened in the browser; use the read tool for local files");
-        else
-            snprintf(err, errlen, "only http and https URLs can be visited, not %.40s:", scheme);
+        snprintf(err, errlen, "only http and https URLs can be visited, not %.40s:", scheme);
     } else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host || !*host) {
         snprintf(err, errlen, "URL without a host: %.200s", s.s);
     } else if (curl_url_get(u, CURLUPART_URL, &out, 0) != CURLUE_OK) {
@@ -261,6 +272,30 @@ static void set_user_agent(web_state *ws, char *ua)
     ws->user_agent = ua;
 }
 
+/* The browser-level session: learns the User-Agent and turns downloads
+ * off. Settings made through a session last as long as it does (a page
+ * session's would end with its tab, while a download it started goes on),
+ * so this one stays open as long as the web_state uses the browser. */
+static int open_browser_session(web_state *ws, const cdp_cancel *cancel, char *err, size_t errlen)
+{
+    char *ua = NULL, *ws_url = NULL;
+    int rc = cdp_version(ws->endpoint, ws->lim.connect_ms, cancel, NULL, &ws_url, &ua, err, errlen);
+    if (rc != CDP_OK) return rc;
+    set_user_agent(ws, ua);
+    ws->browser_conn = cdp_connect(ws_url, ws->lim.connect_ms, cancel, err, errlen);
+    free(ws_url);
+    if (!ws->browser_conn) return CDP_CLOSED;
+    json_object *dl = json_object_new_object();
+    json_object_object_add(dl, "behavior", json_object_new_string("deny"));
+    rc = cdp_call(ws->browser_conn, "Browser.setDownloadBehavior", dl, ws->lim.connect_ms, NULL, err, errlen);
+    if (rc == CDP_ERROR) rc = CDP_OK; /* a browser without the setting still browses */
+    if (rc != CDP_OK) {
+        cdp_conn_free(ws->browser_conn);
+        ws->browser_conn = NULL;
+    }
+    return rc;
+}
+
 static int ensure_browser(web_state *ws, const tool_call_ctx *ctx, const cdp_cancel *cancel,
                           char *err, size_t errlen)
 {
@@ -270,14 +305,12 @@ static int ensure_browser(web_state *ws, const tool_call_ctx *ctx, const cdp_can
             ws->endpoint = attach_endpoint(ws->cdp_url, err, errlen);
             if (!ws->endpoint) return CDP_ERROR;
         }
-        if (!ws->user_agent) {
-            char *ua = NULL;
-            int rc = cdp_version(ws->endpoint, ws->lim.connect_ms, cancel, NULL, NULL, &ua, e2, sizeof e2);
+        if (!ws->browser_conn) {
+            int rc = open_browser_session(ws, cancel, e2, sizeof e2);
             if (rc != CDP_OK) {
                 snprintf(err, errlen, "cannot reach the browser at %s: %s", ws->cdp_url, e2);
                 return rc;
             }
-            set_user_agent(ws, ua);
         }
         return CDP_OK;
     }
@@ -290,10 +323,12 @@ static int ensure_browser(web_state *ws, const tool_call_ctx *ctx, const cdp_can
     ws->timing.started_browser = true;
     ws->endpoint = strdup(cdp_browser_http_url(ws->browser));
     if (!ws->endpoint) abort();
-    char *ua = NULL;
-    if (cdp_version(ws->endpoint, ws->lim.connect_ms, cancel, NULL, NULL, &ua, e2, sizeof e2) == CDP_OK)
-        set_user_agent(ws, ua);
-    return CDP_OK;
+    int rc = open_browser_session(ws, cancel, e2, sizeof e2);
+    if (rc != CDP_OK) {
+        snprintf(err, errlen, "the browser started but its DevTools session failed: %s", e2);
+        forget_browser(ws);
+    }
+    return rc;
 }
 
 typedef struct {
@@ -418,6 +453,11 @@ static int page_open(web_state *ws, const tool_call_ctx *ctx, page *p, char *err
     }
     if (rc != CDP_OK) {
         snprintf(err, errlen, "cannot open a browser tab: %s", e2);
+        if (!ws->browser && rc != CDP_CANCELLED) {
+            /* the attached browser may have gone: start over next time */
+            cdp_conn_free(ws->browser_conn);
+            ws->browser_conn = NULL;
+        }
         return rc;
     }
     p->conn = cdp_connect(ws_url, ws->lim.connect_ms, &p->cancel, e2, sizeof e2);
@@ -429,11 +469,7 @@ static int page_open(web_state *ws, const tool_call_ctx *ctx, page *p, char *err
     }
     cdp_set_event_handler(p->conn, on_event, p);
 
-    /* Best effort: no downloads to disk, and a User-Agent without
-     * "Headless". */
-    json_object *dl = json_object_new_object();
-    json_object_object_add(dl, "behavior", json_object_new_string("deny"));
-    cdp_send(p->conn, "Page.setDownloadBehavior", dl);
+    /* Best effort: a User-Agent without "Headless". */
     if (ws->user_agent) {
         json_object *ua = json_object_new_object();
         json_object_object_add(ua, "userAgent", json_object_new_string(ws->user_agent));
