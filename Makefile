@@ -1,7 +1,9 @@
 # ds4cl — build, test, demo, bench, install.
 #
-# Every module directory below contributes its *.c files to one static
-# library; cli/ holds the three program entry points; tests/ holds the test
+# Every module directory contributes its *.c files to the library objects
+# that all programs and the tests link in full (modules plug into each other
+# through weak references, which a static archive would not resolve);
+# cli/main_*.c are the three program entry points; tests/ holds the test
 # runner and one test file per area. New files are picked up automatically.
 #
 #   make            build ds4cl, ds4cl-bench, ds4cl-mkmodel in the repo root
@@ -62,7 +64,6 @@ MAIN_SRCS := cli/main_ds4cl.c cli/main_bench.c cli/main_mkmodel.c
 LIB_SRCS  := $(filter-out $(MAIN_SRCS),$(sort $(foreach m,$(MODULES),$(wildcard $(m)/*.c))))
 LIB_OBJS  := $(patsubst %.c,$(OBJDIR)/%.o,$(LIB_SRCS)) \
              $(patsubst $(GENDIR)/%.c,$(OBJDIR)/gen/%.o,$(GEN_SRCS))
-LIB       := $(OBJDIR)/libds4cl.a
 
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(TEST_SRCS))
@@ -96,23 +97,19 @@ $(GENDIR)/prompt_texts.c: $(PROMPT_SRCS) build-aux/embed.sh
 	@mkdir -p $(GENDIR)
 	sh build-aux/embed.sh prompt_texts $(PROMPT_SRCS) > $@.tmp && mv $@.tmp $@
 
-$(LIB): $(LIB_OBJS)
-	@rm -f $@
-	ar rcs $@ $^
-
-$(BINDIR)/ds4cl: $(OBJDIR)/cli/main_ds4cl.o $(LIB)
+$(BINDIR)/ds4cl: $(OBJDIR)/cli/main_ds4cl.o $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/ds4cl-bench: $(OBJDIR)/cli/main_bench.o $(LIB)
+$(BINDIR)/ds4cl-bench: $(OBJDIR)/cli/main_bench.o $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/ds4cl-mkmodel: $(OBJDIR)/cli/main_mkmodel.o $(LIB)
+$(BINDIR)/ds4cl-mkmodel: $(OBJDIR)/cli/main_mkmodel.o $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
 
-$(TESTBIN): $(TEST_OBJS) $(LIB)
+$(TESTBIN): $(TEST_OBJS) $(LIB_OBJS)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
 
 # The suite runs against the programs built in the same variant.
