@@ -5,7 +5,6 @@
 
 #include "tests/test.h"
 #include "tools/cdp.h"
-#include "tools/web.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -420,13 +419,6 @@ void web_fake_cdp_start(web_server *s) { start_server(s, fake_cdp_main, "ws"); }
 
 /* ---- misc --------------------------------------------------------------------------- */
 
-/* The tool environment provides the real accessor; this stand-in lets the
- * tool definitions link into the test program without it. */
-__attribute__((weak)) web_state *tool_env_web(tool_env *env)
-{
-    (void)env;
-    return NULL;
-}
 
 int web_unused_port(void)
 {

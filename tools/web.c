@@ -26,6 +26,15 @@ static int arg_error(tool_result *out, const char *tool, const char *msg)
     return -1;
 }
 
+/* The tool environment defines tool_env_web. This weak fallback lets a
+ * program built without one link; the web tools then say they are not
+ * available instead of running. */
+__attribute__((weak)) web_state *tool_env_web(tool_env *env)
+{
+    (void)env;
+    return NULL;
+}
+
 static web_state *env_web(tool_env *env, tool_result *out, const char *tool)
 {
     web_state *ws = env ? tool_env_web(env) : NULL;
