@@ -22,6 +22,9 @@
  * and has a time limit: browser start, DevTools connection, navigation,
  * load, script evaluation. A page that never finishes loading is read as
  * far as it got, with a note saying so.
+ *
+ * A web_state is used by one thread at a time; separate ones are
+ * independent.
  */
 #ifndef DS4CL_WEB_H
 #define DS4CL_WEB_H
