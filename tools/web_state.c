@@ -711,11 +711,11 @@ static char *page_part(web_state *ws, size_t cap, const char *notes)
                   "It ends at the line \"=== end of page %s ===\".\n", ws->doc_tag);
     size_t room = cap > o.len + PART_FRAME_RESERVE ? cap - o.len - PART_FRAME_RESERVE : 256;
     if (room < 256) room = 256;
-    size_t before = o.len;
+    size_t took = 0;
     if (readable_doc_size(d) == 0) sb_puts(&o, "(the page has no readable text)\n");
-    else readable_doc_next(d, room, &o);
-    size_t body = o.len - before;
-    if (ws->doc_part == 1) ws->doc_part_bytes = body;
+    else took = readable_doc_next(d, room, &o);
+    /* text taken per part (its links list aside), for the estimate below */
+    if (ws->doc_part == 1) ws->doc_part_bytes = took;
     sb_printf(&o, "=== end of page %s ===\n", ws->doc_tag);
     size_t left = readable_doc_size(d) - readable_doc_offset(d);
     if (left) {
