@@ -434,6 +434,8 @@ static int conn_pump(cdp_conn *c, int timeout_ms, bool (*done)(void *), void *ud
                      const char *what, char *err, size_t errlen)
 {
     double deadline = now_ms() + timeout_ms;
+    /* what went wrong belongs to the wait it happened in */
+    c->bad_pending = false;
     for (;;) {
         if (done && done(ud)) return CDP_OK;
         if (c->bad_pending) {

@@ -72,11 +72,15 @@ web_state *web_state_new(const tool_env_config *cfg)
     return ws;
 }
 
+/* Closes the tabs earlier calls gave up on. A browser that does not answer
+ * the first request is not asked again (its tabs go with it). */
 static void close_stale_tabs(web_state *ws)
 {
+    bool answering = ws->endpoint != NULL;
     for (int i = 0; i < ws->nstale; i++) {
         char err[256];
-        if (ws->endpoint) cdp_target_close(ws->endpoint, ws->stale[i], 1000, err, sizeof err);
+        if (answering && cdp_target_close(ws->endpoint, ws->stale[i], 1000, err, sizeof err) == CDP_TIMEOUT)
+            answering = false;
         free(ws->stale[i]);
     }
     ws->nstale = 0;
