@@ -2,7 +2,8 @@
  * JSON array, from the model's tokenizer alone (the weights stay unread).
  * With --raw the text is tokenized as untrusted plain text; otherwise it is
  * rendered as one non-thinking user turn:
- * BOS <｜User｜> text <｜Assistant｜> </think>. */
+ * BOS <｜User｜> text <｜Assistant｜> </think>. Without -m the default model
+ * is used. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "base/base.h"
 #include "cli/commands.h"
+#include "cli/model_path.h"
 
 static char *read_stream(FILE *f, size_t *len)
 {
@@ -27,10 +29,9 @@ static char *read_stream(FILE *f, size_t *len)
 
 int cmd_dump_tokens(const ds4cl_options *o)
 {
-    if (!o->model_path) {
-        fputs("ds4cl: --dump-tokens needs -m MODEL\n", stderr);
-        return EXIT_USAGE;
-    }
+    char path_buf[4096];
+    const char *model = model_path_resolve(o->model_path, path_buf, sizeof path_buf);
+    if (!model) return EXIT_ERROR; /* the reason is on stderr */
     size_t len = 0;
     char *text;
     if (o->prompt_file) {
@@ -51,7 +52,7 @@ int cmd_dump_tokens(const ds4cl_options *o)
     }
 
     ds4_error err = { { 0 } };
-    ds4_tokenizer *t = ds4_tokenizer_open(o->model_path, &err);
+    ds4_tokenizer *t = ds4_tokenizer_open(model, &err);
     if (!t) {
         fprintf(stderr, "ds4cl: %s\n", err.msg);
         free(text);

@@ -517,9 +517,16 @@ TEST(tokenizer, dump_tokens_cli)
     rc = test_runf(&out, "'%s/ds4cl' --dump-tokens -m '%s/nope.gguf' -p x", test_bindir(), test_tmpdir());
     CHECK_EQ_INT(rc, 1);
     CHECK_CONTAINS(out, "nope.gguf");
-    rc = test_runf(&out, "'%s/ds4cl' --dump-tokens -p x", test_bindir());
-    CHECK_EQ_INT(rc, 2);
-    CHECK_CONTAINS(out, "-m");
+    /* no -m and no default model (an empty home) */
+    rc = test_runf(&out, "HOME='%s' XDG_DATA_HOME= '%s/ds4cl' --dump-tokens -p x", test_tmpdir(), test_bindir());
+    CHECK_EQ_INT(rc, 1);
+    CHECK_CONTAINS(out, "no model");
+    /* the default model link serves when -m is absent */
+    rc = test_runf(&out, "mkdir -p '%s/.local/share/ds4cl/models' && ln -s '%s' '%s/.local/share/ds4cl/models/default' && "
+                         "HOME='%s' XDG_DATA_HOME= '%s/ds4cl' --dump-tokens --raw -p 'Hi'",
+                   test_tmpdir(), model, test_tmpdir(), test_tmpdir(), test_bindir());
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR_EQ(out, "[72, 105]\n");
 }
 
 TEST(tokenizer, empty_and_null_text)
