@@ -136,53 +136,69 @@ float quant_simd_dot_q2_K(const void *w, const float *x, const float *xs, int64_
     return _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(acc0, acc1), accm));
 }
 
+/* Q4_K: each sub-block's 4-bit codes index a 16-entry table of its
+ * dequantized values (d·sc·q − dmin·m, one f32 rounding), looked up with a
+ * lane permute: no int→float conversion, minimums folded in. */
 float quant_simd_dot_q4_K(const void *w, const float *x, const float *xs, int64_t n)
 {
+    (void)xs;
     const block_q4_K *b = w;
     int64_t nb = n / QK_K;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
-    __m256 accm = _mm256_setzero_ps();
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i m4 = _mm512_set1_epi32(15);
-    for (int64_t i = 0; i < nb; i++, x += QK_K, xs += 8) {
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
         float d = _cvtsh_ss(quant_rd16(&b[i].d)), dmin = _cvtsh_ss(quant_rd16(&b[i].dmin));
-        float dl[8], ml[8];
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            quant_q4k_scale_min(b[i].scales, j, &sc, &m);
-            dl[j] = d * sc;
-            ml[j] = dmin * m;
-        }
-        accm = _mm256_fmadd_ps(_mm256_loadu_ps(ml), _mm256_loadu_ps(xs), accm);
         for (int c = 0; c < 4; c++) {
+            uint8_t sc0, m0, sc1, m1;
+            quant_q4k_scale_min(b[i].scales, 2 * c, &sc0, &m0);
+            quant_q4k_scale_min(b[i].scales, 2 * c + 1, &sc1, &m1);
+            __m512 t0 = _mm512_fmadd_ps(iota, _mm512_set1_ps(d * (float)sc0), _mm512_set1_ps(-dmin * (float)m0));
+            __m512 t1 = _mm512_fmadd_ps(iota, _mm512_set1_ps(d * (float)sc1), _mm512_set1_ps(-dmin * (float)m1));
             const uint8_t *q = b[i].qs + 32 * c;
             const float *xc = x + 64 * c;
             __m512i v0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
             __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
-            __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v0, m4)), _mm512_loadu_ps(xc));
-            lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v1, m4)), _mm512_loadu_ps(xc + 16), lo);
-            __m512 hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v0, 4)), _mm512_loadu_ps(xc + 32));
-            hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v1, 4)), _mm512_loadu_ps(xc + 48), hi);
-            acc0 = _mm512_fmadd_ps(lo, _mm512_set1_ps(dl[2 * c]), acc0);
-            acc1 = _mm512_fmadd_ps(hi, _mm512_set1_ps(dl[2 * c + 1]), acc1);
+            acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(v0, m4), t0), _mm512_loadu_ps(xc), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(v1, m4), t0), _mm512_loadu_ps(xc + 16), acc1);
+            acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v0, 4), t1), _mm512_loadu_ps(xc + 32), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v1, 4), t1), _mm512_loadu_ps(xc + 48), acc1);
         }
     }
-    __m128 m = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
-    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - _mm_cvtss_f32(m);
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-/* 32 signed grid values of IQ2_XXS group g as int8 lanes. */
-static inline __m256i iq2_group(const uint8_t *g, uint32_t *sw)
+/* IQ2_XXS group scales (2·ls + 1)/8 for ls = 0..15. */
+static const float iq2_ls[16] = { 0.125f, 0.375f, 0.625f, 0.875f, 1.125f, 1.375f, 1.625f, 1.875f,
+                                   2.125f, 2.375f, 2.625f, 2.875f, 3.125f, 3.375f, 3.625f, 3.875f };
+
+/* The 32 sign bits of a group from its four 7-bit selectors: spread them
+ * to bytes, then bit 7 of each byte = parity of its low 7 bits (that is
+ * ksigns[s]). */
+static inline uint32_t iq2_signs(uint32_t s)
 {
-    uint32_t s = quant_rd32(g + 4);
-    *sw = s;
-    __m256i v = _mm256_set_epi64x((long long)quant_iq2xxs_grid[g[3]], (long long)quant_iq2xxs_grid[g[2]],
-                                  (long long)quant_iq2xxs_grid[g[1]], (long long)quant_iq2xxs_grid[g[0]]);
-    uint32_t neg = (uint32_t)quant_ksigns_iq2xs[s & 127] | (uint32_t)quant_ksigns_iq2xs[(s >> 7) & 127] << 8 |
-                   (uint32_t)quant_ksigns_iq2xs[(s >> 14) & 127] << 16 |
-                   (uint32_t)quant_ksigns_iq2xs[(s >> 21) & 127] << 24;
-    return _mm256_mask_sub_epi8(v, (__mmask32)neg, _mm256_setzero_si256(), v);
+    uint32_t t = _pdep_u32(s, 0x7f7f7f7fu);
+    uint32_t p = t ^ (t >> 4);
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return t | (p & 0x01010101u) << 7;
+}
+
+/* The grid as floats (8 KB, stays in L1 while a matrix streams by): two
+ * rows are one 512-bit vector without any int→float conversion. */
+static float iq2_gridf[256][8];
+
+__attribute__((constructor)) static void iq2_gridf_init(void)
+{
+    for (int i = 0; i < 256; i++)
+        for (int j = 0; j < 8; j++) iq2_gridf[i][j] = (float)(uint8_t)(quant_iq2xxs_grid[i] >> (8 * j));
+}
+
+static inline __m512 iq2_grid16(const uint8_t *idx, __mmask16 neg)
+{
+    __m512 g = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(iq2_gridf[idx[0]])),
+                                  _mm256_loadu_ps(iq2_gridf[idx[1]]), 1);
+    return _mm512_mask_sub_ps(g, neg, _mm512_setzero_ps(), g);
 }
 
 float quant_simd_dot_iq2_xxs(const void *w, const float *x, int64_t n)
@@ -194,20 +210,16 @@ float quant_simd_dot_iq2_xxs(const void *w, const float *x, int64_t n)
         float d = _cvtsh_ss(quant_rd16(&b[i].d));
         const uint8_t *qs = (const uint8_t *)b[i].qs;
         for (int g = 0; g < 8; g += 2) {
-            uint32_t s0, s1;
-            __m256i v0 = iq2_group(qs + 8 * g, &s0);
-            __m256i v1 = iq2_group(qs + 8 * g + 8, &s1);
+            const uint8_t *q0 = qs + 8 * g, *q1 = q0 + 8;
+            uint32_t s0 = quant_rd32(q0 + 4), s1 = quant_rd32(q1 + 4);
+            uint32_t n0 = iq2_signs(s0), n1 = iq2_signs(s1);
             const float *xg = x + 32 * g;
-            __m512 t0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v0))),
-                                      _mm512_loadu_ps(xg));
-            __m512 t1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v1))),
-                                      _mm512_loadu_ps(xg + 32));
-            t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v0, 1))),
-                                 _mm512_loadu_ps(xg + 16), t0);
-            t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v1, 1))),
-                                 _mm512_loadu_ps(xg + 48), t1);
-            acc0 = _mm512_fmadd_ps(t0, _mm512_set1_ps(d * (0.5f + (float)(s0 >> 28)) * 0.25f), acc0);
-            acc1 = _mm512_fmadd_ps(t1, _mm512_set1_ps(d * (0.5f + (float)(s1 >> 28)) * 0.25f), acc1);
+            __m512 t0 = _mm512_mul_ps(iq2_grid16(q0, (__mmask16)n0), _mm512_loadu_ps(xg));
+            __m512 t1 = _mm512_mul_ps(iq2_grid16(q1, (__mmask16)n1), _mm512_loadu_ps(xg + 32));
+            t0 = _mm512_fmadd_ps(iq2_grid16(q0 + 2, (__mmask16)(n0 >> 16)), _mm512_loadu_ps(xg + 16), t0);
+            t1 = _mm512_fmadd_ps(iq2_grid16(q1 + 2, (__mmask16)(n1 >> 16)), _mm512_loadu_ps(xg + 48), t1);
+            acc0 = _mm512_fmadd_ps(t0, _mm512_set1_ps(d * iq2_ls[s0 >> 28]), acc0);
+            acc1 = _mm512_fmadd_ps(t1, _mm512_set1_ps(d * iq2_ls[s1 >> 28]), acc1);
         }
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
@@ -250,12 +262,12 @@ void quant_simd_dequant_row(uint32_t type, const void *row, float *y, int64_t n)
             float d = _cvtsh_ss(quant_rd16(&b[i].d));
             const uint8_t *qs = (const uint8_t *)b[i].qs;
             for (int g = 0; g < 8; g++) {
-                uint32_t s;
-                __m256i v = iq2_group(qs + 8 * g, &s);
-                __m512 db = _mm512_set1_ps(d * (0.5f + (float)(s >> 28)) * 0.25f);
+                const uint8_t *q = qs + 8 * g;
+                uint32_t s = quant_rd32(q + 4), neg = iq2_signs(s);
+                __m512 db = _mm512_set1_ps(d * iq2_ls[s >> 28]);
                 float *o = y + QK_K * i + 32 * g;
-                _mm512_storeu_ps(o, _mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)))));
-                _mm512_storeu_ps(o + 16, _mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)))));
+                _mm512_storeu_ps(o, _mm512_mul_ps(db, iq2_grid16(q, (__mmask16)neg)));
+                _mm512_storeu_ps(o + 16, _mm512_mul_ps(db, iq2_grid16(q + 2, (__mmask16)(neg >> 16))));
             }
         }
         break;
