@@ -1,60 +1,11 @@
 /* engine.c — opening a model on a backend: GGUF, tokenizer, weights
- * binding, then the backend itself; plus the small shared utilities of the
- * public API (errors, token vectors). */
+ * binding, then the backend itself. */
 #include "engine/backend.h"
 #include "engine/tokenizer.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int ds4_error_set(ds4_error *err, const char *fmt, ...)
-{
-    if (!err) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static void tokens_reserve(ds4_tokens *t, size_t extra)
-{
-    if (t->n + extra <= t->cap) return;
-    size_t cap = t->cap ? t->cap : 256;
-    while (cap < t->n + extra) cap *= 2;
-    int32_t *ids = realloc(t->ids, cap * sizeof *ids);
-    if (!ids) abort();
-    t->ids = ids;
-    t->cap = cap;
-}
-
-void ds4_tokens_push(ds4_tokens *t, int32_t id)
-{
-    tokens_reserve(t, 1);
-    t->ids[t->n++] = id;
-}
-
-void ds4_tokens_append(ds4_tokens *t, const int32_t *ids, size_t n)
-{
-    if (!n) return;
-    tokens_reserve(t, n);
-    memcpy(t->ids + t->n, ids, n * sizeof *ids);
-    t->n += n;
-}
-
-void ds4_tokens_truncate(ds4_tokens *t, size_t n)
-{
-    if (n < t->n) t->n = n;
-}
-
-void ds4_tokens_free(ds4_tokens *t)
-{
-    free(t->ids);
-    t->ids = NULL;
-    t->n = t->cap = 0;
-}
 
 static const ds4_backend_ops *backend_for(ds4_backend b)
 {
