@@ -1,0 +1,34 @@
+/* numerics.h — the scalar building blocks of DS4's rounding simulations
+ * and RoPE tables (ds4-forward §3), shared by every backend's host side
+ * and by the tests.
+ *
+ * fp8_e4m3_round / fp4_e2m1_round: nearest representable value, ties to
+ * the even code, for inputs already clamped to the format's range.
+ * The block simulations clamp and scale by a power of two chosen from the
+ * block's absolute maximum, exactly as §3.2/§3.3 describe.
+ */
+#ifndef DS4CL_NUMERICS_H
+#define DS4CL_NUMERICS_H
+
+#include <stdint.h>
+
+#include "engine/model.h"
+
+float fp8_e4m3_round(float v);  /* |v| ≤ 448 */
+float fp4_e2m1_round(float v);  /* |v| ≤ 6 */
+
+/* In place: e4m3 round trip of x[0 … n) in blocks of 64 (n a multiple of
+ * 64 or the last block shorter). */
+void sim_fp8_blocks(float *x, int n);
+/* In place: Walsh–Hadamard transform of x[0 … n) (n a power of two),
+ * scaled by n^-1/2. */
+void sim_hadamard(float *x, int n);
+/* In place: e2m1 round trip in blocks of 32. */
+void sim_fp4_blocks(float *x, int n);
+
+/* RoPE angular frequencies of the n_rot/2 pairs of a layer (§3.1), f64
+ * math rounded to f32: plain base^(-2k/n_rot) for ratio-0 layers; the
+ * compressed-layer base with the YaRN ramp otherwise. */
+void rope_omega(const ds4_hparams *hp, int compressed, float *omega);
+
+#endif
