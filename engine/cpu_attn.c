@@ -63,27 +63,38 @@ static void comp_task(void *arg, int64_t task, int worker)
         toks[nser] = w * j->R;
         offs[nser++] = 0;
     }
+    /* the reference's order: both series interleaved token by token */
     float mx[COMP_BLOCK], num[COMP_BLOCK], den[COMP_BLOCK];
     for (int i = 0; i < n; i++) {
         mx[i] = -INFINITY;
         num[i] = den[i] = 0.0f;
     }
-    for (int s = 0; s < nser; s++)
-        for (int64_t p = toks[s]; p < toks[s] + j->R; p++) {
+    for (int64_t r = 0; r < j->R; r++)
+        for (int s = 0; s < nser; s++) {
             const float *a, *b;
-            candidate(j, p, &a, &b);
+            candidate(j, toks[s] + r, &a, &b);
             for (int i = 0; i < n; i++) mx[i] = fmaxf(mx[i], b[offs[s] + i0 + i]);
         }
-    for (int s = 0; s < nser; s++)
-        for (int64_t p = toks[s]; p < toks[s] + j->R; p++) {
-            const float *a, *b;
-            candidate(j, p, &a, &b);
+    for (int64_t r = 0; r < j->R; r++) {
+        const float *a[2], *b[2];
+        float e[2][COMP_BLOCK];
+        for (int s = 0; s < nser; s++) {
+            candidate(j, toks[s] + r, &a[s], &b[s]);
+            for (int i = 0; i < n; i++) e[s][i] = expf(b[s][offs[s] + i0 + i] - mx[i]);
+        }
+        if (nser == 2) {
             for (int i = 0; i < n; i++) {
-                float e = expf(b[offs[s] + i0 + i] - mx[i]);
-                den[i] += e;
-                num[i] += e * a[offs[s] + i0 + i];
+                den[i] += e[0][i] + e[1][i];
+                num[i] += e[0][i] * a[0][offs[0] + i0 + i];
+                num[i] += e[1][i] * a[1][offs[1] + i0 + i];
+            }
+        } else {
+            for (int i = 0; i < n; i++) {
+                den[i] += e[0][i];
+                num[i] += e[0][i] * a[0][offs[0] + i0 + i];
             }
         }
+    }
     float *o = j->pooled + (w - j->w_first) * j->d + i0;
     for (int i = 0; i < n; i++) o[i] = den[i] > 0 ? num[i] / den[i] : 0.0f;
 }
@@ -162,8 +173,9 @@ static void idx_score_task(void *arg, int64_t task, int worker)
         }
         float s = 0.0f;
         for (int h = 0; h < j->nh; h++) {
-            float dot = cpu_dot_f32(q + h * j->hd, k, j->hd);
-            if (dot > 0.0f) s += w[h] * j->scale * dot;
+            float dot = cpu_dot_f32(k, q + h * j->hd, j->hd);
+            if (dot < 0.0f) dot = 0.0f;
+            s += dot * (w[h] * j->scale);
         }
         j->scores[t * j->max_vis + c] = s;
     }
@@ -231,7 +243,7 @@ int cpu_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cach
         return -1;
     idx_job j = { c, F32(q), F32(weights), rows->p, ct, NULL, (int32_t *)(void *)sel->p, pos0, max_vis > 0 ? max_vis : 1,
                   (max_vis + IDX_BLOCK - 1) / IDX_BLOCK, R, T, nh, hd, k,
-                  (float)(1.0 / sqrt((double)hd * (double)nh)) };
+                  1.0f / sqrtf((float)(hd * nh)) };
     if (max_vis > k) {
         j.scores = cpu_scratch(c, CPU_SCR_A, (size_t)T * (size_t)j.max_vis);
         if (!j.scores) return cpu_fail(c, "out of memory (indexer scores)");
@@ -289,16 +301,19 @@ static void attn_task(void *arg, int64_t task, int worker)
         sc[r] = s;
         m = fmaxf(m, s);
     }
+    /* unnormalised weighted sum, then one scale by the inverse denominator */
     float z = expf(sink - m);
-    for (int64_t r = 0; r < n; r++) z += sc[r] = expf(sc[r] - m);
     memset(o, 0, (size_t)hd * 4);
     for (int64_t r = 0; r < n; r++) {
-        float wgt = sc[r] / z;
+        float wgt = expf(sc[r] - m);
+        z += wgt;
         if (j->ct == DS4_CACHE_F16)
             cpu_axpy_f16(o, wgt, (const uint16_t *)(const void *)rp[r], hd);
         else
             cpu_axpy_f32(o, wgt, (const float *)(const void *)rp[r], hd);
     }
+    float inv = 1.0f / z;
+    for (int i = 0; i < hd; i++) o[i] *= inv;
 }
 
 int cpu_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_t raw_rows, ds4_buf *comp, int R,
@@ -322,7 +337,7 @@ int cpu_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
     if (cpu_thread_scratch(c, ((rows + 15) & ~(size_t)15) + 2 * rows + 16)) return -1;
     attn_job j = { hp, c->tscr, F32(q), sinks->data, (float *)(void *)o->p, raw->p, comp ? comp->p : NULL,
                    sel ? (const int32_t *)(const void *)sel->p : NULL, sel_stride, R, H, hd, ct, raw_rows, pos0, (int64_t)rows,
-                   (float)(1.0 / sqrt((double)hd)) };
+                   1.0f / sqrtf((float)hd) };
     tp_run(c->tp, (int64_t)T * H, attn_task, &j);
     return 0;
 }

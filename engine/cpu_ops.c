@@ -267,6 +267,15 @@ static int cpu_embed(void *ctx, const ds4_tensor *table, ds4_buf *tokens, int T,
 
 static float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
+static float sigmoid_stable(float z)
+{
+    if (z >= 0.0f) return 1.0f / (1.0f + expf(-z));
+    float e = expf(z);
+    return e / (1.0f + e);
+}
+
+static float silu(float z) { return z * sigmoid_stable(z); }
+
 /* r = 1/sqrt(mean(x²) + eps) with Σx² in double. */
 static float rms_scale(const float *x, int64_t n, float eps)
 {
@@ -295,25 +304,31 @@ static void hc_scale_task(void *arg, int64_t t, int worker)
 }
 
 /* The comb matrix: row softmax (+eps), then column/row normalisations. */
+/* The comb matrix: row softmax (+eps), then alternating column and row
+ * normalisations; divisions as multiplications by an f32 inverse, in the
+ * reference's order. */
 static void sinkhorn(float *M, int n, int iters, float eps)
 {
     for (int j = 0; j < n; j++) {
         float *row = M + j * n, mx = row[0], sum = 0;
         for (int k = 1; k < n; k++) mx = fmaxf(mx, row[k]);
         for (int k = 0; k < n; k++) sum += row[k] = expf(row[k] - mx);
-        for (int k = 0; k < n; k++) row[k] = row[k] / sum + eps;
+        float inv = 1.0f / sum;
+        for (int k = 0; k < n; k++) row[k] = row[k] * inv + eps;
     }
     for (int it = 0; it < iters; it++) {
         if (it > 0)
             for (int j = 0; j < n; j++) {
                 float sum = 0;
                 for (int k = 0; k < n; k++) sum += M[j * n + k];
-                for (int k = 0; k < n; k++) M[j * n + k] /= sum + eps;
+                float inv = 1.0f / (sum + eps);
+                for (int k = 0; k < n; k++) M[j * n + k] *= inv;
             }
         for (int k = 0; k < n; k++) {
             float sum = 0;
             for (int j = 0; j < n; j++) sum += M[j * n + k];
-            for (int j = 0; j < n; j++) M[j * n + k] /= sum + eps;
+            float inv = 1.0f / (sum + eps);
+            for (int j = 0; j < n; j++) M[j * n + k] *= inv;
         }
     }
 }
@@ -329,7 +344,10 @@ static void hc_mix_task(void *arg, int64_t t, int worker)
     const float *scale = j->w->scale->data, *base = j->w->base->data;
     const float *S = j->S + t * hp->hc_dim;
     float pre[64];
-    for (int i = 0; i < nh; i++) pre[i] = sigmoidf(mix[i] * scale[0] + base[i]) + hp->hc_eps;
+    /* the reference's output head uses the two-sided sigmoid, the HC sites the plain one */
+    for (int i = 0; i < nh; i++)
+        pre[i] = (j->post ? sigmoidf(mix[i] * scale[0] + base[i]) : sigmoid_stable(mix[i] * scale[0] + base[i])) +
+                 hp->hc_eps;
     float *x = j->x + t * D;
     for (int64_t d = 0; d < D; d++) {
         float acc = 0;
@@ -338,7 +356,7 @@ static void hc_mix_task(void *arg, int64_t t, int worker)
     }
     if (!j->post) return; /* output head: no post/comb */
     float *post = j->post + t * nh, *comb = j->comb + t * nh * nh;
-    for (int i = 0; i < nh; i++) post[i] = 2.0f * sigmoidf(mix[nh + i] * scale[1] + base[nh + i]);
+    for (int i = 0; i < nh; i++) post[i] = 2.0f / (1.0f + expf(-(mix[nh + i] * scale[1] + base[nh + i])));
     for (int q = 0; q < nh * nh; q++) comb[q] = mix[2 * nh + q] * scale[2] + base[2 * nh + q];
     sinkhorn(comb, nh, hp->hc_sinkhorn_iters, hp->hc_eps);
 }
@@ -477,7 +495,7 @@ static void swiglu_task(void *arg, int64_t task, int worker)
             g = g > c ? c : g;
             u = u > c ? c : u < -c ? -c : u;
         }
-        j->y[i] = g / (1.0f + expf(-g)) * u;
+        j->y[i] = silu(g) * u;
     }
 }
 
@@ -516,8 +534,8 @@ static int cpu_add(void *ctx, ds4_buf *a, ds4_buf *b, int64_t n, ds4_buf *y)
 
 typedef struct {
     float *x;
-    int n_heads, dim, n_rot, pos_step, inverse;
-    const float *omega;
+    int n_heads, dim, pos_step, inverse;
+    const ds4_rope *rope;
     int64_t pos0;
 } rope_job;
 
@@ -526,15 +544,10 @@ static void rope_task(void *arg, int64_t r, int worker)
     (void)worker;
     rope_job *j = arg;
     float cs[512], sn[512];
-    int half = j->n_rot / 2;
-    float pos = (float)(j->pos0 + r * j->pos_step);
-    for (int k = 0; k < half; k++) {
-        float th = pos * j->omega[k];
-        cs[k] = cosf(th);
-        sn[k] = j->inverse ? -sinf(th) : sinf(th);
-    }
+    int n_rot = j->rope->n_rot, half = n_rot / 2;
+    rope_cos_sin(j->rope, j->pos0 + r * j->pos_step, j->inverse, cs, sn);
     for (int h = 0; h < j->n_heads; h++) {
-        float *t = j->x + (r * j->n_heads + h) * j->dim + (j->dim - j->n_rot);
+        float *t = j->x + (r * j->n_heads + h) * j->dim + (j->dim - n_rot);
         for (int k = 0; k < half; k++) {
             float a = t[2 * k], b = t[2 * k + 1];
             t[2 * k] = a * cs[k] - b * sn[k];
@@ -543,14 +556,14 @@ static void rope_task(void *arg, int64_t r, int worker)
     }
 }
 
-static int cpu_rope(void *ctx, ds4_buf *x, int64_t n_rows, int n_heads, int dim, int n_rot, ds4_buf *omega,
-                    int64_t pos0, int pos_step, int inverse)
+static int cpu_rope(void *ctx, ds4_buf *x, int64_t n_rows, int n_heads, int dim, const ds4_rope *rope, int64_t pos0,
+                    int pos_step, int inverse)
 {
     cpu_ctx *c = ctx;
-    if (range_ok(c, x, 0, (size_t)n_rows * (size_t)n_heads * (size_t)dim * 4) || range_ok(c, omega, 0, (size_t)n_rot / 2 * 4))
-        return -1;
-    if (n_rot > dim || n_rot > 1024 || n_rot % 2) return cpu_fail(c, "rope: %d rotated dims of %d", n_rot, dim);
-    rope_job j = { (float *)(void *)x->p, n_heads, dim, n_rot, pos_step, inverse, (const float *)(void *)omega->p, pos0 };
+    if (range_ok(c, x, 0, (size_t)n_rows * (size_t)n_heads * (size_t)dim * 4)) return -1;
+    if (rope->n_rot > dim || rope->n_rot > 1024 || rope->n_rot % 2)
+        return cpu_fail(c, "rope: %d rotated dims of %d", rope->n_rot, dim);
+    rope_job j = { (float *)(void *)x->p, n_heads, dim, pos_step, inverse, rope, pos0 };
     tp_run(c->tp, n_rows, rope_task, &j);
     return 0;
 }
@@ -724,7 +737,7 @@ static void moe_mid_task(void *arg, int64_t pair, int worker)
             gv = gv > c ? c : gv;
             uv = uv > c ? c : uv < -c ? -c : uv;
         }
-        m[i] = gv / (1.0f + expf(-gv)) * uv * w;
+        m[i] = silu(gv) * uv * w;
     }
 }
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/quant.h"
+
 /* ---- helpers ---------------------------------------------------------------- */
 
 typedef struct {
@@ -15,16 +17,32 @@ typedef struct {
     const ds4_hparams *hp;
 } run;
 
-static void trace_rows(run *r, const char *name, int layer, ds4_buf *b, int64_t pos0, int64_t pos_step, int64_t n,
-                       size_t row_bytes)
+/* Reads n rows and reports them; `cached` rows are shown as the cache holds
+ * them (f16-rounded when the cache is f16). */
+static void trace_rows_as(run *r, const char *name, int layer, ds4_buf *b, int64_t pos0, int64_t pos_step, int64_t n,
+                          size_t row_bytes, bool cached)
 {
     fwd_engine *f = r->st->f;
     if (!f->trace || n <= 0) return;
     unsigned char *tmp = malloc((size_t)n * row_bytes);
     if (!tmp) return;
-    if (r->o->read(r->c, b, 0, tmp, (size_t)n * row_bytes) == 0)
+    int rc = r->o->read(r->c, b, 0, tmp, (size_t)n * row_bytes);
+    if (rc == 0 && cached && r->st->ct == DS4_CACHE_F16)
+        for (size_t i = 0; i < (size_t)n * row_bytes / 4; i++) {
+            float v;
+            memcpy(&v, tmp + 4 * i, 4);
+            v = quant_f16_to_f32(quant_f32_to_f16(v));
+            memcpy(tmp + 4 * i, &v, 4);
+        }
+    if (rc == 0)
         for (int64_t i = 0; i < n; i++) f->trace(f->trace_ud, name, layer, pos0 + i * pos_step, tmp + i * row_bytes, row_bytes);
     free(tmp);
+}
+
+static void trace_rows(run *r, const char *name, int layer, ds4_buf *b, int64_t pos0, int64_t pos_step, int64_t n,
+                       size_t row_bytes)
+{
+    trace_rows_as(r, name, layer, b, pos0, pos_step, n, row_bytes, false);
 }
 
 #define TRACE(name, layer, buf, pos0, T, floats)                                                          \
@@ -50,9 +68,9 @@ static int attention_block(run *r, int l, int64_t pos0, int T)
     const ds4_layer *L = &st->f->m->layers[l];
     const ds4_ops *o = r->o;
     void *c = r->c;
-    const int R = L->ratio, D = hp->n_embd, hd = hp->head_dim, H = hp->n_head, nrot = hp->n_rot;
+    const int R = L->ratio, D = hp->n_embd, hd = hp->head_dim, H = hp->n_head;
     const ds4_quant_sim qs = st->f->qsim;
-    ds4_buf *omega = R ? st->f->omega_comp : st->f->omega_plain;
+    const ds4_rope *rope = R ? &st->f->rope_comp : &st->f->rope_plain;
     ds4_buf *S = a->S[st->s_cur], *S2 = a->S[st->s_cur ^ 1];
 
     ds4_hc_site site = { &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base };
@@ -67,16 +85,16 @@ static int attention_block(run *r, int l, int64_t pos0, int T)
     TRACE("qr_norm", l, a->qa, pos0, T, hp->q_lora);
     OP(o->matmul(c, &L->attn_q_b, a->qa, T, 1, a->q));
     OP(o->rmsnorm(c, a->q, NULL, (int64_t)T * H, hd, a->q));
-    OP(o->rope(c, a->q, T, H, hd, nrot, omega, pos0, 1, 0));
+    OP(o->rope(c, a->q, T, H, hd, rope, pos0, 1, 0));
     TRACE("q_roped", l, a->q, pos0, T, hp->q_dim);
 
     /* the shared K=V row (§7.3) */
     OP(o->matmul(c, &L->attn_kv, a->xn, T, 1, a->kv));
     OP(o->rmsnorm(c, a->kv, &L->attn_kv_a_norm, T, hd, a->kv));
-    OP(o->rope(c, a->kv, T, 1, hd, nrot, omega, pos0, 1, 0));
+    OP(o->rope(c, a->kv, T, 1, hd, rope, pos0, 1, 0));
     if (qs == DS4_QSIM_FULL) OP(o->sim(c, a->kv, T, hd, DS4_SIM_FP8_NOPE));
     OP(o->store_rows(c, a->kv, T, hd, LS->raw, st->ct, pos0, st->raw_rows));
-    TRACE("kv_cache_row", l, a->kv, pos0, T, hd);
+    if (st->f->trace) trace_rows_as(r, "kv_cache_row", l, a->kv, pos0, 1, T, (size_t)hd * 4, true);
 
     ds4_buf *sel = NULL;
     if (R) {
@@ -88,11 +106,11 @@ static int attention_block(run *r, int l, int64_t pos0, int T)
         OP(o->compress(c, a->ca, a->cb, &L->comp_ape, LS->cfront, LS->cfront_rows, R, lanes, hd, pos0, T, a->pooled));
         if (n_emit > 0) {
             OP(o->rmsnorm(c, a->pooled, &L->comp_norm, n_emit, hd, a->pooled));
-            OP(o->rope(c, a->pooled, n_emit, 1, hd, nrot, omega, w0 * R, R, 0));
+            OP(o->rope(c, a->pooled, n_emit, 1, hd, rope, w0 * R, R, 0));
             if (qs == DS4_QSIM_FULL) OP(o->sim(c, a->pooled, n_emit, hd, DS4_SIM_FP8_NOPE));
             OP(o->store_rows(c, a->pooled, n_emit, hd, LS->comp, st->ct, w0, 0));
             if (st->f->trace)
-                trace_rows(r, "comp_kv_row", l, a->pooled, (w0 + 1) * R - 1, R, n_emit, (size_t)hd * 4);
+                trace_rows_as(r, "comp_kv_row", l, a->pooled, (w0 + 1) * R - 1, R, n_emit, (size_t)hd * 4, true);
         }
         if (R == 4) {
             /* indexer compressor and selection (§7.7) */
@@ -104,17 +122,18 @@ static int attention_block(run *r, int l, int64_t pos0, int T)
                            a->ipooled));
             if (n_emit > 0) {
                 OP(o->rmsnorm(c, a->ipooled, &L->idx_comp_norm, n_emit, id, a->ipooled));
-                OP(o->rope(c, a->ipooled, n_emit, 1, id, nrot, omega, w0 * R, R, 0));
+                OP(o->rope(c, a->ipooled, n_emit, 1, id, rope, w0 * R, R, 0));
                 OP(o->sim(c, a->ipooled, n_emit, id, hs));
                 OP(o->store_rows(c, a->ipooled, n_emit, id, LS->icomp, st->ct, w0, 0));
                 if (st->f->trace)
-                    trace_rows(r, "index_comp_row", l, a->ipooled, (w0 + 1) * R - 1, R, n_emit, (size_t)id * 4);
+                    trace_rows_as(r, "index_comp_row", l, a->ipooled, (w0 + 1) * R - 1, R, n_emit, (size_t)id * 4,
+                                  true);
             }
             /* ranking only matters once some token of the chunk sees more
              * rows than it keeps; before that every visible row is used */
             if ((pos0 + T) / R > hp->indexer_top_k) {
                 OP(o->matmul(c, &L->idx_q_b, a->qa, T, 1, a->qI));
-                OP(o->rope(c, a->qI, T, nih, id, nrot, omega, pos0, 1, 0));
+                OP(o->rope(c, a->qI, T, nih, id, rope, pos0, 1, 0));
                 OP(o->sim(c, a->qI, (int64_t)T * nih, id, hs));
                 OP(o->matmul(c, &L->idx_proj, a->xn, T, 1, a->iw));
                 OP(o->indexer(c, a->qI, a->iw, LS->icomp, st->ct, R, pos0, T, a->isel));
@@ -128,7 +147,7 @@ static int attention_block(run *r, int l, int64_t pos0, int T)
     /* attention, inverse RoPE, grouped output (§7.8–7.10) */
     OP(o->attention(c, a->q, LS->raw, st->ct, st->raw_rows, LS->comp, R, sel, hp->indexer_top_k, &L->attn_sinks, pos0,
                     T, a->o));
-    OP(o->rope(c, a->o, T, H, hd, nrot, omega, pos0, 1, 1));
+    OP(o->rope(c, a->o, T, H, hd, rope, pos0, 1, 1));
     TRACE("heads_unroped", l, a->o, pos0, T, hp->q_dim);
     OP(o->matmul(c, &L->attn_output_a, a->o, T, hp->n_out_group, a->low));
     OP(o->matmul(c, &L->attn_output_b, a->low, T, 1, a->F));

@@ -17,7 +17,7 @@ struct fwd_engine {
     void *ctx;
     ds4_quant_sim qsim;
     int chunk, rewind;
-    ds4_buf *omega_plain, *omega_comp; /* RoPE tables of ratio-0 and compressed layers */
+    ds4_rope rope_plain, rope_comp;    /* RoPE of ratio-0 and compressed layers */
     pthread_mutex_t mu;                /* one evaluation at a time on the ops context */
     fwd_trace_fn trace;
     void *trace_ud;

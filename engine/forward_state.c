@@ -42,32 +42,14 @@ fwd_engine *fwd_open(const ds4_model *m, const ds4_ops *ops, void *ctx, ds4_quan
         fwd_close(f);
         return NULL;
     }
-    float omega[512];
-    size_t ob = (size_t)hp->n_rot / 2 * sizeof(float);
-    f->omega_plain = ops->alloc(ctx, ob);
-    f->omega_comp = ops->alloc(ctx, ob);
-    if (!f->omega_plain || !f->omega_comp) {
-        ds4_error_set(err, "out of memory");
-        fwd_close(f);
-        return NULL;
-    }
-    rope_omega(hp, 0, omega);
-    int rc = ops->write(ctx, f->omega_plain, 0, omega, ob);
-    rope_omega(hp, 1, omega);
-    rc |= ops->write(ctx, f->omega_comp, 0, omega, ob);
-    if (rc) {
-        ops_error(f, err, "cannot upload the RoPE tables");
-        fwd_close(f);
-        return NULL;
-    }
+    rope_params(hp, 0, &f->rope_plain);
+    rope_params(hp, 1, &f->rope_comp);
     return f;
 }
 
 void fwd_close(fwd_engine *f)
 {
     if (!f) return;
-    if (f->omega_plain) f->ops->release(f->ctx, f->omega_plain);
-    if (f->omega_comp) f->ops->release(f->ctx, f->omega_comp);
     pthread_mutex_destroy(&f->mu);
     f->magic = 0;
     free(f);

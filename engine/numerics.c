@@ -2,6 +2,7 @@
 #include "engine/numerics.h"
 
 #include <math.h>
+#include <string.h>
 
 float fp8_e4m3_round(float v)
 {
@@ -87,28 +88,39 @@ void sim_hadamard(float *x, int n)
     for (int i = 0; i < n; i++) x[i] *= s;
 }
 
-void rope_omega(const ds4_hparams *hp, int compressed, float *omega)
+void rope_params(const ds4_hparams *hp, int compressed, ds4_rope *out)
 {
-    int half = hp->n_rot / 2;
-    double base = compressed ? hp->compress_rope_base : hp->rope_base;
-    double low = 0, high = 0;
-    if (compressed) {
-        /* YaRN ramp over pair indices, from the correction dims of the original context */
-        double lb = log(base);
-        low = floor(hp->n_rot * log((double)hp->yarn_orig_ctx / (hp->yarn_beta_fast * 2 * M_PI)) / (2 * lb));
-        high = ceil(hp->n_rot * log((double)hp->yarn_orig_ctx / (hp->yarn_beta_slow * 2 * M_PI)) / (2 * lb));
-        if (low < 0) low = 0;
-        if (high > hp->n_rot - 1) high = hp->n_rot - 1;
+    memset(out, 0, sizeof *out);
+    out->n_rot = hp->n_rot;
+    float base = compressed ? hp->compress_rope_base : hp->rope_base;
+    out->theta_scale = powf(base, -2.0f / (float)hp->n_rot);
+    out->freq_scale = compressed && hp->yarn_factor > 0.0f ? 1.0f / hp->yarn_factor : 1.0f;
+    out->ext_factor = compressed && hp->yarn_factor > 1.0f ? 1.0f : 0.0f;
+    out->attn_factor = 1.0f;
+    if (out->ext_factor != 0.0f) {
+        /* the YaRN magnitude factor is cancelled: DS4 interpolates without it */
+        out->attn_factor /= 1.0f + 0.1f * logf(1.0f / out->freq_scale);
+        float denom = 2.0f * logf(base), orig = (float)hp->yarn_orig_ctx, two_pi = 2.0f * (float)M_PI;
+        float lo = floorf((float)hp->n_rot * logf(orig / (hp->yarn_beta_fast * two_pi)) / denom);
+        float hi = ceilf((float)hp->n_rot * logf(orig / (hp->yarn_beta_slow * two_pi)) / denom);
+        out->corr_lo = fmaxf(0.0f, lo);
+        out->corr_hi = fminf((float)(hp->n_rot - 1), hi);
     }
-    for (int k = 0; k < half; k++) {
-        double w = pow(base, -2.0 * k / hp->n_rot);
-        if (compressed) {
-            double span = high - low > 0.001 ? high - low : 0.001;
-            double t = (k - low) / span;
-            t = t < 0 ? 0 : t > 1 ? 1 : t;
-            double r = 1.0 - t;
-            w *= r + (1.0 - r) / hp->yarn_factor;
+}
+
+void rope_cos_sin(const ds4_rope *r, int64_t pos, int inverse, float *cs, float *sn)
+{
+    float te = (float)pos;
+    for (int k = 0; k < r->n_rot / 2; k++) {
+        float ti = r->freq_scale * te, th = ti, m = r->attn_factor;
+        if (r->ext_factor != 0.0f) {
+            float y = ((float)k - r->corr_lo) / fmaxf(0.001f, r->corr_hi - r->corr_lo);
+            float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r->ext_factor;
+            th = ti * (1.0f - mix) + te * mix;
+            m *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
         }
-        omega[k] = (float)w;
+        cs[k] = cosf(th) * m;
+        sn[k] = (inverse ? -1.0f : 1.0f) * sinf(th) * m;
+        te *= r->theta_scale;
     }
 }

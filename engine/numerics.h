@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "engine/model.h"
+#include "engine/ops.h"
 
 float fp8_e4m3_round(float v);  /* |v| ≤ 448 */
 float fp4_e2m1_round(float v);  /* |v| ≤ 6 */
@@ -26,9 +26,11 @@ void sim_hadamard(float *x, int n);
 /* In place: e2m1 round trip in blocks of 32. */
 void sim_fp4_blocks(float *x, int n);
 
-/* RoPE angular frequencies of the n_rot/2 pairs of a layer (§3.1), f64
- * math rounded to f32: plain base^(-2k/n_rot) for ratio-0 layers; the
- * compressed-layer base with the YaRN ramp otherwise. */
-void rope_omega(const ds4_hparams *hp, int compressed, float *omega);
+/* RoPE parameters of ratio-0 (compressed = 0) or compressed layers, in f32
+ * exactly as the reference derives them (YaRN correction dims included). */
+void rope_params(const ds4_hparams *hp, int compressed, ds4_rope *out);
+/* cos/sin (sin negated for inverse) of the n_rot/2 pairs at position pos,
+ * with the arithmetic ds4_ops.rope specifies. */
+void rope_cos_sin(const ds4_rope *r, int64_t pos, int inverse, float *cs, float *sn);
 
 #endif

@@ -87,6 +87,15 @@ typedef struct {
     const ds4_tensor *fn, *scale, *base;
 } ds4_hc_site;
 
+/* RoPE of one layer kind (ratio 0, or compressed with YaRN), in the f32
+ * terms of the reference (see rope below); made by the schedule from the
+ * hyper-parameters with rope_params() (engine/numerics.h). */
+typedef struct {
+    int n_rot;
+    float theta_scale; /* powf(freq_base, −2/n_rot) */
+    float freq_scale, ext_factor, attn_factor, corr_lo, corr_hi;
+} ds4_rope;
+
 typedef struct ds4_ops {
     const char *name;
 
@@ -154,19 +163,23 @@ typedef struct ds4_ops {
     /* ---- positions and rounding --------------------------------------------
      *
      * rope: x is [n_rows][n_heads][dim]; the last n_rot dims of every head
-     * are rotated in adjacent pairs (§3.1): pair k of row r by angle
-     * θ = (float)(pos0 + r·pos_step) · omega[k] computed in f32 (cosf, sinf
-     * of that f32 angle); inverse rotates by −θ. omega: f32 [n_rot/2] made
-     * by the schedule. In place.
-     *
-     * sim: in-place rounding simulation / rotation of n_rows rows of dim
+ * are rotated in adjacent pairs (§3.1), row r at position p = pos0 +
+ * r·pos_step, with exactly this f32 arithmetic (the reference's, so that
+ * angles agree to the bit): te = (float)p; for pair k = 0, 1, …: ti =
+ * freq_scale·te; θ = ti; m = attn_factor; if ext_factor ≠ 0 { y = ((float)k
+ * − corr_lo)/fmaxf(0.001, corr_hi − corr_lo); mix = (1 − fminf(1, fmaxf(0,
+ * y)))·ext_factor; θ = ti·(1 − mix) + te·mix; m ·= 1 + 0.1·logf(1/freq_scale)
+ * }; c = cosf(θ)·m; s = ±sinf(θ)·m (− for inverse); (x0, x1) ← (x0·c − x1·s,
+ * x0·s + x1·c); te ·= theta_scale. In place.
+ *
+ * sim: in-place rounding simulation / rotation of n_rows rows of dim
      * (see ds4_sim; FP8_NOPE touches dims [0, n_nope) only).
      *
      * store_rows: converts n_rows f32 rows of dim from src into dst (cache
      * elements of type ct) at slots (row0 + i) mod ring_rows, or row0 + i
      * when ring_rows is 0. */
-    int (*rope)(void *ctx, ds4_buf *x, int64_t n_rows, int n_heads, int dim, int n_rot, ds4_buf *omega,
-                int64_t pos0, int pos_step, int inverse);
+    int (*rope)(void *ctx, ds4_buf *x, int64_t n_rows, int n_heads, int dim, const ds4_rope *rope, int64_t pos0,
+                int pos_step, int inverse);
     int (*sim)(void *ctx, ds4_buf *x, int64_t n_rows, int dim, ds4_sim kind);
     int (*store_rows)(void *ctx, ds4_buf *src, int64_t n_rows, int dim, ds4_buf *dst, ds4_cache_type ct,
                       int64_t row0, int64_t ring_rows);
