@@ -7,6 +7,7 @@
 #include "engine/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -19,7 +20,9 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-enum { SPIN_ROUNDS = 1 << 14 };
+/* Spin budget before sleeping; the spin yields now and then so that an
+ * oversubscribed machine still makes progress. */
+enum { SPIN_ROUNDS = 1 << 10, YIELD_EVERY = 1 << 6 };
 
 struct threadpool {
     int n;
@@ -57,7 +60,8 @@ static void *worker_main(void *p)
     for (;;) {
         unsigned g = atomic_load_explicit(&tp->gen, memory_order_acquire);
         for (int i = 0; g == seen && i < SPIN_ROUNDS && !atomic_load(&tp->stop); i++) {
-            CPU_RELAX();
+            if (i % YIELD_EVERY == YIELD_EVERY - 1) sched_yield();
+            else CPU_RELAX();
             g = atomic_load_explicit(&tp->gen, memory_order_acquire);
         }
         if (g == seen) {
@@ -150,7 +154,8 @@ void tp_run(threadpool *tp, int64_t n_tasks, tp_task_fn fn, void *arg)
 
     for (int i = 0; i < SPIN_ROUNDS; i++) {
         if (atomic_load_explicit(&tp->pending, memory_order_acquire) == 0) return;
-        CPU_RELAX();
+        if (i % YIELD_EVERY == YIELD_EVERY - 1) sched_yield();
+        else CPU_RELAX();
     }
     pthread_mutex_lock(&tp->mu);
     while (atomic_load_explicit(&tp->pending, memory_order_acquire) != 0) pthread_cond_wait(&tp->done, &tp->mu);
