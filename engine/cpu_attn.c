@@ -324,7 +324,10 @@ int cpu_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
     int H = hp->n_head, hd = hp->head_dim;
     size_t es = ct == DS4_CACHE_F16 ? 2 : 4;
     int64_t max_comp = R > 0 ? (sel ? sel_stride : (pos0 + T) / R) : 0;
-    if (raw_rows < hp->n_swa + T - 1) return cpu_fail(c, "attention: raw ring of %lld rows for %d tokens", (long long)raw_rows, T);
+    /* the chunk's newest row must not have replaced a row its oldest query reads */
+    int64_t oldest = pos0 - hp->n_swa + 1 < 0 ? 0 : pos0 - hp->n_swa + 1;
+    if (pos0 + T - 1 - oldest >= raw_rows)
+        return cpu_fail(c, "attention: raw ring of %lld rows for %d tokens", (long long)raw_rows, T);
     if (span_ok(c, q, (size_t)T * (size_t)H * (size_t)hd * 4, "attention") ||
         span_ok(c, o, (size_t)T * (size_t)H * (size_t)hd * 4, "attention") ||
         span_ok(c, raw, (size_t)raw_rows * (size_t)hd * es, "attention") ||
