@@ -104,6 +104,7 @@ TEST(session_rewind, short_rewind_is_cheap_and_exact)
     CHECK_EQ_INT(ds4_session_last_prefilled(s), 1);
     fwd_logits_after(e, 400, 0, alt.ids, 150, fresh);
     CHECK(memcmp(ds4_session_logits(s), fresh, V * 4) == 0);
+    ds4_session_close(s);
     ds4_tokens_free(&ids);
     ds4_tokens_free(&alt);
     ds4_engine_close(e);
@@ -126,6 +127,7 @@ TEST(session_rewind, far_rewind_recomputes_from_the_start)
     float *fresh = test_alloc(V * 4);
     fwd_logits_after(e, 800, 0, alt.ids, alt.n, fresh);
     CHECK(memcmp(ds4_session_logits(s), fresh, V * 4) == 0);
+    ds4_session_close(s);
     ds4_tokens_free(&ids);
     ds4_tokens_free(&alt);
     ds4_engine_close(e);
