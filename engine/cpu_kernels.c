@@ -327,27 +327,45 @@ static const float *piece(const cpu_weight *w, const uint8_t *row, int64_t k0, i
 
 /* acc[r][t] += Σ_j w[r][j]·x[t][j] over j < m, lane-wise. NR ≤ ROWS rows,
  * NT ≤ TOKS tokens; the macro instantiates the fixed shapes. */
+#define TILE_ROW(R, WV, XV, NT)                                                                  \
+    do {                                                                                          \
+        vf w_ = WV;                                                                               \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = v_fma(w_, XV[t], a##R[t]); \
+    } while (0)
 #define TILE_FN(NR, NT)                                                                                 \
     static inline void tile_##NR##x##NT(const float *const *w, const float *const *x, int64_t m,        \
                                         vf acc[ROWS][TOKS])                                             \
     {                                                                                                   \
+        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                              \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                          \
+            a0[t] = acc[0][t];                                                                          \
+            a1[t] = acc[1][t];                                                                          \
+            a2[t] = acc[2][t];                                                                          \
+            a3[t] = acc[3][t];                                                                          \
+        }                                                                                               \
         int64_t j = 0;                                                                                  \
         for (; j + CPU_VL <= m; j += CPU_VL) {                                                          \
             vf xv[NT];                                                                                  \
-            for (int t = 0; t < NT; t++) xv[t] = v_load(x[t] + j);                                      \
-            for (int r = 0; r < NR; r++) {                                                              \
-                vf wv = v_load(w[r] + j);                                                               \
-                for (int t = 0; t < NT; t++) acc[r][t] = v_fma(wv, xv[t], acc[r][t]);                   \
-            }                                                                                           \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) xv[t] = v_load(x[t] + j);              \
+            TILE_ROW(0, v_load(w[0] + j), xv, NT);                                                      \
+            TILE_ROW(1, v_load(w[1] + j), xv, NT);                                                      \
+            TILE_ROW(2, v_load(w[2] + j), xv, NT);                                                      \
+            TILE_ROW(3, v_load(w[3] + j), xv, NT);                                                      \
         }                                                                                               \
         if (j < m) {                                                                                    \
             int rest = (int)(m - j);                                                                    \
             vf xv[NT];                                                                                  \
-            for (int t = 0; t < NT; t++) xv[t] = v_load_n(x[t] + j, rest);                              \
-            for (int r = 0; r < NR; r++) {                                                              \
-                vf wv = v_load_n(w[r] + j, rest);                                                       \
-                for (int t = 0; t < NT; t++) acc[r][t] = v_fma(wv, xv[t], acc[r][t]);                   \
-            }                                                                                           \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) xv[t] = v_load_n(x[t] + j, rest);      \
+            TILE_ROW(0, v_load_n(w[0] + j, rest), xv, NT);                                              \
+            TILE_ROW(1, v_load_n(w[1] + j, rest), xv, NT);                                              \
+            TILE_ROW(2, v_load_n(w[2] + j, rest), xv, NT);                                              \
+            TILE_ROW(3, v_load_n(w[3] + j, rest), xv, NT);                                              \
+        }                                                                                               \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                          \
+            acc[0][t] = a0[t];                                                                          \
+            acc[1][t] = a1[t];                                                                          \
+            acc[2][t] = a2[t];                                                                          \
+            acc[3][t] = a3[t];                                                                          \
         }                                                                                               \
     }
 TILE_FN(4, 1)
@@ -478,11 +496,27 @@ float cpu_dot_f16(const uint16_t *h, const float *b, int64_t n)
 
 void cpu_axpy_f32(float *y, float s, const float *a, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) y[i] += s * a[i];
+    int64_t i = 0;
+#if defined(CPU_AVX512)
+    __m512 sv = _mm512_set1_ps(s);
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(sv, _mm512_loadu_ps(a + i))));
+#endif
+    for (; i < n; i++) y[i] += s * a[i];
 }
 
 void cpu_axpy_f16(float *y, float s, const uint16_t *a, int64_t n)
 {
+#if defined(CPU_AVX512)
+    /* y + s·a with a separate multiply and add, as the scalar loop rounds */
+    int64_t i = 0;
+    __m512 sv = _mm512_set1_ps(s);
+    for (; i + 16 <= n; i += 16) {
+        __m512 av = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a + i)));
+        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(sv, av)));
+    }
+    for (; i < n; i++) y[i] += s * quant_f16_to_f32(a[i]);
+    return;
+#endif
     float buf[PIECE];
     for (int64_t k = 0; k < n; k += PIECE) {
         int64_t m = n - k < PIECE ? n - k : PIECE;
