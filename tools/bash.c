@@ -224,7 +224,8 @@ static void observe(tool_env *env, job *j, strbuf *b)
     if (!env->sandbox.noted) {
         env->sandbox.noted = true;
         sb_printf(b, "(note: %s)\n", env->sandbox.status);
-    } else if (first && !j->sandboxed && sandbox_active(env)) {
+    }
+    if (first && !j->sandboxed && sandbox_active(env)) {
         sb_puts(b, "(ran without the sandbox)\n");
     }
     if (size <= j->shown_upto) {

@@ -114,12 +114,27 @@ struct linux_dirent64 {
     char d_name[];
 };
 
+/* Processes already sent SIGTERM: the grace period re-runs the sweep for
+ * orphans adopted since, without signalling anyone twice. */
+#define SIGNALLED_MAX 4096
+static pid_t signalled[SIGNALLED_MAX];
+static int nsignalled;
+
+static bool was_signalled(pid_t pid)
+{
+    for (int i = 0; i < nsignalled; i++)
+        if (signalled[i] == pid) return true;
+    return false;
+}
+
 /* Sends sig to the shell's group and to every process that is a child of
  * this supervisor (orphans it adopted) or belongs to its session. */
 static void signal_all(pid_t shell, int sig)
 {
     pid_t self = getpid();
-    if (shell > 0) kill(-shell, sig);
+    /* a process group lies within one session, so the sweep below reaches
+     * the shell's group too; SIGKILL also goes to the group at once */
+    if (shell > 0 && sig == SIGKILL) kill(-shell, sig);
     int dfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return;
     char buf[4096] __attribute__((aligned(8)));
@@ -161,7 +176,12 @@ static void signal_all(pid_t shell, int sig)
                 while (*p >= '0' && *p <= '9') v = v * 10 + (*p++ - '0');
                 f[i] = v;
             }
-            if (f[0] == self || f[2] == self) kill((pid_t)pid, sig);
+            if (f[0] != self && f[2] != self) continue;
+            if (sig == SIGTERM) {
+                if (was_signalled((pid_t)pid)) continue;
+                if (nsignalled < SIGNALLED_MAX) signalled[nsignalled++] = (pid_t)pid;
+            }
+            kill((pid_t)pid, sig);
         }
     }
     close(dfd);
@@ -243,6 +263,7 @@ static _Noreturn void supervise(const spawn_args *sp)
     report(sp->report_w, REP_STARTED, sh);
 
     long long deadline = mono_ms() + (long long)sp->timeout_s * 1000, kill_at = 0, gone_at = 0;
+    long long sweep_at = 0;
     bool terminating = false, out_eof = false, children_gone = false, capped = false;
     unsigned long long logged = 0;
     char buf[16384];
@@ -251,6 +272,7 @@ static _Noreturn void supervise(const spawn_args *sp)
         report(sp->report_w, REP_STOPPING, 0);
         signal_all(sh, SIGTERM);
         kill_at = mono_ms() + JOB_KILL_GRACE_MS;
+        sweep_at = mono_ms() + 100;
     }
     for (;;) {
         int st;
@@ -270,12 +292,18 @@ static _Noreturn void supervise(const spawn_args *sp)
             report(sp->report_w, REP_TIMEOUT, 0);
             signal_all(sh, SIGTERM);
             kill_at = now + JOB_KILL_GRACE_MS;
+            sweep_at = now + 100;
         }
         if (terminating && now >= kill_at) {
             signal_all(sh, SIGKILL);
             kill_at = now + 50;
+            sweep_at = kill_at;
+        } else if (terminating && now >= sweep_at) {
+            /* orphans adopted during the grace period get their SIGTERM too */
+            signal_all(sh, SIGTERM);
+            sweep_at = now + 100;
         }
-        long long next = terminating ? kill_at : deadline;
+        long long next = terminating ? (sweep_at < kill_at ? sweep_at : kill_at) : deadline;
         long long wait = next - now;
         if (wait < 0) wait = 0;
         if (wait > 1000) wait = 1000;
@@ -319,6 +347,7 @@ static _Noreturn void supervise(const spawn_args *sp)
                     report(sp->report_w, REP_STOPPING, 0);
                     signal_all(sh, SIGTERM);
                     kill_at = mono_ms() + JOB_KILL_GRACE_MS;
+                    sweep_at = mono_ms() + 100;
                 }
             }
         }
@@ -389,6 +418,17 @@ static struct job_table *table(tool_env *env)
         if (!env->jobs) abort();
     }
     return env->jobs;
+}
+
+static void *reaper_main(void *arg)
+{
+    job *j = arg;
+    int st = 0;
+    pid_t p;
+    while ((p = waitpid(j->sup, &st, 0)) < 0 && errno == EINTR) {}
+    atomic_store(&j->sup_status, p == j->sup ? st : 0);
+    atomic_store(&j->reaped, true);
+    return NULL;
 }
 
 job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox, char *err, size_t errlen)
@@ -473,6 +513,21 @@ job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox,
     j->sup = pid;
     j->report_fd = rep[0];
     fcntl(j->report_fd, F_SETFL, O_NONBLOCK);
+    if (pthread_create(&j->reaper, NULL, reaper_main, j) != 0) {
+        /* no thread: reap synchronously after a kill so nothing is left */
+        kill(pid, SIGTERM);
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+        snprintf(err, errlen, "cannot start the job: no thread for it");
+        close(rep[0]);
+        close(j->log_fd);
+        unlink(j->log_path);
+        free(j->command);
+        free(j->log_path);
+        free(j);
+        t->next_id--;
+        return NULL;
+    }
     if (t->n == t->cap) {
         t->cap = t->cap ? t->cap * 2 : 8;
         t->v = realloc(t->v, t->cap * sizeof *t->v);
@@ -508,9 +563,8 @@ void job_poll(job *j)
             break;
         }
     }
-    int st;
-    pid_t p = waitpid(j->sup, &st, WNOHANG);
-    if (p == j->sup || (p < 0 && errno == ECHILD)) {
+    if (atomic_load(&j->reaped)) {
+        int st = atomic_load(&j->sup_status);
         j->done = true;
         j->end_ms = now_ms();
         if (j->report_fd >= 0) {
@@ -525,7 +579,7 @@ void job_poll(job *j)
             j->report_fd = -1;
         }
         /* a supervisor that died abnormally leaves its group behind */
-        if (p == j->sup && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
             if (j->shell > 0) kill(-j->shell, SIGKILL);
             kill(-j->sup, SIGKILL);
         }
@@ -587,9 +641,8 @@ void jobs_free(tool_env *env)
             if (j->shell > 0) kill(-j->shell, SIGKILL);
             kill(-j->sup, SIGKILL);
             kill(j->sup, SIGKILL);
-            int st;
-            while (waitpid(j->sup, &st, 0) < 0 && errno == EINTR) {}
         }
+        pthread_join(j->reaper, NULL);
         if (j->report_fd >= 0) close(j->report_fd);
         if (j->log_fd >= 0) close(j->log_fd);
         unlink(j->log_path);

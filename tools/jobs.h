@@ -13,7 +13,8 @@
  * process of the job, then SIGKILL after a grace period, until none is
  * left; processes that left the process group or the session are still
  * found, because orphans are re-parented to the supervisor. The agent
- * reaps only its own supervisors, by pid.
+ * reaps only its own supervisors, by pid: one small thread per job waits
+ * for its supervisor, so none stays a zombie while nobody looks.
  *
  * Only async-signal-safe calls run in the forked processes before exec,
  * so jobs can be started from a multi-threaded program.
@@ -21,6 +22,8 @@
 #ifndef DS4CL_TOOLS_JOBS_H
 #define DS4CL_TOOLS_JOBS_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -34,6 +37,9 @@
 typedef struct job {
     int id;
     pid_t sup;            /* supervisor; also the pgid/sid of the job's session */
+    pthread_t reaper;     /* waits for the supervisor */
+    atomic_bool reaped;   /* set by the reaper once sup_status is valid */
+    atomic_int sup_status;
     pid_t shell;          /* 0 until the supervisor reports it */
     int report_fd;        /* supervisor → agent records; -1 once closed */
     int log_fd;           /* read side of the log */

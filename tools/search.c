@@ -107,7 +107,7 @@ static bool glob_ok(searcher *s, const char *abs, const char *name)
     return positive;
 }
 
-/* Offsets of the starts of matching lines, one per line. */
+/* Offsets of the first match in each matching line. */
 static void find_hits(searcher *s, const char *buf, size_t len)
 {
     s->nhits = 0;
@@ -125,15 +125,12 @@ static void find_hits(searcher *s, const char *buf, size_t len)
             at = pcre2_get_ovector_pointer(s->md)[0];
             if (at > len) break;
         }
-        const char *ls = at ? memrchr(buf, '\n', at) : NULL;
-        size_t start = ls ? (size_t)(ls - buf) + 1 : 0;
-        if (start < pos) start = pos;
         if (s->nhits == s->caphits) {
             s->caphits = s->caphits ? s->caphits * 2 : 64;
             s->hits = realloc(s->hits, s->caphits * sizeof *s->hits);
             if (!s->hits) abort();
         }
-        s->hits[s->nhits++] = start;
+        s->hits[s->nhits++] = at;
         const char *le = memchr(buf + at, '\n', len - at);
         if (!le) break;
         pos = (size_t)(le - buf) + 1;
@@ -204,7 +201,8 @@ static void search_file(searcher *s, const char *abs, int fd, const struct stat 
     if (s->context == 0 && !lone_cr) {
         size_t lineno = 0, counted = 0;
         for (size_t i = 0; i < s->nhits; i++) {
-            size_t ls = s->hits[i];
+            const char *lsp = s->hits[i] ? memrchr(buf, '\n', s->hits[i]) : NULL;
+            size_t ls = lsp ? (size_t)(lsp - buf) + 1 : 0;
             for (const char *p = buf + counted; (p = memchr(p, '\n', ls - (size_t)(p - buf)));) {
                 lineno++;
                 p++;
@@ -426,8 +424,8 @@ static int run_search(tool_env *env, json_object *args, const tool_call_ctx *ctx
     if (!s.memmem_only) {
         int errcode;
         PCRE2_SIZE erroff;
-        uint32_t opts = PCRE2_MULTILINE | PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
-        if (!regex) opts |= PCRE2_LITERAL;
+        uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
+        opts |= regex ? PCRE2_MULTILINE : PCRE2_LITERAL;
         if (!cs) opts |= PCRE2_CASELESS;
         s.re = pcre2_compile((PCRE2_SPTR)query, PCRE2_ZERO_TERMINATED, opts, &errcode, &erroff, NULL);
         if (!s.re) {
