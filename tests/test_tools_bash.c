@@ -338,7 +338,7 @@ TEST(tools_sandbox, temp_dirs_by_default_and_opt_out_asks)
     /* sandbox=false needs approval; this run cannot ask */
     r = tu_call(env, "bash", bash_args("ls", "\"sandbox\":false"));
     CHECK(r.denied);
-    CHECK_CONTAINS(r.text, "outside the sandbox");
+    CHECK_CONTAINS(r.text, "[without sandbox]");
 }
 
 TEST(tools_sandbox, opt_out_runs_unconfined_when_allowed)

@@ -1,6 +1,7 @@
 /* Tests of the registry and the file tools: read, more, write, edit, list. */
 #include "tests/test.h"
 #include "tests/tools_util.h"
+#include "tests/web_util.h"
 
 #include <errno.h>
 #include <json-c/json.h>
@@ -471,4 +472,24 @@ TEST(tools_list, sorted_dirs_first_with_sizes_and_marks)
     r = tu_call(env, "list", "{\"path\":\"nowhere\"}");
     CHECK(r.is_error);
     CHECK_CONTAINS(r.text, "does not exist");
+}
+
+TEST(tools_more, continues_a_web_page)
+{
+    web_require_browser();
+    web_server fx;
+    web_fixture_start(&fx);
+    tool_env *env = tu_env();
+    tu_file("a.txt", numbered_lines(900));
+    tu_call(env, "read", "{\"path\":\"a.txt\"}");
+    tool_call_ctx ctx = { .max_result_bytes = 16384 };
+    tu_result r = tu_call_ctx(env, "visit_page", test_printf("{\"url\":\"%s/big\"}", fx.base), &ctx);
+    CHECK_MSG(!r.is_error, "%s", r.text);
+    CHECK_CONTAINS(r.text, "Title: Big");
+    /* more now continues the page, not the earlier read */
+    r = tu_call_ctx(env, "more", "{}", &ctx);
+    CHECK(!r.is_error);
+    CHECK_CONTAINS(r.text, "(continued, part 2)");
+    CHECK(strlen(r.text) <= 16384);
+    web_server_stop(&fx);
 }

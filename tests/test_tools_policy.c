@@ -217,10 +217,27 @@ TEST(tools_policy, path_rules)
     CHECK_EQ_INT(decide(env, "write", "{\"path\":\"/opt/shared/other.txt\",\"content\":\"\"}"), PERM_ASK);
     const char *home = getenv("HOME");
     if (home) CHECK_EQ_INT(decide(env, "read", test_printf("{\"path\":\"%s/.ssh/id_rsa\"}", home)), PERM_DENY);
+    /* a symlink to a denied place is denied too, and search skips it */
+    tu_file("conf/.env", "SECRET=needle\n");
+    CHECK(symlink(tu_path("conf/.env"), tu_path("innocent.txt")) == 0);
+    CHECK_EQ_INT(decide(env, "edit", "{\"path\":\"innocent.txt\",\"new\":\"\"}"), PERM_DENY);
     tu_result r = tu_call(env, "edit", "{\"path\":\"conf/.env\",\"old\":\"a\",\"new\":\"b\"}");
     CHECK(r.denied);
     CHECK_CONTAINS(r.text, "denied by the rule at ");
     CHECK_CONTAINS(r.text, "rules:2");
+}
+
+TEST(tools_policy, search_skips_files_denied_to_read)
+{
+    tool_env *env = env_with_rules("deny read **/.env\n", true);
+    tu_file("conf/.env", "SECRET=needle\n");
+    tu_file("conf/app.cfg", "key=needle\n");
+    tu_result r = tu_call(env, "search", "{\"query\":\"needle\"}");
+    CHECK_CONTAINS(r.text, "1 matching lines in 1 files");
+    CHECK_CONTAINS(r.text, "1 skipped by deny read rules");
+    CHECK(!strstr(r.text, "SECRET"));
+    r = tu_call(env, "read", "{\"path\":\"conf/.env\"}");
+    CHECK(r.denied);
 }
 
 TEST(tools_policy, rules_files_errors_are_reported)

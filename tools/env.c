@@ -517,7 +517,7 @@ void seen_splice(tool_env *env, const char *abs_path, size_t first, size_t old_c
 void seen_forget(tool_env *env, const char *abs_path)
 {
     struct seen_file *f = seen_find(env, abs_path, false);
-    if (f) memset(f->h, 0, f->n * sizeof *f->h);
+    if (f && f->n) memset(f->h, 0, f->n * sizeof *f->h);
 }
 
 static bool same_version(const struct seen_file *f, const struct stat *st)
@@ -540,7 +540,7 @@ void seen_set_version(tool_env *env, const char *abs_path, const struct stat *st
 void seen_sync(tool_env *env, const char *abs_path, const struct stat *st)
 {
     struct seen_file *f = seen_find(env, abs_path, true);
-    if (!same_version(f, st)) memset(f->h, 0, f->n * sizeof *f->h);
+    if (!same_version(f, st) && f->n) memset(f->h, 0, f->n * sizeof *f->h);
     seen_set_version(env, abs_path, st);
 }
 

@@ -321,14 +321,6 @@ static void match_simple(const struct perm_rules *rs, const tool_def *t, const s
     }
 }
 
-/* The path rules are matched against: the resolved target for writes,
- * the normalised path for reads. */
-static char *rule_path(tool_env *env, const tool_def *t, const char *path)
-{
-    if (t->cls == TOOL_CLASS_WRITE) return tool_real_target(env, path);
-    return tool_abs_path(env, path);
-}
-
 static bool path_matches(tool_env *env, const char *pattern, const char *abs)
 {
     strbuf pat = {0};
@@ -400,14 +392,43 @@ static void match_rules(tool_env *env, const tool_def *t, json_object *args, rul
         shell_split_free(&sp);
         return;
     }
-    char *abs = is_path_tool(t->name) ? rule_path(env, t, subject) : NULL;
+    /* paths: where the call really lands (symlinks resolved) for every
+     * rule; deny and ask rules also see the path as written */
+    bool is_path = is_path_tool(t->name);
+    char *real = is_path ? tool_real_target(env, subject) : NULL;
+    char *lexical = is_path ? tool_abs_path(env, subject) : NULL;
     for (size_t i = 0; i < rs->n; i++) {
         const perm_rule *r = &rs->r[i];
         if (!tool_matches(r, t) || !r->pattern) continue;
-        bool m = abs ? path_matches(env, r->pattern, abs) : fnmatch(r->pattern, subject, 0) == 0;
+        bool m;
+        if (!is_path) m = fnmatch(r->pattern, subject, 0) == 0;
+        else m = path_matches(env, r->pattern, real) ||
+                 (r->action != PERM_ALLOW && path_matches(env, r->pattern, lexical));
         if (m) hit(h, r);
     }
-    free(abs);
+    free(real);
+    free(lexical);
+}
+
+bool perm_read_denied(tool_env *env, const char *abs_path)
+{
+    const struct perm_rules *rs = env->rules;
+    for (size_t i = 0; i < rs->n; i++) {
+        const perm_rule *r = &rs->r[i];
+        if (r->action != PERM_DENY || !r->pattern || !r->tool || strcmp(r->tool, "read") != 0) continue;
+        if (path_matches(env, r->pattern, abs_path)) return true;
+    }
+    return false;
+}
+
+bool perm_has_read_denials(tool_env *env)
+{
+    const struct perm_rules *rs = env->rules;
+    for (size_t i = 0; i < rs->n; i++)
+        if (rs->r[i].action == PERM_DENY && rs->r[i].pattern && rs->r[i].tool &&
+            !strcmp(rs->r[i].tool, "read"))
+            return true;
+    return false;
 }
 
 const char *perm_ask_reason(tool_env *env, const tool_def *t, json_object *args)

@@ -284,7 +284,8 @@ void tools_run(tool_env *env, const char *name, const char *args_json,
         return;
     }
     if (d == PERM_ASK) {
-        const char *reason = perm_ask_reason(env, t, args);
+        /* bash says "[without sandbox]" in its summary already */
+        const char *reason = t == &tool_bash ? NULL : perm_ask_reason(env, t, args);
         char question[640];
         snprintf(question, sizeof question, "%s%s%s%s", summary, reason ? " (" : "", reason ? reason : "",
                  reason ? ")" : "");

@@ -195,7 +195,7 @@ void sandbox_probe(tool_env *env)
              "directories%s",
              env->sandbox.abi,
              env->sandbox.mount_ns ? "; .git and .ds4cl are read-only"
-                                   : "; .git stays writable (no mount namespaces here)");
+                                   : "; .git and .ds4cl stay writable (no mount namespaces here)");
 }
 
 bool sandbox_active(tool_env *env)
@@ -259,11 +259,11 @@ int sandbox_prepare(tool_env *env, const char *log_path, sandbox_plan *plan, cha
         plan_ns(plan);
         static const char *const names[SANDBOX_MAX_PROTECT] = { ".git", ".ds4cl" };
         for (int i = 0; i < SANDBOX_MAX_PROTECT; i++) {
-            char p[4200];
-            snprintf(p, sizeof p, "%s/%s", env->workspace_len ? env->workspace : "", names[i]);
+            char p[sizeof plan->protect[0]];
+            int k = snprintf(p, sizeof p, "%s/%s", env->workspace_len ? env->workspace : "", names[i]);
             struct stat st;
-            if (lstat(p, &st) != 0 || S_ISLNK(st.st_mode) || strlen(p) >= sizeof plan->protect[0]) continue;
-            snprintf(plan->protect[plan->nprotect], sizeof plan->protect[0], "%s", p);
+            if (k < 0 || (size_t)k >= sizeof p || lstat(p, &st) != 0 || S_ISLNK(st.st_mode)) continue;
+            memcpy(plan->protect[plan->nprotect], p, (size_t)k + 1);
             plan->protect_flags[plan->nprotect] = mount_flags_of(p);
             plan->nprotect++;
         }

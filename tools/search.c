@@ -41,6 +41,7 @@ typedef struct {
     size_t nglobs;
     bool any_positive;
     bool include_ignored;
+    bool check_denied;      /* "deny read" rules exist */
     ignore_stack *ign;
     char *root;
     size_t root_len;
@@ -53,7 +54,7 @@ typedef struct {
     /* results */
     strbuf text;
     size_t out_lines;
-    size_t matches, files_matched, files_searched, binaries, ignored, too_big, unreadable;
+    size_t matches, files_matched, files_searched, binaries, ignored, too_big, unreadable, denied;
     size_t max_results;
     size_t cut_line;        /* output line where the first page ends */
     bool stopped, cancelled;
@@ -329,6 +330,10 @@ static void walk(searcher *s, const char *dir, int depth)
             s->ignored++;
             continue;
         }
+        if (s->check_denied && perm_read_denied(s->env, sb_str(&path))) {
+            s->denied++;
+            continue;
+        }
         int fd = openat(dfd, v[i].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0) {
             s->unreadable++;
@@ -418,6 +423,7 @@ static int run_search(tool_env *env, json_object *args, const tool_call_ctx *ctx
     s.max_results = (size_t)max_results;
     s.cut_line = SIZE_MAX;
     s.include_ignored = targ_bool(args, "include_ignored", false);
+    s.check_denied = perm_has_read_denials(env);
     s.needle = query;
     s.nlen = strlen(query);
     s.memmem_only = !regex && cs;
@@ -491,6 +497,7 @@ static int run_search(tool_env *env, json_object *args, const tool_call_ctx *ctx
         if (s.binaries) sb_printf(&b, "; %zu binary files skipped", s.binaries);
         if (s.too_big) sb_printf(&b, "; %zu files over 256 MiB skipped", s.too_big);
         if (s.unreadable) sb_printf(&b, "; %zu unreadable", s.unreadable);
+        if (s.denied) sb_printf(&b, "; %zu skipped by deny read rules", s.denied);
         sb_puts(&b, ")\n");
         if (s.matches == 0 && s.ignored && !s.include_ignored)
             sb_puts(&b, "include_ignored=true also searches what .gitignore excludes.\n");

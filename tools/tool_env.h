@@ -251,6 +251,10 @@ int perm_rules_load(tool_env *env, char *err, size_t errlen);
 perm_decision perm_decide(tool_env *env, const tool_def *t, struct json_object *args,
                           const char **why);
 void perm_rules_free(struct perm_rules *r);
+/* True when a "deny read PATTERN" rule covers abs_path: search skips such
+ * files. perm_has_read_denials says whether any such rule exists. */
+bool perm_read_denied(tool_env *env, const char *abs_path);
+bool perm_has_read_denials(tool_env *env);
 /* Adds the session rule that answering "always" to this call means. */
 void perm_add_session_rule(tool_env *env, const tool_def *t, struct json_object *args);
 /* The reason a write/edit/bash call needs approval even when rules allow
