@@ -2,6 +2,7 @@
 #include "tests/test.h"
 #include "tests/tools_util.h"
 #include "tests/web_util.h"
+#include "tools/tool_env.h"
 
 #include <errno.h>
 #include <json-c/json.h>
@@ -492,4 +493,25 @@ TEST(tools_more, continues_a_web_page)
     CHECK_CONTAINS(r.text, "(continued, part 2)");
     CHECK(strlen(r.text) <= 16384);
     web_server_stop(&fx);
+}
+
+TEST(tools_more, pager_for_any_tool_output)
+{
+    tool_env *env = tu_env();
+    strbuf out = {0};
+    const char *text = "l1\nl2\nl3\nl4\nl5\n";
+    tool_pager_show(env, "demo output", text, strlen(text), 2, 1 << 20, &out);
+    CHECK_STR_EQ(sb_str(&out), "l1\nl2\n[2 of 5 lines shown; call more to see the next 2]\n");
+    sb_free(&out);
+    tu_result r = tu_call(env, "more", "{}");
+    CHECK_STR_EQ(r.text, "[demo output, continued: lines 3-4 of 5]\nl3\nl4\n[1 more lines; call more to continue]\n");
+    r = tu_call(env, "more", "{}");
+    CHECK_STR_EQ(r.text, "[demo output, continued: lines 5-5 of 5]\nl5\n[end of output]\n");
+    r = tu_call(env, "more", "{}");
+    CHECK(r.is_error);
+    /* a text that fits is shown whole and leaves nothing */
+    tool_pager_show(env, "small", "a\nb", 3, 10, 1 << 20, &out);
+    CHECK_STR_EQ(sb_str(&out), "a\nb\n");
+    sb_free(&out);
+    CHECK(tu_call(env, "more", "{}").is_error);
 }

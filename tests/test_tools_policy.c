@@ -74,6 +74,13 @@ TEST(tools_shell, redirections_heredocs_and_assignments)
     CHECK_STR_EQ(split("f() { rm x; }"), "f | rm x !");
 }
 
+TEST(tools_shell, arithmetic_commands)
+{
+    CHECK_STR_EQ(split("((i++)) && make"), "make");
+    CHECK_STR_EQ(split("`(("), "`(( !");
+    CHECK_STR_EQ(split("(( $(id -u) > 0 ))"), "id -u");
+}
+
 TEST(tools_shell, deep_nesting_is_bounded)
 {
     char *s = test_alloc(20000);

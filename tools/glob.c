@@ -3,6 +3,7 @@
 
 #include "base/base.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,59 +48,96 @@ static int match_class(const char *p, int c, bool fold, const char **end)
     return hit != neg;
 }
 
-static bool match_at(const char *pat, const char *p, const char *s, bool fold, int depth)
+/* Matching with memory of failed (pattern, path) positions: every pair
+ * is tried at most once, so patterns full of stars stay polynomial. */
+typedef struct {
+    const char *pat, *str;
+    size_t plen, slen;
+    bool fold;
+    uint8_t *failed; /* bit per (pattern position, path position) */
+} matcher;
+
+static bool tried(const matcher *m, size_t pi, size_t si)
 {
-    if (depth > 64) return false;
+    size_t k = pi * (m->slen + 1) + si;
+    return m->failed[k >> 3] & (1u << (k & 7));
+}
+
+static void mark(matcher *m, size_t pi, size_t si)
+{
+    size_t k = pi * (m->slen + 1) + si;
+    m->failed[k >> 3] |= (uint8_t)(1u << (k & 7));
+}
+
+static bool match_at(matcher *m, size_t pi, size_t si)
+{
+    if (tried(m, pi, si)) return false;
+    size_t pi0 = pi, si0 = si;
+    const char *pat = m->pat, *str = m->str;
+    bool r = false;
     for (;;) {
-        char c = *p;
-        if (!c) return !*s;
+        char c = pat[pi];
+        if (!c) { r = !str[si]; break; }
         if (c == '*') {
-            bool seg_start = p == pat || p[-1] == '/';
-            if (p[1] == '*' && seg_start && (p[2] == '/' || !p[2])) {
-                if (!p[2]) return true;
-                const char *q = p + 3;
-                for (const char *t = s;;) {
-                    if (match_at(pat, q, t, fold, depth + 1)) return true;
-                    t = strchr(t, '/');
-                    if (!t) return false;
-                    t++;
+            bool seg_start = pi == 0 || pat[pi - 1] == '/';
+            if (pat[pi + 1] == '*' && seg_start && (pat[pi + 2] == '/' || !pat[pi + 2])) {
+                if (!pat[pi + 2]) { r = true; break; }
+                size_t q = pi + 3;
+                for (size_t t = si;;) {
+                    if (match_at(m, q, t)) { r = true; break; }
+                    const char *sl = strchr(str + t, '/');
+                    if (!sl) break;
+                    t = (size_t)(sl - str) + 1;
                 }
+                break;
             }
-            while (*p == '*') p++;
-            if (!*p) return !strchr(s, '/');
-            for (const char *t = s;; t++) {
-                if (match_at(pat, p, t, fold, depth + 1)) return true;
-                if (!*t || *t == '/') return false;
+            while (pat[pi] == '*') pi++;
+            if (!pat[pi]) { r = !strchr(str + si, '/'); break; }
+            for (size_t t = si;; t++) {
+                if (match_at(m, pi, t)) { r = true; break; }
+                if (!str[t] || str[t] == '/') break;
             }
+            break;
         }
-        if (!*s) return false;
+        if (!str[si]) break;
         if (c == '?') {
-            if (*s == '/') return false;
-            p++;
-            s++;
+            if (str[si] == '/') break;
+            pi++;
+            si++;
             continue;
         }
         if (c == '[') {
             const char *end;
-            int r = *s == '/' ? 0 : match_class(p, (unsigned char)*s, fold, &end);
-            if (r == 0) return false;
-            if (r == 1) {
-                p = end;
-                s++;
+            int k = str[si] == '/' ? 0 : match_class(pat + pi, (unsigned char)str[si], m->fold, &end);
+            if (k == 0) break;
+            if (k == 1) {
+                pi = (size_t)(end - pat);
+                si++;
                 continue;
             }
             /* not a class: a literal '[' */
         }
-        if (c == '\\' && p[1]) c = *++p;
-        if (fold_char((unsigned char)c, fold) != fold_char((unsigned char)*s, fold)) return false;
-        p++;
-        s++;
+        if (c == '\\' && pat[pi + 1]) c = pat[++pi];
+        if (fold_char((unsigned char)c, m->fold) != fold_char((unsigned char)str[si], m->fold)) break;
+        pi++;
+        si++;
     }
+    if (!r) mark(m, pi0, si0);
+    return r;
 }
 
 bool glob_match_fold(const char *pattern, const char *path, bool fold)
 {
-    return match_at(pattern, pattern, path, fold, 0);
+    matcher m = { pattern, path, strlen(pattern), strlen(path), fold, NULL };
+    size_t bits = (m.plen + 1) * (m.slen + 1);
+    if (m.plen > 4096 || m.slen > 8192) return false;
+    uint8_t small[512];
+    m.failed = bits <= sizeof small * 8 ? small : calloc((bits + 7) / 8, 1);
+    if (!m.failed) abort();
+    memset(m.failed, 0, m.failed == small ? sizeof small : 0);
+    bool r = match_at(&m, 0, 0);
+    if (m.failed != small) free(m.failed);
+    return r;
 }
 
 bool glob_match(const char *pattern, const char *path)
@@ -107,8 +145,11 @@ bool glob_match(const char *pattern, const char *path)
     return glob_match_fold(pattern, path, false);
 }
 
-bool glob_match_braces(const char *pattern, const char *path, bool fold)
+/* Alternatives multiply: {a,b}{c,d}… is bounded by a budget of expanded
+ * patterns. */
+static bool braces(const char *pattern, const char *path, bool fold, int *budget)
 {
+    if (--*budget < 0) return false;
     const char *open = NULL;
     for (const char *p = pattern; *p; p++) {
         if (*p == '\\' && p[1]) { p++; continue; }
@@ -136,13 +177,19 @@ bool glob_match_braces(const char *pattern, const char *path, bool fold)
             sb_append(&b, pattern, pre);
             sb_append(&b, alt, (size_t)(p - alt));
             sb_puts(&b, close + 1);
-            bool m = glob_match_braces(sb_str(&b), path, fold);
+            bool m = braces(sb_str(&b), path, fold, budget);
             sb_free(&b);
             if (m) return true;
             alt = p + 1;
         }
     }
     return false;
+}
+
+bool glob_match_braces(const char *pattern, const char *path, bool fold)
+{
+    int budget = 1024;
+    return braces(pattern, path, fold, &budget);
 }
 
 /* ---- .gitignore stack -------------------------------------------------------------- */

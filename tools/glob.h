@@ -27,7 +27,8 @@
 bool glob_match(const char *pattern, const char *path);
 /* Case-insensitive for ASCII letters. */
 bool glob_match_fold(const char *pattern, const char *path, bool fold);
-/* Expands one level of {a,b,...} alternatives (nesting allowed) first. */
+/* Expands {a,b,...} alternatives (nesting allowed; at most 1024 expanded
+ * patterns) first. */
 bool glob_match_braces(const char *pattern, const char *path, bool fold);
 
 typedef struct ignore_stack ignore_stack;

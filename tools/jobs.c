@@ -383,7 +383,7 @@ static char **build_env(int id)
     static const char *const set[][2] = {
         { "TERM", "dumb" },           { "PAGER", "cat" },          { "GIT_PAGER", "cat" },
         { "GIT_TERMINAL_PROMPT", "0" }, { "GIT_EDITOR", "true" },  { "NO_COLOR", "1" },
-        { "DEBIAN_FRONTEND", "noninteractive" },
+        { "DEBIAN_FRONTEND", "noninteractive" }, { "PYTHONUNBUFFERED", "1" },
     };
     size_t nset = sizeof set / sizeof set[0];
     size_t n = 0;

@@ -530,6 +530,9 @@ static int run_search(tool_env *env, json_object *args, const tool_call_ctx *ctx
             s.nmarks = 0;
             s.files = NULL;
             s.nfiles = 0;
+        } else if (env->pager.kind == PAGER_TEXT) {
+            /* an older output's rest must not look like this one's */
+            tool_pager_clear(env);
         }
         lines_free(&li);
         rc = tool_ok(out, &b);

@@ -180,11 +180,11 @@ static void read_backticks(scanner *p, strbuf *w)
     sb_append(w, p->s + start, p->pos - start);
 }
 
-/* $(( … )) after "$((": scans to the matching "))", splitting any
- * substitutions inside. */
-static void read_arith(scanner *p, strbuf *w)
+/* $(( … )) or (( … )) after its opening, which began at start: scans to
+ * the matching "))", splitting any substitutions inside. */
+static void read_arith(scanner *p, strbuf *w, size_t start)
 {
-    size_t start = p->pos - 3, body = p->pos;
+    size_t body = p->pos;
     int depth = 2;
     while (p->pos < p->len && depth > 0) {
         char c = p->s[p->pos++];
@@ -231,7 +231,7 @@ static void read_squote(scanner *p, strbuf *w)
 static void read_dollar(scanner *p, strbuf *w, bool in_dquote)
 {
     int n1 = peek(p, 1), n2 = peek(p, 2);
-    if (n1 == '(' && n2 == '(') { p->pos += 3; read_arith(p, w); return; }
+    if (n1 == '(' && n2 == '(') { size_t at = p->pos; p->pos += 3; read_arith(p, w, at); return; }
     if (n1 == '(') { p->pos += 2; read_command_subst(p, w); return; }
     if (n1 == '{') {
         size_t start = p->pos;
@@ -411,6 +411,13 @@ static void read_heredoc_bodies(scanner *p)
     p->nhd = 0;
 }
 
+/* Here-documents announced in a scanner that ends before their bodies. */
+static void drop_heredocs(scanner *p)
+{
+    for (int i = 0; i < p->nhd; i++) free(p->hd[i].delim);
+    p->nhd = 0;
+}
+
 /* Splits only the substitutions found in a text that is not itself a
  * command (here-document bodies, arithmetic). */
 static void split_substitutions_only(scanner *p, const char *text, size_t len)
@@ -426,6 +433,7 @@ static void split_substitutions_only(scanner *p, const char *text, size_t len)
         sub.pos++;
     }
     sb_free(&scratch);
+    drop_heredocs(&sub);
 }
 
 /* A backtick body: a whole command list of its own. */
@@ -434,6 +442,7 @@ static void split_text(scanner *parent, const char *text, size_t len)
     if (parent->depth + 1 > MAX_DEPTH) { parent->out->complex = true; return; }
     scanner sub = { .s = text, .len = len, .out = parent->out, .depth = parent->depth + 1 };
     parse_list(&sub, 0);
+    drop_heredocs(&sub);
 }
 
 static void parse_list(scanner *p, char terminator)
@@ -487,7 +496,7 @@ static void parse_list(scanner *p, char terminator)
                 /* (( arithmetic )) */
                 p->pos++;
                 strbuf scratch = {0};
-                read_arith(p, &scratch);
+                read_arith(p, &scratch, p->pos - 2);
                 sb_free(&scratch);
                 continue;
             }
@@ -516,7 +525,7 @@ void shell_split_line(const char *line, shell_split *out)
     memset(out, 0, sizeof *out);
     scanner p = { .s = line ? line : "", .len = line ? strlen(line) : 0, .out = out };
     parse_list(&p, 0);
-    for (int i = 0; i < p.nhd; i++) free(p.hd[i].delim);
+    drop_heredocs(&p);
 }
 
 void shell_split_free(shell_split *s)
