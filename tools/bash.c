@@ -116,21 +116,21 @@ static size_t count_newlines(int fd, size_t from, size_t to)
 
 /* Appends log bytes [from, to): all of it when small, otherwise its first
  * and last lines with a note of what was left out. */
-static void append_region(strbuf *b, const job *j, size_t from, size_t to)
+static void append_region(strbuf *b, job *j, size_t from, size_t to)
 {
     size_t len = to - from;
-    size_t lines = count_newlines(j->log_fd, from, to);
+    size_t lines = count_newlines(job_log_fd(j), from, to);
     if (len <= WHOLE_MAX_BYTES && lines <= WHOLE_MAX_LINES) {
         char *buf = malloc(len + 1);
         if (!buf) abort();
-        size_t got = pread_all(j->log_fd, buf, len, from);
+        size_t got = pread_all(job_log_fd(j), buf, len, from);
         sanitize_append(b, buf, got);
         if (got && buf[got - 1] != '\n') sb_putc(b, '\n');
         free(buf);
         return;
     }
     char head[HEAD_BYTES];
-    size_t hn = pread_all(j->log_fd, head, sizeof head, from);
+    size_t hn = pread_all(job_log_fd(j), head, sizeof head, from);
     size_t hl = 0, hend = 0;
     for (size_t i = 0; i < hn && hl < HEAD_LINES; i++)
         if (head[i] == '\n') { hl++; hend = i + 1; }
@@ -141,7 +141,7 @@ static void append_region(strbuf *b, const job *j, size_t from, size_t to)
     if (tstart < from + hend) tstart = from + hend;
     char *tail = malloc(TAIL_BYTES);
     if (!tail) abort();
-    size_t tn = pread_all(j->log_fd, tail, to - tstart, tstart);
+    size_t tn = pread_all(job_log_fd(j), tail, to - tstart, tstart);
     /* the last TAIL_LINES lines, starting at a line start */
     size_t k = tn, tl = 0;
     while (k > 0) {
@@ -155,7 +155,7 @@ static void append_region(strbuf *b, const job *j, size_t from, size_t to)
         k = nl ? (size_t)(nl - tail) + 1 : 0;
     }
     size_t tail_from = tstart + k;
-    size_t skipped_lines = count_newlines(j->log_fd, from + hend, tail_from);
+    size_t skipped_lines = count_newlines(job_log_fd(j), from + hend, tail_from);
     size_t skipped_bytes = tail_from - (from + hend);
     if (skipped_bytes)
         sb_printf(b, "[… %zu lines (%zu bytes) not shown; the whole log is %s …]\n", skipped_lines,
@@ -231,7 +231,7 @@ static void observe(tool_env *env, job *j, strbuf *b)
     if (size <= j->shown_upto) {
         sb_puts(b, first ? "(no output)\n" : "(no new output)\n");
     } else {
-        size_t lines = count_newlines(j->log_fd, j->shown_upto, size);
+        size_t lines = count_newlines(job_log_fd(j), j->shown_upto, size);
         if (!first) sb_printf(b, "new output (%zu lines):\n", lines);
         else if (size > WHOLE_MAX_BYTES || lines > WHOLE_MAX_LINES)
             sb_printf(b, "output (%zu lines, %zu bytes; first and last lines shown):\n", lines, size);
@@ -243,7 +243,10 @@ static void observe(tool_env *env, job *j, strbuf *b)
         sb_printf(b, "It keeps running in the background. bash_status job=%d shows new output "
                      "(refresh_sec=N waits up to N s for it to end); bash_stop job=%d stops it.\n",
                   j->id, j->id);
-    else j->final_reported = true;
+    else {
+        j->final_reported = true;
+        job_release(j);
+    }
 }
 
 /* ---- waiting ---------------------------------------------------------------------------- */
@@ -257,7 +260,7 @@ static void send_progress(job *j, const tool_call_ctx *ctx)
     if (size - from > PROGRESS_MAX) from = size - PROGRESS_MAX;
     char *buf = malloc(size - from);
     if (!buf) abort();
-    size_t got = pread_all(j->log_fd, buf, size - from, from);
+    size_t got = pread_all(job_log_fd(j), buf, size - from, from);
     /* only whole lines, unless the job is over */
     size_t end = got;
     if (!j->done) {

@@ -182,7 +182,8 @@ static size_t closest(const char *file, const line_index *fl, const char *old, s
             best[1] = (candidate){ s, score };
         }
     }
-    found = best[0].score > 0.3 ? (best[1].score > 0.3 ? 2 : 1) : 0;
+    /* a second place only when it is about as close as the first */
+    found = best[0].score > 0.4 ? (best[1].score > 0.5 && best[1].score >= 0.75 * best[0].score ? 2 : 1) : 0;
     free(os);
     free(fs);
     sb_free(&tmp);

@@ -513,7 +513,12 @@ job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox,
     j->sup = pid;
     j->report_fd = rep[0];
     fcntl(j->report_fd, F_SETFL, O_NONBLOCK);
-    if (pthread_create(&j->reaper, NULL, reaper_main, j) != 0) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    int prc = pthread_create(&j->reaper, &attr, reaper_main, j);
+    pthread_attr_destroy(&attr);
+    if (prc != 0) {
         /* no thread: reap synchronously after a kill so nothing is left */
         kill(pid, SIGTERM);
         int st;
@@ -565,6 +570,8 @@ void job_poll(job *j)
     }
     if (atomic_load(&j->reaped)) {
         int st = atomic_load(&j->sup_status);
+        pthread_join(j->reaper, NULL);
+        j->reaper_joined = true;
         j->done = true;
         j->end_ms = now_ms();
         if (j->report_fd >= 0) {
@@ -616,11 +623,25 @@ size_t jobs_running(tool_env *env)
     return n;
 }
 
-size_t job_log_size(const job *j)
+int job_log_fd(job *j)
+{
+    if (j->log_fd < 0) j->log_fd = open(j->log_path, O_RDONLY | O_CLOEXEC);
+    return j->log_fd;
+}
+
+size_t job_log_size(job *j)
 {
     struct stat st;
-    if (j->log_fd < 0 || fstat(j->log_fd, &st) != 0) return 0;
+    int fd = job_log_fd(j);
+    if (fd < 0 || fstat(fd, &st) != 0) return 0;
     return (size_t)st.st_size;
+}
+
+void job_release(job *j)
+{
+    if (!j->done) return;
+    if (j->log_fd >= 0) close(j->log_fd);
+    j->log_fd = -1;
 }
 
 void jobs_free(tool_env *env)
@@ -642,7 +663,7 @@ void jobs_free(tool_env *env)
             kill(-j->sup, SIGKILL);
             kill(j->sup, SIGKILL);
         }
-        pthread_join(j->reaper, NULL);
+        if (!j->reaper_joined) pthread_join(j->reaper, NULL);
         if (j->report_fd >= 0) close(j->report_fd);
         if (j->log_fd >= 0) close(j->log_fd);
         unlink(j->log_path);

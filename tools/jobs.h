@@ -38,11 +38,12 @@ typedef struct job {
     int id;
     pid_t sup;            /* supervisor; also the pgid/sid of the job's session */
     pthread_t reaper;     /* waits for the supervisor */
+    bool reaper_joined;
     atomic_bool reaped;   /* set by the reaper once sup_status is valid */
     atomic_int sup_status;
     pid_t shell;          /* 0 until the supervisor reports it */
     int report_fd;        /* supervisor → agent records; -1 once closed */
-    int log_fd;           /* read side of the log */
+    int log_fd;           /* read side of the log; -1 when closed (job_log_fd reopens) */
     char *command;
     char *log_path;
     double start_ms, end_ms;
@@ -74,6 +75,11 @@ void job_stop(job *j);
 job *jobs_find(tool_env *env, int id);
 size_t jobs_running(tool_env *env);
 /* Log size in bytes. */
-size_t job_log_size(const job *j);
+size_t job_log_size(job *j);
+/* The read side of the log, opened on demand; -1 when it is gone. */
+int job_log_fd(job *j);
+/* Closes the log's read side of a finished job (open descriptors must not
+ * grow with the number of jobs a session ran). */
+void job_release(job *j);
 
 #endif
