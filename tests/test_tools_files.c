@@ -170,6 +170,28 @@ TEST(tools_read, permission_denied)
     CHECK_CONTAINS(r.text, "Permission denied");
 }
 
+TEST(tools_read, read_errors_are_results)
+{
+    /* a file that opens but cannot be read, for root too */
+    tool_env *env = tu_env();
+    tu_result r = tu_call(env, "read", "{\"path\":\"/proc/self/mem\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "error reading /proc/self/mem");
+}
+
+TEST(tools_write, unwritable_place_is_a_clean_error)
+{
+    const char *rules = test_tmp_path("rules");
+    test_write_file(rules, "allow write /proc/**\n", 20);
+    tool_env_config cfg = { .rules_path = rules };
+    tool_env *env = tu_env_cfg(&cfg);
+    tu_result r = tu_call(env, "write", "{\"path\":\"/proc/version\",\"content\":\"x\"}");
+    CHECK(r.is_error);
+    CHECK(!r.denied);
+    CHECK_CONTAINS(r.text, "/proc/version was not written");
+    CHECK_CONTAINS(r.text, "unchanged");
+}
+
 TEST(tools_read, long_lines_cut_visibly_and_crlf_handled)
 {
     tool_env *env = tu_env();

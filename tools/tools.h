@@ -18,8 +18,9 @@
  * Permissions
  * -----------
  * Read tools (read, more, search, list, bash_status, bash_stop) run
- * freely. write, edit, bash, web_search and visit_page are decided in this
- * order:
+ * freely, except where a deny rule names their path (search skips files a
+ * `deny read` rule covers). write, edit, bash, web_search and visit_page
+ * are decided in this order:
  *   1. a matching deny rule denies;
  *   2. write/edit of a path outside the workspace or inside its .git or
  *      .ds4cl (symlinks resolved) asks, unless an allow rule that names
