@@ -364,14 +364,17 @@ TEST(tools_bash, many_jobs_do_not_pile_up_descriptors_or_threads)
     tool_env *env = tu_env();
     tu_call(env, "bash", bash_args("true", NULL));
     int fds = open_fds();
+    char *out;
+    /* sanitizer runtimes keep threads of their own: compare, do not count */
+    test_runf(&out, "ls /proc/%d/task | wc -l", (int)getpid());
+    int threads = atoi(out);
     for (int i = 0; i < 40; i++) {
         tu_result r = tu_call(env, "bash", bash_args("echo $DS4CL_JOB", NULL));
         CHECK_CONTAINS(r.text, "exit status 0");
     }
     CHECK_EQ_INT(open_fds(), fds);
-    char *out;
     test_runf(&out, "ls /proc/%d/task | wc -l", (int)getpid());
-    CHECK_EQ_INT(atoi(out), 1);
+    CHECK_EQ_INT(atoi(out), threads);
     /* an old job can still be looked at */
     tu_result r = tu_call(env, "bash_status", "{\"job\":3}");
     CHECK_CONTAINS(r.text, "job 3: exit status 0");
