@@ -10,9 +10,7 @@
 
 #include "base/base.h"
 #include "engine/mkmodel.h"
-
-/* The npm reference vocabulary, when the tokenizer module provides it. */
-int npm_tokenizer_json_path(char *out, size_t size, ds4_error *err) __attribute__((weak));
+#include "engine/npm_vocab.h"
 
 static void help(void)
 {
@@ -199,11 +197,6 @@ int main(int argc, char **argv)
         s.vocab = MK_VOCAB_JSON;
         if (!s.vocab_path) {
             ds4_error err = { { 0 } };
-            if (!npm_tokenizer_json_path) {
-                fputs("ds4cl-mkmodel: this build has no npm vocabulary; pass --tiny-vocab or --vocab tokenizer.json\n",
-                      stderr);
-                return 1;
-            }
             if (npm_tokenizer_json_path(json_path, sizeof json_path, &err)) {
                 fprintf(stderr, "ds4cl-mkmodel: %s\n(pass --tiny-vocab or --vocab tokenizer.json to go without it)\n",
                         err.msg);

@@ -10,6 +10,7 @@
 #include "engine/gguf_write.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
+#include "engine/npm_vocab.h"
 #include "engine/quant.h"
 #include "tests/test.h"
 
@@ -554,6 +555,34 @@ TEST(mkmodel, flash_widths_bind)
     CHECK_EQ_INT(m->layers[0].ffn_gate_exps.row_bytes, 1056);
     CHECK_EQ_INT(m->layers[0].ffn_down_exps.row_bytes, 672);
     CHECK_EQ_INT(m->layers[0].attn_q_b.row_bytes, 1088);
+    model_free(m);
+    gguf_close(f);
+}
+
+/* No vocabulary flag: the npm DeepSeek V3 tokenizer in the V4 layout. */
+TEST(mkmodel, default_vocabulary_is_the_npm_tokenizer)
+{
+    if (!test_have_program("node") || !test_have_program("npm")) SKIP("node/npm not installed");
+    char json[4096];
+    ds4_error err = { { 0 } };
+    if (npm_tokenizer_json_path(json, sizeof json, &err) != 0) SKIP("npm tokenizer unavailable: %s", err.msg);
+    const char *out = test_tmp_path("npm.gguf");
+    char *log;
+    int rc = test_runf(&log, "%s/ds4cl-mkmodel --layers 1 --ratios 0 --experts 2 --experts-used 1 -q -o %s",
+                       test_bindir(), out);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, log);
+    gguf_file *f = gguf_open(out, &err);
+    CHECK_MSG(f != NULL, "%s", err.msg);
+    ds4_model *m = model_bind(f, &err);
+    CHECK_MSG(m != NULL, "%s", err.msg);
+    CHECK_EQ_INT(m->hp.n_vocab, 129280);
+    gguf_array a;
+    CHECK(gguf_get_array(f, "tokenizer.ggml.merges", &a));
+    CHECK_EQ_INT(a.n, 127741);
+    CHECK(gguf_get_array(f, "tokenizer.ggml.tokens", &a));
+    CHECK(gguf_str_eq(gguf_array_str(&a, 128803), "<\xef\xbd\x9cUser\xef\xbd\x9c>"));
+    CHECK(gguf_str_eq(gguf_array_str(&a, 128821), "<think>"));
+    CHECK(gguf_str_eq(gguf_array_str(&a, 223), "\xc4\xa0")); /* " " in byte-level form */
     model_free(m);
     gguf_close(f);
 }
