@@ -184,7 +184,7 @@ typedef struct {
     uint64_t ne[3];
     gen_kind gen;
     float a, b;
-    bool hot_rows; /* a few rows ×4: gate/up outputs that reach the SwiGLU clamp */
+    bool hot_rows; /* a few rows ×8: gate/up outputs that reach the SwiGLU clamp */
 } plan_t;
 
 typedef struct {
@@ -292,12 +292,14 @@ static int build_plan(const mk_spec *s, int64_t n_vocab, plan *pl)
 
 /* ---- weight generation ------------------------------------------------------------ */
 
-/* Hot rows: a deterministic ~1.6% of rows, scaled ×4. */
+/* Hot rows: a deterministic 1/128 of the rows, scaled ×8: with unit-RMS
+ * inputs their outputs have σ ≈ 8, so about a fifth of them pass the
+ * SwiGLU clamp of 10 while the tensor RMS grows only ~20%. */
 static float row_scale(const plan_t *t, uint64_t row)
 {
     if (!t->hot_rows) return 1.0f;
     uint64_t h = row * 0x9e3779b97f4a7c15ull;
-    return (h >> 58) == 0 ? 4.0f : 1.0f; /* 1 of 64 */
+    return (h >> 57) == 0 ? 8.0f : 1.0f;
 }
 
 /* Random quant blocks with the RMS of N(0, std²), without building f32:
