@@ -45,6 +45,7 @@ static void help(void)
           "      --ratios R0,R1,...   compress ratio per layer (0 = raw window only, 4 = overlapping\n"
           "                           compressor + indexer, other = plain compressor); default: 0, 0,\n"
           "                           then 4 on even and 128 on odd layers\n"
+          "      --hash-layers N      layers 0..N-1 route by token id; default 3 (all when fewer)\n"
           "\n"
           "--embd and --expert-ff must be multiples of 256, --q-lora a multiple of 32.\n"
           "\n"
@@ -182,7 +183,8 @@ int main(int argc, char **argv)
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
     if (!out) return usage_error("%s", "no output file (-o OUT.gguf)");
     if (tiny_vocab && s.vocab_path) return usage_error("%s", "--tiny-vocab and --vocab exclude each other");
-    if (!hash_set && s.n_hash_layer > s.n_layer) s.n_hash_layer = s.n_layer;
+    /* both presets route the first three layers by token id (Flash's schedule) */
+    if (!hash_set) s.n_hash_layer = s.n_layer < 3 ? s.n_layer : 3;
     if (ratios) {
         if (parse_ratios(ratios, &s, &n_ratios)) return usage_error("--ratios wants a list like 0,0,4,128, not '%s'", ratios);
         if (n_ratios != s.n_layer) {

@@ -489,6 +489,16 @@ TEST(mkmodel, cli_writes_a_loadable_file)
     model_free(m);
     gguf_close(f);
 
+    rc = test_runf(&log, "%s/ds4cl-mkmodel --tiny-vocab --layers 2 -q -o %s", test_bindir(), out);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, log);
+    f = gguf_open(out, &err);
+    CHECK(f != NULL);
+    m = model_bind(f, &err);
+    CHECK_MSG(m != NULL, "%s", err.msg);
+    CHECK_EQ_INT(m->hp.n_hash_layer, 2);
+    model_free(m);
+    gguf_close(f);
+
     rc = test_runf(&log, "%s/ds4cl-mkmodel --tiny-vocab --layers 3 --ratios 0,16,4 --quant q4 --experts 8 "
                          "--experts-used 2 --embd 512 -q -o %s", test_bindir(), out);
     CHECK_MSG(rc == 0, "rc %d: %s", rc, log);
