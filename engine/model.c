@@ -152,6 +152,11 @@ static int read_hparams(binder *b, ds4_hparams *hp)
     if (hp->n_hash_layer > hp->n_layer)
         return ds4_error_set(b->err, "model: hash_layer_count %d exceeds block_count %d", hp->n_hash_layer,
                              hp->n_layer);
+    if ((int64_t)hp->n_head * hp->head_dim > INT_MAX_DIM || (int64_t)hp->n_hc * hp->n_embd > INT_MAX_DIM ||
+        (int64_t)hp->n_ff_exp * hp->n_expert_shared > INT_MAX_DIM ||
+        (int64_t)hp->n_out_group * hp->o_lora > INT_MAX_DIM ||
+        (int64_t)hp->n_indexer_head * hp->indexer_head_dim > INT_MAX_DIM)
+        return ds4_error_set(b->err, "model: derived dimensions overflow");
     hp->n_nope = hp->head_dim - hp->n_rot;
     hp->q_dim = hp->n_head * hp->head_dim;
     hp->hc_dim = hp->n_hc * hp->n_embd;
@@ -159,11 +164,6 @@ static int read_hparams(binder *b, ds4_hparams *hp)
     hp->heads_per_group = hp->n_head / hp->n_out_group;
     hp->group_dim = hp->heads_per_group * hp->head_dim;
     hp->shared_ff = hp->n_ff_exp * hp->n_expert_shared;
-    if ((int64_t)hp->n_head * hp->head_dim > INT_MAX_DIM || (int64_t)hp->n_hc * hp->n_embd > INT_MAX_DIM ||
-        (int64_t)hp->n_ff_exp * hp->n_expert_shared > INT_MAX_DIM ||
-        (int64_t)hp->n_out_group * hp->o_lora > INT_MAX_DIM ||
-        (int64_t)hp->n_indexer_head * hp->indexer_head_dim > INT_MAX_DIM)
-        return ds4_error_set(b->err, "model: derived dimensions overflow");
 
     /* Per-layer arrays: at least n_layer entries (a trailing MTP entry is ignored). */
     hp->compress_ratio = calloc((size_t)hp->n_layer, sizeof *hp->compress_ratio);

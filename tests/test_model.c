@@ -381,3 +381,13 @@ TEST(model, rejects_group_routing)
     patch_u32(buf + at + 4, 8);
     expect_bind_error(buf, len, "'deepseek4.expert_group_count' = 8 is outside 0..0");
 }
+
+TEST(model, rejects_overflowing_derived_dimensions)
+{
+    size_t len;
+    uint8_t *buf = golden_copy(&len);
+    patch_u32(buf + find_record(buf, len, "deepseek4.attention.head_count") + 4, 65536);
+    patch_u32(buf + find_record(buf, len, "deepseek4.attention.key_length") + 4, 65536);
+    patch_u32(buf + find_record(buf, len, "deepseek4.attention.value_length") + 4, 65536);
+    expect_bind_error(buf, len, "derived dimensions overflow");
+}
