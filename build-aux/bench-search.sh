@@ -10,9 +10,10 @@ tree=${1:-/usr/include}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 make -s programs >/dev/null
-PKGS="ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8"
+# the tools and what they stand on
+PKGS="libcurl libwebsockets json-c libpcre2-8"
 mkdir -p build/bench
-objs=$(find build/rel -name '*.o' ! -path 'build/rel/tests/*' ! -name 'main_*.o' | sort)
+objs=$(ls build/rel/tools/*.o build/rel/base/*.o)
 cc -std=c11 -O2 -D_GNU_SOURCE -I. $(pkg-config --cflags $PKGS) -o build/bench/bench-search \
     build-aux/bench-search.c $objs $(pkg-config --libs $PKGS) -lm -pthread -ldl
 bin=build/bench/bench-search
