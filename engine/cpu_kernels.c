@@ -135,11 +135,13 @@ static inline void dec_q8_0(const uint8_t *row, int64_t k, __m512 *lo, __m512 *h
     *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);
 }
 
-static inline __m512 q2_lanes(__m128i bytes, int sh, float d, float dmin, uint8_t sc)
+/* The four values a 2-bit quant can take in a 16-weight group, dl·q − ml,
+ * looked up per lane (dl·q is exact, so the fused multiply-add rounds as
+ * the reference's subtraction does). */
+static inline __m512 q2_table(float d, float dmin, uint8_t sc)
 {
-    __m512i q = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(bytes), (unsigned)sh), _mm512_set1_epi32(3));
-    float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
-    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl), _mm512_cvtepi32_ps(q)), _mm512_set1_ps(ml));
+    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+    return _mm512_fmadd_ps(_mm512_set1_ps(d * (float)(sc & 15)), q, _mm512_set1_ps(-(dmin * (float)(sc >> 4))));
 }
 
 static inline void dec_q2_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
@@ -148,8 +150,10 @@ static inline void dec_q2_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *h
     int e = (int)(k & 255), h = e >> 7, sh = ((e & 127) >> 5) * 2;
     float d = f16s(&b->d), dmin = f16s(&b->dmin);
     __m256i bytes = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h));
-    *lo = q2_lanes(_mm256_castsi256_si128(bytes), sh, d, dmin, b->scales[e >> 4]);
-    *hi = q2_lanes(_mm256_extracti128_si256(bytes, 1), sh, d, dmin, b->scales[(e >> 4) + 1]);
+    bytes = _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(sh)), _mm256_set1_epi8(3));
+    __m512i i0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes)), i1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1));
+    *lo = _mm512_permutexvar_ps(i0, q2_table(d, dmin, b->scales[e >> 4]));
+    *hi = _mm512_permutexvar_ps(i1, q2_table(d, dmin, b->scales[(e >> 4) + 1]));
 }
 
 static inline void dec_q4_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
@@ -161,9 +165,10 @@ static inline void dec_q4_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *h
     __m256i bytes = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * (j >> 1)));
     if (j & 1) bytes = _mm256_srli_epi16(bytes, 4);
     bytes = _mm256_and_si256(bytes, _mm256_set1_epi8(15));
-    __m512 dl = _mm512_set1_ps(f16s(&b->d) * (float)sc), ml = _mm512_set1_ps(f16s(&b->dmin) * (float)m);
-    *lo = _mm512_sub_ps(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes)))), ml);
-    *hi = _mm512_sub_ps(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1)))), ml);
+    /* dl·q is exact: the fused multiply-add rounds as dl·q − ml does */
+    __m512 dl = _mm512_set1_ps(f16s(&b->d) * (float)sc), nml = _mm512_set1_ps(-(f16s(&b->dmin) * (float)m));
+    *lo = _mm512_fmadd_ps(dl, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes))), nml);
+    *hi = _mm512_fmadd_ps(dl, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1))), nml);
 }
 
 /* The IQ2_XXS grid as floats: two grid rows load as one vector without an
