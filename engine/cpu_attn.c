@@ -146,6 +146,8 @@ typedef struct {
     const uint8_t *rows;
     ds4_cache_type ct;
     float *scores; /* [T][max_vis] */
+    float *qT, *ws; /* per token: queries transposed [hd][nh], scaled head weights [nh] */
+    bool fast;
     int32_t *sel;
     int64_t pos0, max_vis, blocks;
     int R, T, nh, hd, top_k;
@@ -163,6 +165,7 @@ static void idx_score_task(void *arg, int64_t task, int worker)
     int64_t nv = visible(j->pos0 + t, j->R), c1 = c0 + IDX_BLOCK < nv ? c0 + IDX_BLOCK : nv;
     float *krow = j->c->tscr[worker];
     const float *q = j->q + t * j->nh * j->hd, *w = j->w + t * j->nh;
+    const float *qT = j->fast ? j->qT + t * j->nh * j->hd : NULL, *ws = j->fast ? j->ws + t * j->nh : NULL;
     for (int64_t c = c0; c < c1; c++) {
         const float *k;
         if (j->ct == DS4_CACHE_F16) {
@@ -172,10 +175,14 @@ static void idx_score_task(void *arg, int64_t task, int worker)
             k = (const float *)(const void *)(j->rows + (size_t)c * (size_t)j->hd * 4);
         }
         float s = 0.0f;
-        for (int h = 0; h < j->nh; h++) {
-            float dot = cpu_dot_f32(k, q + h * j->hd, j->hd);
-            if (dot < 0.0f) dot = 0.0f;
-            s += dot * (w[h] * j->scale);
+        if (qT) {
+            s = cpu_indexer_score(qT, ws, k, j->hd, j->nh);
+        } else {
+            for (int h = 0; h < j->nh; h++) {
+                float dot = cpu_dot_f32(k, q + h * j->hd, j->hd);
+                if (dot < 0.0f) dot = 0.0f;
+                s += dot * (w[h] * j->scale);
+            }
         }
         j->scores[t * j->max_vis + c] = s;
     }
@@ -241,12 +248,25 @@ int cpu_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cach
         span_ok(c, rows, (size_t)max_vis * (size_t)hd * es, "indexer") ||
         span_ok(c, sel, (size_t)T * (size_t)k * 4, "indexer"))
         return -1;
-    idx_job j = { c, F32(q), F32(weights), rows->p, ct, NULL, (int32_t *)(void *)sel->p, pos0, max_vis > 0 ? max_vis : 1,
-                  (max_vis + IDX_BLOCK - 1) / IDX_BLOCK, R, T, nh, hd, k,
-                  1.0f / sqrtf((float)(hd * nh)) };
+    idx_job j = { .c = c, .q = F32(q), .w = F32(weights), .rows = rows->p, .ct = ct,
+                  .sel = (int32_t *)(void *)sel->p, .pos0 = pos0, .max_vis = max_vis > 0 ? max_vis : 1,
+                  .blocks = (max_vis + IDX_BLOCK - 1) / IDX_BLOCK, .R = R, .T = T, .nh = nh, .hd = hd, .top_k = k,
+                  .scale = 1.0f / sqrtf((float)(hd * nh)) };
     if (max_vis > k) {
         j.scores = cpu_scratch(c, CPU_SCR_A, (size_t)T * (size_t)j.max_vis);
         if (!j.scores) return cpu_fail(c, "out of memory (indexer scores)");
+        j.fast = cpu_indexer_fast(nh);
+        if (j.fast) {
+            j.qT = cpu_scratch(c, CPU_SCR_B, (size_t)T * (size_t)nh * ((size_t)hd + 1));
+            if (!j.qT) return cpu_fail(c, "out of memory (indexer queries)");
+            j.ws = j.qT + (size_t)T * (size_t)nh * (size_t)hd;
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < nh; h++) {
+                    j.ws[t * nh + h] = j.w[t * nh + h] * j.scale;
+                    for (int d = 0; d < hd; d++)
+                        j.qT[((size_t)t * hd + d) * nh + h] = j.q[((size_t)t * nh + h) * hd + d];
+                }
+        }
         if (cpu_thread_scratch(c, (size_t)(hd > k ? hd : k))) return -1;
         tp_run(c->tp, (int64_t)T * j.blocks, idx_score_task, &j);
     }

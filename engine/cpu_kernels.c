@@ -476,6 +476,42 @@ void cpu_mm_rows(const cpu_weight *w, int64_t r0, int64_t r1, int T, const float
 
 /* ---- row helpers --------------------------------------------------------------- */
 
+bool cpu_indexer_fast(int nh)
+{
+#if defined(CPU_AVX512)
+    return nh % 16 == 0 && nh <= 256;
+#else
+    (void)nh;
+    return false;
+#endif
+}
+
+float cpu_indexer_score(const float *qT, const float *wscaled, const float *k, int hd, int nh)
+{
+#if defined(CPU_AVX512)
+    /* lanes are heads: dots of every head with k at once, no per-head reduction */
+    __m512 acc[16];
+    int nv = nh / 16;
+    for (int v = 0; v < nv; v++) acc[v] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m512 kd = _mm512_set1_ps(k[d]);
+        const float *q = qT + (int64_t)d * nh;
+        for (int v = 0; v < nv; v++) acc[v] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * v), kd, acc[v]);
+    }
+    __m512 s = _mm512_setzero_ps();
+    for (int v = 0; v < nv; v++)
+        s = _mm512_fmadd_ps(_mm512_max_ps(acc[v], _mm512_setzero_ps()), _mm512_loadu_ps(wscaled + 16 * v), s);
+    return _mm512_reduce_add_ps(s);
+#else
+    (void)qT;
+    (void)wscaled;
+    (void)k;
+    (void)hd;
+    (void)nh;
+    return 0.0f;
+#endif
+}
+
 float cpu_dot_f32(const float *a, const float *b, int64_t n)
 {
     vf acc = v_zero();

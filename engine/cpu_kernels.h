@@ -16,6 +16,7 @@
 #ifndef DS4CL_CPU_KERNELS_H
 #define DS4CL_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,12 @@ void cpu_axpy_f16(float *y, float s, const uint16_t *a, int64_t n);
 /* f32 ↔ f16 rows (round to nearest even). */
 void cpu_f32_to_f16(uint16_t *dst, const float *src, int64_t n);
 void cpu_f16_to_f32(float *dst, const uint16_t *src, int64_t n);
+
+/* Indexer score of one key row k [hd] against a token's queries stored
+ * transposed, qT [hd][nh], with per-head weights already scaled:
+ * Σ_h wscaled[h]·max(0, q_h·k). Only where cpu_indexer_fast(nh). */
+bool cpu_indexer_fast(int nh);
+float cpu_indexer_score(const float *qT, const float *wscaled, const float *k, int hd, int nh);
 
 /* "avx512", "avx2" or "scalar". */
 const char *cpu_kernels_isa(void);

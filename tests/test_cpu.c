@@ -140,3 +140,27 @@ TEST(cpu_threadpool, every_task_runs_once_per_loop)
     }
     CHECK(tp_cpu_count() >= 1);
 }
+
+TEST(cpu_kernels, indexer_score_over_all_heads_at_once)
+{
+    if (!cpu_indexer_fast(64)) SKIP("no vector indexer kernel in this build");
+    enum { HD = 128, NH = 64 };
+    float *q = test_alloc(HD * NH * 4), *qT = test_alloc(HD * NH * 4), *w = test_alloc(NH * 4), *k = test_alloc(HD * 4);
+    for (int h = 0; h < NH; h++) {
+        w[h] = frand();
+        for (int d = 0; d < HD; d++) q[h * HD + d] = frand();
+    }
+    for (int d = 0; d < HD; d++) {
+        k[d] = frand();
+        for (int h = 0; h < NH; h++) qT[d * NH + h] = q[h * HD + d];
+    }
+    double ref = 0, mag = 0;
+    for (int h = 0; h < NH; h++) {
+        double dot = 0;
+        for (int d = 0; d < HD; d++) dot += (double)q[h * HD + d] * k[d];
+        if (dot > 0) ref += dot * w[h];
+        mag += fabs(dot * w[h]);
+    }
+    CHECK_NEAR(cpu_indexer_score(qT, w, k, HD, NH), ref, 1e-5 * mag + 1e-6);
+    CHECK(!cpu_indexer_fast(4));
+}
