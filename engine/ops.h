@@ -206,15 +206,21 @@ typedef struct ds4_ops {
      * sel[t] = the indexer_top_k rows of highest score (ties: lower row
      * index first), listed in increasing row order; when n_vis ≤ top_k,
      * rows 0 … n_vis−1; unused entries −1. q: [T][n_indexer_head]
-     * [indexer_head_dim]; weights: [T][n_indexer_head]; sel: int32
-     * [T][indexer_top_k].
+     * [indexer_head_dim], already rotated (RoPE, Hadamard, rounding) by
+     * the schedule; weights: [T][n_indexer_head], proj·xn as computed;
+     * sel: int32 [T][indexer_top_k]. The schedule calls it only when some
+     * token of the chunk sees more than top_k rows (otherwise attention
+     * gets sel = NULL, which means the same rows).
      *
      * attention: for each token t at p = pos0 + t and head h < H: rows =
      * the raw ring rows of positions max(0, p−n_swa+1) … p, plus compressed
      * rows: none when R = 0; with sel (int32 [T][sel_stride], −1 = unused)
      * the listed rows; else all c < ⌊(p+1)/R⌋. s_r = q_h·k_r/sqrt(head_dim);
      * o_h = Σ_r e^{s_r−m}·k_r / (e^{sink_h−m} + Σ_r e^{s_r−m}), m = max(sink_h,
-     * max s_r) (§7.8). q, o: [T][H][head_dim]; sinks: F32 [H]. */
+     * max s_r) (§7.8). q, o: [T][H][head_dim]; sinks: F32 [H]. The
+     * reference accumulates Σ e^{s_r−m}·k_r over raw rows (oldest first),
+     * then compressed rows (increasing index), and scales by 1/denominator
+     * once at the end; the CPU backend does the same. */
     int (*compress)(void *ctx, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_buf *front,
                     int64_t front_rows, int R, int lanes, int d, int64_t pos0, int T, ds4_buf *pooled);
     int (*indexer)(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cache_type ct, int R,
