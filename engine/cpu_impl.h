@@ -37,9 +37,9 @@ int cpu_fail(cpu_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 
 float *cpu_scratch(cpu_ctx *c, int slot, size_t floats);
 /* Grows every thread's scratch to `floats`; -1 (recorded) on failure. */
 int cpu_thread_scratch(cpu_ctx *c, size_t floats);
-/* Rows per task for a product over `rows` rows repeated for `units`
- * experts: a multiple of 4 giving a few tasks per thread. */
-int64_t cpu_row_block(cpu_ctx *c, int64_t rows, int64_t units);
+/* Rows per task when `rows` rows are split into about per_thread tasks
+ * per thread (a multiple of the 4-row tile). */
+int64_t cpu_row_block(cpu_ctx *c, int64_t rows, int per_thread);
 cpu_weight cpu_weight_of(const ds4_tensor *t, int64_t expert);
 int cpu_matmul_ptrs(cpu_ctx *c, const ds4_tensor *W, int T, int n_groups, const float **x, float **y);
 

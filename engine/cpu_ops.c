@@ -185,11 +185,11 @@ cpu_weight cpu_weight_of(const ds4_tensor *t, int64_t expert)
     return w;
 }
 
-int64_t cpu_row_block(cpu_ctx *c, int64_t rows, int64_t units)
+int64_t cpu_row_block(cpu_ctx *c, int64_t rows, int per_thread)
 {
-    /* enough tasks to balance, in multiples of the 4-row tile */
-    int64_t want = (int64_t)c->nt * 4;
-    int64_t per = units > 0 ? rows * units / want : rows / want;
+    /* per_thread tasks per thread, in multiples of the 4-row tile */
+    int64_t want = (int64_t)c->nt * per_thread;
+    int64_t per = (rows + want - 1) / want;
     if (per < 4) per = 4;
     return (per + 3) & ~(int64_t)3;
 }
@@ -219,7 +219,7 @@ int cpu_matmul_ptrs(cpu_ctx *c, const ds4_tensor *W, int T, int n_groups, const 
     int64_t out = W->ne[1];
     if (n_groups < 1 || out % n_groups) return cpu_fail(c, "matmul: %lld rows in %d groups", (long long)out, n_groups);
     j.rows_per_group = out / n_groups;
-    j.block = cpu_row_block(c, out, 1);
+    j.block = cpu_row_block(c, out, 4);
     if (j.block > j.rows_per_group) j.block = (j.rows_per_group + 3) & ~(int64_t)3;
     j.blocks_per_group = (j.rows_per_group + j.block - 1) / j.block;
     if (cpu_thread_scratch(c, cpu_mm_scratch_floats(W->ne[0]))) return -1;
@@ -817,7 +817,7 @@ static int cpu_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, cons
         yp[q] = j.g + (int64_t)pid * F;
         yp[P + q] = j.u + (int64_t)pid * F;
     }
-    j.block = cpu_row_block(c, F, na);
+    j.block = cpu_row_block(c, F, 2);
     j.n_slices = (int)((F + j.block - 1) / j.block);
     tp_run(c->tp, (int64_t)j.n_slices * na, moe_gateup_task, &j);
     tp_run(c->tp, P, moe_mid_task, &j);
@@ -828,7 +828,7 @@ static int cpu_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, cons
         xp[q] = j.mid + (int64_t)pid * F;
         yp[q] = ys + (int64_t)pid * D;
     }
-    j.block = cpu_row_block(c, D, na);
+    j.block = cpu_row_block(c, D, 2);
     j.n_slices = (int)((D + j.block - 1) / j.block);
     tp_run(c->tp, (int64_t)j.n_slices * na, moe_down_task, &j);
     tp_run(c->tp, (int64_t)T * ((D + 255) / 256), moe_sum_task, &j);
