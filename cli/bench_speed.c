@@ -9,7 +9,8 @@
  * weights_bytes_per_token is what one decode step must read: every weight
  * except the embedding table (one row) and the routed experts (only the
  * used ones of each layer); decode_gbps is that at decode_tps, next to
- * ceiling_gbps, a streaming read of memory measured in the same process.
+ * ceiling_gbps, a streaming read of memory (twice the bytes of a decode
+ * step, 256 MiB to 1 GiB) measured in the same process.
  * kv_bytes is the session state at the frontier. */
 #include "cli/bench_engine.h"
 
@@ -156,7 +157,9 @@ int bench_speed_main(int argc, char **argv)
     ds4_engine_info(e, &info);
     int threads = o.threads > 0 ? o.threads : tp_cpu_count();
     uint64_t wbytes = e->model ? decode_weight_bytes(e->model) : info.weights_bytes;
-    double ceiling = bench_read_ceiling_gbps((size_t)1 << 30, threads);
+    /* well past the caches, up to 1 GiB */
+    uint64_t probe = 2 * wbytes < (256u << 20) ? (256u << 20) : 2 * wbytes > (1u << 30) ? (1u << 30) : 2 * wbytes;
+    double ceiling = bench_read_ceiling_gbps((size_t)probe, threads);
     fprintf(stderr, "ds4cl-bench: %s on %s, %.2f GB read per decode token\n", info.name, info.device_name,
             (double)wbytes / 1e9);
     puts("backend,frontier,prefill_tps,decode_tps,weights_bytes_per_token,decode_gbps,ceiling_gbps,kv_bytes");

@@ -203,3 +203,25 @@ TEST(golden_bench, logits_mode_writes_the_golden_layout)
     sb_free(&want);
     golden_free(&g);
 }
+
+/* The speed sweep's CSV: a header and one row per frontier. */
+TEST(golden_bench, speed_sweep_writes_one_csv_row_per_frontier)
+{
+    const char *prompt = test_tmp_path("prompt.txt");
+    const char *text = "The quick brown fox jumps over the lazy dog. Compressed rows and experts.\n";
+    test_write_file(prompt, text, strlen(text));
+    char *out;
+    int rc = test_runf(&out, "%s/ds4cl-bench -m %s --prompt-file %s --ctx-start 8 --ctx-max 40 --step 16 --gen-tokens 3"
+                             " --threads 1 2>/dev/null",
+                       test_bindir(), golden_model(), prompt);
+    CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", out);
+    CHECK_CONTAINS(out, "backend,frontier,prefill_tps,decode_tps,weights_bytes_per_token,decode_gbps,ceiling_gbps,kv_bytes\n");
+    int rows = 0;
+    for (const char *p = out; (p = strstr(p, "\ncpu,")); p++) rows++;
+    CHECK_EQ_INT(rows, 3); /* frontiers 8, 24, 40 */
+    CHECK_CONTAINS(out, "\ncpu,24,");
+    rc = test_runf(&out, "%s/ds4cl-bench -m %s --prompt-file %s --ctx-start 9 --ctx-max 4 --step 1 --gen-tokens 1",
+                   test_bindir(), golden_model(), prompt);
+    CHECK(rc == 2);
+    CHECK_CONTAINS(out, "--ctx-start");
+}
