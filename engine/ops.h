@@ -36,6 +36,10 @@
  * - Each op returns 0, or -1 after recording a message the backend hands
  *   back through last_error(). After an error the schedule abandons the
  *   chunk; the session state is then reset by the caller.
+ * - The contract is checked end to end: tests/test_golden_opencl.c runs
+ *   the golden comparisons and CPU-snapshot resumption on the OpenCL
+ *   backend (ds4_backend_opencl built on forward.h), and the CPU backend's
+ *   ops are the reference for any single op.
  *
  * ---- Model constants -----------------------------------------------------
  *

@@ -71,6 +71,17 @@ void golden_free(golden_set *g)
     memset(g, 0, sizeof *g);
 }
 
+ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads)
+{
+    if (b == DS4_BACKEND_CPU) return fwd_test_engine(qs, threads);
+    if (b == DS4_BACKEND_OPENCL && !&ds4_backend_opencl) SKIP("no OpenCL backend in this build");
+    ds4_engine_options o = { .model_path = golden_model(), .backend = b, .threads = threads, .quant_sim = qs };
+    ds4_error err = { "" };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    if (!e) SKIP("backend unavailable here: %s", err.msg);
+    return e;
+}
+
 ds4_engine *fwd_test_engine(ds4_quant_sim qs, int threads)
 {
     ds4_engine_options o = { .model_path = golden_model(), .backend = DS4_BACKEND_CPU, .threads = threads,

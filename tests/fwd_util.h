@@ -31,6 +31,9 @@ const char *golden_model(void);
 
 /* An engine on the golden model (fails the test on error). */
 ds4_engine *fwd_test_engine(ds4_quant_sim qs, int threads);
+/* The same on another backend; skips when it is not in the build or
+ * cannot open here (no device). */
+ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads);
 
 /* Decisions recorded by a traced run: experts [n_pos][n_layer][k] (sorted
  * ascending), indexer selections [n_pos][n_layer][top_k] (sorted, −1
