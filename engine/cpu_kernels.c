@@ -206,8 +206,16 @@ static inline void dec_iq2_xxs(const uint8_t *row, int64_t k, __m512 *lo, __m512
     const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)row + (k >> 8);
     const uint8_t *idx = (const uint8_t *)b->qs + 8 * ((k & 255) >> 5);
     uint32_t w = quant_rd32(idx + 4), sg = iq2_signs(w);
-    __m512 db = _mm512_set1_ps(f16s(&b->d) * (0.5f + (float)(w >> 28)) * 0.25f);
-    __m512 v0 = _mm512_mul_ps(db, iq2_pair(idx)), v1 = _mm512_mul_ps(db, iq2_pair(idx + 2));
+    float db = f16s(&b->d) * (0.5f + (float)(w >> 28)) * 0.25f;
+    /* grid bytes are 8, 25 or 43: lanes look up db·8, db·25, db·43 at
+     * indices 8, 9 and 11 (the byte mod 16) — the products the buffered
+     * path computes */
+    const __m512 mags = _mm512_setr_ps(0, 0, 0, 0, 0, 0, 0, 0, 8, 25, 0, 43, 0, 0, 0, 0);
+    __m512 tbl = _mm512_mul_ps(_mm512_set1_ps(db), mags);
+    __m128i g0 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[1]], (long long)quant_iq2xxs_grid[idx[0]]);
+    __m128i g1 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[3]], (long long)quant_iq2xxs_grid[idx[2]]);
+    __m512 v0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(g0), tbl);
+    __m512 v1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(g1), tbl);
     *lo = _mm512_mask_sub_ps(v0, (__mmask16)sg, _mm512_setzero_ps(), v0);
     *hi = _mm512_mask_sub_ps(v1, (__mmask16)(sg >> 16), _mm512_setzero_ps(), v1);
 }
