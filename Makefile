@@ -20,7 +20,7 @@ PREFIX    ?= /usr/local
 DESTDIR   ?=
 CC        ?= cc
 PKG_CONFIG ?= pkg-config
-PKGS      := ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8
+PKGS      := ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto
 
 MODULES   := base engine opencl agent tools ui sessions prompts cli
 

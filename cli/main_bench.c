@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/bench_quant.h"
+#include "cli/bench_tokenizer.h"
+
 static void help(void)
 {
     fputs("ds4cl-bench " DS4CL_VERSION " — engine benchmarks and logits dumps\n"
@@ -11,6 +14,9 @@ static void help(void)
           "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none]\n"
           "       ds4cl-bench -m MODEL --prompt-file F --ctx-start A --ctx-max B --step S\n"
           "                   --gen-tokens G [--backend cpu|opencl]\n"
+          "       ds4cl-bench --quant-bench [--mb M] [--n N] [--threads T] [--reps R] [--types LIST]\n"
+          "                   matvec GB/s per weight format vs a streaming-read ceiling\n"
+          "       ds4cl-bench --tokenizer-bench FILE -m MODEL [--runs N]\n"
           "\n"
           "  -h, --help     this text\n"
           "      --version  print the version\n", stdout);
@@ -18,6 +24,8 @@ static void help(void)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--quant-bench")) return bench_quant(argc - 2, argv + 2);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--tokenizer-bench")) return bench_tokenizer_main(argc, argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
         if (!strcmp(argv[i], "--version")) { printf("ds4cl-bench %s\n", DS4CL_VERSION); return 0; }

@@ -1,0 +1,15 @@
+/* bench_quant.h — `ds4cl-bench --quant-bench`: matvec throughput of every
+ * weight format against the machine's streaming-read ceiling. */
+#ifndef DS4CL_BENCH_QUANT_H
+#define DS4CL_BENCH_QUANT_H
+
+#include <stddef.h>
+
+/* argv holds the arguments after --quant-bench. Returns the exit status. */
+int bench_quant(int argc, char **argv);
+
+/* Streaming-read bandwidth in GB/s over `bytes` with `threads` readers (a
+ * sum over the buffer, so nothing is written). Shared with other benchmarks. */
+double bench_read_ceiling_gbps(size_t bytes, int threads);
+
+#endif

@@ -1,0 +1,534 @@
+/* memplan.c — memory planning: the arithmetic, memory detection, and the
+ * messages that refuse or warn with numbers. */
+#include "cli/memplan.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <CL/cl.h>
+
+#include "base/base.h"
+#include "cli/progress.h"
+
+/* The engine is linked in by the programs that plan sessions; the planner
+ * itself must not depend on it (tests link it without an engine). */
+#pragma weak ds4_engine_info
+#pragma weak ds4_session_bytes_estimate
+
+#define DEFAULT_MAX_CTX 1048576
+#define UNLIMITED_CGROUP (1ull << 60)
+
+memplan_policy memplan_default_policy(void)
+{
+    return (memplan_policy){
+        .reserve_min = 1ull << 30,
+        .reserve_fraction = 0.05,
+        .comfort_fraction = 0.90,
+        .granularity = 1024,
+        .min_ctx = 4096,
+        .tight_ctx = 32768,
+    };
+}
+
+uint64_t memplan_linear_bytes(void *ud, int n_ctx)
+{
+    const memplan_linear *l = ud;
+    return l->fixed + l->per_token * (uint64_t)(n_ctx > 0 ? n_ctx : 0);
+}
+
+static int model_limit(const memplan_input *in)
+{
+    return in->max_ctx > 0 ? in->max_ctx : DEFAULT_MAX_CTX;
+}
+
+static uint64_t need_for(const memplan_input *in, int n_ctx)
+{
+    uint64_t c = in->ctx_bytes ? in->ctx_bytes(in->ctx_ud, n_ctx) : 0;
+    return in->weights_bytes + in->fixed_bytes + c;
+}
+
+int memplan_largest_ctx(const memplan_input *in, uint64_t budget, int lo, int hi, int step)
+{
+    if (lo < 1) lo = 1;
+    if (hi < lo) return 0;
+    if (need_for(in, lo) > budget) return 0;
+    if (need_for(in, hi) <= budget) return hi;
+    int good = lo, bad = hi; /* need(good) fits, need(bad) does not */
+    while (bad - good > 1) {
+        int mid = good + (bad - good) / 2;
+        if (need_for(in, mid) <= budget) good = mid;
+        else bad = mid;
+    }
+    if (step > 1) {
+        int rounded = good / step * step;
+        good = rounded >= lo ? rounded : lo;
+    }
+    return good;
+}
+
+static void budgets(const memplan_input *in, const memplan_policy *pol, memplan_result *out)
+{
+    uint64_t avail = in->available_bytes;
+    uint64_t reserve = (uint64_t)((double)avail * pol->reserve_fraction);
+    if (reserve < pol->reserve_min) reserve = pol->reserve_min;
+    out->reserve_bytes = reserve;
+    out->usable_bytes = avail > reserve ? avail - reserve : 0;
+    out->comfortable_bytes = (uint64_t)((double)out->usable_bytes * pol->comfort_fraction);
+}
+
+static void fill_limits(const memplan_input *in, const memplan_policy *pol, int hi, memplan_result *out)
+{
+    int lo = pol->min_ctx < hi ? pol->min_ctx : hi;
+    out->largest_fit = memplan_largest_ctx(in, out->usable_bytes, lo, hi, pol->granularity);
+    out->largest_comfortable = memplan_largest_ctx(in, out->comfortable_bytes, lo, hi, pol->granularity);
+}
+
+static void measure(const memplan_input *in, int n_ctx, memplan_result *out)
+{
+    out->n_ctx = n_ctx;
+    out->ctx_bytes = n_ctx > 0 && in->ctx_bytes ? in->ctx_bytes(in->ctx_ud, n_ctx) : 0;
+    out->need_bytes = in->weights_bytes + in->fixed_bytes + out->ctx_bytes;
+}
+
+void memplan_check(const memplan_input *in, const memplan_policy *pol, int n_ctx, memplan_result *out)
+{
+    memset(out, 0, sizeof *out);
+    budgets(in, pol, out);
+    int limit = model_limit(in);
+    fill_limits(in, pol, limit, out);
+    measure(in, n_ctx, out);
+    if (n_ctx > limit || out->need_bytes > out->usable_bytes) out->verdict = MEMPLAN_TOO_BIG;
+    else if (out->need_bytes > out->comfortable_bytes) out->verdict = MEMPLAN_TIGHT;
+    else out->verdict = MEMPLAN_FITS;
+}
+
+void memplan_auto(const memplan_input *in, const memplan_policy *pol, int cap, memplan_result *out)
+{
+    memset(out, 0, sizeof *out);
+    budgets(in, pol, out);
+    int limit = model_limit(in);
+    fill_limits(in, pol, limit, out);
+    int hi = cap > 0 && cap < limit ? cap : limit;
+    int lo = pol->min_ctx < hi ? pol->min_ctx : hi;
+    int c = memplan_largest_ctx(in, out->comfortable_bytes, lo, hi, pol->granularity);
+    if (c > 0) {
+        measure(in, c, out);
+        out->verdict = MEMPLAN_FITS;
+        return;
+    }
+    int f = memplan_largest_ctx(in, out->usable_bytes, lo, hi, pol->granularity);
+    if (f > pol->tight_ctx && pol->tight_ctx >= lo) f = pol->tight_ctx;
+    if (f > 0) {
+        measure(in, f, out);
+        out->verdict = MEMPLAN_TIGHT;
+        return;
+    }
+    measure(in, lo, out);
+    out->n_ctx = 0;
+    out->verdict = MEMPLAN_TOO_BIG;
+}
+
+/* ---- detection ----------------------------------------------------------- */
+
+int memplan_parse_size(const char *s, uint64_t *out)
+{
+    if (!s) return -1;
+    while (isspace((unsigned char)*s)) s++;
+    if (!isdigit((unsigned char)*s)) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || !(v >= 0)) return -1;
+    while (isspace((unsigned char)*end)) end++;
+    double mult = 1;
+    static const char units[] = "KMGTP";
+    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (u) {
+        mult = pow(1024.0, (double)(u - units + 1));
+        end++;
+        if (*end == 'i' || *end == 'I') end++;
+        if (*end == 'B' || *end == 'b') end++;
+    } else if (*end == 'B' || *end == 'b') {
+        end++;
+    }
+    if (*end) return -1;
+    double bytes = v * mult;
+    if (bytes > 1.8e19) return -1;
+    *out = (uint64_t)bytes;
+    return 0;
+}
+
+int memplan_parse_meminfo(const char *text, const char *key, uint64_t *out)
+{
+    size_t kl = strlen(key);
+    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (strncmp(line, key, kl) != 0 || line[kl] != ':') continue;
+        char *end;
+        unsigned long long v = strtoull(line + kl + 1, &end, 10);
+        while (*end == ' ') end++;
+        *out = !strncmp(end, "kB", 2) ? (uint64_t)v * 1024 : (uint64_t)v;
+        return 0;
+    }
+    return -1;
+}
+
+static int read_u64_file(const char *path, uint64_t *out, bool *is_max)
+{
+    char *t = file_read_all(path, NULL);
+    if (!t) return -1;
+    int rc = 0;
+    if (is_max) *is_max = !strncmp(t, "max", 3);
+    if (is_max && *is_max) {
+        *out = 0;
+    } else {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(t, &end, 10);
+        if (errno || end == t) rc = -1;
+        else *out = v;
+    }
+    free(t);
+    return rc;
+}
+
+static uint64_t stat_key(const char *dir, const char *key)
+{
+    char path[PATH_MAX * 2 + 32];
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    char *t = file_read_all(path, NULL);
+    if (!t) return 0;
+    uint64_t v = 0;
+    size_t kl = strlen(key);
+    for (char *line = t; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (!strncmp(line, key, kl) && line[kl] == ' ') {
+            v = strtoull(line + kl + 1, NULL, 10);
+            break;
+        }
+    }
+    free(t);
+    return v;
+}
+
+/* Walks dir and its ancestors up to root, taking the smallest headroom. */
+static bool walk_levels(const char *root, const char *cg_path, bool v2, uint64_t *best)
+{
+    char rel[PATH_MAX];
+    snprintf(rel, sizeof rel, "%s", cg_path);
+    size_t n = strlen(rel);
+    while (n > 1 && rel[n - 1] == '/') rel[--n] = 0;
+    bool found = false;
+    for (;;) {
+        char dir[PATH_MAX * 2], p_limit[PATH_MAX * 2 + 32], p_usage[PATH_MAX * 2 + 32];
+        snprintf(dir, sizeof dir, "%s%s%s", root, v2 ? "" : "/memory", strcmp(rel, "/") ? rel : "");
+        snprintf(p_limit, sizeof p_limit, "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
+        snprintf(p_usage, sizeof p_usage, "%s/%s", dir, v2 ? "memory.current" : "memory.usage_in_bytes");
+        uint64_t limit = 0, usage = 0;
+        bool is_max = false;
+        if (read_u64_file(p_limit, &limit, &is_max) == 0 && !is_max && limit < UNLIMITED_CGROUP &&
+            read_u64_file(p_usage, &usage, NULL) == 0) {
+            /* Page cache the kernel can drop counts as usage but is available. */
+            uint64_t cache = stat_key(dir, v2 ? "inactive_file" : "total_inactive_file");
+            uint64_t used = usage > cache ? usage - cache : 0;
+            uint64_t avail = limit > used ? limit - used : 0;
+            if (!found || avail < *best) *best = avail;
+            found = true;
+        }
+        if (!strcmp(rel, "/") || !rel[0]) break;
+        char *slash = strrchr(rel, '/');
+        if (slash == rel) rel[1] = 0;
+        else *slash = 0;
+    }
+    return found;
+}
+
+int memplan_cgroup_available(const char *sysfs_root, const char *proc_cgroup, uint64_t *out)
+{
+    bool found = false;
+    uint64_t best = 0;
+    for (const char *line = proc_cgroup; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        const char *c1 = strchr(line, ':');
+        if (!c1) continue;
+        const char *c2 = strchr(c1 + 1, ':');
+        if (!c2) continue;
+        size_t plen = strcspn(c2 + 1, "\n");
+        char path[PATH_MAX];
+        if (plen == 0 || plen >= sizeof path) continue;
+        memcpy(path, c2 + 1, plen);
+        path[plen] = 0;
+        size_t clen = (size_t)(c2 - c1 - 1);
+        bool v2 = clen == 0 && line[0] == '0';
+        bool v1_memory = false;
+        for (const char *p = c1 + 1; p < c2;) {
+            size_t k = strcspn(p, ",:");
+            if (k == 6 && !strncmp(p, "memory", 6)) v1_memory = true;
+            p += k + 1;
+        }
+        if (!v2 && !v1_memory) continue;
+        uint64_t v = 0;
+        if (walk_levels(sysfs_root, path, v2, &v) && (!found || v < best)) {
+            best = v;
+            found = true;
+        }
+    }
+    if (!found) return -1;
+    *out = best;
+    return 0;
+}
+
+int memplan_host_available(uint64_t *bytes, char *source, size_t source_n)
+{
+    const char *env = getenv("DS4CL_MEM_AVAILABLE");
+    if (env && *env) {
+        if (memplan_parse_size(env, bytes) == 0) {
+            snprintf(source, source_n, "DS4CL_MEM_AVAILABLE");
+            return 0;
+        }
+        fprintf(stderr, "ds4cl: ignoring DS4CL_MEM_AVAILABLE=%s (want bytes, e.g. 64G)\n", env);
+    }
+    char *mi = file_read_all("/proc/meminfo", NULL);
+    uint64_t avail = 0;
+    bool have = mi && memplan_parse_meminfo(mi, "MemAvailable", &avail) == 0;
+    free(mi);
+    if (have) snprintf(source, source_n, "MemAvailable");
+    char *cg = file_read_all("/proc/self/cgroup", NULL);
+    uint64_t cg_avail;
+    if (cg && memplan_cgroup_available("/sys/fs/cgroup", cg, &cg_avail) == 0 && (!have || cg_avail < avail)) {
+        avail = cg_avail;
+        have = true;
+        snprintf(source, source_n, "cgroup memory limit");
+    }
+    free(cg);
+    if (!have) return -1;
+    *bytes = avail;
+    return 0;
+}
+
+uint64_t memplan_device_memory_override(void)
+{
+    const char *env = getenv("DS4CL_DEVICE_MEM");
+    uint64_t v;
+    if (env && *env && memplan_parse_size(env, &v) == 0) return v;
+    return 0;
+}
+
+/* ---- messages ------------------------------------------------------------- */
+
+void memplan_explain(const memplan_result *r, const memplan_input *in, int requested,
+                     const char *what, const char *source, char *buf, size_t n)
+{
+    char need[32], usable[32], avail[32], reserve[32], weights[32], ctx[32];
+    format_bytes(need, sizeof need, r->need_bytes);
+    format_bytes(usable, sizeof usable, r->usable_bytes);
+    format_bytes(avail, sizeof avail, in->available_bytes);
+    format_bytes(reserve, sizeof reserve, r->reserve_bytes);
+    format_bytes(weights, sizeof weights, in->weights_bytes + in->fixed_bytes);
+    format_bytes(ctx, sizeof ctx, r->ctx_bytes);
+    strbuf b = { 0 };
+    int limit = model_limit(in);
+    char ctxname[64];
+    if (requested > 0) snprintf(ctxname, sizeof ctxname, "--ctx %d", requested);
+    else snprintf(ctxname, sizeof ctxname, "%s", requested == -1 ? "--ctx auto" : "the default context");
+
+    if (r->verdict == MEMPLAN_TOO_BIG && requested > limit) {
+        sb_printf(&b, "%s is beyond the model's limit of %d tokens", ctxname, limit);
+    } else if (r->verdict == MEMPLAN_TOO_BIG) {
+        if (r->largest_fit == 0 && in->weights_bytes + in->fixed_bytes) {
+            sb_printf(&b, "the model does not fit in %s: the weights alone need %s,\n", what, weights);
+            sb_printf(&b, "  usable %s: %s available (%s) minus %s kept free", usable, avail, source, reserve);
+        } else {
+            sb_printf(&b, "%s does not fit in %s:\n", ctxname, what);
+            if (in->weights_bytes + in->fixed_bytes)
+                sb_printf(&b, "  needs %s: weights %s + context %s (KV, compressed rows, scratch)\n", need, weights, ctx);
+            else
+                sb_printf(&b, "  needs %s for the context (KV, compressed rows, scratch)\n", need);
+            sb_printf(&b, "  usable %s: %s available (%s) minus %s kept free\n", usable, avail, source, reserve);
+            sb_printf(&b, "  the largest context that fits is %d tokens", r->largest_fit);
+            if (r->largest_comfortable)
+                sb_printf(&b, "; --ctx auto picks %d, which leaves some room", r->largest_comfortable);
+        }
+    } else {
+        int pct = r->usable_bytes ? (int)(100.0 * (double)r->need_bytes / (double)r->usable_bytes + 0.5) : 100;
+        bool tight = r->verdict == MEMPLAN_TIGHT;
+        if (requested > 0)
+            sb_printf(&b, "--ctx %d %s", r->n_ctx, tight ? "leaves little memory: it needs" : "needs");
+        else
+            sb_printf(&b, "%s: %d tokens, %s", requested == -1 ? "--ctx auto" : "context reduced to fit",
+                      r->n_ctx, tight ? "though memory is short: it needs" : "needing");
+        sb_printf(&b, " %s of %s usable %s (%d%%)", need, usable, what, pct);
+        if (tight && r->largest_comfortable)
+            sb_printf(&b, "; --ctx %d would be comfortable", r->largest_comfortable);
+    }
+    snprintf(buf, n, "%s", sb_str(&b));
+    sb_free(&b);
+}
+
+static const char override_hint[] =
+    "(DS4CL_MEM_AVAILABLE=BYTES, or DS4CL_DEVICE_MEM for OpenCL, overrides the detected memory)";
+
+/* Plain OpenCL 1.2 queries through the ICD loader; no context is created. */
+int memplan_opencl_device(const char *device, memplan_device *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!device || !*device) device = getenv("DS4CL_DEVICE");
+    if (device && !*device) device = NULL;
+    cl_uint np = 0;
+    if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0) return -1;
+    cl_platform_id plats[16];
+    if (np > 16) np = 16;
+    if (clGetPlatformIDs(np, plats, NULL) != CL_SUCCESS) return -1;
+    char *end = NULL;
+    long want_index = device ? strtol(device, &end, 10) : -1;
+    bool by_index = device && end && end != device && !*end;
+    cl_device_id chosen = NULL, first = NULL;
+    long index = 0;
+    for (cl_uint p = 0; p < np && !chosen; p++) {
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0) continue;
+        cl_device_id devs[64];
+        if (nd > 64) nd = 64;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) != CL_SUCCESS) continue;
+        for (cl_uint d = 0; d < nd && !chosen; d++, index++) {
+            char name[256] = "";
+            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof name, name, NULL);
+            cl_device_type type = 0;
+            clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof type, &type, NULL);
+            if (!first) first = devs[d];
+            if (by_index) {
+                if (index == want_index) chosen = devs[d];
+            } else if (device) {
+                if (strcasestr(name, device)) chosen = devs[d];
+            } else if (type & CL_DEVICE_TYPE_GPU) {
+                chosen = devs[d];
+            }
+        }
+    }
+    if (!chosen && !device) chosen = first;
+    if (!chosen) return -1;
+    cl_ulong mem = 0;
+    cl_bool unified = CL_FALSE;
+    clGetDeviceInfo(chosen, CL_DEVICE_NAME, sizeof out->name, out->name, NULL);
+    out->name[sizeof out->name - 1] = 0;
+    if (clGetDeviceInfo(chosen, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL) != CL_SUCCESS) return -1;
+    clGetDeviceInfo(chosen, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+    out->global_mem = mem;
+    out->unified = unified == CL_TRUE;
+    return 0;
+}
+
+/* Where a session's memory comes from. The weights are memory-mapped from
+ * the GGUF, so they always take host memory; a discrete OpenCL device
+ * holds the session (and whatever the engine copies there) in its own
+ * memory, while a unified-memory device shares the host's. */
+typedef struct {
+    uint64_t available;
+    const char *what;
+    char source[160];
+    bool holds_weights;
+} pool;
+
+static int host_pool(pool *p)
+{
+    p->what = "memory";
+    p->holds_weights = true;
+    return memplan_host_available(&p->available, p->source, sizeof p->source);
+}
+
+static int session_pool(ds4_backend backend, const char *device, pool *p)
+{
+    memset(p, 0, sizeof *p);
+    if (backend != DS4_BACKEND_OPENCL) return host_pool(p);
+    uint64_t dev = memplan_device_memory_override();
+    if (dev) {
+        p->available = dev;
+        p->what = "device memory";
+        snprintf(p->source, sizeof p->source, "DS4CL_DEVICE_MEM");
+        return 0;
+    }
+    memplan_device d;
+    if (memplan_opencl_device(device, &d) != 0 || d.unified || d.global_mem == 0) return host_pool(p);
+    p->available = d.global_mem;
+    p->what = "device memory";
+    snprintf(p->source, sizeof p->source, "%s, total", d.name);
+    return 0;
+}
+
+int memplan_precheck_file(const char *model_path, ds4_backend backend)
+{
+    /* Every backend maps the weights from the file into host memory. */
+    if (backend == DS4_BACKEND_SCRIPT) return 0;
+    struct stat st;
+    if (stat(model_path, &st) != 0) return 0; /* the loader reports it */
+    pool pl;
+    if (host_pool(&pl) != 0) return 0;
+    memplan_input in = { .weights_bytes = (uint64_t)st.st_size, .available_bytes = pl.available };
+    memplan_policy pol = memplan_default_policy();
+    memplan_result r;
+    memplan_check(&in, &pol, 0, &r);
+    if (r.need_bytes <= r.usable_bytes) return 0;
+    char w[32], u[32], a[32], k[32];
+    fprintf(stderr,
+            "ds4cl: the model does not fit in %s: its weights need %s, %s is usable\n"
+            "  (%s available per %s, minus %s kept free).\n"
+            "Free some memory, or use a smaller model %s.\n",
+            pl.what, format_bytes(w, sizeof w, in.weights_bytes), format_bytes(u, sizeof u, r.usable_bytes),
+            format_bytes(a, sizeof a, pl.available), pl.source, format_bytes(k, sizeof k, r.reserve_bytes),
+            override_hint);
+    return -1;
+}
+
+static uint64_t engine_ctx_bytes(void *ud, int n_ctx)
+{
+    return ds4_session_bytes_estimate((const ds4_engine *)ud, n_ctx);
+}
+
+int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
+                        int default_ctx, int *n_ctx)
+{
+    int fallback = requested > 0 ? requested : default_ctx;
+    if (!ds4_engine_info || !ds4_session_bytes_estimate) {
+        *n_ctx = fallback;
+        return 0;
+    }
+    ds4_model_info info;
+    memset(&info, 0, sizeof info);
+    ds4_engine_info(e, &info);
+    pool pl;
+    if (session_pool(backend, device, &pl) != 0) {
+        if (requested == -1) fprintf(stderr, "ds4cl: cannot tell how much memory is free; using --ctx %d\n", fallback);
+        *n_ctx = fallback;
+        return 0;
+    }
+    memplan_input in = {
+        .weights_bytes = pl.holds_weights ? info.weights_bytes : 0,
+        .ctx_bytes = engine_ctx_bytes,
+        .ctx_ud = (void *)e,
+        .available_bytes = pl.available,
+        .max_ctx = info.n_ctx_train,
+    };
+    memplan_policy pol = memplan_default_policy();
+    memplan_result r;
+    char msg[1024];
+    if (requested > 0) {
+        memplan_check(&in, &pol, requested, &r);
+    } else if (requested == -1) {
+        memplan_auto(&in, &pol, 0, &r);
+    } else {
+        memplan_check(&in, &pol, default_ctx, &r);
+        if (r.verdict != MEMPLAN_FITS) memplan_auto(&in, &pol, default_ctx, &r);
+    }
+    memplan_explain(&r, &in, requested, pl.what, pl.source, msg, sizeof msg);
+    if (r.verdict == MEMPLAN_TOO_BIG) {
+        fprintf(stderr, "ds4cl: %s\n%s\n", msg, override_hint);
+        return -1;
+    }
+    if (r.verdict == MEMPLAN_TIGHT) fprintf(stderr, "ds4cl: warning: %s\n", msg);
+    else if (requested == -1 || (requested == 0 && r.n_ctx != default_ctx)) fprintf(stderr, "ds4cl: %s\n", msg);
+    *n_ctx = r.n_ctx;
+    return 0;
+}

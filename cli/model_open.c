@@ -1,0 +1,72 @@
+/* model_open.c — resolve, check, load with progress, plan the context. */
+#include "cli/model_open.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cli/memplan.h"
+#include "cli/model_path.h"
+#include "cli/progress.h"
+
+/* The engine is assembled from parts; a build without it says so. */
+#pragma weak ds4_engine_open
+#pragma weak ds4_engine_close
+#pragma weak ds4_engine_info
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx)
+{
+    bool scripted = o->backend == DS4_BACKEND_SCRIPT;
+    char buf[PATH_MAX];
+    const char *path = o->model_path;
+    if (!scripted || path) {
+        path = model_path_resolve(o->model_path, buf, sizeof buf);
+        if (!path) return NULL;
+        if (!scripted && memplan_precheck_file(path, o->backend) != 0) return NULL;
+    }
+
+    if (!ds4_engine_open) {
+        fprintf(stderr, "ds4cl: this build has no inference engine\n");
+        return NULL;
+    }
+    progress p;
+    progress_start(&p, "loading model", PROGRESS_QUIET);
+    ds4_engine_options eo = {
+        .model_path = path,
+        .backend = o->backend,
+        .script_path = o->script_path,
+        .device = o->device,
+        .threads = o->threads,
+        .quant_sim = o->quant_sim,
+        .load_progress = progress_load_callback,
+        .load_ud = &p,
+    };
+    ds4_error err = { "" };
+    double t0 = now_ms();
+    ds4_engine *e = ds4_engine_open(&eo, &err);
+    progress_finish(&p, NULL);
+    if (!e) {
+        fprintf(stderr, "ds4cl: cannot load %s: %s\n", path ? path : "the model", err.msg);
+        return NULL;
+    }
+    if (scripted) {
+        *n_ctx = o->ctx > 0 ? o->ctx : default_ctx;
+        return e;
+    }
+    ds4_model_info info;
+    memset(&info, 0, sizeof info);
+    if (ds4_engine_info) ds4_engine_info(e, &info);
+    progress_print_loaded(info.name[0] ? info.name : base_name(path), t0);
+    if (memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, n_ctx) != 0) {
+        ds4_engine_close(e);
+        return NULL;
+    }
+    return e;
+}

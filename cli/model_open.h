@@ -1,0 +1,27 @@
+/* model_open.h — the first minute of every command that runs the model:
+ * find it, check it fits, load it with progress, pick the context.
+ *
+ *   int n_ctx;
+ *   ds4_engine *e = model_open(o, 65536, &n_ctx);
+ *   if (!e) return EXIT_ERROR;            // the reason is already on stderr
+ *   ds4_session *s = ds4_session_open(e, n_ctx, &err);
+ *
+ * Steps: -m or the default model (model_path_resolve: explains how to
+ * download one when there is none); the weights against the backend's
+ * memory before anything is read (memplan_precheck_file); ds4_engine_open
+ * with a progress line on a terminal; "loaded NAME in X s"; the context
+ * from --ctx N / auto / the default (memplan_session_ctx), refused with the
+ * numbers when it cannot fit. The scripted test engine skips the memory
+ * steps and the load report.
+ */
+#ifndef DS4CL_MODEL_OPEN_H
+#define DS4CL_MODEL_OPEN_H
+
+#include "cli/options.h"
+#include "engine/ds4.h"
+
+/* NULL on failure, with the message printed on stderr. default_ctx is the
+ * context used when the command line gives none (o->ctx == 0). */
+ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx);
+
+#endif

@@ -1,0 +1,77 @@
+/* backend.h — what a compute backend (CPU, OpenCL, the scripted test
+ * engine) provides to the common engine/session layer.
+ *
+ * The common layer (engine.c, session.c) owns everything that is the same
+ * for every backend: opening the GGUF, the tokenizer and the model binding,
+ * the token prefix of a session, longest-common-prefix reuse, logits
+ * bookkeeping, and the snapshot container (header, tokens, logits,
+ * checksum). A backend owns the per-token computation and the KV state it
+ * needs, and serializes that state as an opaque payload.
+ */
+#ifndef DS4CL_BACKEND_H
+#define DS4CL_BACKEND_H
+
+#include "base/base.h"
+#include "engine/ds4.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+
+typedef struct ds4_backend_ops ds4_backend_ops;
+
+struct ds4_engine {
+    ds4_engine_options opt;   /* strings point into the copies below */
+    char *model_path;
+    char *script_path;
+    char *device;
+    gguf_file *gguf;
+    ds4_tokenizer *tok;
+    ds4_model *model;         /* NULL for backends that need no weights */
+    uint64_t identity;        /* gguf_identity() */
+    int n_vocab;
+    const ds4_backend_ops *ops;
+    void *impl;               /* backend's engine-level state */
+};
+
+struct ds4_backend_ops {
+    const char *name;
+    bool needs_model;         /* bind the weights before open() */
+
+    int (*open)(ds4_engine *e, ds4_error *err); /* sets e->impl */
+    void (*close)(ds4_engine *e);
+    /* Optional: backend/device names into info. */
+    void (*describe)(const ds4_engine *e, ds4_model_info *info);
+    uint64_t (*session_bytes)(const ds4_engine *e, int n_ctx);
+
+    void *(*state_new)(ds4_engine *e, int n_ctx, ds4_error *err);
+    void (*state_free)(void *st);
+
+    /* Evaluates tokens[pos .. pos+n) on a state that holds exactly
+     * tokens[0 .. pos); `tokens` is the whole prefix. Writes the logits after
+     * the last evaluated token into `logits` (n_vocab floats). Calls
+     * cb->progress(done, n, …) as work completes and polls cb->cancel at
+     * every chunk and token boundary. Returns how many tokens were
+     * evaluated (fewer than n only when cancelled; the state then holds
+     * exactly tokens[0 .. pos+returned)), or -1 on error (state undefined:
+     * the caller resets it). */
+    long (*eval)(void *st, const int32_t *tokens, size_t pos, size_t n,
+                 float *logits, const ds4_callbacks *cb, ds4_error *err);
+
+    /* Shrinks the state to its first n tokens. Returns -1 when it cannot,
+     * and the caller resets and recomputes from the start. May be NULL. */
+    int (*rewind)(void *st, size_t n);
+    void (*reset)(void *st);
+    uint64_t (*kv_bytes)(void *st);
+
+    /* Appends the state's payload for a snapshot, and restores one. The
+     * payload must not depend on the backend that wrote it when two
+     * backends compute the same model (CPU and OpenCL share a format). */
+    int (*save)(void *st, strbuf *out, ds4_error *err);
+    int (*load)(void *st, const void *payload, size_t len, size_t n_tokens, ds4_error *err);
+};
+
+/* Backends linked into this build (NULL when absent). */
+extern const ds4_backend_ops ds4_backend_cpu __attribute__((weak));
+extern const ds4_backend_ops ds4_backend_opencl __attribute__((weak));
+extern const ds4_backend_ops ds4_backend_script __attribute__((weak));
+
+#endif

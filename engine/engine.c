@@ -1,0 +1,117 @@
+/* engine.c — opening a model on a backend: GGUF, tokenizer, weights
+ * binding, then the backend itself. */
+#include "engine/backend.h"
+#include "engine/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const ds4_backend_ops *backend_for(ds4_backend b)
+{
+    switch (b) {
+    case DS4_BACKEND_CPU: return &ds4_backend_cpu;
+    case DS4_BACKEND_OPENCL: return &ds4_backend_opencl;
+    case DS4_BACKEND_SCRIPT: return &ds4_backend_script;
+    }
+    return NULL;
+}
+
+static const char *backend_label(ds4_backend b)
+{
+    switch (b) {
+    case DS4_BACKEND_CPU: return "cpu";
+    case DS4_BACKEND_OPENCL: return "opencl";
+    case DS4_BACKEND_SCRIPT: return "script";
+    }
+    return "?";
+}
+
+static char *dup_or_null(const char *s)
+{
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) abort();
+    return d;
+}
+
+ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
+{
+    if (!opt || !opt->model_path) {
+        ds4_error_set(err, "no model file given");
+        return NULL;
+    }
+    const ds4_backend_ops *ops = backend_for(opt->backend);
+    if (!ops || !ops->open) {
+        ds4_error_set(err, "the %s backend is not part of this build", backend_label(opt->backend));
+        return NULL;
+    }
+    if (opt->backend == DS4_BACKEND_SCRIPT && !opt->script_path) {
+        ds4_error_set(err, "the script engine needs a script file (--engine script:FILE)");
+        return NULL;
+    }
+    ds4_engine *e = calloc(1, sizeof *e);
+    if (!e) abort();
+    e->opt = *opt;
+    e->model_path = dup_or_null(opt->model_path);
+    e->script_path = dup_or_null(opt->script_path);
+    e->device = dup_or_null(opt->device);
+    e->opt.model_path = e->model_path;
+    e->opt.script_path = e->script_path;
+    e->opt.device = e->device;
+    e->ops = ops;
+
+    if (opt->load_progress) opt->load_progress(opt->load_ud, 0.0, "reading model");
+    e->gguf = gguf_open(e->model_path, err);
+    if (!e->gguf) goto fail;
+    e->identity = gguf_identity(e->gguf);
+    e->tok = tokenizer_from_gguf(e->gguf, err);
+    if (!e->tok) goto fail;
+    e->n_vocab = ds4_vocab_size(e->tok);
+    if (ops->needs_model) {
+        e->model = model_bind(e->gguf, err);
+        if (!e->model) goto fail;
+    }
+    if (ops->open(e, err) != 0) goto fail;
+    if (opt->load_progress) opt->load_progress(opt->load_ud, 1.0, "ready");
+    return e;
+
+fail:
+    ds4_engine_close(e);
+    return NULL;
+}
+
+void ds4_engine_close(ds4_engine *e)
+{
+    if (!e) return;
+    if (e->impl && e->ops->close) e->ops->close(e);
+    if (e->model) model_free(e->model);
+    if (e->tok) ds4_tokenizer_free(e->tok);
+    if (e->gguf) gguf_close(e->gguf);
+    free(e->model_path);
+    free(e->script_path);
+    free(e->device);
+    free(e);
+}
+
+void ds4_engine_info(const ds4_engine *e, ds4_model_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (e->model) model_describe(e->model, out);
+    out->n_vocab = e->n_vocab;
+    out->identity = e->identity;
+    out->backend_name = e->ops->name;
+    if (!out->name[0]) {
+        const char *base = strrchr(e->model_path, '/');
+        snprintf(out->name, sizeof out->name, "%s", base ? base + 1 : e->model_path);
+    }
+    if (e->ops->describe) e->ops->describe(e, out);
+    if (!out->device_name[0]) snprintf(out->device_name, sizeof out->device_name, "%s", e->ops->name);
+}
+
+const ds4_tokenizer *ds4_engine_tokenizer(const ds4_engine *e) { return e->tok; }
+
+uint64_t ds4_session_bytes_estimate(const ds4_engine *e, int n_ctx)
+{
+    return e->ops->session_bytes ? e->ops->session_bytes(e, n_ctx) : 0;
+}

@@ -1,0 +1,310 @@
+/* session.c — a session is a token prefix plus the backend state that
+ * evaluated it. sync() reuses the longest common prefix, so an agent whose
+ * transcript only grows prefills only the new suffix; snapshots wrap the
+ * backend's payload in a checked container. */
+#include "engine/backend.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ds4_session {
+    ds4_engine *e;
+    void *st;
+    int n_ctx;
+    ds4_tokens toks;
+    float *logits;       /* n_vocab */
+    size_t logits_at;    /* logits are valid after toks[logits_at-1]; 0 = none */
+    size_t last_prefilled;
+};
+
+ds4_session *ds4_session_open(ds4_engine *e, int n_ctx, ds4_error *err)
+{
+    if (n_ctx < 1) {
+        ds4_error_set(err, "context size must be positive (got %d)", n_ctx);
+        return NULL;
+    }
+    ds4_session *s = calloc(1, sizeof *s);
+    if (!s) abort();
+    s->e = e;
+    s->n_ctx = n_ctx;
+    s->logits = calloc((size_t)e->n_vocab, sizeof *s->logits);
+    if (!s->logits) abort();
+    s->st = e->ops->state_new(e, n_ctx, err);
+    if (!s->st) {
+        free(s->logits);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void ds4_session_close(ds4_session *s)
+{
+    if (!s) return;
+    s->e->ops->state_free(s->st);
+    ds4_tokens_free(&s->toks);
+    free(s->logits);
+    free(s);
+}
+
+static void reset_state(ds4_session *s)
+{
+    s->e->ops->reset(s->st);
+    s->toks.n = 0;
+    s->logits_at = 0;
+}
+
+ds4_status ds4_session_sync(ds4_session *s, const int32_t *ids, size_t n,
+                            const ds4_callbacks *cb, ds4_error *err)
+{
+    s->last_prefilled = 0;
+    if (n > (size_t)s->n_ctx) {
+        ds4_error_set(err, "%zu tokens do not fit the context of %d", n, s->n_ctx);
+        return DS4_ERROR;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= s->e->n_vocab) {
+            ds4_error_set(err, "token id %d at position %zu is outside the vocabulary (%d)",
+                          ids[i], i, s->e->n_vocab);
+            return DS4_ERROR;
+        }
+    }
+    if (n == 0) {
+        reset_state(s);
+        return DS4_OK;
+    }
+    size_t keep = 0;
+    while (keep < s->toks.n && keep < n && s->toks.ids[keep] == ids[keep]) keep++;
+    if (keep == n && keep == s->toks.n && s->logits_at == n) return DS4_OK;
+    /* The logits of the last token must be recomputed when the new prefix
+     * ends inside (or exactly at the end of) the cached one without them. */
+    if (keep == n) keep = n - 1;
+    if (keep < s->toks.n) {
+        if (!s->e->ops->rewind || s->e->ops->rewind(s->st, keep) != 0) {
+            reset_state(s);
+            keep = 0;
+        }
+        s->toks.n = keep;
+        if (s->logits_at > keep) s->logits_at = 0;
+    }
+    long done = s->e->ops->eval(s->st, ids, keep, n - keep, s->logits, cb, err);
+    if (done < 0) {
+        reset_state(s);
+        return DS4_ERROR;
+    }
+    ds4_tokens_append(&s->toks, ids + keep, (size_t)done);
+    s->last_prefilled = (size_t)done;
+    if (done > 0) s->logits_at = s->toks.n;
+    return (size_t)done < n - keep ? DS4_INTERRUPTED : DS4_OK;
+}
+
+ds4_status ds4_session_eval(ds4_session *s, int32_t id, const ds4_callbacks *cb, ds4_error *err)
+{
+    if (s->toks.n + 1 > (size_t)s->n_ctx) {
+        ds4_error_set(err, "the context of %d tokens is full", s->n_ctx);
+        return DS4_ERROR;
+    }
+    if (id < 0 || id >= s->e->n_vocab) {
+        ds4_error_set(err, "token id %d is outside the vocabulary (%d)", id, s->e->n_vocab);
+        return DS4_ERROR;
+    }
+    ds4_tokens_push(&s->toks, id);
+    long done = s->e->ops->eval(s->st, s->toks.ids, s->toks.n - 1, 1, s->logits, cb, err);
+    if (done < 0) {
+        reset_state(s);
+        return DS4_ERROR;
+    }
+    if (done == 0) {
+        s->toks.n--;
+        return DS4_INTERRUPTED;
+    }
+    s->last_prefilled = 1;
+    s->logits_at = s->toks.n;
+    return DS4_OK;
+}
+
+const float *ds4_session_logits(const ds4_session *s)
+{
+    return s->toks.n > 0 && s->logits_at == s->toks.n ? s->logits : NULL;
+}
+
+size_t ds4_session_n_tokens(const ds4_session *s) { return s->toks.n; }
+const int32_t *ds4_session_tokens(const ds4_session *s) { return s->toks.ids; }
+int ds4_session_n_ctx(const ds4_session *s) { return s->n_ctx; }
+size_t ds4_session_last_prefilled(const ds4_session *s) { return s->last_prefilled; }
+
+uint64_t ds4_session_kv_bytes(const ds4_session *s)
+{
+    return s->e->ops->kv_bytes ? s->e->ops->kv_bytes(s->st) : 0;
+}
+
+/* ---- snapshots -----------------------------------------------------------
+ *
+ * Layout (little-endian):
+ *   magic "DS4CLKV1" | u32 version | u32 n_vocab | u64 identity |
+ *   u32 n_ctx | u32 logits_valid | u64 n_tokens | u64 payload_len |
+ *   u32 crc32(body) | u32 crc32(header so far)
+ *   body: i32 tokens[n_tokens] | f32 logits[n_vocab] if valid | payload
+ */
+
+#define SNAP_MAGIC "DS4CLKV1"
+#define SNAP_VERSION 1u
+#define SNAP_HEADER 56u
+
+static uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
+{
+    static uint32_t table[256];
+    static int ready;
+    if (!ready) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+        ready = 1;
+    }
+    const unsigned char *p = data;
+    crc = ~crc;
+    while (len--) crc = table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+int ds4_session_snapshot(const ds4_session *s, void **buf, size_t *len, ds4_error *err)
+{
+    strbuf payload = { 0 };
+    if (s->e->ops->save(s->st, &payload, err) != 0) {
+        sb_free(&payload);
+        return -1;
+    }
+    bool logits_valid = ds4_session_logits(s) != NULL;
+    size_t tok_bytes = s->toks.n * sizeof(int32_t);
+    size_t logit_bytes = logits_valid ? (size_t)s->e->n_vocab * sizeof(float) : 0;
+    size_t total = SNAP_HEADER + tok_bytes + logit_bytes + payload.len;
+    unsigned char *out = malloc(total);
+    if (!out) abort();
+    unsigned char *body = out + SNAP_HEADER;
+    /* Tokens and logits are stored in host order: both are little-endian on
+     * every platform this engine supports (checked by the magic round trip). */
+    memcpy(body, s->toks.ids, tok_bytes);
+    memcpy(body + tok_bytes, s->logits, logit_bytes);
+    memcpy(body + tok_bytes + logit_bytes, sb_str(&payload), payload.len);
+    memcpy(out, SNAP_MAGIC, 8);
+    put_u32(out + 8, SNAP_VERSION);
+    put_u32(out + 12, (uint32_t)s->e->n_vocab);
+    put_u64(out + 16, s->e->identity);
+    put_u32(out + 24, (uint32_t)s->n_ctx);
+    put_u32(out + 28, logits_valid);
+    put_u64(out + 32, s->toks.n);
+    put_u64(out + 40, payload.len);
+    put_u32(out + 48, crc32_update(0, body, total - SNAP_HEADER));
+    put_u32(out + 52, crc32_update(0, out, 52));
+    sb_free(&payload);
+    *buf = out;
+    *len = total;
+    return 0;
+}
+
+int ds4_session_restore(ds4_session *s, const void *buf, size_t len, ds4_error *err)
+{
+    const unsigned char *p = buf;
+    if (len < SNAP_HEADER || memcmp(p, SNAP_MAGIC, 8) != 0)
+        return ds4_error_set(err, "not a ds4cl session snapshot (bad magic)");
+    if (get_u32(p + 52) != crc32_update(0, p, 52))
+        return ds4_error_set(err, "snapshot header is damaged (checksum mismatch)");
+    if (get_u32(p + 8) != SNAP_VERSION)
+        return ds4_error_set(err, "snapshot version %u is not supported (expected %u)",
+                             get_u32(p + 8), SNAP_VERSION);
+    if (get_u64(p + 16) != s->e->identity || get_u32(p + 12) != (uint32_t)s->e->n_vocab)
+        return ds4_error_set(err, "snapshot belongs to another model (identity %016llx, this model %016llx)",
+                             (unsigned long long)get_u64(p + 16), (unsigned long long)s->e->identity);
+    uint32_t n_ctx = get_u32(p + 24);
+    uint64_t n_tokens = get_u64(p + 32), payload_len = get_u64(p + 40);
+    bool logits_valid = get_u32(p + 28) != 0;
+    if (n_tokens > (uint64_t)s->n_ctx)
+        return ds4_error_set(err, "snapshot holds %llu tokens, more than this session's context of %d"
+                             " (it was saved with a context of %u)",
+                             (unsigned long long)n_tokens, s->n_ctx, n_ctx);
+    uint64_t logit_bytes = logits_valid ? (uint64_t)s->e->n_vocab * sizeof(float) : 0;
+    uint64_t need = SNAP_HEADER + n_tokens * sizeof(int32_t) + logit_bytes;
+    if (payload_len > len || need > len - payload_len || need + payload_len != len)
+        return ds4_error_set(err, "snapshot is truncated or has trailing bytes (%zu bytes, expected %llu)",
+                             len, (unsigned long long)(need + payload_len));
+    if (get_u32(p + 48) != crc32_update(0, p + SNAP_HEADER, len - SNAP_HEADER))
+        return ds4_error_set(err, "snapshot is damaged (checksum mismatch)");
+    const unsigned char *body = p + SNAP_HEADER;
+    size_t tok_bytes = (size_t)n_tokens * sizeof(int32_t);
+    for (uint64_t i = 0; i < n_tokens; i++) {
+        int32_t id;
+        memcpy(&id, body + i * 4, 4);
+        if (id < 0 || id >= s->e->n_vocab)
+            return ds4_error_set(err, "snapshot token %llu is outside the vocabulary", (unsigned long long)i);
+    }
+    /* Load into a fresh state first so a payload error leaves the session
+     * as it was. */
+    void *st = s->e->ops->state_new(s->e, s->n_ctx, err);
+    if (!st) return -1;
+    if (s->e->ops->load(st, body + tok_bytes + logit_bytes, (size_t)payload_len, (size_t)n_tokens, err) != 0) {
+        s->e->ops->state_free(st);
+        return -1;
+    }
+    s->e->ops->state_free(s->st);
+    s->st = st;
+    s->toks.n = 0;
+    ds4_tokens_append(&s->toks, (const int32_t *)(const void *)body, (size_t)n_tokens);
+    if (logits_valid) {
+        memcpy(s->logits, body + tok_bytes, (size_t)logit_bytes);
+        s->logits_at = s->toks.n;
+    } else {
+        s->logits_at = 0;
+    }
+    s->last_prefilled = 0;
+    return 0;
+}
+
+int ds4_session_save(const ds4_session *s, const char *path, ds4_error *err)
+{
+    void *buf;
+    size_t len;
+    if (ds4_session_snapshot(s, &buf, &len, err) != 0) return -1;
+    char msg[512];
+    int rc = file_write_atomic(path, buf, len, 0600, true, msg, sizeof msg);
+    free(buf);
+    if (rc != 0) return ds4_error_set(err, "%s", msg);
+    return 0;
+}
+
+int ds4_session_load(ds4_session *s, const char *path, ds4_error *err)
+{
+    size_t len;
+    char *buf = file_read_all(path, &len);
+    if (!buf) return ds4_error_set(err, "cannot read snapshot %s: %s", path, strerror(errno));
+    int rc = ds4_session_restore(s, buf, len, err);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,570 @@
+/* Memory planning: the arithmetic under fake limits, the per-context
+ * state formula against hand counts of ds4-forward §11.1, memory
+ * detection from fake /proc and cgroup trees, and the messages. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "cli/memplan.h"
+#include "cli/model_open.h"
+#include "engine/state_size.h"
+#include "tests/test.h"
+#include "engine/backend.h"
+
+#pragma weak ds4_engine_open
+#pragma weak ds4_engine_close
+#pragma weak ds4_engine_info
+#pragma weak ds4_session_bytes_estimate
+
+#define GiB (1ull << 30)
+
+/* ---- planner over a linear cost ------------------------------------------ */
+
+static memplan_input linear_input(memplan_linear *lin, uint64_t weights, uint64_t avail)
+{
+    return (memplan_input){
+        .weights_bytes = weights,
+        .ctx_bytes = memplan_linear_bytes,
+        .ctx_ud = lin,
+        .available_bytes = avail,
+        .max_ctx = 1048576,
+    };
+}
+
+/* The largest multiple of 1024 whose cost fits budget, counted by hand. */
+static int expected_largest(uint64_t budget, uint64_t weights, const memplan_linear *lin, int max_ctx)
+{
+    if (budget < weights + lin->fixed) return 0;
+    uint64_t n = (budget - weights - lin->fixed) / lin->per_token;
+    if (n >= (uint64_t)max_ctx) return max_ctx;
+    return (int)(n / 1024 * 1024);
+}
+
+TEST(memplan_plan, verdicts_follow_the_headroom_policy)
+{
+    memplan_linear lin = { .fixed = 2 * GiB, .per_token = 14000 };
+    memplan_input in = linear_input(&lin, 80 * GiB, 100 * GiB);
+    memplan_policy pol = memplan_default_policy();
+    memplan_result r;
+
+    memplan_check(&in, &pol, 65536, &r);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_FITS);
+    CHECK_EQ_INT(r.reserve_bytes, 5 * GiB);       /* 5 % beats the 1 GiB floor */
+    CHECK_EQ_INT(r.usable_bytes, 95 * GiB);
+    CHECK_EQ_INT(r.comfortable_bytes, (uint64_t)(95.0 * GiB * 0.9));
+    CHECK_EQ_INT(r.ctx_bytes, 2 * GiB + 14000ull * 65536);
+    CHECK_EQ_INT(r.need_bytes, 82 * GiB + 14000ull * 65536);
+
+    /* 80 + 2 + 14000·n crosses 85.5 GiB (comfortable) near n = 268k and
+     * 95 GiB (usable) near n = 997k */
+    memplan_check(&in, &pol, 524288, &r);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_TIGHT);
+    memplan_check(&in, &pol, 1048576, &r);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
+
+    CHECK_EQ_INT(r.largest_fit, expected_largest(95 * GiB, 80 * GiB, &lin, 1048576));
+    CHECK_EQ_INT(r.largest_comfortable, expected_largest(r.comfortable_bytes, 80 * GiB, &lin, 1048576));
+    CHECK(r.largest_fit > 900000 && r.largest_fit < 1048576);
+    CHECK(r.largest_comfortable > 250000 && r.largest_comfortable < 300000);
+
+    /* small memory: the 1 GiB floor is the reserve */
+    in.available_bytes = 10 * GiB;
+    in.weights_bytes = 1 * GiB;
+    memplan_check(&in, &pol, 4096, &r);
+    CHECK_EQ_INT(r.reserve_bytes, 1 * GiB);
+    CHECK_EQ_INT(r.usable_bytes, 9 * GiB);
+}
+
+TEST(memplan_plan, largest_context_is_exact_at_the_boundary)
+{
+    memplan_linear lin = { .fixed = 123456789, .per_token = 7777 };
+    memplan_input in = linear_input(&lin, 3 * GiB, 0);
+    for (uint64_t budget = 3 * GiB + 200000000; budget < 3 * GiB + 2000000000; budget += 97654321) {
+        int n = memplan_largest_ctx(&in, budget, 16, 1048576, 1);
+        CHECK(n > 0);
+        CHECK(memplan_linear_bytes(&lin, n) + 3 * GiB <= budget);
+        CHECK(memplan_linear_bytes(&lin, n + 1) + 3 * GiB > budget);
+        int stepped = memplan_largest_ctx(&in, budget, 16, 1048576, 1024);
+        CHECK_EQ_INT(stepped, n / 1024 * 1024);
+    }
+    /* nothing fits: 0; everything fits: the top */
+    CHECK_EQ_INT(memplan_largest_ctx(&in, 3 * GiB, 16, 1048576, 1024), 0);
+    CHECK_EQ_INT(memplan_largest_ctx(&in, 100 * GiB, 16, 65536, 1024), 65536);
+}
+
+TEST(memplan_plan, auto_picks_the_largest_comfortable_context)
+{
+    memplan_linear lin = { .fixed = 1 * GiB, .per_token = 50000 };
+    memplan_input in = linear_input(&lin, 20 * GiB, 32 * GiB);
+    memplan_policy pol = memplan_default_policy();
+    memplan_result r;
+    memplan_auto(&in, &pol, 0, &r);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_FITS);
+    CHECK_EQ_INT(r.n_ctx, expected_largest(r.comfortable_bytes, 20 * GiB, &lin, 1048576));
+    CHECK_EQ_INT(r.n_ctx % 1024, 0);
+    CHECK(r.need_bytes <= r.comfortable_bytes);
+    CHECK(memplan_linear_bytes(&lin, r.n_ctx + 1024) + 20 * GiB > r.comfortable_bytes);
+
+    /* a cap (the default context) bounds it */
+    memplan_auto(&in, &pol, 32768, &r);
+    CHECK_EQ_INT(r.n_ctx, 32768);
+
+    /* the model's own limit bounds it too */
+    in.available_bytes = 4096 * GiB;
+    in.max_ctx = 163840;
+    memplan_auto(&in, &pol, 0, &r);
+    CHECK_EQ_INT(r.n_ctx, 163840);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_FITS);
+}
+
+TEST(memplan_plan, auto_falls_back_to_tight_then_refuses)
+{
+    memplan_linear lin = { .fixed = 0, .per_token = 1 << 20 }; /* 1 MiB a token */
+    memplan_policy pol = memplan_default_policy();
+    memplan_result r;
+    /* usable = 40 − 2 = 38 GiB, comfortable 34.2 GiB; weights 33 GiB leave
+     * 1.2 GiB comfortable (below 4096 tokens = 4 GiB) but 5 GiB usable */
+    memplan_input in = linear_input(&lin, 33 * GiB, 40 * GiB);
+    memplan_auto(&in, &pol, 0, &r);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_TIGHT);
+    CHECK_EQ_INT(r.n_ctx, 5120);
+    CHECK_EQ_INT(r.largest_comfortable, 0);
+
+    /* plenty fits but nothing is comfortable: a modest context, not all of it */
+    memplan_input big = linear_input(&lin, 340 * GiB, 400 * GiB);
+    memplan_auto(&big, &pol, 0, &r); /* comfortable 342 GiB − 340 < 4096 MiB; fits up to 40 GiB */
+    CHECK_EQ_INT(r.verdict, MEMPLAN_TIGHT);
+    CHECK_EQ_INT(r.largest_fit, 40960);
+    CHECK_EQ_INT(r.n_ctx, pol.tight_ctx);
+
+    in.weights_bytes = 39 * GiB;
+    memplan_auto(&in, &pol, 0, &r);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
+    CHECK_EQ_INT(r.n_ctx, 0);
+    CHECK_EQ_INT(r.largest_fit, 0);
+}
+
+TEST(memplan_plan, beyond_the_model_limit_is_refused)
+{
+    memplan_linear lin = { .fixed = 0, .per_token = 1 };
+    memplan_input in = linear_input(&lin, 1 * GiB, 64 * GiB);
+    in.max_ctx = 65536;
+    memplan_policy pol = memplan_default_policy();
+    memplan_result r;
+    memplan_check(&in, &pol, 131072, &r);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
+    char msg[1024];
+    memplan_explain(&r, &in, 131072, "memory", "MemAvailable", msg, sizeof msg);
+    CHECK_CONTAINS(msg, "--ctx 131072 is beyond the model's limit of 65536 tokens");
+}
+
+TEST(memplan_plan, messages_carry_the_numbers)
+{
+    memplan_linear lin = { .fixed = 2 * GiB, .per_token = 14000 };
+    memplan_input in = linear_input(&lin, 80 * GiB, 64 * GiB);
+    memplan_policy pol = memplan_default_policy();
+    memplan_result r;
+    char msg[1024];
+
+    /* weights alone too big */
+    memplan_check(&in, &pol, 65536, &r);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
+    memplan_explain(&r, &in, 65536, "memory", "MemAvailable", msg, sizeof msg);
+    CHECK_CONTAINS(msg, "the weights alone need 80.0 GiB");
+    CHECK_CONTAINS(msg, "usable 60.8 GiB: 64.0 GiB available (MemAvailable) minus 3.20 GiB kept free");
+
+    /* context too big: the largest that fits is named */
+    in.available_bytes = 100 * GiB;
+    memplan_check(&in, &pol, 1048576, &r);
+    memplan_explain(&r, &in, 1048576, "memory", "DS4CL_MEM_AVAILABLE", msg, sizeof msg);
+    CHECK_CONTAINS(msg, "--ctx 1048576 does not fit in memory");
+    CHECK_CONTAINS(msg, "weights 80.0 GiB + context");
+    CHECK_CONTAINS(msg, test_printf("the largest context that fits is %d tokens", r.largest_fit));
+    CHECK_CONTAINS(msg, test_printf("--ctx auto picks %d", r.largest_comfortable));
+
+    /* tight: a warning that says what would be comfortable */
+    memplan_check(&in, &pol, 524288, &r);
+    memplan_explain(&r, &in, 524288, "memory", "MemAvailable", msg, sizeof msg);
+    CHECK_CONTAINS(msg, "--ctx 524288 leaves little memory: it needs");
+    CHECK_CONTAINS(msg, test_printf("--ctx %d would be comfortable", r.largest_comfortable));
+
+    /* auto: what it picked */
+    memplan_auto(&in, &pol, 0, &r);
+    memplan_explain(&r, &in, -1, "memory", "MemAvailable", msg, sizeof msg);
+    CHECK_CONTAINS(msg, test_printf("--ctx auto: %d tokens, needing", r.n_ctx));
+}
+
+/* ---- the per-context state formula ---------------------------------------- */
+
+static int flash_ratios[43];
+
+static state_shape flash_shape(void)
+{
+    /* DS4 Flash hyper-parameters (ds4-forward §1, §10) as a caller would
+     * read them from the GGUF */
+    for (int l = 0; l < 43; l++) flash_ratios[l] = l < 2 ? 0 : l % 2 == 0 ? 4 : 128;
+    return (state_shape){
+        .n_layer = 43, .compress_ratio = flash_ratios, .head_dim = 512, .n_swa = 128,
+        .indexer_dim = 128, .indexer_ratio = 4, .overlap_ratio = 4, .n_vocab = 129280,
+        .cache_elem_bytes = 2, .state_elem_bytes = 4,
+    };
+}
+
+TEST(memplan_state, flash_counts_match_section_11_1)
+{
+    state_shape s = flash_shape();
+    const uint64_t n = 100003;
+    state_bytes b;
+    state_size(&s, (int)n, &b);
+    CHECK_EQ_INT(b.raw_window, 43ull * 128 * 512 * 2);
+    CHECK_EQ_INT(b.compressed_rows, 21ull * (n / 4) * 512 * 2 + 20ull * (n / 128) * 512 * 2);
+    CHECK_EQ_INT(b.indexer_rows, 21ull * (n / 4) * 128 * 2);
+    /* R=4: kv+score 8 × 1024 each, indexer 8 × 256 each; R=128: 128 × 512 each */
+    CHECK_EQ_INT(b.frontiers, 21ull * (2 * 8 * 1024 + 2 * 8 * 256) * 4 + 20ull * (2 * 128 * 512) * 4);
+    CHECK_EQ_INT(b.logits_tokens, 129280ull * 4 + n * 4);
+    CHECK_EQ_INT(b.state, b.raw_window + b.compressed_rows + b.indexer_rows + b.frontiers + b.logits_tokens);
+    CHECK_EQ_INT(b.scratch, 0);
+    CHECK_EQ_INT(b.total, b.state);
+    /* about 6.9 KB a token at f16: a million tokens is a few GiB, not tens */
+    state_size(&s, 1048576, &b);
+    CHECK(b.state > 6 * GiB && b.state < 8 * GiB);
+}
+
+TEST(memplan_state, any_shape_from_its_hyper_parameters)
+{
+    int ratios[4] = { 0, 4, 16, 4 };
+    state_shape s = {
+        .n_layer = 4, .compress_ratio = ratios, .head_dim = 64, .n_swa = 8, .raw_ring_rows = 24,
+        .indexer_dim = 32, .indexer_ratio = 4, .overlap_ratio = 4, .n_vocab = 1000,
+        .cache_elem_bytes = 4, .state_elem_bytes = 4,
+    };
+    state_bytes b;
+    state_size(&s, 1000, &b);
+    CHECK_EQ_INT(b.raw_window, 4 * 24 * 64 * 4);
+    CHECK_EQ_INT(b.compressed_rows, (250 + 62 + 250) * 64 * 4);
+    CHECK_EQ_INT(b.indexer_rows, 2 * 250 * 32 * 4);
+    CHECK_EQ_INT(b.frontiers, 2 * (2 * 8 * 128 + 2 * 8 * 64) * 4 + (2 * 16 * 64) * 4);
+    CHECK_EQ_INT(b.logits_tokens, 1000 * 4 + 1000 * 4);
+}
+
+TEST(memplan_state, scratch_counts_one_prefill_chunk)
+{
+    state_shape s = flash_shape();
+    s.prefill_chunk = 2048;
+    s.n_embd = 4096; s.n_hc = 4; s.n_head = 64; s.q_lora = 1024; s.n_out_group = 8; s.o_lora = 1024;
+    s.n_expert_used = 6; s.n_ff = 2048; s.indexer_n_head = 64; s.indexer_top_k = 512;
+    state_bytes b;
+    const uint64_t n = 65536;
+    state_size(&s, (int)n, &b);
+    /* per token: HC 2·4·4096, x/xn 2·4096, q 1024 + 2·64·512 + kv 512,
+     * grouped 8·1024, experts 3·6·2048, indexer q 64·128 + scores n/4;
+     * scores: one head × (128 window + 2048 chunk + max(512 indexed, n/128)) */
+    uint64_t per_token = 2 * 4 * 4096 + 2 * 4096 + 1024 + 2 * 64 * 512 + 512 + 8 * 1024 + 3 * 6 * 2048 +
+                         64 * 128 + n / 4;
+    uint64_t scores = 128 + 2048 + 512; /* one head */
+    CHECK_EQ_INT(b.scratch, 2048ull * (per_token + scores) * 4);
+    /* a short context computes fewer tokens at once */
+    state_bytes small;
+    state_size(&s, 100, &small);
+    CHECK(small.scratch < b.scratch / 20);
+    /* never decreasing: the planner's binary search relies on it */
+    uint64_t prev = 0;
+    for (int c = 1; c < 300000; c = c * 5 / 4 + 1) {
+        uint64_t t = state_size_total(&s, c);
+        CHECK_MSG(t >= prev, "total drops at %d", c);
+        prev = t;
+    }
+}
+
+static uint64_t shape_bytes(void *ud, int n_ctx)
+{
+    return state_size_total(ud, n_ctx);
+}
+
+TEST(memplan_state, planner_over_the_formula)
+{
+    state_shape s = flash_shape();
+    memplan_input in = {
+        .weights_bytes = 86586540032ull, /* the q2 file */
+        .ctx_bytes = shape_bytes,
+        .ctx_ud = &s,
+        .available_bytes = 96 * GiB,
+        .max_ctx = 1048576,
+    };
+    memplan_policy pol = memplan_default_policy();
+    memplan_result r;
+    memplan_auto(&in, &pol, 0, &r);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_FITS);
+    CHECK(r.need_bytes <= r.comfortable_bytes);
+    if (r.n_ctx < 1048576) CHECK(shape_bytes(&s, r.n_ctx + 1024) + in.weights_bytes > r.comfortable_bytes);
+    in.available_bytes = 64 * GiB;
+    memplan_check(&in, &pol, 32768, &r);
+    CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
+    CHECK_EQ_INT(r.largest_fit, 0);
+}
+
+/* ---- detection -------------------------------------------------------------- */
+
+TEST(memplan_detect, sizes)
+{
+    uint64_t v;
+    CHECK_EQ_INT(memplan_parse_size("123", &v), 0);
+    CHECK_EQ_INT(v, 123);
+    CHECK_EQ_INT(memplan_parse_size("64G", &v), 0);
+    CHECK_EQ_INT(v, 64 * GiB);
+    CHECK_EQ_INT(memplan_parse_size("1.5T", &v), 0);
+    CHECK_EQ_INT(v, 1536 * GiB);
+    CHECK_EQ_INT(memplan_parse_size("512MiB", &v), 0);
+    CHECK_EQ_INT(v, 512ull << 20);
+    CHECK_EQ_INT(memplan_parse_size("8 kB", &v), 0);
+    CHECK_EQ_INT(v, 8192);
+    CHECK_EQ_INT(memplan_parse_size("", &v), -1);
+    CHECK_EQ_INT(memplan_parse_size("lots", &v), -1);
+    CHECK_EQ_INT(memplan_parse_size("12Q", &v), -1);
+    CHECK_EQ_INT(memplan_parse_size("-5", &v), -1);
+    CHECK_EQ_INT(memplan_parse_size("5G extra", &v), -1);
+}
+
+TEST(memplan_detect, meminfo)
+{
+    const char *text = "MemTotal:       32768000 kB\nMemFree:         1000000 kB\n"
+                       "MemAvailable:   24224892 kB\nBuffers:           12 kB\n";
+    uint64_t v;
+    CHECK_EQ_INT(memplan_parse_meminfo(text, "MemAvailable", &v), 0);
+    CHECK_EQ_INT(v, 24224892ull * 1024);
+    CHECK_EQ_INT(memplan_parse_meminfo(text, "MemTotal", &v), 0);
+    CHECK_EQ_INT(v, 32768000ull * 1024);
+    CHECK_EQ_INT(memplan_parse_meminfo(text, "SwapFree", &v), -1);
+    CHECK_EQ_INT(memplan_parse_meminfo(text, "Mem", &v), -1);
+}
+
+static void put(const char *rel, const char *text)
+{
+    const char *p = test_tmp_path("%s", rel);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", p);
+    *strrchr(dir, '/') = 0;
+    CHECK_EQ_INT(mkdir_p(dir, 0755), 0);
+    test_write_file(p, text, strlen(text));
+}
+
+TEST(memplan_detect, cgroup_v2_takes_the_tightest_level)
+{
+    put("cg/a/b/memory.max", "8589934592\n");           /* 8 GiB */
+    put("cg/a/b/memory.current", "3221225472\n");       /* 3 GiB */
+    put("cg/a/b/memory.stat", "anon 1\ninactive_file 1073741824\nactive_file 5\n");
+    put("cg/a/memory.max", "max\n");
+    put("cg/a/memory.current", "9999999999\n");
+    uint64_t v;
+    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), "0::/a/b\n", &v), 0);
+    CHECK_EQ_INT(v, 6 * GiB); /* 8 − (3 − 1 reclaimable) */
+    /* a tighter parent wins */
+    put("cg/a/memory.max", "5368709120\n"); /* 5 GiB */
+    put("cg/a/memory.current", "4294967296\n"); /* 4 GiB */
+    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), "0::/a/b\n", &v), 0);
+    CHECK_EQ_INT(v, 1 * GiB);
+    /* no limit anywhere */
+    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), "0::/elsewhere\n", &v), -1);
+}
+
+TEST(memplan_detect, cgroup_v1_memory_controller)
+{
+    put("cg/memory/x/memory.limit_in_bytes", "4294967296\n");
+    put("cg/memory/x/memory.usage_in_bytes", "1073741824\n");
+    put("cg/memory/memory.limit_in_bytes", "9223372036854771712\n"); /* unlimited */
+    put("cg/memory/memory.usage_in_bytes", "1\n");
+    uint64_t v;
+    const char *proc = "9:name=systemd:/\n4:memory:/x\n0::/\n";
+    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), proc, &v), 0);
+    CHECK_EQ_INT(v, 3 * GiB);
+    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), "4:cpu,memory:/x\n", &v), 0);
+    CHECK_EQ_INT(v, 3 * GiB);
+    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), "4:memory:/\n", &v), -1);
+}
+
+TEST(memplan_detect, overrides_from_the_environment)
+{
+    uint64_t v;
+    char src[64];
+    setenv("DS4CL_MEM_AVAILABLE", "48G", 1);
+    CHECK_EQ_INT(memplan_host_available(&v, src, sizeof src), 0);
+    CHECK_EQ_INT(v, 48 * GiB);
+    CHECK_STR_EQ(src, "DS4CL_MEM_AVAILABLE");
+    unsetenv("DS4CL_MEM_AVAILABLE");
+    CHECK_EQ_INT(memplan_host_available(&v, src, sizeof src), 0);
+    CHECK(v > 0);
+    CHECK(!strcmp(src, "MemAvailable") || !strcmp(src, "cgroup memory limit"));
+    setenv("DS4CL_DEVICE_MEM", "80000000000", 1);
+    CHECK_EQ_INT(memplan_device_memory_override(), 80000000000ull);
+    unsetenv("DS4CL_DEVICE_MEM");
+    CHECK_EQ_INT(memplan_device_memory_override(), 0);
+}
+
+/* ---- before loading ------------------------------------------------------------ */
+
+static int precheck_capturing(const char *path, ds4_backend b, char **err_text)
+{
+    const char *cap = test_tmp_path("stderr.txt");
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(cap, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    int rc = memplan_precheck_file(path, b);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    *err_text = test_read_file(cap, NULL);
+    return rc;
+}
+
+TEST(memplan_plan, weights_that_cannot_fit_are_refused_before_loading)
+{
+    /* a sparse 20 GiB "model" */
+    const char *model = test_tmp_path("big.gguf");
+    int fd = open(model, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK_EQ_INT(ftruncate(fd, (off_t)(20 * GiB)), 0);
+    close(fd);
+    char *msg;
+    setenv("DS4CL_MEM_AVAILABLE", "16G", 1);
+    CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_CPU, &msg), -1);
+    CHECK_CONTAINS(msg, "its weights need 20.0 GiB, 15.0 GiB is usable");
+    CHECK_CONTAINS(msg, "DS4CL_MEM_AVAILABLE");
+    setenv("DS4CL_MEM_AVAILABLE", "64G", 1);
+    CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_CPU, &msg), 0);
+    CHECK_STR_EQ(msg, "");
+    /* OpenCL maps the weights into host memory too: the device's size does
+     * not matter here */
+    setenv("DS4CL_DEVICE_MEM", "8G", 1);
+    CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_OPENCL, &msg), 0);
+    setenv("DS4CL_MEM_AVAILABLE", "16G", 1);
+    CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_OPENCL, &msg), -1);
+    CHECK_CONTAINS(msg, "does not fit in memory");
+}
+
+/* ---- a real engine, when this build has one ------------------------------------ */
+
+TEST(memplan_plan, session_context_on_a_real_engine)
+{
+    if (!ds4_engine_open || !&ds4_backend_cpu) SKIP("no CPU engine in this build");
+    const char *model = test_golden_path("A/model.gguf");
+    if (!model) SKIP("golden model absent");
+    ds4_engine_options eo = { .model_path = model, .backend = DS4_BACKEND_CPU, .threads = 1 };
+    ds4_error err = { "" };
+    ds4_engine *e = ds4_engine_open(&eo, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    ds4_model_info info;
+    ds4_engine_info(e, &info);
+    uint64_t s1 = ds4_session_bytes_estimate(e, 256), s2 = ds4_session_bytes_estimate(e, 4096);
+    CHECK(s2 >= s1);
+    int n = 0;
+    setenv("DS4CL_MEM_AVAILABLE", "1T", 1);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, &n), 0);
+    CHECK_EQ_INT(n, 256);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, -1, 0, &n), 0);
+    CHECK(n >= 256);
+    if (info.n_ctx_train > 0) CHECK(n <= info.n_ctx_train);
+    /* no memory at all: refused */
+    setenv("DS4CL_MEM_AVAILABLE", "1", 1);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, &n), -1);
+    ds4_engine_close(e);
+}
+
+/* ---- the whole first minute: resolve, check, load, plan ---------------------- */
+
+static ds4_engine *open_capturing(const ds4cl_options *o, int *n_ctx, char **err_text)
+{
+    const char *cap = test_tmp_path("stderr.txt");
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(cap, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    ds4_engine *e = model_open(o, 4096, n_ctx);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    *err_text = test_read_file(cap, NULL);
+    return e;
+}
+
+TEST(memplan_open, no_model_explains_how_to_get_one)
+{
+    setenv("XDG_DATA_HOME", test_tmp_path("xdg"), 1);
+    ds4cl_options o;
+    memset(&o, 0, sizeof o);
+    int n = 0;
+    char *msg;
+    CHECK(open_capturing(&o, &n, &msg) == NULL);
+    CHECK_CONTAINS(msg, "ds4cl download q2");
+}
+
+TEST(memplan_open, weights_too_big_are_refused_before_loading)
+{
+    const char *model = test_tmp_path("big.gguf");
+    int fd = open(model, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK_EQ_INT(ftruncate(fd, (off_t)(20 * GiB)), 0);
+    close(fd);
+    setenv("DS4CL_MEM_AVAILABLE", "8G", 1);
+    ds4cl_options o;
+    memset(&o, 0, sizeof o);
+    o.model_path = model;
+    int n = 0;
+    char *msg;
+    CHECK(open_capturing(&o, &n, &msg) == NULL);
+    CHECK_CONTAINS(msg, "does not fit in memory");
+    CHECK(strstr(msg, "loaded") == NULL);
+}
+
+TEST(memplan_open, golden_model_loads_with_an_auto_context)
+{
+    if (!ds4_engine_open || !&ds4_backend_cpu) SKIP("no CPU engine in this build");
+    const char *model = test_golden_path("A/model.gguf");
+    if (!model) SKIP("golden model absent");
+    setenv("DS4CL_MEM_AVAILABLE", "1T", 1);
+    ds4cl_options o;
+    memset(&o, 0, sizeof o);
+    o.model_path = model;
+    o.ctx = -1;
+    o.threads = 1;
+    int n = 0;
+    char *msg;
+    ds4_engine *e = open_capturing(&o, &n, &msg);
+    CHECK_MSG(e != NULL, "%s", msg);
+    CHECK_CONTAINS(msg, "loaded ");
+    CHECK_CONTAINS(msg, "--ctx auto: ");
+    ds4_model_info info;
+    ds4_engine_info(e, &info);
+    CHECK(n > 0);
+    if (info.n_ctx_train > 0) CHECK(n <= info.n_ctx_train);
+    ds4_engine_close(e);
+}
+
+TEST(memplan_detect, opencl_device_selection)
+{
+    unsetenv("DS4CL_DEVICE");
+    memplan_device d, again;
+    if (memplan_opencl_device(NULL, &d) != 0) SKIP("no OpenCL device");
+    CHECK(d.name[0] != 0);
+    CHECK(d.global_mem > 0);
+    /* the same device by index (the default is a GPU or device 0) and by name */
+    char part[8];
+    snprintf(part, sizeof part, "%.5s", d.name);
+    CHECK_EQ_INT(memplan_opencl_device(part, &again), 0);
+    CHECK(strncasecmp(again.name, part, strlen(part)) == 0 || strcasestr(again.name, part) != NULL);
+    CHECK_EQ_INT(memplan_opencl_device("no-such-device-xyz", &again), -1);
+    CHECK_EQ_INT(memplan_opencl_device("999", &again), -1);
+    setenv("DS4CL_DEVICE", "no-such-device-xyz", 1);
+    CHECK_EQ_INT(memplan_opencl_device(NULL, &again), -1);
+    unsetenv("DS4CL_DEVICE");
+    CHECK_EQ_INT(memplan_opencl_device("0", &again), 0);
+    CHECK(again.global_mem > 0);
+}
