@@ -216,16 +216,18 @@ void turn_log_clear(turn_rec *turns, size_t *n)
     *n = 0;
 }
 
-void turn_log_rebuild(agent *a, const char *text, size_t len)
+static void report_whole(agent *a, agent_turn_kind kind, const char *text, size_t len)
 {
     if (a->cfg.persist && a->cfg.persist->on_turn) {
         agent_turn t = {
-            .kind = AGENT_TURN_REBUILD, .text = text ? text : "", .len = len,
+            .kind = kind, .text = text ? text : "", .len = len,
             .tokens = a->tx.ids, .n_tokens = a->tx.n, .transcript_len = a->tx.n,
         };
         a->cfg.persist->on_turn(a->cfg.persist->ud, &t);
     }
 }
+
+void turn_log_rebuild(agent *a, const char *text, size_t len) { report_whole(a, AGENT_TURN_REBUILD, text, len); }
 
 /* ---- the worker ------------------------------------------------------------------ */
 
@@ -318,19 +320,25 @@ static void handle_requests(agent *a)
     }
 }
 
+/* The idle hook runs before the state says idle, so a front end that
+ * sees IDLE also sees what the hook did (an autosave, say). */
 static void finish_busy(agent *a)
 {
+    if (a->cfg.persist && a->cfg.persist->on_idle) {
+        agent_set_state(a, AGENT_SAVING);
+        run_hook_idle(a);
+    }
     pthread_mutex_lock(&a->mu);
     bool err = a->st.error[0] != 0;
     pthread_mutex_unlock(&a->mu);
     agent_set_state(a, err ? AGENT_ERROR : AGENT_IDLE);
-    run_hook_idle(a);
 }
 
 static void *worker_main(void *arg)
 {
     agent *a = arg;
     trace_line(a->tr, "agent worker start ctx=%d tokens=%zu", a->n_ctx, a->tx.n);
+    if (!a->resumed) report_whole(a, AGENT_TURN_SYSTEM, "", 0);
     agent_sync(a, a->tx.ids, a->tx.n, "initial_system_prompt");
     agent_update_ctx(a);
     finish_busy(a);
@@ -515,6 +523,19 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         a->masker = dsml_masker_new(a->dvocab, a->dschema);
     }
     a->parser = dsml_parser_new(a->dschema, a->think != DS4_THINK_NONE, agent_dsml_event, a);
+    /* Room for a compaction to run at all: its request and its summary. */
+    a->summary_budget = (size_t)cfg->n_ctx / 16;
+    if (a->summary_budget < 96) a->summary_budget = 96;
+    if (a->summary_budget > 4096) a->summary_budget = 4096;
+    {
+        char *req = agent_compact_request("tool result would exceed context (longest reason)");
+        ds4_tokens t = { 0 };
+        ds4_chat_user(a->tok, &t, req);
+        ds4_chat_assistant_prefix(a->tok, &t, DS4_THINK_NONE);
+        a->compact_reserve = t.n + a->summary_budget + 16;
+        ds4_tokens_free(&t);
+        free(req);
+    }
 
     const agent_resume *rs = cfg->resume;
     if (rs && rs->n_tokens) {
@@ -533,6 +554,7 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         a->sys_len = rs->system_len ? rs->system_len : sys.n <= rs->n_tokens ? sys.n : 0;
         ds4_tokens_free(&sys);
         a->started_note = true;
+        a->resumed = true;
     } else {
         agent_render_system(a, &a->tx);
         a->sys_len = a->tx.n;

@@ -101,20 +101,24 @@ typedef struct {
  *   REBUILD    the transcript was replaced (compaction, /uncompact,
  *              /clear, a think-mode change): tokens = the WHOLE new
  *              transcript, text = the compaction summary or ""
+ *   SYSTEM     the first record of a fresh session: tokens = the system
+ *              prompt (starts over like REBUILD)
  * Appending each record's tokens to those of the previous records (and
  * starting over at a REBUILD) reproduces the transcript exactly, so a
  * journal of these records plus a KV snapshot of some prefix resumes a
  * session: restore the snapshot, pass the journal's tokens as
  * agent_resume.tokens, and only the tokens after the snapshot are
- * prefilled. on_idle is called whenever the worker becomes idle, with the
- * session in a stable state (it may be snapshotted with ds4_session_save
- * until the hook returns); on_save answers AGENT_REQ_SAVE (state SAVING).
+ * prefilled. on_idle is called whenever the worker is about to become
+ * idle (state SAVING meanwhile), with the session in a stable state: it may
+ * be snapshotted with ds4_session_save until the hook returns; on_save
+ * answers AGENT_REQ_SAVE (state SAVING).
  * A hook returning nonzero reports its message as a notice. */
 typedef enum {
     AGENT_TURN_USER = 0,
     AGENT_TURN_ASSISTANT,
     AGENT_TURN_TOOL,
     AGENT_TURN_REBUILD,
+    AGENT_TURN_SYSTEM,
 } agent_turn_kind;
 
 typedef struct {

@@ -41,6 +41,8 @@ struct agent {
     int n_vocab, n_ctx;
     int32_t t_bos, t_eos, t_user, t_assistant, t_think, t_think_end, t_dsml;
     size_t max_tool_rounds;
+    size_t summary_budget;   /* longest compaction summary, tokens */
+    size_t compact_reserve;  /* tokens always kept free so compaction can run */
 
     /* the worker's */
     ds4_session *sess;
@@ -59,6 +61,7 @@ struct agent {
     saved_state saved;    /* before the last compaction */
     ds4_think think;      /* mode of the next rounds */
     bool started_note;    /* the session-start note was given */
+    bool resumed;         /* started from agent_resume */
     char *last_user;      /* the latest user request, verbatim */
     trace *tr;
     strbuf reply;         /* bytes of the reply being sampled */

@@ -13,12 +13,15 @@
 #define TAIL_MAX 50000
 #define SNAPSHOT_KEEP_MAX (512ull << 20)
 
+/* Thresholds apply to the context minus what compaction itself needs, so
+ * the soft limit always comes before the hard one. */
 bool agent_should_compact(const agent *a, size_t used)
 {
-    size_t ctx = (size_t)a->n_ctx;
-    size_t free_min = ctx / 4 < 8192 ? ctx / 4 : 8192;
-    if (used >= ctx) return true;
-    return used * 100 >= ctx * 85 || ctx - used <= free_min;
+    size_t reserve = agent_compact_reserve(a);
+    size_t usable = (size_t)a->n_ctx > reserve ? (size_t)a->n_ctx - reserve : 0;
+    if (used >= usable) return true;
+    size_t free_min = usable / 4 < 8192 ? usable / 4 : 8192;
+    return used * 100 >= usable * 85 || usable - used <= free_min;
 }
 
 void saved_state_free(saved_state *s)
@@ -166,7 +169,7 @@ compact_result agent_compact(agent *a, const char *reason)
         agent_set_error(a, "not enough context left to request a compaction summary");
         goto out;
     }
-    size_t budget = agent_compact_reserve(a) - 256;
+    size_t budget = a->summary_budget;
     if (budget > (size_t)a->n_ctx - priv.n - 1) budget = (size_t)a->n_ctx - priv.n - 1;
     sync_result sr = agent_sync(a, priv.ids, priv.n, "compaction_prompt");
     if (sr != SYNC_OK) {
@@ -185,10 +188,12 @@ compact_result agent_compact(agent *a, const char *reason)
         goto out;
     }
 
-    /* The verbatim tail: the recent turns, from a user turn on. */
+    /* The verbatim tail: the recent turns, from a user turn on; never more
+     * than half of the conversation, or compacting would not shrink it. */
     size_t tail_budget = (size_t)a->n_ctx / 10 < TAIL_MAX ? (size_t)a->n_ctx / 10 : TAIL_MAX;
-    size_t from = bottom > tail_budget ? bottom - tail_budget : a->sys_len;
-    if (from < a->sys_len) from = a->sys_len;
+    size_t half = (bottom - a->sys_len) / 2;
+    if (tail_budget > half) tail_budget = half;
+    size_t from = bottom - tail_budget;
     size_t ti = first_user_turn_from(a, from);
     size_t tail_start = ti < a->n_turns ? a->turns[ti].start : bottom;
     bool latest_in_tail = false;
@@ -215,8 +220,8 @@ compact_result agent_compact(agent *a, const char *reason)
 
     /* Swap in the new transcript, keeping the turn log aligned. */
     turn_rec *nturns = NULL;
-    size_t nn = 0;
-    nturns = calloc(a->n_turns + 2, sizeof *nturns);
+    size_t nn = 0, ncap = a->n_turns + 2;
+    nturns = calloc(ncap, sizeof *nturns);
     if (!nturns) abort();
     nturns[nn].kind = AGENT_TURN_REBUILD;
     nturns[nn].start = note_start;
@@ -240,7 +245,7 @@ compact_result agent_compact(agent *a, const char *reason)
     free(a->turns);
     a->turns = nturns;
     a->n_turns = nn;
-    a->cap_turns = a->n_turns + 2;
+    a->cap_turns = ncap;
 
     sr = agent_sync(a, a->tx.ids, a->tx.n, "compaction_rebuild");
     if (sr != SYNC_OK) {

@@ -330,11 +330,7 @@ static void run_calls(agent *a, strbuf *msg)
 
 size_t agent_compact_reserve(const agent *a)
 {
-    /* the request (≈ 200 tokens), the summary, and slack */
-    size_t summary = (size_t)a->n_ctx / 16;
-    if (summary < 96) summary = 96;
-    if (summary > 4096) summary = 4096;
-    return 256 + summary;
+    return a->compact_reserve;
 }
 
 /* Appends the tool message, compacting first when it would not fit.

@@ -15,7 +15,7 @@
  *                     the model itself would emit; EOS follows.
  *   delay_ms          time each generated token takes (tests of Ctrl+C).
  *   prefill_delay_ms  time each token of the prompt leading to this reply
- *                     takes to read.
+ *                     takes to read (until a cancel stops such a read).
  *   expect            text that must occur in the prompt since the last
  *                     reply (the user turn or tool results); when it does
  *                     not, the reply is "script: expected …" instead.
@@ -59,6 +59,7 @@ typedef struct {
     size_t k;            /* tokens of it already produced */
     size_t started_at;   /* n_tokens when cur started */
     ds4_tokens override; /* the reply instead of cur's, when non-empty */
+    long delay_spent;    /* entry whose prompt delay a cancel already ended */
 } script_state;
 
 static void entries_free(script_engine *se)
@@ -194,6 +195,7 @@ static void *script_state_new(ds4_engine *e, int n_ctx, ds4_error *err)
     st->e = e;
     st->se = e->impl;
     st->cur = -1;
+    st->delay_spent = -1;
     return st;
 }
 
@@ -295,11 +297,15 @@ static long script_eval(void *p, const int32_t *tokens, size_t pos, size_t n, fl
         delay = st->se->entries[st->cur].delay_ms;
     } else {
         const script_entry *en = next_entry(st);
-        delay = en ? en->prefill_delay_ms : 0;
+        delay = en && st->delay_spent != (long)st->next ? en->prefill_delay_ms : 0;
     }
     size_t done = 0;
     while (done < n) {
-        if (cancelled(cb) || (delay && nap(delay, cb))) break;
+        if (cancelled(cb) || (delay && nap(delay, cb))) {
+            /* A slow prompt tests Ctrl+C once; reading the rest is quick. */
+            if (!decoding) st->delay_spent = (long)st->next;
+            break;
+        }
         done++;
         st->n_tokens = pos + done;
         if (decoding) st->k++;
