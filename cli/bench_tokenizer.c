@@ -92,7 +92,9 @@ int bench_tokenizer_main(int argc, char **argv)
         rc = 1;
         goto done;
     }
-    char tmpl[] = "/tmp/ds4cl-tokbench-XXXXXX";
+    const char *tmpdir = getenv("TMPDIR");
+    char tmpl[4200];
+    snprintf(tmpl, sizeof tmpl, "%s/ds4cl-tokbench-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
     int fd = mkstemp(tmpl);
     if (fd < 0) {
         fprintf(stderr, "ds4cl-bench: cannot create a temporary file: %s\n", strerror(errno));

@@ -868,16 +868,3 @@ uint64_t gguf_identity(const gguf_file *f)
     free(ks);
     return h;
 }
-
-/* The reader is usable on its own (fuzzing, tools); the engine's error
- * helper takes precedence when linked. */
-__attribute__((weak)) int ds4_error_set(ds4_error *err, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}

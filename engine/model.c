@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/quant.h"
+#include "engine/state_size.h"
 
 #define ARCH "deepseek4"
 
@@ -151,6 +152,11 @@ static int read_hparams(binder *b, ds4_hparams *hp)
     if (hp->n_hash_layer > hp->n_layer)
         return ds4_error_set(b->err, "model: hash_layer_count %d exceeds block_count %d", hp->n_hash_layer,
                              hp->n_layer);
+    if ((int64_t)hp->n_head * hp->head_dim > INT_MAX_DIM || (int64_t)hp->n_hc * hp->n_embd > INT_MAX_DIM ||
+        (int64_t)hp->n_ff_exp * hp->n_expert_shared > INT_MAX_DIM ||
+        (int64_t)hp->n_out_group * hp->o_lora > INT_MAX_DIM ||
+        (int64_t)hp->n_indexer_head * hp->indexer_head_dim > INT_MAX_DIM)
+        return ds4_error_set(b->err, "model: derived dimensions overflow");
     hp->n_nope = hp->head_dim - hp->n_rot;
     hp->q_dim = hp->n_head * hp->head_dim;
     hp->hc_dim = hp->n_hc * hp->n_embd;
@@ -158,11 +164,6 @@ static int read_hparams(binder *b, ds4_hparams *hp)
     hp->heads_per_group = hp->n_head / hp->n_out_group;
     hp->group_dim = hp->heads_per_group * hp->head_dim;
     hp->shared_ff = hp->n_ff_exp * hp->n_expert_shared;
-    if ((int64_t)hp->n_head * hp->head_dim > INT_MAX_DIM || (int64_t)hp->n_hc * hp->n_embd > INT_MAX_DIM ||
-        (int64_t)hp->n_ff_exp * hp->n_expert_shared > INT_MAX_DIM ||
-        (int64_t)hp->n_out_group * hp->o_lora > INT_MAX_DIM ||
-        (int64_t)hp->n_indexer_head * hp->indexer_head_dim > INT_MAX_DIM)
-        return ds4_error_set(b->err, "model: derived dimensions overflow");
 
     /* Per-layer arrays: at least n_layer entries (a trailing MTP entry is ignored). */
     hp->compress_ratio = calloc((size_t)hp->n_layer, sizeof *hp->compress_ratio);
@@ -465,21 +466,19 @@ void model_describe(const ds4_model *m, ds4_model_info *info)
 uint64_t model_context_bytes(const ds4_model *m, int n_ctx)
 {
     const ds4_hparams *hp = &m->hp;
-    uint64_t ctx = n_ctx > 0 ? (uint64_t)n_ctx : 0, floats = 0;
-    uint64_t hd = (uint64_t)hp->head_dim, id = (uint64_t)hp->indexer_head_dim;
-    uint64_t window = ctx < (uint64_t)hp->n_swa ? ctx : (uint64_t)hp->n_swa;
-    for (int l = 0; l < hp->n_layer; l++) {
-        uint64_t R = (uint64_t)hp->compress_ratio[l];
-        floats += window * hd;
-        if (R == 0) continue;
-        uint64_t C = (uint64_t)ds4_compress_lanes((int)R);
-        floats += ctx / R * hd;
-        floats += 2 * (C * R) * (C * hd);
-        if (R == 4) {
-            floats += ctx / 4 * id;
-            floats += 2 * (2 * 4) * (2 * id);
-        }
-    }
-    floats += (uint64_t)hp->n_vocab;
-    return floats * 4 + ctx * 4;
+    state_shape sh = {
+        .n_layer = hp->n_layer,
+        .compress_ratio = hp->compress_ratio,
+        .head_dim = hp->head_dim,
+        .n_swa = hp->n_swa,
+        .indexer_dim = hp->indexer_head_dim,
+        .indexer_ratio = 4,
+        .overlap_ratio = 4,
+        .n_vocab = hp->n_vocab,
+        .cache_elem_bytes = 4,
+        .state_elem_bytes = 4,
+    };
+    state_bytes b;
+    state_size(&sh, n_ctx, &b);
+    return b.state;
 }

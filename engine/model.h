@@ -108,15 +108,16 @@ void model_free(ds4_model *m);
 /* Fills the shape fields, name and weights_bytes of info. */
 void model_describe(const ds4_model *m, ds4_model_info *info);
 
-/* Per-session state for n_ctx tokens (ds4-forward §11.1), f32 storage:
- *   raw window     Σ_layers min(n_swa, n_ctx)·head_dim
+/* Per-session state for n_ctx tokens (ds4-forward §11.1) with f32 storage
+ * of every cached row and frontier: state_size() (engine/state_size.h) of
+ * this model's shape, without working memory:
+ *   raw window     Σ_layers n_swa·head_dim
  *   compressed     Σ_{R≠0} floor(n_ctx/R)·head_dim
  *   frontier       Σ_{R≠0} 2·(C·R)·(C·head_dim)          (kv + score, C = lanes)
  *   indexer rows   Σ_{R=4} floor(n_ctx/4)·indexer_head_dim
  *   idx frontier   Σ_{R=4} 2·(2·4)·(2·indexer_head_dim)
- *   logits         n_vocab
- * floats × 4 bytes, plus n_ctx token ids × 4 bytes. Backends add their own
- * scratch and padding on top. */
+ * floats × 4 bytes, plus n_vocab logits and n_ctx token ids × 4 bytes.
+ * Backends add their own scratch and padding on top. */
 uint64_t model_context_bytes(const ds4_model *m, int n_ctx);
 
 #endif

@@ -370,6 +370,50 @@ void quant_matvec(uint32_t type, const void *w, size_t row_bytes, const float *x
 #endif
 }
 
+/* Rows in tiles of QUANT_TILE so a tile of weight rows stays in L1/L2 while
+ * every activation row passes over it: prefill reads each weight byte once
+ * per chunk instead of once per token. Each (row, token) product is the
+ * same dot_row call quant_matvec makes, so results are bit-identical. */
+#define QUANT_TILE 8
+
+void quant_matmul(uint32_t type, const void *w, size_t row_bytes, const float *x, size_t x_stride, int64_t n,
+                  int64_t T, float *y, size_t y_stride, int64_t r0, int64_t r1)
+{
+    const uint8_t *base = w;
+#if defined(QUANT_AVX512) || defined(QUANT_AVX2)
+    int g = sum_group(type);
+    float *xs = NULL;
+    int64_t ng = g ? n / g : 0;
+    if (g) {
+        xs = malloc((size_t)(ng * T) * sizeof *xs);
+        if (!xs) {
+            for (int64_t t = 0; t < T; t++) quant_matvec(type, w, row_bytes, x + (size_t)t * x_stride, n,
+                                                         y + (size_t)t * y_stride, r0, r1);
+            return;
+        }
+        for (int64_t t = 0; t < T; t++) quant_simd_sums(x + (size_t)t * x_stride, n, g, xs + t * ng);
+    }
+    for (int64_t rt = r0; rt < r1; rt += QUANT_TILE) {
+        int64_t re = rt + QUANT_TILE < r1 ? rt + QUANT_TILE : r1;
+        for (int64_t t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * x_stride;
+            float *yt = y + (size_t)t * y_stride;
+            for (int64_t r = rt; r < re; r++)
+                yt[r] = dot_row(type, base + (size_t)r * row_bytes, xt, xs ? xs + t * ng : NULL, n);
+        }
+    }
+    free(xs);
+#else
+    for (int64_t rt = r0; rt < r1; rt += QUANT_TILE) {
+        int64_t re = rt + QUANT_TILE < r1 ? rt + QUANT_TILE : r1;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t r = rt; r < re; r++)
+                y[(size_t)t * y_stride + (size_t)r] =
+                    quant_dot_scalar(type, base + (size_t)r * row_bytes, x + (size_t)t * x_stride, n);
+    }
+#endif
+}
+
 /* ---- quantized activations (ds4's CPU arithmetic, §5.7) ---------------------- */
 
 static int8_t clamp_i8(float v)

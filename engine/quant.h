@@ -114,6 +114,14 @@ float quant_dot(uint32_t type, const void *row, const float *x, int64_t n);
 void quant_matvec(uint32_t type, const void *w, size_t row_bytes, const float *x,
                   int64_t n, float *y, int64_t r0, int64_t r1);
 
+/* Batched: Y[t][r] = W[r]·X[t] for r in [r0, r1) and t in [0, T); X[t]
+ * starts at x + t·x_stride, Y[t] at y + t·y_stride (indexed by the absolute
+ * row). Bit-identical to quant_matvec on each X[t], so a batched prefill
+ * gives the same numbers as one-token decode; weight rows are reused from
+ * cache across the T activations. Thread-safe on disjoint row ranges. */
+void quant_matmul(uint32_t type, const void *w, size_t row_bytes, const float *x, size_t x_stride, int64_t n,
+                  int64_t T, float *y, size_t y_stride, int64_t r0, int64_t r1);
+
 /* Portable scalar versions of the above (the vector kernels are checked
  * against them). */
 float quant_dot_scalar(uint32_t type, const void *row, const float *x, int64_t n);

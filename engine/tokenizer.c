@@ -1,13 +1,15 @@
 /* tokenizer.c — byte-level BPE with the DeepSeek pre-tokenizer.
  *
- * The vocabulary is turned into three structures at load time and nothing
+ * The vocabulary is turned into four structures at load time and nothing
  * else is kept: the raw bytes every token stands for (one arena), the id of
- * each of the 256 byte symbols, and a hash table from an adjacent id pair to
- * (merge rank, merged id). BPE then works on ids only: a piece starts as
- * its byte symbols and the lowest-rank adjacent pair (leftmost on ties) is
- * merged until no pair has a rank, which is the reference algorithm. Short
- * pieces use a flat array scan; long ones a linked list with a lazy heap,
- * so a 100 KB run of letters stays O(n log n).
+ * each of the 256 byte symbols, a hash table from an adjacent id pair to
+ * (merge rank, merged id), and a hash table from raw bytes to the tokens
+ * that BPE maps their own bytes to. BPE works on ids only: a piece starts
+ * as its byte symbols and the lowest-rank adjacent pair (leftmost on ties)
+ * is merged until no pair has a rank, which is the reference algorithm.
+ * Most pieces of ordinary text are found whole in the last table and skip
+ * merging; short others use a flat array scan, long ones a linked list with
+ * a lazy heap, so a 100 KB run of letters stays O(n log n).
  */
 #include <pthread.h>
 #include <stdint.h>

@@ -21,14 +21,6 @@ static void check_tokens(const char *what, const ds4_tokens *got, const int32_t 
     tok_check_ids(what, got->ids, got->n, want, nwant);
 }
 
-/* got must equal the trusted tokenization of the rendered string. */
-static void check_rendered(const ds4_tokenizer *t, const ds4_tokens *got, const char *rendered)
-{
-    size_t n;
-    int32_t *want = tok_ids(t, rendered, strlen(rendered), true, &n);
-    tok_check_ids(rendered, got->ids, got->n, want, n);
-}
-
 static int32_t *json_ids(json_object *arr, size_t *n)
 {
     *n = json_object_array_length(arr);

@@ -179,7 +179,8 @@ TEST(model, binds_golden_model)
                       2 * (7 * 512 + 2 * 128 * 512) + 311;
     CHECK_EQ_INT(model_context_bytes(m, 1000), floats * 4 + 1000 * 4);
     CHECK(model_context_bytes(m, 2000) > model_context_bytes(m, 1000));
-    CHECK_EQ_INT(model_context_bytes(m, 8), (6 * 8 * 512 + 2 * (2 * 8 * 1024 + 2 * 8 * 256) + 2 * (2 * 128 * 512) +
+    /* below the window the whole window is still counted (it is allocated) */
+    CHECK_EQ_INT(model_context_bytes(m, 8), (6 * 16 * 512 + 2 * (2 * 8 * 1024 + 2 * 8 * 256) + 2 * (2 * 128 * 512) +
                                              2 * (2 * 512 + 2 * 128) + 311) * 4 + 8 * 4);
     model_free(m);
     gguf_close(f);
@@ -379,4 +380,14 @@ TEST(model, rejects_group_routing)
     size_t at = find_record(buf, len, "deepseek4.expert_group_count");
     patch_u32(buf + at + 4, 8);
     expect_bind_error(buf, len, "'deepseek4.expert_group_count' = 8 is outside 0..0");
+}
+
+TEST(model, rejects_overflowing_derived_dimensions)
+{
+    size_t len;
+    uint8_t *buf = golden_copy(&len);
+    patch_u32(buf + find_record(buf, len, "deepseek4.attention.head_count") + 4, 65536);
+    patch_u32(buf + find_record(buf, len, "deepseek4.attention.key_length") + 4, 65536);
+    patch_u32(buf + find_record(buf, len, "deepseek4.attention.value_length") + 4, 65536);
+    expect_bind_error(buf, len, "derived dimensions overflow");
 }

@@ -402,6 +402,30 @@ TEST(quant, matvec_fills_only_its_row_range)
     }
 }
 
+TEST(quant, matmul_equals_matvec_bit_for_bit)
+{
+    rng_state = 8;
+    for (size_t ti = 0; ti < sizeof dot_types / sizeof dot_types[0]; ti++) {
+        uint32_t type = dot_types[ti];
+        const int64_t n = 512, rows = 21, T = 5;
+        const size_t xs = 520, ys = 24; /* strides wider than the rows */
+        size_t rb = (size_t)quant_row_bytes(type, n);
+        uint8_t *w = test_alloc(rb * rows);
+        float *x = test_alloc(sizeof(float) * xs * T), *y = test_alloc(sizeof(float) * ys * T), one[24];
+        for (int64_t r = 0; r < rows; r++) random_row(type, w + r * rb, n);
+        for (size_t i = 0; i < xs * T; i++) x[i] = gauss();
+        for (size_t i = 0; i < ys * T; i++) y[i] = -7.0f;
+        quant_matmul(type, w, rb, x, xs, n, T, y, ys, 3, 20);
+        for (int64_t t = 0; t < T; t++) {
+            quant_matvec(type, w, rb, x + t * xs, n, one, 3, 20);
+            for (int64_t r = 0; r < (int64_t)ys; r++) {
+                if (r < 3 || r >= 20) CHECK(y[t * ys + r] == -7.0f);
+                else CHECK_MSG(y[t * ys + r] == one[r], "%s t=%lld r=%lld", ggml_type_name(type), (long long)t, (long long)r);
+            }
+        }
+    }
+}
+
 /* Relative RMS error of quantize → dequantize on Gaussian data. */
 static double roundtrip_error(uint32_t type, int64_t n)
 {

@@ -8,6 +8,7 @@
 
 #include <json-c/json.h>
 
+#include "engine/npm_vocab.h"
 #include "engine/pretok.h"
 #include "engine/tokenizer.h"
 #include "tests/test.h"
@@ -583,4 +584,22 @@ TEST(tokenizer, shared_across_threads)
         ds4_tokens_free(&jobs[i].out);
     }
     CHECK(same);
+}
+
+/* Without node/npm the reference vocabulary fails with a clear message;
+ * once extracted, it is served from the cache without them. */
+TEST(tokenizer, npm_vocab_errors_and_cache)
+{
+    char path[4096];
+    ds4_error err = { { 0 } };
+    setenv("XDG_CACHE_HOME", test_tmp_path("cache"), 1);
+    setenv("PATH", test_tmp_path("nothing"), 1);
+    CHECK_EQ_INT(npm_tokenizer_json_path(path, sizeof path, &err), -1);
+    CHECK_CONTAINS(err.msg, "cannot run npm");
+    CHECK_EQ_INT(npm_package_dir(path, sizeof path, &err), -1);
+    CHECK_CONTAINS(err.msg, "npm");
+    const char *json = test_tmp_path("cache/ds4cl/tokenizer-deepseek_v3-" NPM_VOCAB_VERSION ".json");
+    test_write_file(json, "{}", 2);
+    CHECK_EQ_INT(npm_tokenizer_json_path(path, sizeof path, &err), 0);
+    CHECK_STR_EQ(path, json);
 }

@@ -1,0 +1,129 @@
+/* cmd_model_info.c — `ds4cl --model-info -m FILE [--ctx N]`: what a DS4
+ * GGUF holds (shape, layer kinds, tensor bytes per type) and the memory a
+ * session of N tokens needs. Opens and binds the file exactly as the engine
+ * does, so a file this accepts is one the engine can load. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/quant.h"
+
+#define DEFAULT_INFO_CTX 32768
+
+static void print_bytes(uint64_t b)
+{
+    if (b >= (1ull << 30)) printf("%.2f GiB", (double)b / (double)(1ull << 30));
+    else if (b >= (1ull << 20)) printf("%.2f MiB", (double)b / (double)(1ull << 20));
+    else if (b >= 1024) printf("%.1f KiB", (double)b / 1024.0);
+    else printf("%llu B", (unsigned long long)b);
+}
+
+static void print_ratios(const ds4_hparams *hp)
+{
+    for (int l = 0; l < hp->n_layer; l++) {
+        /* runs of a repeating pattern would be shorter, but the list is exact */
+        printf("%s%d", l ? "," : "", hp->compress_ratio[l]);
+        if (l == 15 && hp->n_layer > 20) {
+            printf(",…");
+            break;
+        }
+    }
+}
+
+static const char *expert_types(const ds4_model *m, char *buf, size_t size)
+{
+    const ds4_layer *L = &m->layers[0];
+    bool uniform = true;
+    for (int l = 1; l < m->hp.n_layer; l++)
+        if (m->layers[l].ffn_gate_exps.type != L->ffn_gate_exps.type ||
+            m->layers[l].ffn_down_exps.type != L->ffn_down_exps.type)
+            uniform = false;
+    snprintf(buf, size, "gate/up %s, down %s%s", ggml_type_name(L->ffn_gate_exps.type),
+             ggml_type_name(L->ffn_down_exps.type), uniform ? "" : " (layer 0; other layers differ)");
+    return buf;
+}
+
+int cmd_model_info(const ds4cl_options *o)
+{
+    if (!o->model_path) {
+        fputs("ds4cl: --model-info needs a model file (-m FILE)\n", stderr);
+        return EXIT_USAGE;
+    }
+    int n_ctx = o->ctx > 0 ? o->ctx : DEFAULT_INFO_CTX;
+    ds4_error err = { { 0 } };
+    gguf_file *f = gguf_open(o->model_path, &err);
+    if (!f) {
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
+        return EXIT_ERROR;
+    }
+    ds4_model *m = model_bind(f, &err);
+    if (!m) {
+        fprintf(stderr, "ds4cl: %s: %s\n", o->model_path, err.msg);
+        gguf_close(f);
+        return EXIT_ERROR;
+    }
+    const ds4_hparams *hp = &m->hp;
+    printf("file          %s\n", o->model_path);
+    printf("size          ");
+    print_bytes(gguf_size(f));
+    printf(" (GGUF v%u, %zu tensors, %zu metadata keys, alignment %u)\n", gguf_version(f), gguf_n_tensors(f),
+           gguf_n_kv(f), gguf_alignment(f));
+    printf("name          %s\n", m->name[0] ? m->name : "(none)");
+    printf("identity      %016llx\n", (unsigned long long)gguf_identity(f));
+    printf("layers        %d (compress ratios ", hp->n_layer);
+    print_ratios(hp);
+    printf("; hash-routed layers: %d)\n", hp->n_hash_layer);
+    printf("embedding     %d, vocabulary %d", hp->n_embd, hp->n_vocab);
+    if (hp->n_ctx_train) printf(", trained context %lld", (long long)hp->n_ctx_train);
+    printf("\n");
+    printf("attention     %d heads x %d (RoPE on the last %d), q-lora %d, output %d groups x %d, window %d\n",
+           hp->n_head, hp->head_dim, hp->n_rot, hp->q_lora, hp->n_out_group, hp->o_lora, hp->n_swa);
+    printf("indexer       %d heads x %d, top-k %d\n", hp->n_indexer_head, hp->indexer_head_dim, hp->indexer_top_k);
+    char et[160];
+    printf("experts       %d routed (%d per token) + %d shared, width %d; %s\n", hp->n_expert, hp->n_expert_used,
+           hp->n_expert_shared, hp->n_ff_exp, expert_types(m, et, sizeof et));
+    printf("routing       weights scale %g, %snormalized, SwiGLU clamp %g\n", hp->expert_weights_scale,
+           hp->expert_weights_norm ? "" : "not ", hp->swiglu_clamp[0]);
+    printf("hyper-conn    %d streams, %d Sinkhorn iterations, epsilon %g\n", hp->n_hc, hp->hc_sinkhorn_iters,
+           hp->hc_eps);
+    printf("rope          base %g; compressed layers base %g, YaRN factor %g, beta %g/%g, original context %lld\n",
+           hp->rope_base, hp->compress_rope_base, hp->yarn_factor, hp->yarn_beta_fast, hp->yarn_beta_slow,
+           (long long)hp->yarn_orig_ctx);
+    printf("rms epsilon   %g\n", hp->rms_eps);
+
+    printf("\ntensor bytes by type\n");
+    uint64_t bytes[64] = { 0 }, count[64] = { 0 }, total = 0;
+    for (size_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (t->type < 64) {
+            bytes[t->type] += t->nbytes;
+            count[t->type]++;
+        }
+        total += t->nbytes;
+    }
+    for (uint32_t t = 0; t < 64; t++) {
+        if (!count[t]) continue;
+        printf("  %-8s %6llu tensors  ", ggml_type_name(t), (unsigned long long)count[t]);
+        print_bytes(bytes[t]);
+        printf("\n");
+    }
+    printf("  %-8s %6zu tensors  ", "total", gguf_n_tensors(f));
+    print_bytes(total);
+    printf("\n");
+
+    uint64_t ctx_bytes = model_context_bytes(m, n_ctx);
+    printf("\nmemory for %d tokens\n", n_ctx);
+    printf("  weights (mapped)  ");
+    print_bytes(m->weights_bytes);
+    printf("\n  session state     ");
+    print_bytes(ctx_bytes);
+    printf("  (f32 raw windows, compressed and indexer rows, compressor frontiers, logits)\n");
+    printf("  total             ");
+    print_bytes(m->weights_bytes + ctx_bytes);
+    printf("\n");
+    model_free(m);
+    gguf_close(f);
+    return EXIT_DONE;
+}
