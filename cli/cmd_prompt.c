@@ -27,6 +27,8 @@
 #include "cli/commands.h"
 #include "cli/model_open.h"
 
+#pragma weak tools_all
+
 #define STREAM_SCHEMA 1
 #define DEFAULT_CTX 65536
 
@@ -341,6 +343,11 @@ int cmd_prompt(const ds4cl_options *o)
         json_object_object_add(init, "backend", json_object_new_string(info.backend_name ? info.backend_name : ""));
         json_object_object_add(init, "ctx", json_object_new_int(n_ctx));
         json_object_object_add(init, "workspace", json_object_new_string(ws));
+        struct json_object *names = json_object_new_array();
+        size_t nt = 0;
+        const tool_def *const *all = tools_all ? tools_all(&nt) : NULL;
+        for (size_t i = 0; i < nt; i++) json_object_array_add(names, json_object_new_string(all[i]->name));
+        json_object_object_add(init, "tools", names);
         struct json_object *perm = json_object_new_object();
         json_object_object_add(perm, "mode", json_object_new_string(o->yes ? "yes" : o->n_allow ? "allow" : "deny"));
         json_object_object_add(perm, "allow", string_array(o->n_allow ? o->allow : NULL));
