@@ -445,16 +445,10 @@ static void agent_free(agent *a)
     free(a);
 }
 
-agent *agent_start(const agent_config *cfg, ds4_error *err)
+/* The part of a start that needs no thread, session or pipe: enough to
+ * render the system prompt. */
+static agent *agent_alloc(const agent_config *cfg)
 {
-    if (!cfg || !cfg->engine) {
-        ds4_error_set(err, "no engine");
-        return NULL;
-    }
-    if (cfg->n_ctx < 256) {
-        ds4_error_set(err, "a context of %d tokens is too small for the agent (at least 256)", cfg->n_ctx);
-        return NULL;
-    }
     agent *a = calloc(1, sizeof *a);
     if (!a) abort();
     a->wake_r = a->wake_w = -1;
@@ -481,6 +475,30 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
     a->t_dsml = ds4_token_special(a->tok, DS4_TOK_DSML);
     a->max_tool_rounds = cfg->max_tool_rounds > 0 ? (size_t)cfg->max_tool_rounds : AGENT_DEFAULT_MAX_TOOL_ROUNDS;
     a->think = ds4_think_for_context(cfg->think, cfg->n_ctx);
+    return a;
+}
+
+int agent_system_prompt(const agent_config *cfg, ds4_tokens *out, ds4_error *err)
+{
+    if (!cfg || !cfg->engine) return ds4_error_set(err, "no engine");
+    agent *a = agent_alloc(cfg);
+    int rc = setup_tools(a, err);
+    if (rc == 0) agent_render_system(a, out);
+    agent_free(a);
+    return rc;
+}
+
+agent *agent_start(const agent_config *cfg, ds4_error *err)
+{
+    if (!cfg || !cfg->engine) {
+        ds4_error_set(err, "no engine");
+        return NULL;
+    }
+    if (cfg->n_ctx < 256) {
+        ds4_error_set(err, "a context of %d tokens is too small for the agent (at least 256)", cfg->n_ctx);
+        return NULL;
+    }
+    agent *a = agent_alloc(cfg);
     char id[64];
     if (cfg->session_id && *cfg->session_id) snprintf(id, sizeof id, "%s", cfg->session_id);
     else random_id(id, sizeof id);
@@ -544,17 +562,21 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
             agent_free(a);
             return NULL;
         }
-        if (rs->snapshot && ds4_session_restore(a->sess, rs->snapshot, rs->snapshot_len, err) != 0) {
-            agent_free(a);
-            return NULL;
-        }
+        /* A saved state that does not load (damaged, another model or
+         * shape) costs time, not the conversation: it is read again. */
+        ds4_error rerr = { "" };
+        if (rs->snapshot && ds4_session_restore(a->sess, rs->snapshot, rs->snapshot_len, &rerr) != 0)
+            agent_notice(a, "the saved state could not be loaded (%s); reading the conversation again", rerr.msg);
         ds4_tokens_append(&a->tx, rs->tokens, rs->n_tokens);
         ds4_tokens sys = { 0 };
         agent_render_system(a, &sys);
         a->sys_len = rs->system_len ? rs->system_len : sys.n <= rs->n_tokens ? sys.n : 0;
         ds4_tokens_free(&sys);
-        a->started_note = true;
-        a->resumed = true;
+        /* Only a system prompt (a cached one): a fresh session that skips
+         * reading it, so it starts like one. */
+        bool fresh = rs->system_len && rs->system_len == rs->n_tokens;
+        a->started_note = !fresh;
+        a->resumed = !fresh;
     } else {
         agent_render_system(a, &a->tx);
         a->sys_len = a->tx.n;

@@ -137,7 +137,12 @@ typedef struct {
     void *ud;
 } agent_persist_hooks;
 
-/* Start from a restored session instead of a fresh system prompt. */
+/* Start from a restored session instead of a fresh system prompt. A
+ * snapshot that does not load (damaged, another model) is reported as a
+ * notice and the transcript is read again. Tokens that are only the
+ * system prompt (system_len == n_tokens: a cached system prompt) start a
+ * fresh session: SYSTEM is reported and the first turn gets the
+ * session-start note. */
 typedef struct {
     const int32_t *tokens;  /* the whole transcript (journal replayed) */
     size_t n_tokens;
@@ -180,6 +185,10 @@ typedef struct {
 #define AGENT_MAX_MALFORMED_IN_A_ROW 3
 
 agent *agent_start(const agent_config *cfg, ds4_error *err);
+/* The system prompt agent_start(cfg) would begin with, rendered without
+ * starting anything (for a front end that keeps its KV state on disk:
+ * agent_resume with these tokens, system_len = their count). Replaces out. */
+int agent_system_prompt(const agent_config *cfg, ds4_tokens *out, ds4_error *err);
 /* Interrupts whatever runs, stops background work and joins the worker. */
 void agent_stop(agent *a);
 
