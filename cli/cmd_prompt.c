@@ -26,6 +26,7 @@
 #include "base/base.h"
 #include "cli/commands.h"
 #include "cli/model_open.h"
+#include "sessions/sessions.h"
 
 #pragma weak tools_all
 
@@ -278,9 +279,37 @@ int cmd_prompt(const ds4cl_options *o)
         return EXIT_USAGE;
     }
 
+    /* The session first: a resumed one brings its context size. */
+    session *sess = NULL;
+    char serr[768];
+    session_request rq = { .resume = o->resume, .resume_id = o->resume_id, .continue_last = o->continue_last,
+                           .session_id = o->session_id, .cwd = ws };
+    session_open_status so = session_open_request(&rq, &sess, serr, sizeof serr);
+    if (so != SESSION_OPEN_OK) {
+        if (so == SESSION_OPEN_PICK) {
+            fprintf(stderr, "ds4cl: --resume needs a session ID with --prompt (--continue takes the latest of this "
+                            "directory)\n");
+            session_info *v;
+            int n = sessions_list(&v, serr, sizeof serr);
+            if (n >= 0) {
+                char *list = sessions_format_list(v, (size_t)n, 20, NULL);
+                fputs(list, stderr);
+                free(list);
+                free(v);
+            }
+        } else {
+            fprintf(stderr, "ds4cl: %s\n", serr);
+        }
+        free(prompt);
+        return so == SESSION_OPEN_PICK ? EXIT_USAGE : EXIT_ERROR;
+    }
+    session_info sinfo;
+    session_get_info(sess, &sinfo);
+
     int n_ctx = 0;
-    ds4_engine *e = model_open(o, DEFAULT_CTX, &n_ctx);
+    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx);
     if (!e) {
+        session_close(sess);
         free(prompt);
         return EXIT_ERROR;
     }
@@ -288,6 +317,7 @@ int cmd_prompt(const ds4cl_options *o)
     if (pipe2(g_sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         fprintf(stderr, "ds4cl: %s\n", strerror(errno));
         ds4_engine_close(e);
+        session_close(sess);
         free(prompt);
         return EXIT_ERROR;
     }
@@ -323,14 +353,21 @@ int cmd_prompt(const ds4cl_options *o)
 
     ds4_error err = { "" };
     double t0 = now_ms();
-    agent *a = agent_start(&cfg, &err);
+    agent *a = NULL;
+    if (session_attach(sess, e, &cfg, err.msg, sizeof err.msg) == 0) {
+        a = agent_start(&cfg, &err);
+        session_attach_done(sess);
+    }
     if (!a) {
         fprintf(stderr, "ds4cl: %s\n", err.msg);
         ds4_engine_close(e);
+        session_close(sess);
         free(prompt);
         return EXIT_ERROR;
     }
     run_state rs = { .json = o->output == OUTPUT_STREAM_JSON };
+    const char *const *notes;
+    size_t n_notes = session_notes(sess, &notes);
     agent_status st;
     agent_get_status(a, &st);
     if (rs.json) {
@@ -353,6 +390,16 @@ int cmd_prompt(const ds4cl_options *o)
         json_object_object_add(perm, "allow", string_array(o->n_allow ? o->allow : NULL));
         json_object_object_add(init, "permissions", perm);
         emit(init);
+    }
+    for (size_t i = 0; i < n_notes; i++) {
+        if (rs.json) {
+            struct json_object *no = typed("notice");
+            json_object_object_add(no, "level", json_object_new_string("warning"));
+            json_object_object_add(no, "message", json_object_new_string(notes[i]));
+            emit(no);
+        } else {
+            fprintf(stderr, "ds4cl: %s\n", notes[i]);
+        }
     }
 
     /* Wait until the system prompt is read, then hand in the task. */
@@ -413,8 +460,11 @@ int cmd_prompt(const ds4cl_options *o)
         else if (code != EXIT_DONE && !st.error[0]) fprintf(stderr, "ds4cl: stopped: %s\n", end);
         fprintf(stderr, "ds4cl: %zu tokens read in %.0f ms, %zu written in %.0f ms\n", st.prefilled_total,
                 st.prefill_ms, st.generated_total, st.decode_ms);
+        if (submitted) fprintf(stderr, "ds4cl: session %s (continue it with --resume %s)\n", st.session_id, st.session_id);
     }
+    /* Stopping runs the idle hook of a busy worker: the state is saved. */
     agent_stop(a);
+    session_close(sess);
     ds4_engine_close(e);
     sb_free(&rs.answer);
     free(prompt);

@@ -14,6 +14,11 @@ const char *agent_test_model(void)
 {
     const char *p = test_golden_path("A/model.gguf");
     if (!p) SKIP("the golden tiny model is not available");
+    /* Sessions and caches of the agents and programs a test runs stay in
+     * its temp dir, never in the user's home. */
+    setenv("XDG_DATA_HOME", test_tmp_path(".xdg/data"), 1);
+    setenv("XDG_CACHE_HOME", test_tmp_path(".xdg/cache"), 1);
+    setenv("XDG_STATE_HOME", test_tmp_path(".xdg/state"), 1);
     return p;
 }
 
