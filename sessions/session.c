@@ -516,7 +516,12 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     info->n_ctx = cfg->n_ctx;
     info->think = cfg->think;
     info->sampling = cfg->sampling;
-    if (!info->cwd[0] && cfg->workspace) snprintf(info->cwd, sizeof info->cwd, "%s", cfg->workspace);
+    if (cfg->workspace && strcmp(info->cwd, cfg->workspace)) {
+        /* The tools work where ds4cl runs now; --continue finds it there. */
+        if (info->cwd[0] && s->tx.n)
+            note(s, "session %s was started in %s; its tools now work in %s", id, info->cwd, cfg->workspace);
+        strf(info->cwd, sizeof info->cwd, "%s", cfg->workspace);
+    }
     s->meta.tokenizer = fp;
     s->dirty = true;
 

@@ -166,6 +166,10 @@ void session_close(session *s);
 
 /* ---- front-end helpers: one agent over one engine ---------------------------- */
 
+/* session_attach + agent_start + session_attach_done on a copy of base:
+ * the agent of this session, or NULL with err. */
+agent *session_start_agent(session *s, const agent_config *base, char *err, size_t errlen);
+
 /* The agent of *s restarted on another session, the engine kept open:
  * the current agent is stopped (its state saved by its last idle hook),
  * `next` is attached and started with base's settings; on failure the
@@ -178,5 +182,35 @@ int sessions_switch_to(session **s, agent **a, const agent_config *base, session
 int sessions_switch(session **s, agent **a, const agent_config *base, const char *id, char *msg, size_t msglen);
 int sessions_new(session **s, agent **a, const agent_config *base, char *msg, size_t msglen);
 int sessions_fork(session **s, agent **a, const agent_config *base, char *msg, size_t msglen);
+
+/* ---- slash commands --------------------------------------------------------------
+ *
+ * For the front end's command table. Each handler takes the text after the
+ * command name and returns the message to show (malloc'd markdown; "" for
+ * none) and 0, or -1 when refused or failed (the message says why). After
+ * /switch, /new and /fork *a is another agent (the front end must use it
+ * from then on; on a failed restart it may be NULL, see
+ * sessions_switch_to). Commands that stop the agent are refused while it
+ * is busy: the front end checks that (busy_ok false). */
+typedef struct {
+    session **s;
+    agent **a;
+    const agent_config *base;
+} sessions_ctx;
+
+typedef struct {
+    const char *name;   /* without the slash */
+    const char *args;   /* synopsis for help */
+    const char *help;   /* one line */
+    bool busy_ok;       /* may run while the agent works */
+    bool takes_id;      /* the argument is a session ID (complete with sessions_complete) */
+    int (*run)(sessions_ctx *c, const char *args, char **out);
+} sessions_command;
+
+/* /sessions, /switch, /new, /fork, /delete. */
+const sessions_command *sessions_commands(size_t *n);
+
+/* IDs of saved sessions that start with prefix, most recent first. */
+void sessions_complete(const char *prefix, void (*add)(void *ud, const char *id), void *ud);
 
 #endif

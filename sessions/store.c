@@ -21,6 +21,8 @@
 /* A directory without a user turn younger than this may be a session
  * being created right now (mkdir comes before its lock). */
 #define EMPTY_DIR_GRACE_S 60
+/* A temporary file of a cache write older than this was abandoned. */
+#define STALE_TEMP_S 3600
 
 bool path_join(char *buf, size_t size, const char *dir, const char *name)
 {
@@ -668,9 +670,16 @@ uint64_t sessions_enforce_budget(uint64_t budget)
         struct dirent *de;
         while (d && (de = readdir(d))) {
             size_t l = strlen(de->d_name);
+            char path[PATH_MAX];
+            if (!path_join(path, sizeof path, cache, de->d_name)) continue;
+            if (de->d_name[0] == '.' && strstr(de->d_name, ".tmp.")) {
+                /* A write cut short; another process may be writing one
+                 * now, so only old ones go. */
+                struct stat st;
+                if (lstat(path, &st) == 0 && wall_time_s() - (int64_t)st.st_mtime > STALE_TEMP_S) unlink(path);
+                continue;
+            }
             if (de->d_name[0] == '.' || l < 4 || strcmp(de->d_name + l - 3, ".kv")) continue;
-            char path[PATH_MAX + 256];
-            snprintf(path, sizeof path, "%s/%s", cache, de->d_name);
             snap_push(&sv, path, NULL);
         }
         if (d) closedir(d);

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-static agent *start_on(session *s, const agent_config *base, char *err, size_t errlen)
+agent *session_start_agent(session *s, const agent_config *base, char *err, size_t errlen)
 {
     agent_config cfg = *base;
     cfg.persist = NULL;
@@ -25,7 +25,7 @@ int sessions_switch_to(session **s, agent **a, const agent_config *base, session
     agent_stop(*a);
     *a = NULL;
     char err[512] = "";
-    agent *na = start_on(next, base, err, sizeof err);
+    agent *na = session_start_agent(next, base, err, sizeof err);
     if (na) {
         session_close(*s);
         *s = next;
@@ -38,7 +38,7 @@ int sessions_switch_to(session **s, agent **a, const agent_config *base, session
     }
     session_close(next);
     char again[512] = "";
-    *a = start_on(*s, base, again, sizeof again);
+    *a = session_start_agent(*s, base, again, sizeof again);
     if (*a) strf(msg, msglen, "cannot switch: %s", err);
     else strf(msg, msglen, "cannot switch: %s; restarting the current session failed too: %s", err, again);
     return -1;

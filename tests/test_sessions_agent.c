@@ -534,3 +534,79 @@ TEST(sessions_agent, info_and_history_while_the_worker_writes)
     CHECK_EQ_INT(info.user_turns, 12);
     sa_stop(&x);
 }
+
+static const sessions_command *command(const char *name)
+{
+    size_t n;
+    const sessions_command *t = sessions_commands(&n);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return &t[i];
+    FAIL("no command /%s", name);
+}
+
+static void add_id(void *ud, const char *id)
+{
+    sb_printf(ud, "%s;", id);
+}
+
+TEST(sessions_agent, slash_commands)
+{
+    const char *script = chat_script();
+    sess_agent x;
+    sa_start(&x, script_engine(script), "alpha", true);
+    sa_turn(&x, "remember blue");
+    sessions_ctx c = { &x.s, &x.a, &x.cfg };
+    char *out;
+
+    CHECK_EQ_INT(command("sessions")->run(&c, "", &out), 0);
+    CHECK_CONTAINS(out, "* alpha");
+    CHECK_CONTAINS(out, "remember blue");
+    CHECK_CONTAINS(out, "/switch ID");
+    free(out);
+    CHECK(command("sessions")->busy_ok);
+    CHECK(!command("switch")->busy_ok && command("switch")->takes_id);
+
+    CHECK_EQ_INT(command("fork")->run(&c, "", &out), 0);
+    CHECK_CONTAINS(out, "Now in session ");
+    CHECK_CONTAINS(out, "(forked from alpha)");
+    CHECK_CONTAINS(out, "> remember blue");
+    free(out);
+    char fork_id[SESSION_ID_MAX];
+    snprintf(fork_id, sizeof fork_id, "%s", session_id(x.s));
+    wait_idle(x.a, &x.log, 5000);
+
+    CHECK_EQ_INT(command("switch")->run(&c, "", &out), -1);
+    CHECK_CONTAINS(out, "usage: `/switch ID`");
+    CHECK_CONTAINS(out, "alpha");
+    free(out);
+    CHECK_EQ_INT(command("switch")->run(&c, "  alp  ", &out), 0);
+    CHECK_CONTAINS(out, "Switched to session alpha: remember blue");
+    free(out);
+    CHECK_STR_EQ(session_id(x.s), "alpha");
+    wait_idle(x.a, &x.log, 5000);
+
+    CHECK_EQ_INT(command("delete")->run(&c, "alpha", &out), -1);
+    CHECK_CONTAINS(out, "is the current session");
+    free(out);
+    CHECK_EQ_INT(command("delete")->run(&c, "", &out), -1);
+    CHECK_CONTAINS(out, "usage");
+    free(out);
+
+    strbuf ids = { 0 };
+    sessions_complete("", add_id, &ids);
+    CHECK_CONTAINS(sb_str(&ids), "alpha;");
+    CHECK_CONTAINS(sb_str(&ids), fork_id);
+    sb_clear(&ids);
+    sessions_complete("alp", add_id, &ids);
+    CHECK_STR_EQ(sb_str(&ids), "alpha;");
+    sb_free(&ids);
+
+    CHECK_EQ_INT(command("delete")->run(&c, fork_id, &out), 0);
+    CHECK_CONTAINS(out, "Deleted session");
+    free(out);
+    CHECK_EQ_INT(command("new")->run(&c, "", &out), 0);
+    CHECK_CONTAINS(out, "New session ");
+    free(out);
+    CHECK(strcmp(session_id(x.s), "alpha") != 0);
+    sa_stop(&x);
+}
