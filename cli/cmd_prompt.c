@@ -5,6 +5,11 @@
  * --allow TOOL, or the rules decide and "ask" means deny. SIGINT/SIGTERM
  * interrupt the agent cooperatively (a second one exits at once).
  *
+ * The run is a session turn (sessions/sessions.h): a new session, or the
+ * one --session / --resume ID / --continue names, saved as it goes and
+ * resumed from its KV state. --resume without an ID is refused here with
+ * the list: a script names its session.
+ *
  * Output: with --output-format text (default), the final answer on stdout
  * and progress on stderr; with stream-json, one JSON object per line on
  * stdout (schema in README.md, "type" and "schema" in every object) ending
