@@ -214,6 +214,14 @@ static void load_journal(session *s)
             note(s, "the journal of session %s is missing; its conversation cannot be recovered", s->meta.info.id);
         return;
     }
+    if (j.n == 0 && j.file_size < JOURNAL_HEADER_LEN) {
+        /* Created, then stopped before (or while) its header was written:
+         * it starts over with a header at the first record. */
+        journal_scan_free(&j);
+        if (truncate(path, 0) != 0 && errno != ENOENT)
+            note(s, "the empty journal could not be reset: %s", strerror(errno));
+        return;
+    }
     int turns_before = s->meta.info.user_turns;
     s->meta.info.user_turns = 0;
     bool inconsistent = false;
