@@ -290,6 +290,12 @@ int cmd_prompt(const ds4cl_options *o)
     session_request rq = { .resume = o->resume, .resume_id = o->resume_id, .continue_last = o->continue_last,
                            .session_id = o->session_id, .cwd = ws };
     session_open_status so = session_open_request(&rq, &sess, serr, sizeof serr);
+    bool asked = o->resume || o->continue_last || o->session_id;
+    if (so == SESSION_OPEN_ERROR && !asked) {
+        /* Nowhere to keep it (no home, say): the task still runs. */
+        fprintf(stderr, "ds4cl: this run is not saved as a session: %s\n", serr);
+        so = SESSION_OPEN_OK;
+    }
     if (so != SESSION_OPEN_OK) {
         if (so == SESSION_OPEN_PICK) {
             fprintf(stderr, "ds4cl: --resume needs a session ID with --prompt (--continue takes the latest of this "
@@ -308,8 +314,8 @@ int cmd_prompt(const ds4cl_options *o)
         free(prompt);
         return so == SESSION_OPEN_PICK ? EXIT_USAGE : EXIT_ERROR;
     }
-    session_info sinfo;
-    session_get_info(sess, &sinfo);
+    session_info sinfo = { .n_ctx = 0 };
+    if (sess) session_get_info(sess, &sinfo);
 
     int n_ctx = 0;
     ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx);
@@ -359,7 +365,9 @@ int cmd_prompt(const ds4cl_options *o)
     ds4_error err = { "" };
     double t0 = now_ms();
     agent *a = NULL;
-    if (session_attach(sess, e, &cfg, err.msg, sizeof err.msg) == 0) {
+    if (!sess) {
+        a = agent_start(&cfg, &err);
+    } else if (session_attach(sess, e, &cfg, err.msg, sizeof err.msg) == 0) {
         a = agent_start(&cfg, &err);
         session_attach_done(sess);
     }
@@ -371,8 +379,8 @@ int cmd_prompt(const ds4cl_options *o)
         return EXIT_ERROR;
     }
     run_state rs = { .json = o->output == OUTPUT_STREAM_JSON };
-    const char *const *notes;
-    size_t n_notes = session_notes(sess, &notes);
+    const char *const *notes = NULL;
+    size_t n_notes = sess ? session_notes(sess, &notes) : 0;
     agent_status st;
     agent_get_status(a, &st);
     if (rs.json) {
@@ -465,7 +473,7 @@ int cmd_prompt(const ds4cl_options *o)
         else if (code != EXIT_DONE && !st.error[0]) fprintf(stderr, "ds4cl: stopped: %s\n", end);
         fprintf(stderr, "ds4cl: %zu tokens read in %.0f ms, %zu written in %.0f ms\n", st.prefilled_total,
                 st.prefill_ms, st.generated_total, st.decode_ms);
-        if (submitted) fprintf(stderr, "ds4cl: session %s (continue it with --resume %s)\n", st.session_id, st.session_id);
+        if (submitted && sess) fprintf(stderr, "ds4cl: session %s (continue it with --resume %s)\n", st.session_id, st.session_id);
     }
     /* Stopping runs the idle hook of a busy worker: the state is saved. */
     agent_stop(a);

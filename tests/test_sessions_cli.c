@@ -161,6 +161,14 @@ TEST(sessions_cli, resume_without_id_continue_and_errors)
     CHECK_EQ_INT(rc, 1);
     CHECK_CONTAINS(out, "exclude each other");
 
+    /* nowhere to keep sessions: the task runs all the same */
+    rc = test_runf(&out, "cd '%s' && env -u XDG_DATA_HOME -u XDG_CACHE_HOME HOME= '%s/ds4cl' -m '%s' --engine 'script:%s' "
+                         "-p 'no home' 2>&1",
+                   w1, test_bindir(), agent_test_model(), script);
+    CHECK_MSG(rc == 0, "%s", out);
+    CHECK_CONTAINS(out, "not saved as a session");
+    CHECK(strstr(out, "continue it with") == NULL);
+
     /* a session open in another process */
     char err[256];
     session *held = session_open("two", err, sizeof err);
