@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
@@ -34,12 +35,25 @@
 
 static int g_sig_pipe[2] = { -1, -1 };
 static volatile sig_atomic_t g_signals;
+static volatile long g_first_signal_ms;
 
+static long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The first signal asks the agent to stop; one more, a moment later,
+ * leaves at once. (A signal sent to the process and to its group arrives
+ * twice in a row: that is still the first request.) */
 static void on_signal(int sig)
 {
     (void)sig;
-    g_signals++;
-    if (g_signals > 1) _exit(EXIT_INTERRUPTED);
+    long now = mono_ms();
+    if (g_signals && now - (long)g_first_signal_ms > 500) _exit(EXIT_INTERRUPTED);
+    if (!g_signals) g_first_signal_ms = now;
+    g_signals = 1;
     int saved = errno;
     char c = 1;
     ssize_t w = write(g_sig_pipe[1], &c, 1);

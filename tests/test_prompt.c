@@ -68,7 +68,7 @@ TEST(prompt, text_output_is_the_final_answer)
 TEST(prompt, stream_json_events_and_result)
 {
     const char *lines[] = {
-        script_line(test_printf("plan</think>Calling.%s", dsml_block("no_such_tool", "x", "=1", NULL)), NULL),
+        script_line(test_printf("plan</think>Calling.%s", dsml_block("read", "path", "missing.txt", NULL)), NULL),
         script_line("ok</think>Finished.", NULL),
         NULL,
     };
@@ -92,10 +92,10 @@ TEST(prompt, stream_json_events_and_result)
     CHECK(find_type(v, n, "thinking", 0) != NULL);
     struct json_object *use = find_type(v, n, "tool_use", 0);
     CHECK(use != NULL);
-    CHECK_STR_EQ(str_of(use, "name"), "no_such_tool");
+    CHECK_STR_EQ(str_of(use, "name"), "read");
     struct json_object *input, *x;
-    CHECK(json_object_object_get_ex(use, "input", &input) && json_object_object_get_ex(input, "x", &x));
-    CHECK_EQ_INT(json_object_get_int(x), 1);
+    CHECK(json_object_object_get_ex(use, "input", &input) && json_object_object_get_ex(input, "path", &x));
+    CHECK_STR_EQ(json_object_get_string(x), "missing.txt");
     struct json_object *res = find_type(v, n, "tool_result", 0), *iserr;
     CHECK(res != NULL);
     CHECK(json_object_object_get_ex(res, "is_error", &iserr) && json_object_get_boolean(iserr));
@@ -169,9 +169,9 @@ TEST(prompt, exit_codes)
     /* context exhausted: a reply longer than the room */
     strbuf big = { 0 };
     sb_puts(&big, "</think>");
-    for (int i = 0; i < 3000; i++) sb_puts(&big, "word ");
+    for (int i = 0; i < 8000; i++) sb_puts(&big, "word ");
     const char *lines[] = { script_line(sb_str(&big), NULL), NULL };
-    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 6144 -p hi --output-format stream-json",
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 -p hi --output-format stream-json",
                    test_tmpdir(), test_bindir(), agent_test_model(), write_script(lines));
     CHECK_EQ_INT(rc, 4);
     CHECK_CONTAINS(out, "\"stop_reason\":\"context full\"");
