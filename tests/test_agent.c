@@ -914,3 +914,43 @@ TEST(agent, stop_while_busy_returns_promptly)
     CHECK(test_now_ms() - t0 < 500);
     ev_log_free(&log);
 }
+
+/* ---- with the tool registry ---------------------------------------------------------- */
+
+#pragma weak tools_all
+
+TEST(agent, interrupt_during_a_long_bash_is_fast)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    const char *lines[] = {
+        script_line(test_printf("wait</think>%s", dsml_block("bash", "command", "sleep 30", NULL)), NULL),
+        script_line("ok</think>Stopped.", NULL),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.tools.yes_to_all = true;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 10000);
+    CHECK_EQ_INT(agent_submit(a, "wait a bit"), 0);
+    double t0 = test_now_ms();
+    agent_status st;
+    do {
+        usleep(5000);
+        agent_get_status(a, &st);
+    } while (st.state != AGENT_TOOL && test_now_ms() - t0 < 10000);
+    CHECK_EQ_INT(st.state, AGENT_TOOL);
+    usleep(300000);
+    double t_int = test_now_ms();
+    agent_interrupt(a);
+    run_to_end(a, &log, 5000, NULL, NULL);
+    double reaction = log.end_ms - t_int;
+    fprintf(stderr, "bash interrupt reaction: %.1f ms\n", reaction);
+    CHECK_MSG(reaction <= 100, "reaction %.1f ms", reaction);
+    CHECK_STR_EQ(log.end, AGENT_END_INTERRUPTED);
+    CHECK_CONTAINS(sb_str(&log.seq), "TOOL_RESULT(bash)");
+    agent_stop(a);
+    ev_log_free(&log);
+}
