@@ -122,12 +122,21 @@ typedef enum {
 } agent_turn_kind;
 
 typedef struct {
+    const char *name;
+    const char *args_json;
+    const char *result;     /* the text the tool returned */
+    bool is_error, denied;
+} agent_tool_call;
+
+typedef struct {
     agent_turn_kind kind;
     const char *text;
     size_t len;
     const int32_t *tokens;
     size_t n_tokens;
     size_t transcript_len;  /* transcript length after this record */
+    const agent_tool_call *calls;  /* TOOL: the calls of the block and their results */
+    size_t n_calls;
 } agent_turn;
 
 typedef struct {
@@ -187,6 +196,12 @@ void agent_stop(agent *a);
  * keeps its own queue) or not ready yet (the system prompt is still being
  * read: status state PREFILL). On success the status is PREFILL at once. */
 int agent_submit(agent *a, const char *text);
+/* Text typed while a turn runs: the model reads it as a user message right
+ * after the current round's tool results (so it can change course without
+ * stopping), or, when the turn ends first, it becomes the next turn. Texts
+ * given before they are read are joined. Returns -1 when no turn runs
+ * (submit it instead). */
+int agent_steer(agent *a, const char *text);
 /* Cooperative interrupt: the worker stops at the next safe point (a
  * prefill chunk, a token, a tool's poll); the turn ends with TURN_END
  * "interrupted" and the transcript stays consistent. Not for signal

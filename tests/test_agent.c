@@ -954,3 +954,124 @@ TEST(agent, interrupt_during_a_long_bash_is_fast)
     agent_stop(a);
     ev_log_free(&log);
 }
+
+/* ---- steering, think mode, structured tool records ----------------------------- */
+
+TEST(agent, text_typed_during_a_tool_round_is_read_before_the_next)
+{
+    const char *lines[] = {
+        script_line(test_printf("s</think>%s", dsml_block("sleep", "ms", "=300", NULL)), NULL),
+        script_line("ok</think>Will also check X.", "\"expect\": \"also check X\""),
+        script_line("n</think>Next turn.", "\"expect\": \"and Y\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 5000);
+    CHECK_EQ_INT(agent_steer(a, "not running"), -1);
+    CHECK_EQ_INT(agent_submit(a, "sleep a little"), 0);
+    double t0 = test_now_ms();
+    agent_status st;
+    do {
+        usleep(5000);
+        agent_get_status(a, &st);
+    } while (st.state != AGENT_TOOL && test_now_ms() - t0 < 5000);
+    CHECK_EQ_INT(agent_steer(a, "also check X"), 0);
+    run_to_end(a, &log, 5000, NULL, NULL);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    CHECK_STR_EQ(sb_str(&log.seq), "USER THINKING TOOL_START TOOL_PARAM TOOL_CALL(sleep) TOOL_PROGRESS TOOL_RESULT(sleep) "
+                                   "USER THINKING TEXT TURN_END(done) ");
+    CHECK_CONTAINS(sb_str(&log.text), "Will also check X.");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, text_typed_during_the_last_round_becomes_the_next_turn)
+{
+    const char *lines[] = {
+        script_line(long_reply(), "\"delay_ms\": 1"),
+        script_line("n</think>Handled the follow-up.", "\"expect\": \"follow-up question\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 5000);
+    CHECK_EQ_INT(agent_submit(a, "write"), 0);
+    usleep(50000);
+    CHECK_EQ_INT(agent_steer(a, "follow-up question"), 0);
+    /* the second turn follows the first without a submit, and the agent
+     * is idle only after it */
+    run_to_end(a, &log, 10000, NULL, NULL);
+    CHECK_CONTAINS(sb_str(&log.seq), "TURN_END(done) USER THINKING TEXT TURN_END(done)");
+    CHECK_CONTAINS(sb_str(&log.text), "Handled the follow-up.");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, think_mode_changes_apply_to_the_next_turn)
+{
+    const char *lines[] = { script_line("t</think>With thinking.", NULL), script_line("Without.", NULL), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "one", &log);
+    CHECK_STR_EQ(sb_str(&log.thinking), "t");
+    agent_set_think(a, DS4_THINK_NONE);
+    /* Think Max needs a context of 384K: with 8192 it stays plain thinking */
+    agent_set_think(a, DS4_THINK_MAX);
+    agent_set_think(a, DS4_THINK_NONE);
+    log.ended = false;
+    run_turn(a, "two", &log);
+    CHECK_STR_EQ(sb_str(&log.text), "With thinking.Without.");
+    CHECK_STR_EQ(sb_str(&log.thinking), "t");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+typedef struct {
+    int tool_records;
+    char names[128];
+    char results[256];
+} tool_rec;
+
+static void rec_tools(void *ud, const agent_turn *t)
+{
+    tool_rec *r = ud;
+    if (t->kind != AGENT_TURN_TOOL) return;
+    r->tool_records++;
+    for (size_t i = 0; i < t->n_calls; i++) {
+        strncat(r->names, t->calls[i].name, sizeof r->names - strlen(r->names) - 2);
+        strncat(r->names, ";", sizeof r->names - strlen(r->names) - 1);
+        strncat(r->results, t->calls[i].result, sizeof r->results - strlen(r->results) - 2);
+        strncat(r->results, t->calls[i].is_error ? "!;" : ";", sizeof r->results - strlen(r->results) - 1);
+    }
+}
+
+TEST(agent, tool_records_carry_calls_and_results)
+{
+    const char *lines[] = {
+        script_line(test_printf("t</think>%s", dsml_block("echo", "text", "first", NULL)), NULL),
+        script_line(test_printf("t</think>%s", dsml_block("nope_tool_is_masked_away", NULL)), NULL),
+        script_line("u</think>Done.", NULL),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    tool_rec rec = { 0 };
+    agent_persist_hooks hooks = { .on_turn = rec_tools, .ud = &rec };
+    agent_config cfg = test_config(e, 8192);
+    cfg.persist = &hooks;
+    cfg.no_dsml_mask = true;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "go", &log);
+    CHECK_EQ_INT(rec.tool_records, 2);
+    CHECK_STR_EQ(rec.names, "echo;nope_tool_is_masked_away;");
+    CHECK_STR_EQ(rec.results, "first;Tool error: unknown tool or arguments!;");
+    agent_stop(a);
+    ev_log_free(&log);
+}
