@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/dsml.h"
 #include "tests/agent_util.h"
 #include "tests/test.h"
 
@@ -1074,4 +1075,101 @@ TEST(agent, tool_records_carry_calls_and_results)
     CHECK_STR_EQ(rec.results, "first;Tool error: unknown tool or arguments!;");
     agent_stop(a);
     ev_log_free(&log);
+}
+
+/* ---- the real engine on the tiny model ------------------------------------------------ */
+
+static const char *const pick_schema[] = {
+    "{\"name\":\"pick\",\"description\":\"Picks a number.\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+    "\"n\":{\"type\":\"integer\"},\"flag\":{\"type\":\"boolean\"},\"ratio\":{\"type\":\"number\"}},"
+    "\"required\":[\"n\",\"flag\"]}}",
+};
+
+typedef struct {
+    dsml_parser *p;
+    dsml_masker *m;
+} forced_ctx;
+
+static void forced_hook(void *ud, float *logits, int n_vocab, bool *greedy)
+{
+    forced_ctx *c = ud;
+    if (dsml_constrained(c->p)) CHECK(dsml_mask_apply(c->m, c->p, logits, n_vocab) > 0);
+    if (dsml_wants_greedy(c->p)) *greedy = true;
+}
+
+static const char *forced_bytes(void *ud, int32_t id, size_t *len) { return ds4_token_bytes(ud, id, len); }
+
+/* Random weights, real CPU forward pass: the reply is forced to begin a
+ * tool call; from there the structural mask alone must carry it to a
+ * completed call that parses, with the schema's types, whatever the random
+ * logits say (values sampled at temperature 1). */
+TEST(agent, tiny_model_forced_tool_call_parses)
+{
+    ds4_engine_options o = { .model_path = agent_test_model(), .backend = DS4_BACKEND_CPU };
+    ds4_error err = { "" };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    if (!e && strstr(err.msg, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    char msg[256];
+    dsml_schema *schema = dsml_schema_new(pick_schema, 1, msg, sizeof msg);
+    CHECK(schema != NULL);
+    int32_t control[] = { ds4_token_special(t, DS4_TOK_BOS), ds4_token_special(t, DS4_TOK_USER),
+                          ds4_token_special(t, DS4_TOK_ASSISTANT), ds4_token_special(t, DS4_TOK_THINK),
+                          ds4_token_special(t, DS4_TOK_THINK_END) };
+    dsml_vocab *v = dsml_vocab_new(ds4_vocab_size(t), forced_bytes, (void *)t, ds4_token_special(t, DS4_TOK_EOS),
+                                   ds4_token_special(t, DS4_TOK_DSML), control, 5);
+    dsml_masker *m = dsml_masker_new(v, schema);
+    ds4_session *s = ds4_session_open(e, 2048, &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        ds4_tokens tx = { 0 };
+        ds4_chat_begin(t, &tx, DS4_THINK_NONE);
+        char *block = ds4_chat_tools_block(pick_schema, 1);
+        ds4_chat_system(t, &tx, block, true);
+        free(block);
+        ds4_chat_user(t, &tx, "Pick a number.");
+        ds4_chat_assistant_prefix(t, &tx, DS4_THINK_NONE);
+        const char *forced = "\n\n<" DM "tool_calls>\n<" DM "invoke name=\"";
+        ds4_tokenize_trusted(t, forced, strlen(forced), &tx);
+        dsml_parser *p = dsml_parser_new(schema, false, NULL, NULL);
+        dsml_feed(p, forced, strlen(forced));
+        CHECK(dsml_constrained(p));
+        CHECK_MSG(ds4_session_sync(s, tx.ids, tx.n, NULL, &err) == DS4_OK, "%s", err.msg);
+        ds4_sampling sp = { .temperature = 1.0f, .top_p = 1.0f, .seed = seed };
+        ds4_sampler *smp = ds4_sampler_new(&sp);
+        forced_ctx fc = { p, m };
+        strbuf out = { 0 };
+        /* until the first call completes (a random model may go on
+         * adding calls for a long time) */
+        for (int i = 0; i < 400 && dsml_get_state(p) == DSML_IN_BLOCK && dsml_n_calls(p) == 0; i++) {
+            int32_t id = ds4_sample(smp, ds4_session_logits(s), ds4_vocab_size(t), forced_hook, &fc);
+            CHECK(id >= 0);
+            if (id == ds4_token_special(t, DS4_TOK_EOS)) {
+                dsml_finish(p);
+                break;
+            }
+            size_t len;
+            const char *b = ds4_token_bytes(t, id, &len);
+            sb_append(&out, b, len);
+            dsml_feed(p, b, len);
+            CHECK(ds4_session_eval(s, id, NULL, &err) == DS4_OK);
+        }
+        CHECK_MSG(dsml_get_state(p) != DSML_ERROR && dsml_n_calls(p) == 1, "seed %llu: %s\n%s",
+                  (unsigned long long)seed, dsml_error(p), sb_str(&out));
+        const dsml_call *c = dsml_call_at(p, 0);
+        CHECK_STR_EQ(c->name, "pick");
+        CHECK_CONTAINS(c->args_json, "\"n\":");
+        CHECK_CONTAINS(c->args_json, "\"flag\":");
+        fprintf(stderr, "seed %llu: pick %s\n", (unsigned long long)seed, c->args_json);
+        sb_free(&out);
+        ds4_sampler_free(smp);
+        dsml_parser_free(p);
+        ds4_tokens_free(&tx);
+    }
+    ds4_session_close(s);
+    dsml_masker_free(m);
+    dsml_vocab_free(v);
+    dsml_schema_free(schema);
+    ds4_engine_close(e);
 }

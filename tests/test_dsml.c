@@ -624,6 +624,46 @@ TEST(dsml, mask_walks_a_canonical_call)
     fixture_free(&f);
 }
 
+TEST(dsml, mask_keeps_scalars_within_bounds)
+{
+    mask_fixture f;
+    fixture_init(&f, 0);
+    dsml_parser *p = dsml_parser_new(dsml_test_schema(), false, NULL, NULL);
+    const char *pre = "<" D "tool_calls>\n<" D "invoke name=\"read\">\n<" D "parameter name=\"max_lines\" string=\"false\">";
+    dsml_feed(p, pre, strlen(pre));
+    CHECK(dsml_constrained(p) && !dsml_wants_greedy(p)); /* checked, yet sampled freely */
+    CHECK(!allowed(&f, p, "<")); /* no value yet */
+    CHECK(!allowed(&f, p, "x"));
+    CHECK(allowed(&f, p, "1"));
+    dsml_feed(p, "123456789012345678", 18); /* 18 digits: an int64 */
+    CHECK(!allowed(&f, p, "1"));
+    CHECK(allowed(&f, p, "<"));
+    CHECK(!allowed(&f, p, "."));
+    dsml_parser_free(p);
+
+    p = dsml_parser_new(dsml_test_schema(), false, NULL, NULL);
+    pre = "<" D "tool_calls>\n<" D "invoke name=\"bash\">\n<" D "parameter name=\"refresh_sec\" string=\"false\">2.5e";
+    dsml_feed(p, pre, strlen(pre));
+    CHECK(!allowed(&f, p, "<")); /* an exponent needs a digit */
+    dsml_feed(p, "-1", 2);
+    CHECK(allowed(&f, p, "0"));
+    dsml_feed(p, "0", 1);
+    CHECK(!allowed(&f, p, "0")); /* at most two exponent digits */
+    CHECK(allowed(&f, p, "</"));
+    dsml_parser_free(p);
+
+    p = dsml_parser_new(dsml_test_schema(), false, NULL, NULL);
+    pre = "<" D "tool_calls>\n<" D "invoke name=\"read\">\n<" D "parameter name=\"whole\" string=\"false\">";
+    dsml_feed(p, pre, strlen(pre));
+    CHECK(allowed(&f, p, "true"));
+    CHECK(allowed(&f, p, "false"));
+    CHECK(!allowed(&f, p, "1"));
+    dsml_feed(p, "tr", 2);
+    CHECK(!allowed(&f, p, "<"));
+    dsml_parser_free(p);
+    fixture_free(&f);
+}
+
 TEST(dsml, mask_forbids_closing_before_required_parameters)
 {
     mask_fixture f;
