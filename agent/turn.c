@@ -411,9 +411,6 @@ static char *session_note(void)
 const char *agent_run_turn(agent *a, const char *text)
 {
     agent_status_update(a, reset_turn_status, NULL);
-    free(a->last_user);
-    a->last_user = strdup(text);
-    if (!a->last_user) abort();
     if (a->tr) {
         strbuf esc = { 0 };
         trace_escape(&esc, text, strlen(text));
@@ -448,6 +445,11 @@ const char *agent_run_turn(agent *a, const char *text)
     ds4_tokens_append(&a->tx, user.ids, user.n);
     ds4_tokens_free(&user);
     a->started_note = true;
+    /* set only now: a compaction just before this turn carries the
+     * previous request, and this one follows it verbatim anyway */
+    free(a->last_user);
+    a->last_user = strdup(text);
+    if (!a->last_user) abort();
     turn_log_add(a, AGENT_TURN_USER, start, text, strlen(text));
     agent_publish(a, AGENT_EV_USER, text, strlen(text), NULL, NULL, NULL, false, 0);
     agent_update_ctx(a);
