@@ -462,6 +462,7 @@ static void agent_free(agent *a)
     saved_state_free(&a->saved);
     free(a->last_user);
     sb_free(&a->reply);
+    sb_free(&a->last_calls);
     trace_close(a->tr);
     if (a->wake_r >= 0) close(a->wake_r);
     if (a->wake_w >= 0) close(a->wake_w);

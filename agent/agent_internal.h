@@ -65,6 +65,7 @@ struct agent {
     char *last_user;      /* the latest user request, verbatim */
     trace *tr;
     strbuf reply;         /* bytes of the reply being sampled */
+    strbuf last_calls;    /* the previous round's calls, to notice loops */
     int call_index;       /* call being streamed (events) */
     char call_tool[128];
     double gen_t0;

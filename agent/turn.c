@@ -454,7 +454,8 @@ const char *agent_run_turn(agent *a, const char *text)
     agent_publish(a, AGENT_EV_USER, text, strlen(text), NULL, NULL, NULL, false, 0);
     agent_update_ctx(a);
 
-    int rounds = 0, malformed = 0;
+    int rounds = 0, malformed = 0, repeats = 0;
+    sb_clear(&a->last_calls);
     for (;;) {
         if (rounds > 0 && agent_should_compact(a, a->tx.n)) {
             compact_result r = agent_compact(a, "soft limit before tool continuation");
@@ -498,6 +499,18 @@ const char *agent_run_turn(agent *a, const char *text)
         if (ds == DSML_DONE && dsml_n_calls(a->parser) > 0) {
             malformed = 0;
             run_calls(a, &msg, &calls);
+            /* The same calls round after round is a loop; say so. */
+            strbuf sig = { 0 };
+            for (size_t i = 0; i < calls.n; i++) sb_printf(&sig, "%s %s\n", calls.v[i].name, calls.v[i].args_json);
+            repeats = a->last_calls.len && !strcmp(sb_str(&sig), sb_str(&a->last_calls)) ? repeats + 1 : 0;
+            sb_free(&a->last_calls);
+            a->last_calls = sig;
+            if (repeats >= 2) {
+                sb_printf(&msg, "Note: this is the %d%s time in a row you made exactly these calls; the results "
+                                "will not change. Try something different, or answer with what you know.\n",
+                          repeats + 1, repeats + 1 == 3 ? "rd" : "th");
+                agent_notice(a, "the model repeated the same tool calls %d times in a row", repeats + 1);
+            }
         } else if (ds == DSML_ERROR) {
             malformed++;
             const char *why = dsml_error(a->parser);

@@ -404,6 +404,26 @@ TEST(agent, tool_round_cap)
     ev_log_free(&log);
 }
 
+TEST(agent, repeated_identical_calls_are_pointed_out)
+{
+    const char *call = test_printf("t</think>%s", dsml_block("echo", "text", "same", NULL));
+    const char *lines[] = {
+        script_line(call, NULL), script_line(call, NULL), script_line(call, NULL),
+        script_line("u</think>Stopping.", "\"expect\": \"3rd time in a row you made exactly these calls\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "loop", &log);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    CHECK_CONTAINS(sb_str(&log.notices), "repeated the same tool calls 3 times");
+    CHECK_STR_EQ(sb_str(&log.text), "Stopping.");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
 TEST(agent, max_tokens_per_reply)
 {
     const char *lines[] = { script_line("</think>one two three four five six seven eight nine ten", NULL), NULL };
