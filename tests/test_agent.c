@@ -1054,6 +1054,38 @@ TEST(agent, think_mode_changes_apply_to_the_next_turn)
     ev_log_free(&log);
 }
 
+TEST(agent, switching_to_think_max_rebuilds_the_prefix)
+{
+    const char *lines[] = { script_line("a</think>One.", NULL), script_line("b</think>Two.", NULL), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    persist_rec rec = { 0 };
+    agent_persist_hooks hooks = { .on_turn = rec_turn, .on_idle = rec_idle, .ud = &rec };
+    agent_config cfg = test_config(e, 400000); /* Think Max wants 384K */
+    cfg.persist = &hooks;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "one", &log);
+    size_t before = rec.idle.n;
+    agent_set_think(a, DS4_THINK_MAX);
+    log.ended = false;
+    run_turn(a, "two", &log);
+    CHECK_CONTAINS(sb_str(&log.notices), "thinking mode changed");
+    CHECK_EQ_INT(rec.rebuilds, 1);
+    CHECK_STR_EQ(sb_str(&log.text), "One.Two.");
+    /* the prefix follows BOS; the earlier turns are kept */
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    ds4_tokens maxp = { 0 };
+    ds4_chat_begin(t, &maxp, DS4_THINK_MAX);
+    CHECK(maxp.n > 10);
+    CHECK(!memcmp(rec.idle.ids, maxp.ids, maxp.n * sizeof(int32_t)));
+    CHECK(rec.idle.n > before + maxp.n - 1);
+    CHECK_EQ_INT(rec.journal.n, rec.idle.n);
+    ds4_tokens_free(&maxp);
+    agent_stop(a);
+    ev_log_free(&log);
+    rec_free(&rec);
+}
+
 typedef struct {
     int tool_records;
     char names[128];
