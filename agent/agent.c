@@ -198,6 +198,19 @@ static void turn_push(agent *a, agent_turn_kind kind, size_t start, size_t end, 
     r->text[len] = 0;
 }
 
+void turn_log_add_tool(agent *a, size_t start, const char *text, size_t len, const agent_tool_call *calls, size_t n)
+{
+    turn_push(a, AGENT_TURN_TOOL, start, a->tx.n, text, len);
+    if (a->cfg.persist && a->cfg.persist->on_turn) {
+        agent_turn t = {
+            .kind = AGENT_TURN_TOOL, .text = text ? text : "", .len = len,
+            .tokens = a->tx.ids + start, .n_tokens = a->tx.n - start, .transcript_len = a->tx.n,
+            .calls = calls, .n_calls = n,
+        };
+        a->cfg.persist->on_turn(a->cfg.persist->ud, &t);
+    }
+}
+
 void turn_log_add(agent *a, agent_turn_kind kind, size_t start, const char *text, size_t len)
 {
     turn_push(a, kind, start, a->tx.n, text, len);
@@ -208,6 +221,14 @@ void turn_log_add(agent *a, agent_turn_kind kind, size_t start, const char *text
         };
         a->cfg.persist->on_turn(a->cfg.persist->ud, &t);
     }
+}
+
+char *agent_take_steer(agent *a)
+{
+    pthread_mutex_lock(&a->mu);
+    char *t = a->steer.len ? sb_take(&a->steer) : NULL;
+    pthread_mutex_unlock(&a->mu);
+    return t;
 }
 
 void turn_log_clear(turn_rec *turns, size_t *n)
@@ -361,7 +382,16 @@ static void *worker_main(void *arg)
             trace_line(a->tr, "turn end \"%s\"", why);
         }
         handle_requests(a);
-        finish_busy(a);
+        /* What was typed meanwhile and not read yet is the next turn. */
+        pthread_mutex_lock(&a->mu);
+        if (!a->stop && !a->mailbox && a->steer.len) {
+            a->mailbox = sb_take(&a->steer);
+            atomic_store(&a->interrupt, false);
+            a->st.error[0] = 0;
+        }
+        bool again = a->mailbox != NULL && !a->stop;
+        pthread_mutex_unlock(&a->mu);
+        if (!again) finish_busy(a);
     }
     trace_line(a->tr, "agent worker stop");
     return NULL;
@@ -432,11 +462,13 @@ static void agent_free(agent *a)
     saved_state_free(&a->saved);
     free(a->last_user);
     sb_free(&a->reply);
+    sb_free(&a->last_calls);
     trace_close(a->tr);
     if (a->wake_r >= 0) close(a->wake_r);
     if (a->wake_w >= 0) close(a->wake_w);
     agent_events_free(a->ev, a->n_ev);
     free(a->mailbox);
+    sb_free(&a->steer);
     free(a->workspace);
     free(a->system_extra);
     free(a->session_id);
@@ -627,6 +659,21 @@ int agent_submit(agent *a, const char *text)
     a->st.error[0] = 0;
     pthread_cond_broadcast(&a->cv);
     wake_locked(a);
+    pthread_mutex_unlock(&a->mu);
+    return 0;
+}
+
+int agent_steer(agent *a, const char *text)
+{
+    if (!text || !*text) return -1;
+    pthread_mutex_lock(&a->mu);
+    bool running = a->mailbox || (a->st.state != AGENT_IDLE && a->st.state != AGENT_ERROR);
+    if (!running || a->stop) {
+        pthread_mutex_unlock(&a->mu);
+        return -1;
+    }
+    if (a->steer.len) sb_puts(&a->steer, "\n\n");
+    sb_puts(&a->steer, text);
     pthread_mutex_unlock(&a->mu);
     return 0;
 }

@@ -13,8 +13,14 @@
  * prompt (tool schemas, our instructions, AGENTS.md of the workspace, the
  * --system text), then the turns. Assistant turns are kept exactly as
  * sampled and closed with EOS, tool results are plain text, so every round
- * reuses the KV prefix and prefills only what is new. Compaction is the
- * only operation that rewrites it (see AGENT_TURN_REBUILD).
+ * reuses the KV prefix and prefills only what is new. Only compaction,
+ * /uncompact, /clear and a switch to or from Think Max rewrite it (see
+ * AGENT_TURN_REBUILD).
+ *
+ * Events come in transcript order; consecutive THINKING / TEXT chunks (and
+ * TOOL_PARAM / TOOL_PROGRESS chunks of the same call) are merged while they
+ * wait in the queue, and text chunks never split a UTF-8 sequence the
+ * model wrote whole.
  */
 #ifndef DS4CL_AGENT_H
 #define DS4CL_AGENT_H
@@ -93,8 +99,9 @@ typedef struct {
  *
  * The worker reports every completed piece of the transcript in order, at
  * turn boundaries, from the worker thread:
- *   USER       text = what the user typed; tokens = <｜User｜> + text
- *              (+ the session-start note on the first turn)
+ *   USER       text = what the user typed (a turn, or text given with
+ *              agent_steer read after a tool round); tokens = <｜User｜> +
+ *              text (+ the session-start note on the first turn)
  *   ASSISTANT  text = the reply bytes exactly as sampled (reasoning, text,
  *              DSML); tokens = assistant prefix + sampled tokens + EOS
  *   TOOL       text = the tool message the model sees; tokens = its tokens
@@ -110,9 +117,9 @@ typedef struct {
  * agent_resume.tokens, and only the tokens after the snapshot are
  * prefilled. on_idle is called whenever the worker is about to become
  * idle (state SAVING meanwhile), with the session in a stable state: it may
- * be snapshotted with ds4_session_save until the hook returns; on_save
- * answers AGENT_REQ_SAVE (state SAVING).
- * A hook returning nonzero reports its message as a notice. */
+ * be snapshotted with ds4_session_save until the hook returns; a nonzero
+ * return shows msg as a notice. on_save answers AGENT_REQ_SAVE (state
+ * SAVING); a nonzero return is an error with msg. */
 typedef enum {
     AGENT_TURN_USER = 0,
     AGENT_TURN_ASSISTANT,
@@ -122,12 +129,21 @@ typedef enum {
 } agent_turn_kind;
 
 typedef struct {
+    const char *name;
+    const char *args_json;
+    const char *result;     /* the text the tool returned */
+    bool is_error, denied;
+} agent_tool_call;
+
+typedef struct {
     agent_turn_kind kind;
     const char *text;
     size_t len;
     const int32_t *tokens;
     size_t n_tokens;
     size_t transcript_len;  /* transcript length after this record */
+    const agent_tool_call *calls;  /* TOOL: the calls of the block and their results */
+    size_t n_calls;
 } agent_turn;
 
 typedef struct {
@@ -196,6 +212,12 @@ void agent_stop(agent *a);
  * keeps its own queue) or not ready yet (the system prompt is still being
  * read: status state PREFILL). On success the status is PREFILL at once. */
 int agent_submit(agent *a, const char *text);
+/* Text typed while a turn runs: the model reads it as a user message right
+ * after the current round's tool results (so it can change course without
+ * stopping), or, when the turn ends first, it becomes the next turn. Texts
+ * given before they are read are joined. Returns -1 when no turn runs
+ * (submit it instead). */
+int agent_steer(agent *a, const char *text);
 /* Cooperative interrupt: the worker stops at the next safe point (a
  * prefill chunk, a token, a tool's poll); the turn ends with TURN_END
  * "interrupted" and the transcript stays consistent. Not for signal

@@ -65,6 +65,7 @@ struct agent {
     char *last_user;      /* the latest user request, verbatim */
     trace *tr;
     strbuf reply;         /* bytes of the reply being sampled */
+    strbuf last_calls;    /* the previous round's calls, to notice loops */
     int call_index;       /* call being streamed (events) */
     char call_tool[128];
     double gen_t0;
@@ -80,6 +81,7 @@ struct agent {
     bool stop;
     atomic_bool interrupt;
     char *mailbox;
+    strbuf steer;         /* text to read after the next tool round */
     unsigned requests;    /* 1 << agent_request_kind */
     bool think_req_set;
     ds4_think think_req;
@@ -109,6 +111,9 @@ void agent_update_ctx(agent *a);
 
 /* Records tx[start..] as a turn and calls the persistence hook. */
 void turn_log_add(agent *a, agent_turn_kind kind, size_t start, const char *text, size_t len);
+void turn_log_add_tool(agent *a, size_t start, const char *text, size_t len, const agent_tool_call *calls, size_t n);
+/* Takes the steering text (NULL when none). */
+char *agent_take_steer(agent *a);
 /* The whole transcript was replaced. */
 void turn_log_rebuild(agent *a, const char *text, size_t len);
 void turn_log_clear(turn_rec *turns, size_t *n);

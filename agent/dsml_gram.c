@@ -369,12 +369,15 @@ static gram_ev step_text(dsml_gram *g, unsigned char c)
 }
 
 /* JSON scalars a strict value must be: integers, numbers, booleans. The
- * length cap keeps a sampled number from running on forever. */
+ * caps keep a sampled number from running on forever and within what the
+ * tools can hold: an integer fits 64 bits, an exponent two digits. */
 #define SCALAR_MAX 24
+#define INT_MAX_LEN 18
+#define EXP_MAX_DIGITS 2
 
 static bool scalar_step(dsml_gram *g, unsigned char c)
 {
-    if (g->vn >= SCALAR_MAX) return false;
+    if (g->vn >= (g->vk == PT_INT ? INT_MAX_LEN : SCALAR_MAX)) return false;
     g->vn++;
     if (g->vk == PT_BOOL) {
         if (g->vs == 0) g->vs = c == 't' ? 1 : c == 'f' ? 2 : 3;
@@ -395,9 +398,10 @@ static bool scalar_step(dsml_gram *g, unsigned char c)
     case 7: case 8: g->vs = digit ? 8 : 9; break;
     default: g->vs = 9; break;
     }
+    if (g->vs == 8 && ++g->ve > EXP_MAX_DIGITS) return false;
     /* Stay completable within the cap (a '.' or 'e' needs a digit after). */
     bool open_end = g->vs == 1 || g->vs == 4 || g->vs == 6 || g->vs == 7;
-    if (open_end && g->vn + 1 > SCALAR_MAX) return false;
+    if (open_end && g->vn + 1 > (g->vk == PT_INT ? INT_MAX_LEN : SCALAR_MAX)) return false;
     return g->vs != 9;
 }
 
@@ -421,7 +425,7 @@ static gram_ev open_tag_done(dsml_gram *g, const dsml_schema *s)
     if (!(g->have & HAVE_NAME)) return fail(g, GE_NONAME_PARAM);
     if (!(g->have & HAVE_STRING)) STRICT_ONLY(g);
     if (g->cur >= 0) g->used |= 1ull << g->cur;
-    g->vk = g->vs = g->vn = 0;
+    g->vk = g->vs = g->vn = g->ve = 0;
     uint8_t pt = param_type(g, s);
     if ((g->have & HAVE_STRING) && !(g->have & STRING_TRUE) && (pt == PT_INT || pt == PT_NUM || pt == PT_BOOL))
         g->vk = pt;

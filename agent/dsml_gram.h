@@ -103,7 +103,7 @@ typedef struct {
     uint8_t sep;       /* separators in ATTR_SEP; bar done in close tails */
     uint8_t bpos;      /* bytes of a tolerated bar in a close tail */
     uint8_t vk;        /* value checked as a JSON scalar: PT_INT/NUM/BOOL, 0 free */
-    uint8_t vs, vn;    /* scalar sub-state and length */
+    uint8_t vs, vn, ve; /* scalar sub-state, length, exponent digits */
     uint16_t pos;      /* literal / candidate position */
     uint16_t hold;     /* trailing content bytes that may still be markup */
     uint16_t ws;

@@ -185,7 +185,7 @@ static void normalize(dsml_gram *k, const dsml_gram *g)
     if (k->st != G_CLOSE_TAIL && k->st != G_VALUE && !attrs) k->sep = 0;
     if (k->st != G_CLOSE_TAIL && k->st != G_VALUE) k->bpos = 0;
     if (k->st == G_WS || k->st == G_LT || attrs) k->pos = 0;
-    if (k->st != G_VALUE) k->vk = k->vs = k->vn = 0;
+    if (k->st != G_VALUE) k->vk = k->vs = k->vn = k->ve = 0;
     if (k->st != G_WS) k->ws = 0;
     if (k->st != G_TEXT && k->st != G_CAND_DELIM) k->lits = 0;
 }

@@ -278,10 +278,26 @@ static tool_confirm tool_ask(void *ud, const char *tool, const char *summary)
 
 static void set_rounds(agent_status *st, void *ud) { st->tool_rounds = *(int *)ud; }
 
-/* Runs the block's calls in order; the tool message goes into msg. */
-static void run_calls(agent *a, strbuf *msg)
+typedef struct {
+    agent_tool_call *v;
+    size_t n;
+} call_log;
+
+static void call_log_free(call_log *l)
+{
+    for (size_t i = 0; i < l->n; i++) free((char *)l->v[i].result);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+/* Runs the block's calls in order; the tool message goes into msg, the
+ * calls and results into log (names and arguments point into the parser). */
+static void run_calls(agent *a, strbuf *msg, call_log *log)
 {
     size_t n = dsml_n_calls(a->parser);
+    log->v = calloc(n ? n : 1, sizeof *log->v);
+    if (!log->v) abort();
     for (size_t i = 0; i < n; i++) {
         const dsml_call *c = dsml_call_at(a->parser, i);
         tool_result res = { 0 };
@@ -322,7 +338,8 @@ static void run_calls(agent *a, strbuf *msg)
         if (!res.text) abort();
         agent_publish_result(a, c->name, res.text, res.is_error, res.denied, (int)i);
         sb_printf(msg, "Tool result %zu (%s):\n%s\n", i + 1, c->name, res.text);
-        free(res.text);
+        log->v[log->n++] = (agent_tool_call){ .name = c->name, .args_json = c->args_json, .result = res.text,
+                                              .is_error = res.is_error, .denied = res.denied };
     }
 }
 
@@ -335,7 +352,7 @@ size_t agent_compact_reserve(const agent *a)
 
 /* Appends the tool message, compacting first when it would not fit.
  * Returns false when not even a short error fits. */
-static bool append_tool_message(agent *a, const char *text)
+static bool append_tool_message(agent *a, const char *text, const call_log *calls)
 {
     ds4_tokens t = { 0 };
     ds4_chat_tool_result(a->tok, &t, text);
@@ -363,7 +380,7 @@ static bool append_tool_message(agent *a, const char *text)
     size_t start = a->tx.n;
     ds4_tokens_append(&a->tx, t.ids, t.n);
     const char *logged = replaced ? replaced : text;
-    turn_log_add(a, AGENT_TURN_TOOL, start, logged, strlen(logged));
+    turn_log_add_tool(a, start, logged, strlen(logged), calls->v, calls->n);
     free(replaced);
     ds4_tokens_free(&t);
     agent_update_ctx(a);
@@ -394,9 +411,6 @@ static char *session_note(void)
 const char *agent_run_turn(agent *a, const char *text)
 {
     agent_status_update(a, reset_turn_status, NULL);
-    free(a->last_user);
-    a->last_user = strdup(text);
-    if (!a->last_user) abort();
     if (a->tr) {
         strbuf esc = { 0 };
         trace_escape(&esc, text, strlen(text));
@@ -431,11 +445,17 @@ const char *agent_run_turn(agent *a, const char *text)
     ds4_tokens_append(&a->tx, user.ids, user.n);
     ds4_tokens_free(&user);
     a->started_note = true;
+    /* set only now: a compaction just before this turn carries the
+     * previous request, and this one follows it verbatim anyway */
+    free(a->last_user);
+    a->last_user = strdup(text);
+    if (!a->last_user) abort();
     turn_log_add(a, AGENT_TURN_USER, start, text, strlen(text));
     agent_publish(a, AGENT_EV_USER, text, strlen(text), NULL, NULL, NULL, false, 0);
     agent_update_ctx(a);
 
-    int rounds = 0, malformed = 0;
+    int rounds = 0, malformed = 0, repeats = 0;
+    sb_clear(&a->last_calls);
     for (;;) {
         if (rounds > 0 && agent_should_compact(a, a->tx.n)) {
             compact_result r = agent_compact(a, "soft limit before tool continuation");
@@ -474,10 +494,23 @@ const char *agent_run_turn(agent *a, const char *text)
             return AGENT_END_INTERRUPTED;
         }
         strbuf msg = { 0 };
+        call_log calls = { 0 };
         dsml_state ds = dsml_get_state(a->parser);
         if (ds == DSML_DONE && dsml_n_calls(a->parser) > 0) {
             malformed = 0;
-            run_calls(a, &msg);
+            run_calls(a, &msg, &calls);
+            /* The same calls round after round is a loop; say so. */
+            strbuf sig = { 0 };
+            for (size_t i = 0; i < calls.n; i++) sb_printf(&sig, "%s %s\n", calls.v[i].name, calls.v[i].args_json);
+            repeats = a->last_calls.len && !strcmp(sb_str(&sig), sb_str(&a->last_calls)) ? repeats + 1 : 0;
+            sb_free(&a->last_calls);
+            a->last_calls = sig;
+            if (repeats >= 2) {
+                sb_printf(&msg, "Note: this is the %d%s time in a row you made exactly these calls; the results "
+                                "will not change. Try something different, or answer with what you know.\n",
+                          repeats + 1, repeats + 1 == 3 ? "rd" : "th");
+                agent_notice(a, "the model repeated the same tool calls %d times in a row", repeats + 1);
+            }
         } else if (ds == DSML_ERROR) {
             malformed++;
             const char *why = dsml_error(a->parser);
@@ -498,11 +531,43 @@ const char *agent_run_turn(agent *a, const char *text)
         }
         rounds++;
         agent_status_update(a, set_rounds, &rounds);
-        bool fits = append_tool_message(a, sb_str(&msg));
+        bool fits = append_tool_message(a, sb_str(&msg), &calls);
         sb_free(&msg);
+        call_log_free(&calls);
         if (!fits) {
             agent_set_error(a, "the context is full even after compaction");
             return AGENT_END_CONTEXT_FULL;
+        }
+        /* What the user typed meanwhile, read before the next round. */
+        char *steer = agent_cancelled(a) ? NULL : agent_take_steer(a);
+        if (steer) {
+            size_t ustart = a->tx.n;
+            ds4_tokens ut = { 0 };
+            ds4_chat_user(a->tok, &ut, steer);
+            if (a->tx.n + ut.n + reserve + 64 <= (size_t)a->n_ctx) {
+                ds4_tokens_append(&a->tx, ut.ids, ut.n);
+                turn_log_add(a, AGENT_TURN_USER, ustart, steer, strlen(steer));
+                agent_publish(a, AGENT_EV_USER, steer, strlen(steer), NULL, NULL, NULL, false, 0);
+                trace_line(a->tr, "queued user text read after the tool round (%zu bytes)", strlen(steer));
+                free(a->last_user);
+                a->last_user = steer;
+                steer = NULL;
+                agent_update_ctx(a);
+            } else {
+                /* no room now: it becomes the next turn */
+                pthread_mutex_lock(&a->mu);
+                strbuf keep = { 0 };
+                sb_puts(&keep, steer);
+                if (a->steer.len) {
+                    sb_puts(&keep, "\n\n");
+                    sb_append(&keep, a->steer.s, a->steer.len);
+                }
+                sb_free(&a->steer);
+                a->steer = keep;
+                pthread_mutex_unlock(&a->mu);
+            }
+            ds4_tokens_free(&ut);
+            free(steer);
         }
         if (agent_cancelled(a)) {
             agent_notice(a, "Stopped by user.");

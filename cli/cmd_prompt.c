@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
@@ -40,12 +41,25 @@
 
 static int g_sig_pipe[2] = { -1, -1 };
 static volatile sig_atomic_t g_signals;
+static volatile long g_first_signal_ms;
 
+static long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The first signal asks the agent to stop; one more, a moment later,
+ * leaves at once. (A signal sent to the process and to its group arrives
+ * twice in a row: that is still the first request.) */
 static void on_signal(int sig)
 {
     (void)sig;
-    g_signals++;
-    if (g_signals > 1) _exit(EXIT_INTERRUPTED);
+    long now = mono_ms();
+    if (g_signals && now - (long)g_first_signal_ms > 500) _exit(EXIT_INTERRUPTED);
+    if (!g_signals) g_first_signal_ms = now;
+    g_signals = 1;
     int saved = errno;
     char c = 1;
     ssize_t w = write(g_sig_pipe[1], &c, 1);
@@ -94,9 +108,32 @@ static struct json_object *typed(const char *type)
     return o;
 }
 
+/* JSON text must be valid UTF-8; a model (random weights, say) can write
+ * anything, so invalid bytes become U+FFFD. */
 static struct json_object *jstr(const char *s, size_t len)
 {
-    return json_object_new_string_len(s ? s : "", (int)len);
+    strbuf b = { 0 };
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = p[i];
+        size_t k = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >= 0xe0 && c <= 0xef) ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
+        bool ok = k > 0 && i + k <= len;
+        for (size_t j = 1; ok && j < k; j++) ok = (p[i + j] & 0xc0) == 0x80;
+        /* overlong and surrogate forms */
+        if (ok && k == 3 && ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] >= 0xa0))) ok = false;
+        if (ok && k == 4 && ((c == 0xf0 && p[i + 1] < 0x90) || (c == 0xf4 && p[i + 1] >= 0x90))) ok = false;
+        if (ok) {
+            sb_append(&b, (const char *)p + i, k);
+            i += k;
+        } else {
+            sb_puts(&b, "\xef\xbf\xbd");
+            i++;
+        }
+    }
+    struct json_object *o = json_object_new_string_len(b.s ? b.s : "", (int)b.len);
+    sb_free(&b);
+    return o;
 }
 
 /* First line of a text, at most n bytes, for progress lines. */

@@ -181,12 +181,28 @@ static const char *env_or(const char *name, const char *dflt)
 const char *test_root(void) { return env_or("DS4CL_ROOT", "."); }
 const char *test_bindir(void) { return env_or("DS4CL_BINDIR", test_root()); }
 
+/* The golden reference data lives outside the repository, in a
+ * "shared/golden" directory beside the checkout or beside one of its parent
+ * directories (CI may clone the repository deeper than the developers'
+ * checkout); DS4CL_GOLDEN names it explicitly. */
 const char *test_golden_path(const char *rel)
 {
     const char *base = getenv("DS4CL_GOLDEN");
-    char *p = base && *base ? test_printf("%s/%s", base, rel)
-                            : test_printf("%s/../shared/golden/%s", test_root(), rel);
-    return access(p, R_OK) == 0 ? p : NULL;
+    if (base && *base) {
+        char *p = test_printf("%s/%s", base, rel);
+        return access(p, R_OK) == 0 ? p : NULL;
+    }
+    char dir[4096];
+    if (!realpath(test_root(), dir)) return NULL;
+    for (int depth = 0; depth < 8; depth++) {
+        char *slash = strrchr(dir, '/');
+        if (!slash) break;
+        *slash = 0;
+        char *p = test_printf("%s/shared/golden/%s", dir, rel);
+        if (access(p, R_OK) == 0) return p;
+        if (!dir[0]) break;
+    }
+    return NULL;
 }
 
 int test_run(const char *cmd, char **output)

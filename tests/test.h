@@ -99,8 +99,9 @@ const char *test_tmp_path(const char *fmt, ...) __attribute__((format(printf, 1,
 const char *test_bindir(void);
 const char *test_root(void);
 
-/* Path of a file under ../shared/golden, or NULL (test skipped by caller)
- * when the golden data is not present. */
+/* Path of a file of the golden reference data ($DS4CL_GOLDEN, else a
+ * shared/golden directory beside the checkout or one of its parents), or
+ * NULL (the caller skips) when it is not present. */
 const char *test_golden_path(const char *rel);
 
 /* Runs `sh -c cmd` with stdin from /dev/null, capturing stdout+stderr into

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/dsml.h"
 #include "tests/agent_util.h"
 #include "tests/test.h"
 
@@ -399,6 +400,26 @@ TEST(agent, tool_round_cap)
     CHECK_STR_EQ(log.end, AGENT_END_MAX_TOOL_ROUNDS);
     CHECK_CONTAINS(sb_str(&log.notices), "Stopped after 2 tool rounds");
     CHECK_STR_EQ(sb_str(&log.results), "echo:again;echo:again;");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, repeated_identical_calls_are_pointed_out)
+{
+    const char *call = test_printf("t</think>%s", dsml_block("echo", "text", "same", NULL));
+    const char *lines[] = {
+        script_line(call, NULL), script_line(call, NULL), script_line(call, NULL),
+        script_line("u</think>Stopping.", "\"expect\": \"3rd time in a row you made exactly these calls\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "loop", &log);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    CHECK_CONTAINS(sb_str(&log.notices), "repeated the same tool calls 3 times");
+    CHECK_STR_EQ(sb_str(&log.text), "Stopping.");
     agent_stop(a);
     ev_log_free(&log);
 }
@@ -913,4 +934,294 @@ TEST(agent, stop_while_busy_returns_promptly)
     agent_stop(a);
     CHECK(test_now_ms() - t0 < 500);
     ev_log_free(&log);
+}
+
+/* ---- with the tool registry ---------------------------------------------------------- */
+
+#pragma weak tools_all
+
+TEST(agent, interrupt_during_a_long_bash_is_fast)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    const char *lines[] = {
+        script_line(test_printf("wait</think>%s", dsml_block("bash", "command", "sleep 30", NULL)), NULL),
+        script_line("ok</think>Stopped.", NULL),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.tools.yes_to_all = true;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 10000);
+    CHECK_EQ_INT(agent_submit(a, "wait a bit"), 0);
+    double t0 = test_now_ms();
+    agent_status st;
+    do {
+        usleep(5000);
+        agent_get_status(a, &st);
+    } while (st.state != AGENT_TOOL && test_now_ms() - t0 < 10000);
+    CHECK_EQ_INT(st.state, AGENT_TOOL);
+    usleep(300000);
+    double t_int = test_now_ms();
+    agent_interrupt(a);
+    run_to_end(a, &log, 5000, NULL, NULL);
+    double reaction = log.end_ms - t_int;
+    fprintf(stderr, "bash interrupt reaction: %.1f ms\n", reaction);
+    CHECK_MSG(reaction <= 100, "reaction %.1f ms", reaction);
+    CHECK_STR_EQ(log.end, AGENT_END_INTERRUPTED);
+    CHECK_CONTAINS(sb_str(&log.seq), "TOOL_RESULT(bash)");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+/* ---- steering, think mode, structured tool records ----------------------------- */
+
+TEST(agent, text_typed_during_a_tool_round_is_read_before_the_next)
+{
+    const char *lines[] = {
+        script_line(test_printf("s</think>%s", dsml_block("sleep", "ms", "=300", NULL)), NULL),
+        script_line("ok</think>Will also check X.", "\"expect\": \"also check X\""),
+        script_line("n</think>Next turn.", "\"expect\": \"and Y\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 5000);
+    CHECK_EQ_INT(agent_steer(a, "not running"), -1);
+    CHECK_EQ_INT(agent_submit(a, "sleep a little"), 0);
+    double t0 = test_now_ms();
+    agent_status st;
+    do {
+        usleep(5000);
+        agent_get_status(a, &st);
+    } while (st.state != AGENT_TOOL && test_now_ms() - t0 < 5000);
+    CHECK_EQ_INT(agent_steer(a, "also check X"), 0);
+    run_to_end(a, &log, 5000, NULL, NULL);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    CHECK_STR_EQ(sb_str(&log.seq), "USER THINKING TOOL_START TOOL_PARAM TOOL_CALL(sleep) TOOL_PROGRESS TOOL_RESULT(sleep) "
+                                   "USER THINKING TEXT TURN_END(done) ");
+    CHECK_CONTAINS(sb_str(&log.text), "Will also check X.");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, text_typed_during_the_last_round_becomes_the_next_turn)
+{
+    const char *lines[] = {
+        script_line(long_reply(), "\"delay_ms\": 1"),
+        script_line("n</think>Handled the follow-up.", "\"expect\": \"follow-up question\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 5000);
+    CHECK_EQ_INT(agent_submit(a, "write"), 0);
+    usleep(50000);
+    CHECK_EQ_INT(agent_steer(a, "follow-up question"), 0);
+    /* the second turn follows the first without a submit, and the agent
+     * is idle only after it */
+    run_to_end(a, &log, 10000, NULL, NULL);
+    CHECK_CONTAINS(sb_str(&log.seq), "TURN_END(done) USER THINKING TEXT TURN_END(done)");
+    CHECK_CONTAINS(sb_str(&log.text), "Handled the follow-up.");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, think_mode_changes_apply_to_the_next_turn)
+{
+    const char *lines[] = { script_line("t</think>With thinking.", NULL), script_line("Without.", NULL), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "one", &log);
+    CHECK_STR_EQ(sb_str(&log.thinking), "t");
+    agent_set_think(a, DS4_THINK_NONE);
+    /* Think Max needs a context of 384K: with 8192 it stays plain thinking */
+    agent_set_think(a, DS4_THINK_MAX);
+    agent_set_think(a, DS4_THINK_NONE);
+    log.ended = false;
+    run_turn(a, "two", &log);
+    CHECK_STR_EQ(sb_str(&log.text), "With thinking.Without.");
+    CHECK_STR_EQ(sb_str(&log.thinking), "t");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, switching_to_think_max_rebuilds_the_prefix)
+{
+    const char *lines[] = { script_line("a</think>One.", NULL), script_line("b</think>Two.", NULL), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    persist_rec rec = { 0 };
+    agent_persist_hooks hooks = { .on_turn = rec_turn, .on_idle = rec_idle, .ud = &rec };
+    agent_config cfg = test_config(e, 400000); /* Think Max wants 384K */
+    cfg.persist = &hooks;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "one", &log);
+    size_t before = rec.idle.n;
+    agent_set_think(a, DS4_THINK_MAX);
+    log.ended = false;
+    run_turn(a, "two", &log);
+    CHECK_CONTAINS(sb_str(&log.notices), "thinking mode changed");
+    CHECK_EQ_INT(rec.rebuilds, 1);
+    CHECK_STR_EQ(sb_str(&log.text), "One.Two.");
+    /* the prefix follows BOS; the earlier turns are kept */
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    ds4_tokens maxp = { 0 };
+    ds4_chat_begin(t, &maxp, DS4_THINK_MAX);
+    CHECK(maxp.n > 10);
+    CHECK(!memcmp(rec.idle.ids, maxp.ids, maxp.n * sizeof(int32_t)));
+    CHECK(rec.idle.n > before + maxp.n - 1);
+    CHECK_EQ_INT(rec.journal.n, rec.idle.n);
+    ds4_tokens_free(&maxp);
+    agent_stop(a);
+    ev_log_free(&log);
+    rec_free(&rec);
+}
+
+typedef struct {
+    int tool_records;
+    char names[128];
+    char results[256];
+} tool_rec;
+
+static void rec_tools(void *ud, const agent_turn *t)
+{
+    tool_rec *r = ud;
+    if (t->kind != AGENT_TURN_TOOL) return;
+    r->tool_records++;
+    for (size_t i = 0; i < t->n_calls; i++) {
+        strncat(r->names, t->calls[i].name, sizeof r->names - strlen(r->names) - 2);
+        strncat(r->names, ";", sizeof r->names - strlen(r->names) - 1);
+        strncat(r->results, t->calls[i].result, sizeof r->results - strlen(r->results) - 2);
+        strncat(r->results, t->calls[i].is_error ? "!;" : ";", sizeof r->results - strlen(r->results) - 1);
+    }
+}
+
+TEST(agent, tool_records_carry_calls_and_results)
+{
+    const char *lines[] = {
+        script_line(test_printf("t</think>%s", dsml_block("echo", "text", "first", NULL)), NULL),
+        script_line(test_printf("t</think>%s", dsml_block("nope_tool_is_masked_away", NULL)), NULL),
+        script_line("u</think>Done.", NULL),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    tool_rec rec = { 0 };
+    agent_persist_hooks hooks = { .on_turn = rec_tools, .ud = &rec };
+    agent_config cfg = test_config(e, 8192);
+    cfg.persist = &hooks;
+    cfg.no_dsml_mask = true;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "go", &log);
+    CHECK_EQ_INT(rec.tool_records, 2);
+    CHECK_STR_EQ(rec.names, "echo;nope_tool_is_masked_away;");
+    CHECK_STR_EQ(rec.results, "first;Tool error: unknown tool or arguments!;");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+/* ---- the real engine on the tiny model ------------------------------------------------ */
+
+static const char *const pick_schema[] = {
+    "{\"name\":\"pick\",\"description\":\"Picks a number.\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+    "\"n\":{\"type\":\"integer\"},\"flag\":{\"type\":\"boolean\"},\"ratio\":{\"type\":\"number\"}},"
+    "\"required\":[\"n\",\"flag\"]}}",
+};
+
+typedef struct {
+    dsml_parser *p;
+    dsml_masker *m;
+} forced_ctx;
+
+static void forced_hook(void *ud, float *logits, int n_vocab, bool *greedy)
+{
+    forced_ctx *c = ud;
+    if (dsml_constrained(c->p)) CHECK(dsml_mask_apply(c->m, c->p, logits, n_vocab) > 0);
+    if (dsml_wants_greedy(c->p)) *greedy = true;
+}
+
+static const char *forced_bytes(void *ud, int32_t id, size_t *len) { return ds4_token_bytes(ud, id, len); }
+
+/* Random weights, real CPU forward pass: the reply is forced to begin a
+ * tool call; from there the structural mask alone must carry it to a
+ * completed call that parses, with the schema's types, whatever the random
+ * logits say (values sampled at temperature 1). */
+TEST(agent, tiny_model_forced_tool_call_parses)
+{
+    ds4_engine_options o = { .model_path = agent_test_model(), .backend = DS4_BACKEND_CPU };
+    ds4_error err = { "" };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    if (!e && strstr(err.msg, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    char msg[256];
+    dsml_schema *schema = dsml_schema_new(pick_schema, 1, msg, sizeof msg);
+    CHECK(schema != NULL);
+    int32_t control[] = { ds4_token_special(t, DS4_TOK_BOS), ds4_token_special(t, DS4_TOK_USER),
+                          ds4_token_special(t, DS4_TOK_ASSISTANT), ds4_token_special(t, DS4_TOK_THINK),
+                          ds4_token_special(t, DS4_TOK_THINK_END) };
+    dsml_vocab *v = dsml_vocab_new(ds4_vocab_size(t), forced_bytes, (void *)t, ds4_token_special(t, DS4_TOK_EOS),
+                                   ds4_token_special(t, DS4_TOK_DSML), control, 5);
+    dsml_masker *m = dsml_masker_new(v, schema);
+    ds4_session *s = ds4_session_open(e, 2048, &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        ds4_tokens tx = { 0 };
+        ds4_chat_begin(t, &tx, DS4_THINK_NONE);
+        char *block = ds4_chat_tools_block(pick_schema, 1);
+        ds4_chat_system(t, &tx, block, true);
+        free(block);
+        ds4_chat_user(t, &tx, "Pick a number.");
+        ds4_chat_assistant_prefix(t, &tx, DS4_THINK_NONE);
+        const char *forced = "\n\n<" DM "tool_calls>\n<" DM "invoke name=\"";
+        ds4_tokenize_trusted(t, forced, strlen(forced), &tx);
+        dsml_parser *p = dsml_parser_new(schema, false, NULL, NULL);
+        dsml_feed(p, forced, strlen(forced));
+        CHECK(dsml_constrained(p));
+        CHECK_MSG(ds4_session_sync(s, tx.ids, tx.n, NULL, &err) == DS4_OK, "%s", err.msg);
+        ds4_sampling sp = { .temperature = 1.0f, .top_p = 1.0f, .seed = seed };
+        ds4_sampler *smp = ds4_sampler_new(&sp);
+        forced_ctx fc = { p, m };
+        strbuf out = { 0 };
+        /* until the first call completes (a random model may go on
+         * adding calls for a long time) */
+        for (int i = 0; i < 400 && dsml_get_state(p) == DSML_IN_BLOCK && dsml_n_calls(p) == 0; i++) {
+            int32_t id = ds4_sample(smp, ds4_session_logits(s), ds4_vocab_size(t), forced_hook, &fc);
+            CHECK(id >= 0);
+            if (id == ds4_token_special(t, DS4_TOK_EOS)) {
+                dsml_finish(p);
+                break;
+            }
+            size_t len;
+            const char *b = ds4_token_bytes(t, id, &len);
+            sb_append(&out, b, len);
+            dsml_feed(p, b, len);
+            CHECK(ds4_session_eval(s, id, NULL, &err) == DS4_OK);
+        }
+        CHECK_MSG(dsml_get_state(p) != DSML_ERROR && dsml_n_calls(p) == 1, "seed %llu: %s\n%s",
+                  (unsigned long long)seed, dsml_error(p), sb_str(&out));
+        const dsml_call *c = dsml_call_at(p, 0);
+        CHECK_STR_EQ(c->name, "pick");
+        CHECK_CONTAINS(c->args_json, "\"n\":");
+        CHECK_CONTAINS(c->args_json, "\"flag\":");
+        fprintf(stderr, "seed %llu: pick %s\n", (unsigned long long)seed, c->args_json);
+        sb_free(&out);
+        ds4_sampler_free(smp);
+        dsml_parser_free(p);
+        ds4_tokens_free(&tx);
+    }
+    ds4_session_close(s);
+    dsml_masker_free(m);
+    dsml_vocab_free(v);
+    dsml_schema_free(schema);
+    ds4_engine_close(e);
 }

@@ -10,6 +10,7 @@
 
 #include "tests/dsml_util.h"
 #include "tests/test.h"
+#include "tests/tok_util.h"
 
 #define BLOCK_READ                                                                     \
     "<" D "tool_calls>\n"                                                              \
@@ -623,6 +624,46 @@ TEST(dsml, mask_walks_a_canonical_call)
     fixture_free(&f);
 }
 
+TEST(dsml, mask_keeps_scalars_within_bounds)
+{
+    mask_fixture f;
+    fixture_init(&f, 0);
+    dsml_parser *p = dsml_parser_new(dsml_test_schema(), false, NULL, NULL);
+    const char *pre = "<" D "tool_calls>\n<" D "invoke name=\"read\">\n<" D "parameter name=\"max_lines\" string=\"false\">";
+    dsml_feed(p, pre, strlen(pre));
+    CHECK(dsml_constrained(p) && !dsml_wants_greedy(p)); /* checked, yet sampled freely */
+    CHECK(!allowed(&f, p, "<")); /* no value yet */
+    CHECK(!allowed(&f, p, "x"));
+    CHECK(allowed(&f, p, "1"));
+    dsml_feed(p, "123456789012345678", 18); /* 18 digits: an int64 */
+    CHECK(!allowed(&f, p, "1"));
+    CHECK(allowed(&f, p, "<"));
+    CHECK(!allowed(&f, p, "."));
+    dsml_parser_free(p);
+
+    p = dsml_parser_new(dsml_test_schema(), false, NULL, NULL);
+    pre = "<" D "tool_calls>\n<" D "invoke name=\"bash\">\n<" D "parameter name=\"refresh_sec\" string=\"false\">2.5e";
+    dsml_feed(p, pre, strlen(pre));
+    CHECK(!allowed(&f, p, "<")); /* an exponent needs a digit */
+    dsml_feed(p, "-1", 2);
+    CHECK(allowed(&f, p, "0"));
+    dsml_feed(p, "0", 1);
+    CHECK(!allowed(&f, p, "0")); /* at most two exponent digits */
+    CHECK(allowed(&f, p, "</"));
+    dsml_parser_free(p);
+
+    p = dsml_parser_new(dsml_test_schema(), false, NULL, NULL);
+    pre = "<" D "tool_calls>\n<" D "invoke name=\"read\">\n<" D "parameter name=\"whole\" string=\"false\">";
+    dsml_feed(p, pre, strlen(pre));
+    CHECK(allowed(&f, p, "true"));
+    CHECK(allowed(&f, p, "false"));
+    CHECK(!allowed(&f, p, "1"));
+    dsml_feed(p, "tr", 2);
+    CHECK(!allowed(&f, p, "<"));
+    dsml_parser_free(p);
+    fixture_free(&f);
+}
+
 TEST(dsml, mask_forbids_closing_before_required_parameters)
 {
     mask_fixture f;
@@ -814,4 +855,79 @@ TEST(dsml, mask_speed_full_vocabulary)
             f.sv->n, steps, cold * 1000 / steps, warm * 1000 / steps);
     free(logits);
     fixture_free(&f);
+}
+
+/* ---- the real DeepSeek vocabulary ------------------------------------------------- */
+
+static const char *tok_bytes_cb(void *ud, int32_t id, size_t *len) { return ds4_token_bytes(ud, id, len); }
+
+/* With DS4's own 129280-token vocabulary: the model's tokenization of
+ * canonical calls passes the mask token by token, and the mask's cost per
+ * structural step is measured (reported, not asserted). */
+TEST(dsml, mask_on_the_real_vocabulary)
+{
+    ds4_tokenizer *t = tok_v3();
+    int n_vocab = ds4_vocab_size(t);
+    int32_t control[] = { ds4_token_special(t, DS4_TOK_BOS), ds4_token_special(t, DS4_TOK_USER),
+                          ds4_token_special(t, DS4_TOK_ASSISTANT), ds4_token_special(t, DS4_TOK_THINK),
+                          ds4_token_special(t, DS4_TOK_THINK_END) };
+    dsml_vocab *v = dsml_vocab_new(n_vocab, tok_bytes_cb, t, ds4_token_special(t, DS4_TOK_EOS),
+                                   ds4_token_special(t, DS4_TOK_DSML), control, 5);
+    dsml_masker *m = dsml_masker_new(v, dsml_test_schema());
+    static const char *const calls[] = {
+        "I'll read it.\n\n" BLOCK_READ,
+        "Running the tests.\n\n<" D "tool_calls>\n<" D "invoke name=\"bash\">\n<" D
+        "parameter name=\"command\" string=\"true\">make test && echo \"done\" > /tmp/x</" D "parameter>\n<" D
+        "parameter name=\"timeout_sec\" string=\"false\">600</" D "parameter>\n<" D
+        "parameter name=\"refresh_sec\" string=\"false\">2.5</" D "parameter>\n</" D "invoke>\n<" D
+        "invoke name=\"bash_status\">\n<" D "parameter name=\"job\" string=\"false\">1</" D "parameter>\n</" D
+        "invoke>\n</" D "tool_calls>",
+        "<" D "tool_calls>\n<" D "invoke name=\"edit\">\n<" D "parameter name=\"path\" string=\"true\">src/main.c</" D
+        "parameter>\n<" D "parameter name=\"old\" string=\"true\">\treturn 1;\n}</" D "parameter>\n<" D
+        "parameter name=\"new\" string=\"true\">\treturn 0;\n}</" D "parameter>\n</" D "invoke>\n</" D "tool_calls>",
+    };
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    double ms = 0;
+    int steps = 0;
+    for (int round = 0; round < 2; round++) {
+        for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
+            ds4_tokens toks = { 0 };
+            ds4_tokenize_trusted(t, calls[c], strlen(calls[c]), &toks);
+            dsml_parser *p = dsml_parser_new(dsml_test_schema(), false, NULL, NULL);
+            for (size_t i = 0; i < toks.n; i++) {
+                if (dsml_constrained(p)) {
+                    const int32_t *ids;
+                    int n = dsml_mask_allowed(m, p, &ids);
+                    bool ok = false;
+                    for (int k = 0; k < n && !ok; k++) ok = ids[k] == toks.ids[i];
+                    size_t len;
+                    const char *b = ds4_token_bytes(t, toks.ids[i], &len);
+                    CHECK_MSG(ok, "call %zu: token %zu '%.*s' masked", c, i, (int)len, b);
+                    for (int k = 0; k < n_vocab; k++) logits[k] = 0;
+                    double t0 = test_now_ms();
+                    CHECK(dsml_mask_apply(m, p, logits, n_vocab) > 0);
+                    ms += test_now_ms() - t0;
+                    steps++;
+                }
+                size_t len;
+                const char *b = ds4_token_bytes(t, toks.ids[i], &len);
+                dsml_feed(p, b, len);
+            }
+            CHECK_MSG(dsml_get_state(p) == DSML_DONE, "call %zu: %s", c, dsml_error(p));
+            dsml_parser_free(p);
+            ds4_tokens_free(&toks);
+        }
+        if (round == 0) {
+            uint64_t hits, misses;
+            dsml_masker_stats(m, &hits, &misses);
+            fprintf(stderr, "real vocabulary (%d tokens), first pass: %d masked steps, %.1f us/step (%llu cached)\n",
+                    n_vocab, steps, ms * 1000 / steps, (unsigned long long)hits);
+            ms = 0;
+            steps = 0;
+        }
+    }
+    fprintf(stderr, "real vocabulary, same calls again: %.1f us/step\n", ms * 1000 / steps);
+    free(logits);
+    dsml_masker_free(m);
+    dsml_vocab_free(v);
 }

@@ -65,16 +65,32 @@ TEST(prompt, text_output_is_the_final_answer)
     CHECK_CONTAINS(out, "tokens read in");
 }
 
+static bool valid_utf8(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t k = *p < 0x80 ? 1 : (*p >> 5) == 6 ? 2 : (*p >> 4) == 14 ? 3 : (*p >> 3) == 30 ? 4 : 0;
+        if (!k) return false;
+        for (size_t j = 1; j < k; j++)
+            if ((p[j] & 0xc0) != 0x80) return false;
+        if (k == 3 && p[0] == 0xed && p[1] >= 0xa0) return false; /* a surrogate */
+        p += k;
+    }
+    return true;
+}
+
 TEST(prompt, stream_json_events_and_result)
 {
     const char *lines[] = {
-        script_line(test_printf("plan</think>Calling.%s", dsml_block("no_such_tool", "x", "=1", NULL)), NULL),
-        script_line("ok</think>Finished.", NULL),
+        script_line(test_printf("plan</think>Calling.%s", dsml_block("read", "path", "missing.txt", NULL)), NULL),
+        /* a lone surrogate decodes to bytes that are not UTF-8 */
+        "{\"assistant\": \"ok</think>Finished.\\ud800\"}",
         NULL,
     };
     char *out;
     int rc = run_prompt(&out, write_script(lines), "-p task --output-format stream-json --session s-123 2>/dev/null");
     CHECK_EQ_INT(rc, 0);
+    CHECK(valid_utf8(out));
     size_t n;
     struct json_object **v = parse_lines(out, &n);
     CHECK(n >= 5);
@@ -92,10 +108,10 @@ TEST(prompt, stream_json_events_and_result)
     CHECK(find_type(v, n, "thinking", 0) != NULL);
     struct json_object *use = find_type(v, n, "tool_use", 0);
     CHECK(use != NULL);
-    CHECK_STR_EQ(str_of(use, "name"), "no_such_tool");
+    CHECK_STR_EQ(str_of(use, "name"), "read");
     struct json_object *input, *x;
-    CHECK(json_object_object_get_ex(use, "input", &input) && json_object_object_get_ex(input, "x", &x));
-    CHECK_EQ_INT(json_object_get_int(x), 1);
+    CHECK(json_object_object_get_ex(use, "input", &input) && json_object_object_get_ex(input, "path", &x));
+    CHECK_STR_EQ(json_object_get_string(x), "missing.txt");
     struct json_object *res = find_type(v, n, "tool_result", 0), *iserr;
     CHECK(res != NULL);
     CHECK(json_object_object_get_ex(res, "is_error", &iserr) && json_object_get_boolean(iserr));
@@ -103,7 +119,7 @@ TEST(prompt, stream_json_events_and_result)
     CHECK_STR_EQ(str_of(r, "type"), "result");
     CHECK_STR_EQ(str_of(r, "session_id"), "s-123");
     CHECK_STR_EQ(str_of(r, "stop_reason"), "done");
-    CHECK_STR_EQ(str_of(r, "text"), "Finished.");
+    CHECK_STR_EQ(str_of(r, "text"), "Finished.\xef\xbf\xbd");
     static const char *const fields[] = { "prefilled_tokens", "generated_tokens", "prefill_ms", "decode_ms", "exit_code" };
     for (size_t i = 0; i < 5; i++) {
         struct json_object *f;
@@ -169,9 +185,9 @@ TEST(prompt, exit_codes)
     /* context exhausted: a reply longer than the room */
     strbuf big = { 0 };
     sb_puts(&big, "</think>");
-    for (int i = 0; i < 3000; i++) sb_puts(&big, "word ");
+    for (int i = 0; i < 8000; i++) sb_puts(&big, "word ");
     const char *lines[] = { script_line(sb_str(&big), NULL), NULL };
-    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 6144 -p hi --output-format stream-json",
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 -p hi --output-format stream-json",
                    test_tmpdir(), test_bindir(), agent_test_model(), write_script(lines));
     CHECK_EQ_INT(rc, 4);
     CHECK_CONTAINS(out, "\"stop_reason\":\"context full\"");
@@ -225,10 +241,35 @@ TEST(prompt, reads_edits_and_runs_bash_in_a_workspace)
     bool have = false;
     for (size_t i = 0; i < json_object_array_length(tools); i++)
         have |= !strcmp(json_object_get_string(json_object_array_get_idx(tools, i)), "edit");
-    if (!have) SKIP("the tool registry is not part of this build yet");
+    if (!have) {
+        for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+        SKIP("the tool registry is not part of this build yet");
+    }
     CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
     char *file = test_read_file(test_tmp_path("ws/hello.c"), NULL);
     CHECK_STR_EQ(file, "int main(void) { return 0; }\n");
     CHECK_STR_EQ(str_of(v[n - 1], "text"), "hello.c now returns 0.");
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}
+
+/* ---- the real engine ----------------------------------------------------------------- */
+
+TEST(prompt, tiny_model_on_the_cpu_engine)
+{
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --ctx 16384 --nothink -n 12 --seed 3 -p 'Say hello.' "
+                             "--output-format stream-json 2>&1",
+                       test_tmpdir(), test_bindir(), agent_test_model());
+    if (strstr(out, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    size_t n;
+    struct json_object **v = parse_lines(out, &n);
+    CHECK(n >= 2);
+    struct json_object *r = v[n - 1], *f;
+    CHECK_STR_EQ(str_of(r, "type"), "result");
+    CHECK(json_object_object_get_ex(r, "generated_tokens", &f));
+    CHECK(json_object_get_int64(f) >= 1 && json_object_get_int64(f) <= 12);
+    CHECK(json_object_object_get_ex(r, "prefilled_tokens", &f));
+    CHECK(json_object_get_int64(f) > 100);
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
 }

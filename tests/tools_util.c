@@ -1,0 +1,182 @@
+/* tools_util.c — see tools_util.h. */
+#include "tests/tools_util.h"
+
+#include "tests/test.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+static tool_env *g_env;
+
+static void cleanup(void)
+{
+    if (g_env) tool_env_free(g_env);
+    g_env = NULL;
+}
+
+const char *tu_workspace(void)
+{
+    const char *ws = test_tmp_path("ws");
+    mkdir(ws, 0755);
+    return ws;
+}
+
+tool_env *tu_env_cfg(tool_env_config *cfg)
+{
+    setenv("XDG_CONFIG_HOME", test_tmp_path("xdg"), 1);
+    if (!cfg->workspace) cfg->workspace = tu_workspace();
+    if (!cfg->state_dir) cfg->state_dir = test_tmp_path("state");
+    char err[512];
+    tool_env *env = tool_env_new(cfg, err, sizeof err);
+    if (!env) FAIL("tool_env_new: %s", err);
+    if (!g_env) {
+        g_env = env;
+        atexit(cleanup);
+    }
+    return env;
+}
+
+tool_env *tu_env(void)
+{
+    tool_env_config cfg = { .yes_to_all = true };
+    return tu_env_cfg(&cfg);
+}
+
+void tu_free(tool_env *env)
+{
+    if (env == g_env) g_env = NULL;
+    tool_env_free(env);
+}
+
+tu_result tu_call_ctx(tool_env *env, const char *tool, const char *args_json, const tool_call_ctx *ctx)
+{
+    tool_result r;
+    tools_run(env, tool, args_json, ctx, &r);
+    tu_result t = { test_strdup(r.text ? r.text : "(null)"), r.is_error, r.denied };
+    if (!r.text) FAIL("tools_run left no text for %s", tool);
+    if (r.is_error != (strncmp(r.text, "Tool error: ", 12) == 0))
+        FAIL("is_error does not match the text of %s: %s", tool, r.text);
+    tool_result_free(&r);
+    return t;
+}
+
+tu_result tu_call(tool_env *env, const char *tool, const char *args_json)
+{
+    return tu_call_ctx(env, tool, args_json, NULL);
+}
+
+const char *tu_path(const char *rel)
+{
+    return test_printf("%s/%s", tu_workspace(), rel);
+}
+
+const char *tu_file(const char *rel, const char *content)
+{
+    const char *p = tu_path(rel);
+    char *dir = test_strdup(p);
+    char *slash = strrchr(dir, '/');
+    *slash = 0;
+    test_runf(NULL, "mkdir -p '%s'", dir);
+    test_write_file(p, content, strlen(content));
+    return p;
+}
+
+const char *tu_content(const char *rel)
+{
+    return test_read_file(tu_path(rel), NULL);
+}
+
+const char *tu_json_str(const char *s)
+{
+    json_object *o = json_object_new_string(s);
+    const char *r = test_strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    json_object_put(o);
+    return r;
+}
+
+int tu_procs_with(const char *marker, int *zombies)
+{
+    DIR *d = opendir("/proc");
+    int n = 0, z = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        if (atoi(e->d_name) == getpid()) continue;
+        char path[300], buf[4096];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        ssize_t r = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        bool match = false;
+        if (r > 0) {
+            for (ssize_t i = 0; i < r; i++)
+                if (!buf[i]) buf[i] = ' ';
+            buf[r] = 0;
+            match = strstr(buf, marker) != NULL;
+        }
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        r = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (r <= 0) continue;
+        buf[r] = 0;
+        char *p = strrchr(buf, ')');
+        bool zombie = p && p[1] == ' ' && p[2] == 'Z';
+        /* a zombie's cmdline is empty: match it by its comm */
+        if (!match && zombie) continue;
+        if (match) {
+            if (zombie) z++;
+            else n++;
+        }
+    }
+    closedir(d);
+    if (zombies) *zombies = z;
+    return n;
+}
+
+bool tu_wait_gone(const char *marker, int ms)
+{
+    double until = test_now_ms() + ms;
+    for (;;) {
+        if (tu_procs_with(marker, NULL) == 0) return true;
+        if (test_now_ms() > until) return false;
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+int tu_my_zombies(void)
+{
+    DIR *d = opendir("/proc");
+    int z = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        char path[300], buf[1024];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        ssize_t r = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (r <= 0) continue;
+        buf[r] = 0;
+        char *p = strrchr(buf, ')');
+        if (!p) continue;
+        char state;
+        int ppid;
+        if (sscanf(p + 2, "%c %d", &state, &ppid) == 2 && state == 'Z' && ppid == getpid()) z++;
+    }
+    closedir(d);
+    return z;
+}

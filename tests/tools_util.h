@@ -1,0 +1,46 @@
+/* tools_util.h — helpers for the tool tests: a tool environment on a
+ * fresh workspace, calls that return the result text, and process checks
+ * through /proc. */
+#ifndef DS4CL_TESTS_TOOLS_UTIL_H
+#define DS4CL_TESTS_TOOLS_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "tools/tools.h"
+
+/* A workspace directory (created) under the test's temp dir, and an
+ * environment on it. XDG_CONFIG_HOME points into the temp dir so that no
+ * user rules apply. The environment is freed when the test ends unless
+ * tu_free is called first. */
+const char *tu_workspace(void);
+tool_env *tu_env_cfg(tool_env_config *cfg);
+tool_env *tu_env(void);                  /* --yes, not interactive, no sandbox */
+void tu_free(tool_env *env);
+
+/* Runs a call; the text is runner-owned. */
+typedef struct {
+    const char *text;
+    bool is_error, denied;
+} tu_result;
+tu_result tu_call(tool_env *env, const char *tool, const char *args_json);
+tu_result tu_call_ctx(tool_env *env, const char *tool, const char *args_json, const tool_call_ctx *ctx);
+
+/* A file under the workspace (parents created). */
+const char *tu_file(const char *rel, const char *content);
+const char *tu_path(const char *rel);
+/* The whole content of a workspace file, or NULL. */
+const char *tu_content(const char *rel);
+
+/* JSON string literal of s (runner-owned), for building arguments. */
+const char *tu_json_str(const char *s);
+
+/* Number of live (not zombie) processes whose command line contains
+ * marker, and of zombies among them. */
+int tu_procs_with(const char *marker, int *zombies);
+/* Waits up to ms for no process with marker to remain; true when none. */
+bool tu_wait_gone(const char *marker, int ms);
+/* Zombie children of this process. */
+int tu_my_zombies(void);
+
+#endif
