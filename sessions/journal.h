@@ -5,7 +5,10 @@
  *   u32 magic "JRN1" | u32 body length | u32 crc32(body) | u32 crc32(the
  *   12 bytes before) | body
  *   body: u8 kind | 3 zero bytes | u32 text length | u64 transcript
- *   length | u32 token count | u32 0 | text | i32 tokens[]
+ *   length | u32 token count | u32 call count | text | i32 tokens[] |
+ *   calls (TOOL records: u8 flags (1 error, 2 denied) | 3 zero bytes |
+ *   u32 name length | u32 arguments length | u32 result length | name |
+ *   arguments JSON | result)
  * all little-endian. The header checksum lets a reader trust a length
  * before reading that far; the body checksum covers the rest. A reader
  * keeps every record that checks out: an incomplete last record (the
@@ -34,6 +37,8 @@ typedef struct {
     int32_t *tokens;
     size_t n_tokens;
     uint64_t transcript_len;
+    agent_tool_call *calls; /* owned, NUL-terminated strings */
+    size_t n_calls;
 } journal_rec;
 
 typedef struct {
@@ -58,8 +63,12 @@ void journal_scan_free(journal_scan *s);
 
 /* The file header, and one framed record, appended to out. */
 void journal_encode_header(strbuf *out);
-void journal_encode(strbuf *out, agent_turn_kind kind, const char *text, size_t len, const int32_t *tokens,
-                    size_t n_tokens, uint64_t transcript_len);
+void journal_encode(strbuf *out, const agent_turn *t);
+/* A record as the agent_turn it was written from (pointing into r). */
+agent_turn journal_rec_turn(const journal_rec *r);
+/* Deep copies of tool calls, and their release. */
+agent_tool_call *tool_calls_dup(const agent_tool_call *calls, size_t n);
+void tool_calls_free(agent_tool_call *calls, size_t n);
 
 /* Appends bytes and fdatasyncs; on a short write the file is cut back to
  * where it was. 0 or -1 with err. */

@@ -23,6 +23,8 @@ typedef struct {
     char *text;
     size_t len;
     size_t n_tokens;
+    agent_tool_call *calls;
+    size_t n_calls;
 } turn_rec;
 
 struct session {
@@ -107,7 +109,10 @@ static void session_free(session *s)
     ds4_tokens_free(&s->sys_rec);
     ds4_tokens_free(&s->resume_tokens);
     ds4_tokens_free(&s->cache_tokens);
-    for (size_t i = 0; i < s->n_turns; i++) free(s->turns[i].text);
+    for (size_t i = 0; i < s->n_turns; i++) {
+        free(s->turns[i].text);
+        tool_calls_free(s->turns[i].calls, s->turns[i].n_calls);
+    }
     free(s->turns);
     for (size_t i = 0; i < s->n_notes; i++) free(s->notes[i]);
     free(s->notes);
@@ -123,8 +128,12 @@ static bool starts_with(const ds4_tokens *t, const int32_t *ids, size_t n)
     return t->n && t->n <= n && !memcmp(t->ids, ids, t->n * sizeof *ids);
 }
 
-static void apply_record(session *s, agent_turn_kind kind, const char *text, size_t len, const int32_t *ids, size_t n)
+static void apply_record(session *s, const agent_turn *t)
 {
+    agent_turn_kind kind = t->kind;
+    const char *text = t->text ? t->text : "";
+    size_t len = t->len, n = t->n_tokens;
+    const int32_t *ids = t->tokens;
     if (kind == AGENT_TURN_SYSTEM) {
         s->tx.n = 0;
         s->sys_rec.n = 0;
@@ -148,6 +157,8 @@ static void apply_record(session *s, agent_turn_kind kind, const char *text, siz
     memcpy(r->text, text, len);
     r->text[len] = 0;
     r->n_tokens = n;
+    r->calls = tool_calls_dup(t->calls, t->n_calls);
+    r->n_calls = t->calls ? t->n_calls : 0;
     if (kind == AGENT_TURN_USER) {
         if (s->meta.info.user_turns == 0 && !s->meta.info.title[0])
             title_from_text(s->meta.info.title, sizeof s->meta.info.title, text, len);
@@ -191,8 +202,8 @@ static void repair_journal(session *s, const journal_scan *j, const char *path)
     strbuf b = { 0 };
     journal_encode_header(&b);
     for (size_t i = 0; i < j->n; i++) {
-        const journal_rec *r = &j->recs[i];
-        journal_encode(&b, r->kind, r->text, r->len, r->tokens, r->n_tokens, r->transcript_len);
+        agent_turn t = journal_rec_turn(&j->recs[i]);
+        journal_encode(&b, &t);
     }
     if (file_write_atomic(path, b.s, b.len, 0600, false, err, sizeof err) != 0)
         note(s, "the damaged journal could not be rewritten: %s", err);
@@ -226,9 +237,9 @@ static void load_journal(session *s)
     s->meta.info.user_turns = 0;
     bool inconsistent = false;
     for (size_t i = 0; i < j.n; i++) {
-        const journal_rec *r = &j.recs[i];
-        apply_record(s, r->kind, r->text, r->len, r->tokens, r->n_tokens);
-        if (r->transcript_len != s->tx.n) inconsistent = true;
+        agent_turn t = journal_rec_turn(&j.recs[i]);
+        apply_record(s, &t);
+        if (t.transcript_len != s->tx.n) inconsistent = true;
     }
     if (j.bad_header)
         note(s, "the journal header of session %s is damaged; its records were read anyway", s->meta.info.id);
@@ -654,13 +665,13 @@ static void hook_turn(void *ud, const agent_turn *t)
 {
     session *s = ud;
     strbuf rec = { 0 };
-    journal_encode(&rec, t->kind, t->text, t->len, t->tokens, t->n_tokens, t->transcript_len);
+    journal_encode(&rec, t);
     pthread_mutex_lock(&s->io);
     char err[320] = "";
     int rc = ensure_journal(s, err, sizeof err);
     if (rc == 0) rc = journal_append(s->jfd, rec.s, rec.len, err, sizeof err);
     pthread_mutex_lock(&s->mu);
-    apply_record(s, t->kind, t->text, t->len, t->tokens, t->n_tokens);
+    apply_record(s, t);
     s->dirty = true;
     if (rc != 0 && !s->io_err[0]) snprintf(s->io_err, sizeof s->io_err, "%s", err);
     /* The first user turn makes the session worth listing. */
@@ -822,6 +833,8 @@ size_t session_history(session *s, int max_user, session_turn **out)
         v[i].text = malloc(r->len + 1);
         if (!v[i].text) abort();
         memcpy(v[i].text, r->text, r->len + 1);
+        v[i].calls = tool_calls_dup(r->calls, r->n_calls);
+        v[i].n_calls = r->n_calls;
     }
     pthread_mutex_unlock(&s->mu);
     *out = v;
@@ -830,7 +843,10 @@ size_t session_history(session *s, int max_user, session_turn **out)
 
 void session_turns_free(session_turn *v, size_t n)
 {
-    for (size_t i = 0; v && i < n; i++) free(v[i].text);
+    for (size_t i = 0; v && i < n; i++) {
+        free(v[i].text);
+        tool_calls_free(v[i].calls, v[i].n_calls);
+    }
     free(v);
 }
 

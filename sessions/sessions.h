@@ -151,6 +151,8 @@ typedef struct {
     char *text;
     size_t len;
     size_t n_tokens;
+    agent_tool_call *calls;   /* TOOL: the calls and their results */
+    size_t n_calls;
 } session_turn;
 size_t session_history(session *s, int max_user, session_turn **out);
 void session_turns_free(session_turn *v, size_t n);

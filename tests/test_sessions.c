@@ -21,14 +21,27 @@ static const int32_t toks_b[] = { 7, 8, 9 };
 static const int32_t toks_c[] = { 10, 11 };
 
 /* A journal of four records: SYSTEM, USER, ASSISTANT, TOOL. */
+static void put_rec(strbuf *b, agent_turn_kind kind, const char *text, const int32_t *toks, size_t n, size_t total)
+{
+    agent_turn t = { .kind = kind, .text = text, .len = strlen(text), .tokens = toks, .n_tokens = n, .transcript_len = total };
+    journal_encode(b, &t);
+}
+
+static const agent_tool_call sample_calls[] = {
+    { "read", "{\"path\":\"a.c\"}", "int x;", false, false },
+    { "bash", "{\"command\":\"rm -rf /\"}", "refused", true, true },
+};
+
 static strbuf sample_journal(void)
 {
     strbuf b = { 0 };
     journal_encode_header(&b);
-    journal_encode(&b, AGENT_TURN_SYSTEM, "", 0, toks_a, 5, 5);
-    journal_encode(&b, AGENT_TURN_USER, "hello", 5, toks_b, 3, 8);
-    journal_encode(&b, AGENT_TURN_ASSISTANT, "reply \xe2\x9c\x93", 9, toks_c, 2, 10);
-    journal_encode(&b, AGENT_TURN_TOOL, "Tool result 1", 13, toks_b, 3, 13);
+    put_rec(&b, AGENT_TURN_SYSTEM, "", toks_a, 5, 5);
+    put_rec(&b, AGENT_TURN_USER, "hello", toks_b, 3, 8);
+    put_rec(&b, AGENT_TURN_ASSISTANT, "reply \xe2\x9c\x93", toks_c, 2, 10);
+    agent_turn t = { .kind = AGENT_TURN_TOOL, .text = "Tool result 1", .len = 13, .tokens = toks_b, .n_tokens = 3,
+                     .transcript_len = 13, .calls = sample_calls, .n_calls = 2 };
+    journal_encode(&b, &t);
     return b;
 }
 
@@ -53,6 +66,14 @@ TEST(sessions_journal, round_trip)
     check_record(&j.recs[2], AGENT_TURN_ASSISTANT, "reply \xe2\x9c\x93", toks_c, 2);
     check_record(&j.recs[3], AGENT_TURN_TOOL, "Tool result 1", toks_b, 3);
     CHECK_EQ_INT(j.recs[3].transcript_len, 13);
+    CHECK_EQ_INT(j.recs[2].n_calls, 0);
+    CHECK_EQ_INT(j.recs[3].n_calls, 2);
+    CHECK_STR_EQ(j.recs[3].calls[0].name, "read");
+    CHECK_STR_EQ(j.recs[3].calls[0].args_json, "{\"path\":\"a.c\"}");
+    CHECK_STR_EQ(j.recs[3].calls[0].result, "int x;");
+    CHECK(!j.recs[3].calls[0].is_error && !j.recs[3].calls[0].denied);
+    CHECK_STR_EQ(j.recs[3].calls[1].name, "bash");
+    CHECK(j.recs[3].calls[1].is_error && j.recs[3].calls[1].denied);
     journal_scan_free(&j);
     sb_free(&b);
 }
@@ -73,7 +94,8 @@ TEST(sessions_journal, every_torn_tail_keeps_the_complete_records)
         for (size_t k = 0; k < full.n; k++) {
             const journal_rec *r = &full.recs[k];
             strbuf one = { 0 };
-            journal_encode(&one, r->kind, r->text, r->len, r->tokens, r->n_tokens, r->transcript_len);
+            agent_turn t = journal_rec_turn(r);
+            journal_encode(&one, &t);
             bool fits = prefix.len + one.len <= cut;
             if (fits) {
                 sb_append(&prefix, one.s, one.len);
@@ -139,7 +161,7 @@ TEST(sessions_journal, garbage_and_empty_files)
     /* a valid record after garbage is still found */
     strbuf b = { 0 };
     sb_append(&b, (const char *)junk, 100);
-    journal_encode(&b, AGENT_TURN_USER, "survivor", 8, toks_b, 3, 3);
+    put_rec(&b, AGENT_TURN_USER, "survivor", toks_b, 3, 3);
     journal_parse((const unsigned char *)b.s, b.len, &j);
     CHECK_EQ_INT(j.n, 1);
     CHECK_STR_EQ(j.recs[0].text, "survivor");
@@ -209,8 +231,8 @@ static void fake_session(const char *id, const char *title, const char *cwd, int
     CHECK_EQ_INT(mkdir_p(dir, 0700), 0);
     strbuf b = { 0 };
     journal_encode_header(&b);
-    journal_encode(&b, AGENT_TURN_SYSTEM, "", 0, toks_a, 5, 5);
-    journal_encode(&b, AGENT_TURN_USER, title, strlen(title), toks_b, 3, 8);
+    put_rec(&b, AGENT_TURN_SYSTEM, "", toks_a, 5, 5);
+    put_rec(&b, AGENT_TURN_USER, title, toks_b, 3, 8);
     test_write_file(test_printf("%s/journal", dir), b.s, b.len);
     sb_free(&b);
     session_meta m;

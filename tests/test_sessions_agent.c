@@ -610,3 +610,36 @@ TEST(sessions_agent, slash_commands)
     CHECK(strcmp(session_id(x.s), "alpha") != 0);
     sa_stop(&x);
 }
+
+TEST(sessions_agent, history_keeps_tool_calls_across_resume)
+{
+    const char *lines[] = {
+        script_line(test_printf("x</think>Echo.%s", dsml_block("echo", "text", "ping 7", NULL)), NULL),
+        script_line("y</think>It said ping 7.", NULL),
+        NULL,
+    };
+    const char *script = write_script(lines);
+    sess_agent x;
+    sa_start(&x, script_engine(script), "tc", true);
+    sa_turn(&x, "echo it");
+    sa_stop(&x);
+    sa_start(&x, script_engine(script), "tc", false);
+    session_turn *h;
+    size_t n = session_history(x.s, 0, &h);
+    const char *seq = "";
+    const session_turn *tool = NULL;
+    for (size_t i = 0; i < n; i++) {
+        seq = test_printf("%s%d", seq, (int)h[i].kind);
+        if (h[i].kind == AGENT_TURN_TOOL) tool = &h[i];
+    }
+    CHECK_STR_EQ(seq, "40121");
+    CHECK(tool != NULL);
+    CHECK_EQ_INT(tool->n_calls, 1);
+    CHECK_STR_EQ(tool->calls[0].name, "echo");
+    CHECK_STR_EQ(tool->calls[0].args_json, "{\"text\":\"ping 7\"}");
+    CHECK_STR_EQ(tool->calls[0].result, "ping 7");
+    CHECK(!tool->calls[0].is_error);
+    CHECK_CONTAINS(tool->text, "Tool result 1 (echo):\nping 7");
+    session_turns_free(h, n);
+    sa_stop(&x);
+}

@@ -205,24 +205,27 @@ static run_seen scan_output(const char *out)
 
 TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
 {
-    /* Each run is one turn: a tool call (an unknown tool: an error result
-     * without side effects), then an answer; tokens take a millisecond. */
+    /* Each run is one turn: a tool call (list: it only reads), then an
+     * answer; tokens take a millisecond. */
+    mkdir_p(test_tmp_path("ws"), 0700);
+    test_write_file(test_tmp_path("ws/a.txt"), "a", 1);
     strbuf sc = { 0 };
     for (int i = 0; i < 200; i++) {
-        sb_printf(&sc, "%s\n", script_line(test_printf("step %d</think>Calling.%s", i, dsml_block("no_such_tool", "x", "=1", NULL)),
+        sb_printf(&sc, "%s\n", script_line(test_printf("step %d</think>Calling.%s", i, dsml_block("list", "path", ".", NULL)),
                                            "\"delay_ms\": 1"));
         sb_printf(&sc, "%s\n", script_line(test_printf("done %d</think>Turn finished.", i), "\"delay_ms\": 1"));
     }
     const char *script = test_tmp_path("crash.jsonl");
     test_write_file(script, sc.s, sc.len);
     sb_free(&sc);
-    const char *cmd_fmt = "cd '%s' && exec '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 12288 --seed 1 -p 'turn %d' "
+    const char *cmd_fmt = "cd '%s' && exec '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 65536 --seed 1 -p 'turn %d' "
                           "--session crash --output-format stream-json";
+    const char *ws = test_tmp_path("ws");
 
     /* how long an undisturbed run takes */
     child_proc c;
     double t0 = test_now_ms();
-    child_start(&c, test_printf(cmd_fmt, test_tmpdir(), test_bindir(), agent_test_model(), script, 0));
+    child_start(&c, test_printf(cmd_fmt, ws, test_bindir(), agent_test_model(), script, 0));
     int rc = child_finish(&c, 0);
     double span = test_now_ms() - t0;
     CHECK_MSG(rc == 0, "exit %d: %s", rc, sb_str(&c.text));
@@ -237,7 +240,7 @@ TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
     for (int i = 1; i <= runs; i++) {
         seed = seed * 1103515245u + 12345u;
         int delay = (int)((seed >> 8) % (unsigned)(span * 1.3 + 1));
-        child_start(&c, test_printf(cmd_fmt, test_tmpdir(), test_bindir(), agent_test_model(), script, i));
+        child_start(&c, test_printf(cmd_fmt, ws, test_bindir(), agent_test_model(), script, i));
         child_pump(&c, delay);
         rc = child_finish(&c, c.eof ? 0 : SIGKILL);
         run_seen seen = scan_output(sb_str(&c.text));
@@ -271,7 +274,11 @@ TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
             int assistants = 0, tools = 0;
             for (size_t m = k + 1; m < j.n && j.recs[m].kind != AGENT_TURN_USER; m++) {
                 assistants += j.recs[m].kind == AGENT_TURN_ASSISTANT;
-                tools += j.recs[m].kind == AGENT_TURN_TOOL;
+                if (j.recs[m].kind != AGENT_TURN_TOOL) continue;
+                tools++;
+                CHECK_MSG(j.recs[m].n_calls == 1 && !strcmp(j.recs[m].calls[0].name, "list") &&
+                              strstr(j.recs[m].calls[0].result, "a.txt"),
+                          "run %d: the tool record lacks its call", i);
             }
             CHECK_MSG(assistants >= 2 && tools >= 1, "run %d: \"%.*s\" has %d replies and %d tool results", i, (int)len,
                       p, assistants, tools);
@@ -294,7 +301,7 @@ TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
     CHECK_MSG(completed >= 10, "only %d runs completed", completed);
 
     /* and it still resumes and runs */
-    child_start(&c, test_printf(cmd_fmt, test_tmpdir(), test_bindir(), agent_test_model(), script, 999));
+    child_start(&c, test_printf(cmd_fmt, ws, test_bindir(), agent_test_model(), script, 999));
     rc = child_finish(&c, 0);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, sb_str(&c.text));
     CHECK(scan_output(sb_str(&c.text)).done);

@@ -48,8 +48,9 @@ TEST(sessions_engine, cpu_logits_after_resume_are_bit_identical)
     CHECK_MSG(session_attach(s, e, &cfg, serr, sizeof serr) == 0, "%s", serr);
     session_attach_done(s);
     const agent_persist_hooks *h = cfg.persist;
-    agent_turn t1 = { AGENT_TURN_SYSTEM, "", 0, sys.ids, sys.n, sys.n };
-    agent_turn t2 = { AGENT_TURN_USER, "primes", 6, all.ids + sys.n, all.n - sys.n, all.n };
+    agent_turn t1 = { .kind = AGENT_TURN_SYSTEM, .text = "", .tokens = sys.ids, .n_tokens = sys.n, .transcript_len = sys.n };
+    agent_turn t2 = { .kind = AGENT_TURN_USER, .text = "primes", .len = 6, .tokens = all.ids + sys.n,
+                      .n_tokens = all.n - sys.n, .transcript_len = all.n };
     h->on_turn(h->ud, &t1);
     h->on_turn(h->ud, &t2);
     char msg[256];
