@@ -559,24 +559,24 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         s->resume.system_len = s->system_len;
         char path[PATH_MAX];
         path_in(s, STATE_FILE, path, sizeof path);
-        bool have = file_bytes(path) > 0;
+        bool have = file_bytes(path) > 0, own_state = false;
         if (have && (other_model || other_backend)) {
             note(s, "the saved KV state of session %s belongs to another model; reading its %zu tokens again", id,
                  s->tx.n);
         } else if (have && map_snapshot(s, path)) {
-            if (s->meta.snap_file_bytes != s->map_len) s->meta.snap_tokens = 0;
+            own_state = s->meta.snap_file_bytes == s->map_len;
         } else {
-            note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
-                 have ? " that can be read" : " (removed by the disk budget or never written)", s->tx.n);
-            s->meta.snap_tokens = 0;
-        }
-        if (!s->map) {
-            s->meta.snap_tokens = 0;
             /* The cached system prompt still saves that much. */
             char cpath[PATH_MAX];
-            if (s->system_len && sysprompt_path(&mi, cfg->n_ctx, s->tx.ids, s->system_len, cpath, sizeof cpath))
-                map_snapshot(s, cpath);
+            bool cached = s->system_len && sysprompt_path(&mi, cfg->n_ctx, s->tx.ids, s->system_len, cpath, sizeof cpath) &&
+                          map_snapshot(s, cpath);
+            note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
+                 have ? " that can be read" : " (removed by the disk budget or never written)",
+                 cached ? s->tx.n - s->system_len : s->tx.n);
         }
+        /* What state.kv holds is known only when it is the file the
+         * metadata describes (the idle hook skips rewriting it then). */
+        if (!own_state) s->meta.snap_tokens = 0;
     } else {
         ds4_error derr = { "" };
         ds4_tokens sys = { 0 };
