@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/bench_engine.h"
 #include "cli/bench_quant.h"
 #include "cli/bench_tokenizer.h"
 
@@ -11,9 +12,12 @@ static void help(void)
     fputs("ds4cl-bench " DS4CL_VERSION " — engine benchmarks and logits dumps\n"
           "\n"
           "usage: ds4cl-bench --logits OUT.f32 -m MODEL --token-ids 1,2,3 (--decode N | --feed 7,8,9)\n"
-          "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none]\n"
+          "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none] [--chunk N]\n"
+          "                   raw f32 logits rows (golden layout); argmax of each row on stdout\n"
           "       ds4cl-bench -m MODEL --prompt-file F --ctx-start A --ctx-max B --step S\n"
-          "                   --gen-tokens G [--backend cpu|opencl]\n"
+          "                   --gen-tokens G [--backend cpu|opencl] [--threads T] [--quant-sim …]\n"
+          "                   CSV: prefill and decode speed per context frontier, decode GB/s\n"
+          "                   against a streaming-read ceiling\n"
           "       ds4cl-bench --quant-bench [--mb M] [--n N] [--threads T] [--reps R] [--types LIST]\n"
           "                   matvec GB/s per weight format vs a streaming-read ceiling\n"
           "       ds4cl-bench --tokenizer-bench FILE -m MODEL [--runs N]\n"
@@ -26,6 +30,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--quant-bench")) return bench_quant(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--tokenizer-bench")) return bench_tokenizer_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
         if (!strcmp(argv[i], "--version")) { printf("ds4cl-bench %s\n", DS4CL_VERSION); return 0; }

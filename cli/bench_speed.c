@@ -1,0 +1,194 @@
+/* bench_speed.c — `ds4cl-bench -m MODEL --prompt-file F --ctx-start A
+ * --ctx-max B --step S --gen-tokens G`: prefill and decode speed as the
+ * context grows, one CSV row per frontier.
+ *
+ * At each frontier f = A, A+S, … ≤ B the session is extended to the first
+ * f tokens of the prompt (the file's text tokenized, repeated as needed):
+ * prefill_tps counts the tokens added since the previous frontier. Then G
+ * greedy tokens are decoded (decode_tps) and dropped again (a cheap rewind).
+ * weights_bytes_per_token is what one decode step must read: every weight
+ * except the embedding table (one row) and the routed experts (only the
+ * used ones of each layer); decode_gbps is that at decode_tps, next to
+ * ceiling_gbps, a streaming read of memory measured in the same process.
+ * kv_bytes is the session state at the frontier. */
+#include "cli/bench_engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cli/bench_quant.h"
+#include "engine/backend.h"
+#include "engine/ds4.h"
+#include "engine/threadpool.h"
+
+typedef struct {
+    const char *model, *prompt_file;
+    long ctx_start, ctx_max, step, gen;
+    int threads;
+    ds4_backend backend;
+    ds4_quant_sim qsim;
+} speed_opts;
+
+static int usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "ds4cl-bench: ");
+    fprintf(stderr, fmt, arg);
+    fputs("\nusage: ds4cl-bench -m MODEL --prompt-file F --ctx-start A --ctx-max B --step S --gen-tokens G\n"
+          "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none]\n",
+          stderr);
+    return 2;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, speed_opts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) return usage("option '%s' needs a value", a);
+        i++;
+        long n;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--prompt-file")) o->prompt_file = v;
+        else if (!strcmp(a, "--ctx-start")) {
+            if (parse_long(v, 1, 1L << 24, &o->ctx_start)) return usage("--ctx-start wants a token count, not '%s'", v);
+        } else if (!strcmp(a, "--ctx-max")) {
+            if (parse_long(v, 1, 1L << 24, &o->ctx_max)) return usage("--ctx-max wants a token count, not '%s'", v);
+        } else if (!strcmp(a, "--step")) {
+            if (parse_long(v, 1, 1L << 24, &o->step)) return usage("--step wants a token count, not '%s'", v);
+        } else if (!strcmp(a, "--gen-tokens")) {
+            if (parse_long(v, 0, 1L << 20, &o->gen)) return usage("--gen-tokens wants a token count, not '%s'", v);
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_long(v, 1, 1024, &n)) return usage("--threads wants 1..1024, not '%s'", v);
+            o->threads = (int)n;
+        } else if (!strcmp(a, "--backend")) {
+            if (!strcmp(v, "cpu")) o->backend = DS4_BACKEND_CPU;
+            else if (!strcmp(v, "opencl")) o->backend = DS4_BACKEND_OPENCL;
+            else return usage("--backend wants cpu or opencl, not '%s'", v);
+        } else if (!strcmp(a, "--quant-sim")) {
+            if (!strcmp(v, "full")) o->qsim = DS4_QSIM_FULL;
+            else if (!strcmp(v, "f16kv")) o->qsim = DS4_QSIM_F16KV;
+            else if (!strcmp(v, "none")) o->qsim = DS4_QSIM_NONE;
+            else return usage("--quant-sim wants full, f16kv or none, not '%s'", v);
+        } else {
+            return usage("unexpected argument '%s'", a);
+        }
+    }
+    if (!o->model || !o->prompt_file || !o->ctx_start || !o->ctx_max || !o->step)
+        return usage("%s", "needs -m, --prompt-file, --ctx-start, --ctx-max, --step and --gen-tokens");
+    if (o->ctx_start > o->ctx_max) return usage("%s", "--ctx-start is larger than --ctx-max");
+    return 0;
+}
+
+/* Bytes one decode step reads (see the file comment). */
+static uint64_t decode_weight_bytes(const ds4_model *m)
+{
+    const ds4_hparams *hp = &m->hp;
+    uint64_t b = 0;
+    const gguf_file *f = m->file;
+    for (size_t i = 0; i < gguf_n_tensors(f); i++) b += gguf_tensor_at(f, i)->nbytes;
+    b -= m->token_embd.nbytes - m->token_embd.row_bytes;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const ds4_layer *L = &m->layers[l];
+        const ds4_tensor *ex[] = { &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps };
+        for (int k = 0; k < 3; k++)
+            b -= ex[k]->nbytes - ex[k]->nbytes / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used;
+        if (ds4_tensor_present(&L->tid2eid)) b -= L->tid2eid.nbytes - L->tid2eid.row_bytes;
+    }
+    return b;
+}
+
+static int32_t argmax(const float *v, int n)
+{
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+int bench_speed_main(int argc, char **argv)
+{
+    speed_opts o = { .backend = DS4_BACKEND_CPU, .qsim = DS4_QSIM_FULL };
+    if (parse(argc, argv, &o)) return 2;
+    size_t text_len;
+    char *text = file_read_all(o.prompt_file, &text_len);
+    if (!text) {
+        fprintf(stderr, "ds4cl-bench: cannot read %s: %s\n", o.prompt_file, strerror(errno));
+        return 1;
+    }
+    ds4_error err = { "" };
+    ds4_engine_options eo = { .model_path = o.model, .backend = o.backend, .threads = o.threads, .quant_sim = o.qsim };
+    ds4_engine *e = ds4_engine_open(&eo, &err);
+    if (!e) {
+        fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
+        free(text);
+        return 1;
+    }
+    int rc = 1;
+    ds4_tokens base = { 0 }, ids = { 0 };
+    ds4_session *s = NULL;
+    const ds4_tokenizer *tok = ds4_engine_tokenizer(e);
+    ds4_tokenize(tok, text, text_len, &base);
+    if (!base.n) {
+        fprintf(stderr, "ds4cl-bench: %s holds no text\n", o.prompt_file);
+        goto out;
+    }
+    ds4_tokens_push(&ids, ds4_token_special(tok, DS4_TOK_BOS));
+    while (ids.n < (size_t)o.ctx_max) ds4_tokens_append(&ids, base.ids, base.n);
+    ds4_tokens_truncate(&ids, (size_t)o.ctx_max);
+    s = ds4_session_open(e, (int)(o.ctx_max + o.gen), &err);
+    if (!s) {
+        fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
+        goto out;
+    }
+    ds4_model_info info;
+    ds4_engine_info(e, &info);
+    int threads = o.threads > 0 ? o.threads : tp_cpu_count();
+    uint64_t wbytes = e->model ? decode_weight_bytes(e->model) : info.weights_bytes;
+    double ceiling = bench_read_ceiling_gbps((size_t)1 << 30, threads);
+    fprintf(stderr, "ds4cl-bench: %s on %s, %.2f GB read per decode token\n", info.name, info.device_name,
+            (double)wbytes / 1e9);
+    puts("backend,frontier,prefill_tps,decode_tps,weights_bytes_per_token,decode_gbps,ceiling_gbps,kv_bytes");
+    fflush(stdout);
+    long prev = 0;
+    for (long f = o.ctx_start; f <= o.ctx_max; f += o.step) {
+        double t0 = now_ms();
+        if (ds4_session_sync(s, ids.ids, (size_t)f, NULL, &err) != DS4_OK) goto fail;
+        double prefill_s = (now_ms() - t0) / 1000.0;
+        uint64_t kv = ds4_session_kv_bytes(s);
+        double t1 = now_ms();
+        for (long g = 0; g < o.gen; g++) {
+            int32_t next = argmax(ds4_session_logits(s), info.n_vocab);
+            if (ds4_session_eval(s, next, NULL, &err) != DS4_OK) goto fail;
+        }
+        double decode_s = (now_ms() - t1) / 1000.0;
+        double ptps = prefill_s > 0 ? (double)(f - prev) / prefill_s : 0;
+        double dtps = decode_s > 0 ? (double)o.gen / decode_s : 0;
+        printf("%s,%ld,%.2f,%.3f,%llu,%.2f,%.2f,%llu\n", info.backend_name, f, ptps, dtps, (unsigned long long)wbytes,
+               (double)wbytes * dtps / 1e9, ceiling, (unsigned long long)kv);
+        fflush(stdout);
+        prev = f;
+    }
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
+out:
+    ds4_session_close(s);
+    ds4_tokens_free(&base);
+    ds4_tokens_free(&ids);
+    ds4_engine_close(e);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,63 @@
+/* backend_cpu.c — the CPU backend: the forward schedule over the host ops
+ * of cpu_ops.c. */
+#include "engine/backend.h"
+#include "engine/cpu_ops.h"
+#include "engine/forward.h"
+
+#include <stdio.h>
+
+#include "engine/cpu_kernels.h"
+
+static int cpu_open(ds4_engine *e, ds4_error *err)
+{
+    void *ctx = cpu_ops_new(e->model, e->opt.threads, err);
+    if (!ctx) return -1;
+    fwd_engine *f = fwd_open(e->model, &cpu_ops, ctx, e->opt.quant_sim, NULL, err);
+    if (!f) {
+        cpu_ops_free(ctx);
+        return -1;
+    }
+    e->impl = f;
+    return 0;
+}
+
+static void cpu_close(ds4_engine *e)
+{
+    fwd_engine *f = e->impl;
+    void *ctx = fwd_ops_ctx(f);
+    fwd_close(f);
+    cpu_ops_free(ctx);
+    e->impl = NULL;
+}
+
+static void cpu_describe(const ds4_engine *e, ds4_model_info *info)
+{
+    int n = cpu_ops_threads(fwd_ops_ctx(e->impl));
+    snprintf(info->device_name, sizeof info->device_name, "cpu (%d thread%s, %s)", n, n == 1 ? "" : "s",
+             cpu_kernels_isa());
+}
+
+static uint64_t cpu_session_bytes(const ds4_engine *e, int n_ctx)
+{
+    fwd_engine *f = e->impl;
+    return fwd_session_buffers_bytes(f, n_ctx) +
+           cpu_ops_scratch_estimate(e->model, fwd_chunk(f) < n_ctx ? fwd_chunk(f) : n_ctx, n_ctx,
+                                    cpu_ops_threads(fwd_ops_ctx(f)));
+}
+
+const ds4_backend_ops ds4_backend_cpu = {
+    .name = "cpu",
+    .needs_model = true,
+    .open = cpu_open,
+    .close = cpu_close,
+    .describe = cpu_describe,
+    .session_bytes = cpu_session_bytes,
+    .state_new = fwd_backend_state_new,
+    .state_free = fwd_backend_state_free,
+    .eval = fwd_backend_eval,
+    .rewind = fwd_backend_rewind,
+    .reset = fwd_backend_reset,
+    .kv_bytes = fwd_backend_kv_bytes,
+    .save = fwd_backend_save,
+    .load = fwd_backend_load,
+};

@@ -1,0 +1,53 @@
+/* cpu_impl.h — what the CPU backend's op files share: the context, the
+ * buffer struct and the scratch helpers. */
+#ifndef DS4CL_CPU_IMPL_H
+#define DS4CL_CPU_IMPL_H
+
+#include <stdbool.h>
+
+#include "engine/cpu_kernels.h"
+#include "engine/ops.h"
+#include "engine/threadpool.h"
+
+struct ds4_buf {
+    uint8_t *p;
+    size_t n;
+    bool is_view;
+};
+
+/* Scratch slots: each op uses distinct slots for areas that are live at
+ * the same time. */
+enum { CPU_SCR_A, CPU_SCR_B, CPU_SCR_C, CPU_SCR_PTRS, CPU_SCR_INTS, CPU_SCR_SLOTS };
+
+typedef struct {
+    const ds4_model *m;
+    const ds4_hparams *hp;
+    threadpool *tp;
+    int nt;
+    float **tscr;    /* per-thread scratch, tscr_n floats each */
+    size_t tscr_n;
+    float *scr[CPU_SCR_SLOTS];
+    size_t scr_n[CPU_SCR_SLOTS];
+    char err[256];
+} cpu_ctx;
+
+int cpu_fail(cpu_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A scratch slot of at least `floats` floats (contents not kept); NULL when
+ * out of memory. */
+float *cpu_scratch(cpu_ctx *c, int slot, size_t floats);
+/* Grows every thread's scratch to `floats`; -1 (recorded) on failure. */
+int cpu_thread_scratch(cpu_ctx *c, size_t floats);
+/* Rows per task for a product over `rows` rows repeated for `units`
+ * experts: a multiple of 4 giving a few tasks per thread. */
+int64_t cpu_row_block(cpu_ctx *c, int64_t rows, int64_t units);
+cpu_weight cpu_weight_of(const ds4_tensor *t, int64_t expert);
+int cpu_matmul_ptrs(cpu_ctx *c, const ds4_tensor *W, int T, int n_groups, const float **x, float **y);
+
+int cpu_compress(void *ctx, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_buf *front, int64_t front_rows, int R,
+                 int lanes, int d, int64_t pos0, int T, ds4_buf *pooled);
+int cpu_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cache_type ct, int R, int64_t pos0, int T,
+                ds4_buf *sel);
+int cpu_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_t raw_rows, ds4_buf *comp, int R,
+                  ds4_buf *sel, int sel_stride, const ds4_tensor *sinks, int64_t pos0, int T, ds4_buf *o);
+
+#endif

@@ -1,0 +1,511 @@
+/* cpu_kernels.c — dequantize-and-multiply tiles, and row helpers.
+ *
+ * A product walks a row in pieces of PIECE elements: each piece of up to
+ * four rows is dequantized into an L1-resident buffer, then multiplied into
+ * the (row, token) accumulators. When more than four tokens share the rows
+ * (prefill), whole rows are dequantized once into the scratch and the
+ * tokens are taken four at a time, in blocks small enough for their
+ * activations to stay in L2. Both paths feed every accumulator the same
+ * sequence of lane-wise multiply-adds, so the results are identical.
+ */
+#include "engine/cpu_kernels.h"
+
+#include <string.h>
+
+#include "engine/quant.h"
+#include "engine/quant_impl.h"
+
+#if defined(__AVX512F__) && defined(__F16C__)
+#include <immintrin.h>
+#define CPU_AVX512 1
+#define CPU_VL 16
+typedef __m512 vf;
+static inline vf v_zero(void) { return _mm512_setzero_ps(); }
+static inline vf v_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline vf v_load_n(const float *p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline float v_sum(vf v) { return _mm512_reduce_add_ps(v); }
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define CPU_AVX2 1
+#define CPU_VL 8
+typedef __m256 vf;
+static inline vf v_zero(void) { return _mm256_setzero_ps(); }
+static inline vf v_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline vf v_load_n(const float *p, int n)
+{
+    static const int32_t m[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+    return _mm256_maskload_ps(p, _mm256_loadu_si256((const __m256i *)(m + 8 - n)));
+}
+static inline vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline float v_sum(vf v)
+{
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+#else
+#define CPU_VL 8
+typedef struct {
+    float l[CPU_VL];
+} vf;
+static inline vf v_zero(void) { return (vf){ { 0 } }; }
+static inline vf v_load(const float *p)
+{
+    vf v;
+    memcpy(v.l, p, sizeof v.l);
+    return v;
+}
+static inline vf v_load_n(const float *p, int n)
+{
+    vf v = v_zero();
+    memcpy(v.l, p, (size_t)n * sizeof(float));
+    return v;
+}
+static inline vf v_fma(vf a, vf b, vf c)
+{
+    for (int i = 0; i < CPU_VL; i++) c.l[i] += a.l[i] * b.l[i];
+    return c;
+}
+static inline float v_sum(vf v)
+{
+    float a = (v.l[0] + v.l[4]) + (v.l[2] + v.l[6]), b = (v.l[1] + v.l[5]) + (v.l[3] + v.l[7]);
+    return a + b;
+}
+#endif
+
+enum { PIECE = 256, ROWS = 4, TOKS = 4 };
+
+const char *cpu_kernels_isa(void)
+{
+#if defined(CPU_AVX512)
+    return "avx512";
+#elif defined(CPU_AVX2)
+    return "avx2";
+#else
+    return "scalar";
+#endif
+}
+
+/* ---- fused decoders (AVX-512) ---------------------------------------------------
+ *
+ * dec_*(row, k) returns elements [k, k+16) of a row as f32 lanes, the same
+ * values quant_dequant_row produces (every dequantization formula is exact
+ * in f32 or rounds once, whatever the order). Multiplying them straight
+ * into the accumulators therefore gives the bits of the buffered path
+ * without the store and reload. */
+#if defined(CPU_AVX512)
+#define HAVE_FUSED 1
+
+static inline float f16s(const void *p) { return _cvtsh_ss(quant_rd16(p)); }
+
+/* Each decoder yields elements [k, k+32): lo = [k, k+16), hi = [k+16, k+32). */
+static inline void dec_f32(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
+{
+    const float *p = (const float *)(const void *)row + k;
+    *lo = _mm512_loadu_ps(p);
+    *hi = _mm512_loadu_ps(p + 16);
+}
+
+static inline void dec_f16(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
+{
+    *lo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * k)));
+    *hi = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * k + 32)));
+}
+
+static inline __m512 bf16x16(const uint8_t *p)
+{
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+static inline void dec_bf16(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
+{
+    *lo = bf16x16(row + 2 * k);
+    *hi = bf16x16(row + 2 * k + 32);
+}
+
+static inline void dec_q8_0(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
+{
+    const block_q8_0 *b = (const block_q8_0 *)(const void *)row + (k >> 5);
+    __m512 d = _mm512_set1_ps(f16s(&b->d));
+    __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
+    *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d);
+    *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);
+}
+
+static inline __m512 q2_lanes(__m128i bytes, int sh, float d, float dmin, uint8_t sc)
+{
+    __m512i q = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(bytes), (unsigned)sh), _mm512_set1_epi32(3));
+    float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
+    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl), _mm512_cvtepi32_ps(q)), _mm512_set1_ps(ml));
+}
+
+static inline void dec_q2_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
+{
+    const block_q2_K *b = (const block_q2_K *)(const void *)row + (k >> 8);
+    int e = (int)(k & 255), h = e >> 7, sh = ((e & 127) >> 5) * 2;
+    float d = f16s(&b->d), dmin = f16s(&b->dmin);
+    __m256i bytes = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h));
+    *lo = q2_lanes(_mm256_castsi256_si128(bytes), sh, d, dmin, b->scales[e >> 4]);
+    *hi = q2_lanes(_mm256_extracti128_si256(bytes, 1), sh, d, dmin, b->scales[(e >> 4) + 1]);
+}
+
+static inline void dec_q4_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
+{
+    const block_q4_K *b = (const block_q4_K *)(const void *)row + (k >> 8);
+    int e = (int)(k & 255), j = e >> 5;
+    uint8_t sc, m;
+    quant_q4k_scale_min(b->scales, j, &sc, &m);
+    __m256i bytes = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * (j >> 1)));
+    if (j & 1) bytes = _mm256_srli_epi16(bytes, 4);
+    bytes = _mm256_and_si256(bytes, _mm256_set1_epi8(15));
+    __m512 dl = _mm512_set1_ps(f16s(&b->d) * (float)sc), ml = _mm512_set1_ps(f16s(&b->dmin) * (float)m);
+    *lo = _mm512_sub_ps(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes)))), ml);
+    *hi = _mm512_sub_ps(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1)))), ml);
+}
+
+/* The IQ2_XXS grid as floats: two grid rows load as one vector without an
+ * int→float conversion (8 KB, stays in L1). */
+static float iq2_gridf[256][8];
+
+__attribute__((constructor)) static void iq2_gridf_init(void)
+{
+    for (int i = 0; i < 256; i++)
+        for (int j = 0; j < 8; j++) iq2_gridf[i][j] = (float)(uint8_t)(quant_iq2xxs_grid[i] >> (8 * j));
+}
+
+/* The 32 sign bits of a group: bit 7 of each selector byte is its parity. */
+static inline uint32_t iq2_signs(uint32_t s)
+{
+#if defined(__BMI2__)
+    uint32_t t = _pdep_u32(s, 0x7f7f7f7fu);
+    uint32_t p = t ^ (t >> 4);
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return t | (p & 0x01010101u) << 7;
+#else
+    return quant_ksigns_iq2xs[s & 127] | (uint32_t)quant_ksigns_iq2xs[(s >> 7) & 127] << 8 |
+           (uint32_t)quant_ksigns_iq2xs[(s >> 14) & 127] << 16 | (uint32_t)quant_ksigns_iq2xs[(s >> 21) & 127] << 24;
+#endif
+}
+
+static inline __m512 iq2_pair(const uint8_t *idx)
+{
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(iq2_gridf[idx[0]])), _mm256_loadu_ps(iq2_gridf[idx[1]]), 1);
+}
+
+static inline void dec_iq2_xxs(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
+{
+    const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)row + (k >> 8);
+    const uint8_t *idx = (const uint8_t *)b->qs + 8 * ((k & 255) >> 5);
+    uint32_t w = quant_rd32(idx + 4), sg = iq2_signs(w);
+    __m512 db = _mm512_set1_ps(f16s(&b->d) * (0.5f + (float)(w >> 28)) * 0.25f);
+    __m512 v0 = _mm512_mul_ps(db, iq2_pair(idx)), v1 = _mm512_mul_ps(db, iq2_pair(idx + 2));
+    *lo = _mm512_mask_sub_ps(v0, (__mmask16)sg, _mm512_setzero_ps(), v0);
+    *hi = _mm512_mask_sub_ps(v1, (__mmask16)(sg >> 16), _mm512_setzero_ps(), v1);
+}
+
+/* acc[r][t] += row_r · x_t over n (a multiple of 32) for 4 rows, NT
+ * tokens; lanes see elements in increasing order as in tile(). */
+#define FUSED_ROW_STEP(R, DEC, NT)                                                                  \
+    do {                                                                                            \
+        vf w0, w1;                                                                                  \
+        DEC(rows[R], k, &w0, &w1);                                                                  \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w0, x0[t], a##R[t]); \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w1, x1[t], a##R[t]); \
+    } while (0)
+#define FUSED_FN(NAME, DEC, NT)                                                                          \
+    static void fused_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,       \
+                                    vf acc[ROWS][TOKS])                                                  \
+    {                                                                                                    \
+        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                               \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
+            a0[t] = acc[0][t];                                                                           \
+            a1[t] = acc[1][t];                                                                           \
+            a2[t] = acc[2][t];                                                                           \
+            a3[t] = acc[3][t];                                                                           \
+        }                                                                                                \
+        for (int64_t k = 0; k < n; k += 32) {                                                            \
+            vf x0[NT], x1[NT];                                                                           \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                       \
+                x0[t] = _mm512_loadu_ps(x[t] + k);                                                       \
+                x1[t] = _mm512_loadu_ps(x[t] + k + 16);                                                  \
+            }                                                                                            \
+            FUSED_ROW_STEP(0, DEC, NT);                                                                  \
+            FUSED_ROW_STEP(1, DEC, NT);                                                                  \
+            FUSED_ROW_STEP(2, DEC, NT);                                                                  \
+            FUSED_ROW_STEP(3, DEC, NT);                                                                  \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
+            acc[0][t] = a0[t];                                                                           \
+            acc[1][t] = a1[t];                                                                           \
+            acc[2][t] = a2[t];                                                                           \
+            acc[3][t] = a3[t];                                                                           \
+        }                                                                                                \
+    }
+#define FUSED_TYPE(NAME, DEC) FUSED_FN(NAME, DEC, 1) FUSED_FN(NAME, DEC, 2) FUSED_FN(NAME, DEC, 3) FUSED_FN(NAME, DEC, 4)
+FUSED_TYPE(f32, dec_f32)
+FUSED_TYPE(f16, dec_f16)
+FUSED_TYPE(bf16, dec_bf16)
+FUSED_TYPE(q8_0, dec_q8_0)
+FUSED_TYPE(q2_K, dec_q2_K)
+FUSED_TYPE(q4_K, dec_q4_K)
+FUSED_TYPE(iq2_xxs, dec_iq2_xxs)
+
+typedef void (*fused_fn)(const uint8_t *const *, int64_t, const float *const *, vf[ROWS][TOKS]);
+#define FUSED_ROW(NAME) { fused_##NAME##_1, fused_##NAME##_2, fused_##NAME##_3, fused_##NAME##_4 }
+
+static const fused_fn *fused_for(uint32_t type)
+{
+    static const fused_fn f32[] = FUSED_ROW(f32), f16[] = FUSED_ROW(f16), bf16[] = FUSED_ROW(bf16),
+                          q8_0[] = FUSED_ROW(q8_0), q2_K[] = FUSED_ROW(q2_K), q4_K[] = FUSED_ROW(q4_K),
+                          iq2[] = FUSED_ROW(iq2_xxs);
+    switch (type) {
+    case GGML_TYPE_F32: return f32;
+    case GGML_TYPE_F16: return f16;
+    case GGML_TYPE_BF16: return bf16;
+    case GGML_TYPE_Q8_0: return q8_0;
+    case GGML_TYPE_Q2_K: return q2_K;
+    case GGML_TYPE_Q4_K: return q4_K;
+    case GGML_TYPE_IQ2_XXS: return iq2;
+    default: return NULL;
+    }
+}
+
+/* Whole row [0, n) into buf with the same decoders. */
+static bool dequant_fast(uint32_t type, const uint8_t *row, int64_t n, float *buf)
+{
+    if (n % 32) return false;
+    switch (type) {
+#define DQ(T, DEC)                                                \
+    case T:                                                       \
+        for (int64_t k = 0; k < n; k += 32) {                     \
+            __m512 lo, hi;                                        \
+            DEC(row, k, &lo, &hi);                                \
+            _mm512_storeu_ps(buf + k, lo);                        \
+            _mm512_storeu_ps(buf + k + 16, hi);                   \
+        }                                                         \
+        return true;
+        DQ(GGML_TYPE_F16, dec_f16)
+        DQ(GGML_TYPE_BF16, dec_bf16)
+        DQ(GGML_TYPE_Q8_0, dec_q8_0)
+        DQ(GGML_TYPE_Q2_K, dec_q2_K)
+        DQ(GGML_TYPE_Q4_K, dec_q4_K)
+        DQ(GGML_TYPE_IQ2_XXS, dec_iq2_xxs)
+#undef DQ
+    default: return false;
+    }
+}
+#endif
+
+/* ---- dequantization of a row range --------------------------------------- */
+
+static int64_t block_elems(uint32_t type)
+{
+    const quant_type_info *t = quant_type(type);
+    return t ? t->block_elems : 1;
+}
+
+/* Row piece [k0, k0+m) as f32: into buf, or straight from the weights for
+ * F32 rows. k0 and m are multiples of the block size (except a final F32/
+ * F16/BF16 piece). */
+static const float *piece(const cpu_weight *w, const uint8_t *row, int64_t k0, int64_t m, float *buf)
+{
+    if (w->type == GGML_TYPE_F32) return (const float *)(const void *)row + k0;
+    const quant_type_info *t = quant_type(w->type);
+#if defined(HAVE_FUSED)
+    if (dequant_fast(w->type, row + k0 / t->block_elems * t->block_bytes, m, buf)) return buf;
+#endif
+    quant_dequant_row(w->type, row + k0 / t->block_elems * t->block_bytes, buf, m);
+    return buf;
+}
+
+
+/* ---- tiles ------------------------------------------------------------------ */
+
+/* acc[r][t] += Σ_j w[r][j]·x[t][j] over j < m, lane-wise. NR ≤ ROWS rows,
+ * NT ≤ TOKS tokens; the macro instantiates the fixed shapes. */
+#define TILE_FN(NR, NT)                                                                                 \
+    static inline void tile_##NR##x##NT(const float *const *w, const float *const *x, int64_t m,        \
+                                        vf acc[ROWS][TOKS])                                             \
+    {                                                                                                   \
+        int64_t j = 0;                                                                                  \
+        for (; j + CPU_VL <= m; j += CPU_VL) {                                                          \
+            vf xv[NT];                                                                                  \
+            for (int t = 0; t < NT; t++) xv[t] = v_load(x[t] + j);                                      \
+            for (int r = 0; r < NR; r++) {                                                              \
+                vf wv = v_load(w[r] + j);                                                               \
+                for (int t = 0; t < NT; t++) acc[r][t] = v_fma(wv, xv[t], acc[r][t]);                   \
+            }                                                                                           \
+        }                                                                                               \
+        if (j < m) {                                                                                    \
+            int rest = (int)(m - j);                                                                    \
+            vf xv[NT];                                                                                  \
+            for (int t = 0; t < NT; t++) xv[t] = v_load_n(x[t] + j, rest);                              \
+            for (int r = 0; r < NR; r++) {                                                              \
+                vf wv = v_load_n(w[r] + j, rest);                                                       \
+                for (int t = 0; t < NT; t++) acc[r][t] = v_fma(wv, xv[t], acc[r][t]);                   \
+            }                                                                                           \
+        }                                                                                               \
+    }
+TILE_FN(4, 1)
+TILE_FN(4, 2)
+TILE_FN(4, 3)
+TILE_FN(4, 4)
+
+static void tile(int nt, const float *const *w, const float *const *x, int64_t m, vf acc[ROWS][TOKS])
+{
+    switch (nt) {
+    case 1: tile_4x1(w, x, m, acc); break;
+    case 2: tile_4x2(w, x, m, acc); break;
+    case 3: tile_4x3(w, x, m, acc); break;
+    default: tile_4x4(w, x, m, acc); break;
+    }
+}
+
+size_t cpu_mm_scratch_floats(int64_t n)
+{
+    int64_t piece_floats = ROWS * PIECE, rows = ROWS * ((n + 15) & ~(int64_t)15);
+    return (size_t)(rows > piece_floats ? rows : piece_floats) + 64;
+}
+
+static void store(int64_t r0, int nr, int t0, int nt, vf acc[ROWS][TOKS], float *const *y)
+{
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) y[t0 + t][r0 + r] = v_sum(acc[r][t]);
+}
+
+/* Up to TOKS tokens: pieces of the row group in L1, all accumulators in
+ * registers. */
+static void group_few(const cpu_weight *w, const uint8_t *const *rows, int nr, int64_t r0, int T,
+                      const float *const *x, float *const *y, float *buf)
+{
+    vf acc[ROWS][TOKS];
+    for (int r = 0; r < ROWS; r++)
+        for (int t = 0; t < TOKS; t++) acc[r][t] = v_zero();
+#if defined(HAVE_FUSED)
+    const fused_fn *ff = w->n % 32 == 0 ? fused_for(w->type) : NULL;
+    if (ff) {
+        (void)buf;
+        ff[T - 1](rows, w->n, x, acc);
+        store(r0, nr, 0, T, acc, y);
+        return;
+    }
+#endif
+    int64_t step = block_elems(w->type) > PIECE ? block_elems(w->type) : PIECE;
+    for (int64_t k = 0; k < w->n; k += step) {
+        int64_t m = w->n - k < step ? w->n - k : step;
+        const float *wp[ROWS], *xp[TOKS];
+        for (int r = 0; r < ROWS; r++) wp[r] = piece(w, rows[r], k, m, buf + r * step);
+        for (int t = 0; t < T; t++) xp[t] = x[t] + k;
+        tile(T, wp, xp, m, acc);
+    }
+    store(r0, nr, 0, T, acc, y);
+}
+
+/* Many tokens: whole rows dequantized once, tokens in L2-sized blocks. */
+static void group_many(const cpu_weight *w, const uint8_t *const *rows, int nr, int64_t r0, int T,
+                       const float *const *x, float *const *y, float *buf)
+{
+    int64_t n = w->n, stride = (n + 15) & ~(int64_t)15;
+    const float *wp[ROWS];
+    for (int r = 0; r < ROWS; r++) wp[r] = piece(w, rows[r], 0, n, buf + r * stride);
+    for (int t0 = 0; t0 < T; t0 += TOKS) {
+        int nt = T - t0 < TOKS ? T - t0 : TOKS;
+        vf acc[ROWS][TOKS];
+        for (int r = 0; r < ROWS; r++)
+            for (int t = 0; t < TOKS; t++) acc[r][t] = v_zero();
+        /* the same piece boundaries as group_few, so the lane sums match */
+        int64_t step = block_elems(w->type) > PIECE ? block_elems(w->type) : PIECE;
+        for (int64_t k = 0; k < n; k += step) {
+            int64_t m = n - k < step ? n - k : step;
+            const float *wk[ROWS], *xk[TOKS];
+            for (int r = 0; r < ROWS; r++) wk[r] = wp[r] + k;
+            for (int t = 0; t < nt; t++) xk[t] = x[t0 + t] + k;
+            tile(nt, wk, xk, m, acc);
+        }
+        store(r0, nr, t0, nt, acc, y);
+    }
+}
+
+void cpu_mm_rows(const cpu_weight *w, int64_t r0, int64_t r1, int T, const float *const *x, float *const *y,
+                 float *scratch)
+{
+    /* token blocks sized so their activations stay in L2 next to the rows */
+    int64_t tb = (int64_t)(96 * 1024) / (w->n > 0 ? w->n : 1);
+    tb = tb < TOKS ? TOKS : tb > 64 ? 64 : tb & ~(int64_t)3;
+    for (int t0 = 0; t0 < T; t0 += (int)tb) {
+        int nt = T - t0 < tb ? T - t0 : (int)tb;
+        for (int64_t r = r0; r < r1; r += ROWS) {
+            int nr = r1 - r < ROWS ? (int)(r1 - r) : ROWS;
+            const uint8_t *rows[ROWS];
+            /* a short group repeats its last row; the extra results are dropped */
+            for (int i = 0; i < ROWS; i++) rows[i] = w->data + (size_t)(r + (i < nr ? i : nr - 1)) * w->row_bytes;
+            if (nt <= TOKS)
+                group_few(w, rows, nr, r, nt, x + t0, y + t0, scratch);
+            else
+                group_many(w, rows, nr, r, nt, x + t0, y + t0, scratch);
+        }
+    }
+}
+
+/* ---- row helpers --------------------------------------------------------------- */
+
+float cpu_dot_f32(const float *a, const float *b, int64_t n)
+{
+    vf acc = v_zero();
+    int64_t j = 0;
+    for (; j + CPU_VL <= n; j += CPU_VL) acc = v_fma(v_load(a + j), v_load(b + j), acc);
+    if (j < n) acc = v_fma(v_load_n(a + j, (int)(n - j)), v_load_n(b + j, (int)(n - j)), acc);
+    return v_sum(acc);
+}
+
+float cpu_dot_f16(const uint16_t *h, const float *b, int64_t n)
+{
+    float buf[PIECE];
+    vf acc = v_zero();
+    for (int64_t k = 0; k < n; k += PIECE) {
+        int64_t m = n - k < PIECE ? n - k : PIECE;
+        cpu_f16_to_f32(buf, h + k, m);
+        int64_t j = 0;
+        for (; j + CPU_VL <= m; j += CPU_VL) acc = v_fma(v_load(buf + j), v_load(b + k + j), acc);
+        if (j < m) acc = v_fma(v_load_n(buf + j, (int)(m - j)), v_load_n(b + k + j, (int)(m - j)), acc);
+    }
+    return v_sum(acc);
+}
+
+void cpu_axpy_f32(float *y, float s, const float *a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] += s * a[i];
+}
+
+void cpu_axpy_f16(float *y, float s, const uint16_t *a, int64_t n)
+{
+    float buf[PIECE];
+    for (int64_t k = 0; k < n; k += PIECE) {
+        int64_t m = n - k < PIECE ? n - k : PIECE;
+        cpu_f16_to_f32(buf, a + k, m);
+        for (int64_t i = 0; i < m; i++) y[k + i] += s * buf[i];
+    }
+}
+
+void cpu_f32_to_f16(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+#if defined(CPU_AVX512) || defined(CPU_AVX2)
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) dst[i] = quant_f32_to_f16(src[i]);
+}
+
+void cpu_f16_to_f32(float *dst, const uint16_t *src, int64_t n)
+{
+    int64_t i = 0;
+#if defined(CPU_AVX512) || defined(CPU_AVX2)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+    for (; i < n; i++) dst[i] = quant_f16_to_f32(src[i]);
+}

@@ -1,0 +1,88 @@
+/* forward.h — the DS4 forward pass written once over ds4_ops, and the
+ * session state it keeps: what a compute backend plugs into
+ * ds4_backend_ops (engine/backend.h).
+ *
+ * A backend's open() creates its ops context, then fwd_open() with it,
+ * and stores the result in e->impl; its ds4_backend_ops then uses the
+ * fwd_backend_* functions below for everything per session. The CPU
+ * backend (engine/backend_cpu.c) is the example.
+ *
+ * Evaluation: tokens are computed in chunks of up to `chunk` tokens,
+ * layer-major inside a chunk; decode is a chunk of one. The logits of a
+ * chunk's last token are the only data read back. The result does not
+ * depend on the chunking (tests hold the CPU backend to identical bits).
+ *
+ * Cancellation: cb->cancel is polled before every chunk and between the
+ * layers of a chunk; a chunk cancelled part-way is dropped (the state still
+ * holds exactly the tokens before it, and the logits after the last
+ * completed chunk are produced).
+ *
+ * Rewind: the rings keep `margin` tokens beyond what the model needs
+ * (margin ≥ chunk), so shrinking a session by up to about that many tokens
+ * is free: raw windows, compressor frontiers and compressed-row counts are
+ * all still there. Larger rewinds return -1 and the common layer
+ * recomputes from the start.
+ *
+ * Snapshots: the payload is the canonical layout of engine/kvstate.h,
+ * the same for every backend.
+ */
+#ifndef DS4CL_FORWARD_H
+#define DS4CL_FORWARD_H
+
+#include "engine/backend.h"
+#include "engine/ops.h"
+
+typedef struct fwd_engine fwd_engine;
+
+typedef struct {
+    int chunk;          /* prefill chunk tokens (≥ 1) */
+    int rewind_margin;  /* tokens of cheap rewind kept beyond the chunk (0 = default) */
+} fwd_config;
+
+#define FWD_DEFAULT_CHUNK 256
+#define FWD_DEFAULT_REWIND 256
+
+/* ops/ctx stay owned by the caller (free ctx after fwd_close). */
+fwd_engine *fwd_open(const ds4_model *m, const ds4_ops *ops, void *ctx, ds4_quant_sim qsim, const fwd_config *cfg,
+                     ds4_error *err);
+void fwd_close(fwd_engine *f);
+
+/* The forward engine of an engine opened on a forward-based backend, else
+ * NULL. */
+fwd_engine *fwd_of(const ds4_engine *e);
+void *fwd_ops_ctx(const fwd_engine *f);
+/* Changes the chunk size of sessions created afterwards (tests, bench). */
+void fwd_set_chunk(fwd_engine *f, int chunk);
+int fwd_chunk(const fwd_engine *f);
+
+/* Bytes of the buffers a session of n_ctx tokens allocates through the
+ * ops (state and activations); backends add their own scratch. */
+uint64_t fwd_session_buffers_bytes(const fwd_engine *f, int n_ctx);
+
+/* ---- tracing (tests and debugging) -------------------------------------
+ * When set, evaluation reads intermediates back and reports them per
+ * token: name (see ds4-forward / the golden trace names: embd, attn_cur,
+ * attn_norm, qr_norm, q_roped, kv_cache_row, comp_kv_row, index_comp_row,
+ * heads_unroped, attn_out, after_attn_hc, ffn_cur, ffn_norm, ffn_moe,
+ * ffn_shared, out_hc, output_embd, output_norm, logits; and the decisions
+ * "experts" (int32 [k]), "expert_weights" (f32 [k]), "indexer_selected"
+ * (int32 [top_k], −1 padded; reported only where the indexer ranked)),
+ * layer (−1 for model-level values), the token position, and the data.
+ * Compressed rows are reported at the position that emitted them. Slows
+ * evaluation down; the hook runs on the evaluating thread. */
+typedef void (*fwd_trace_fn)(void *ud, const char *name, int layer, int64_t pos, const void *data, size_t bytes);
+void fwd_set_trace(fwd_engine *f, fwd_trace_fn fn, void *ud);
+
+/* ---- ds4_backend_ops members for forward-based backends ----------------- */
+
+void *fwd_backend_state_new(ds4_engine *e, int n_ctx, ds4_error *err);
+void fwd_backend_state_free(void *st);
+long fwd_backend_eval(void *st, const int32_t *tokens, size_t pos, size_t n, float *logits, const ds4_callbacks *cb,
+                      ds4_error *err);
+int fwd_backend_rewind(void *st, size_t n);
+void fwd_backend_reset(void *st);
+uint64_t fwd_backend_kv_bytes(void *st);
+int fwd_backend_save(void *st, strbuf *out, ds4_error *err);
+int fwd_backend_load(void *st, const void *payload, size_t len, size_t n_tokens, ds4_error *err);
+
+#endif

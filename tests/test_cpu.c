@@ -1,0 +1,142 @@
+/* test_cpu.c — the CPU backend's building blocks: the products over every
+ * weight format against a double-precision reference, their independence
+ * of how many rows and tokens share a call, and the thread pool. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cpu_kernels.h"
+#include "engine/quant.h"
+#include "engine/threadpool.h"
+#include "tests/test.h"
+
+static uint32_t rnd_state = 12345;
+static float frand(void)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 17;
+    rnd_state ^= rnd_state << 5;
+    return (float)(rnd_state % 20001) / 10000.0f - 1.0f;
+}
+
+/* rows × n weights of `type` (random, quantized), T activation rows; checks
+ * every product against dequant(W)·x in double, and that computing the
+ * tokens alone gives the same bits as together. */
+static void check_type(uint32_t type, int64_t n, int rows, int T)
+{
+    size_t rb = (size_t)quant_row_bytes(type, (uint64_t)n);
+    uint8_t *w = test_alloc(rb * (size_t)rows);
+    float *tmp = test_alloc((size_t)n * 4), *deq = test_alloc((size_t)n * (size_t)rows * 4);
+    for (int r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < n; i++) tmp[i] = frand() * (type == GGML_TYPE_Q2_K ? 0.5f : 1.0f);
+        CHECK(quant_quantize_row(type, tmp, n, w + (size_t)r * rb) == rb);
+        quant_dequant_row_scalar(type, w + (size_t)r * rb, deq + (size_t)r * (size_t)n, n);
+    }
+    float *x = test_alloc((size_t)n * (size_t)T * 4), *y = test_alloc((size_t)rows * (size_t)T * 4);
+    float *y1 = test_alloc((size_t)rows * 4);
+    for (int64_t i = 0; i < n * T; i++) x[i] = frand();
+    const float **xp = test_alloc((size_t)T * sizeof *xp);
+    float **yp = test_alloc((size_t)T * sizeof *yp);
+    for (int t = 0; t < T; t++) {
+        xp[t] = x + (int64_t)t * n;
+        yp[t] = y + (int64_t)t * rows;
+    }
+    float *scratch = aligned_alloc(64, (cpu_mm_scratch_floats(n) * 4 + 63) & ~(size_t)63);
+    cpu_weight cw = { type, w, rb, n };
+    cpu_mm_rows(&cw, 0, rows, T, xp, yp, scratch);
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < rows; r++) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                ref += (double)deq[(size_t)r * (size_t)n + (size_t)i] * x[t * n + i];
+                mag += fabs((double)deq[(size_t)r * (size_t)n + (size_t)i] * x[t * n + i]);
+            }
+            CHECK_MSG(fabs(y[t * rows + r] - ref) <= 1e-6 * mag + 1e-6, "%s n=%lld row %d token %d: %.9g vs %.9g",
+                      ggml_type_name(type), (long long)n, r, t, y[t * rows + r], ref);
+        }
+    /* each token alone, and rows in an odd split: the same bits */
+    for (int t = 0; t < T; t++) {
+        const float *x1 = xp[t];
+        float *yy = y1;
+        cpu_mm_rows(&cw, 0, 3 < rows ? 3 : rows, 1, &x1, &yy, scratch);
+        if (rows > 3) cpu_mm_rows(&cw, 3, rows, 1, &x1, &yy, scratch);
+        CHECK_MSG(memcmp(y1, y + t * rows, (size_t)rows * 4) == 0, "%s token %d alone differs", ggml_type_name(type), t);
+    }
+    free(scratch);
+}
+
+TEST(cpu_kernels, products_match_a_double_reference_for_every_format)
+{
+    static const uint32_t types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                      GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_IQ2_XXS };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        int64_t block = quant_type(types[i])->block_elems;
+        check_type(types[i], block == 1 ? 300 : 512, 7, 9);  /* many tokens: the whole-row path */
+        check_type(types[i], block == 1 ? 37 : 256, 5, 3);   /* few tokens; a ragged f32 tail */
+    }
+}
+
+TEST(cpu_kernels, f16_rows_and_helpers)
+{
+    float a[300], b[300];
+    uint16_t h[300];
+    for (int i = 0; i < 300; i++) {
+        a[i] = frand();
+        b[i] = frand();
+    }
+    cpu_f32_to_f16(h, a, 300);
+    for (int i = 0; i < 300; i++) CHECK(h[i] == quant_f32_to_f16(a[i]));
+    float back[300];
+    cpu_f16_to_f32(back, h, 300);
+    double ref = 0, ref16 = 0;
+    for (int i = 0; i < 300; i++) {
+        CHECK(back[i] == quant_f16_to_f32(h[i]));
+        ref += (double)a[i] * b[i];
+        ref16 += (double)back[i] * b[i];
+    }
+    CHECK_NEAR(cpu_dot_f32(a, b, 300), ref, 1e-4);
+    CHECK_NEAR(cpu_dot_f16(h, b, 300), ref16, 1e-4);
+    float y[300] = { 0 }, y16[300] = { 0 };
+    cpu_axpy_f32(y, 0.5f, a, 300);
+    cpu_axpy_f16(y16, 0.5f, h, 300);
+    for (int i = 0; i < 300; i++) {
+        CHECK(y[i] == 0.5f * a[i]);
+        CHECK(y16[i] == 0.5f * back[i]);
+    }
+}
+
+typedef struct {
+    atomic_int *hits;
+    atomic_int bad_worker;
+    int n_threads;
+} pool_job;
+
+static void mark(void *arg, int64_t task, int worker)
+{
+    pool_job *j = arg;
+    atomic_fetch_add(&j->hits[task], 1);
+    if (worker < 0 || worker >= j->n_threads) atomic_store(&j->bad_worker, 1);
+}
+
+TEST(cpu_threadpool, every_task_runs_once_per_loop)
+{
+    for (int nt = 1; nt <= 4; nt++) {
+        threadpool *tp = tp_new(nt);
+        CHECK(tp != NULL);
+        CHECK_EQ_INT(tp_threads(tp), nt);
+        enum { N = 257 };
+        atomic_int hits[N];
+        pool_job j = { hits, 0, nt };
+        for (int i = 0; i < N; i++) atomic_init(&hits[i], 0);
+        for (int round = 0; round < 300; round++) tp_run(tp, round % 7 == 0 ? 1 : N, mark, &j);
+        int ones = 0;
+        for (int i = 0; i < N; i++) ones += atomic_load(&hits[i]);
+        /* 300 loops: 43 of one task, 257 of N tasks */
+        CHECK_EQ_INT(atomic_load(&hits[0]), 300);
+        CHECK_EQ_INT(ones, 300 + 257 * (N - 1));
+        CHECK_EQ_INT(atomic_load(&j.bad_worker), 0);
+        tp_free(tp);
+    }
+    CHECK(tp_cpu_count() >= 1);
+}

@@ -1,0 +1,205 @@
+/* test_golden.c — the CPU forward pass against logits computed by an
+ * independent implementation (../shared/golden, see its READMEs): tight
+ * agreement with the rounding simulations off, the f16-cache variant, and
+ * statistical agreement under the model's release numerics. Teacher
+ * forced: the prompt, then the reference's fed tokens, one at a time. */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "tests/fwd_util.h"
+#include "tests/test.h"
+
+static float *run_teacher_forced(golden_set *g, ds4_quant_sim qs, fwd_routing *routing)
+{
+    ds4_engine *e = fwd_test_engine(qs, 1);
+    float *out = test_alloc(g->all.n * (size_t)g->n_vocab * 4);
+    fwd_teacher_force(e, &g->all, out, routing);
+    ds4_engine_close(e);
+    CHECK_EQ_INT(g->n_rows, g->all.n);
+    return out;
+}
+
+static void report(const char *what, const fwd_stats *st)
+{
+    fprintf(stderr, "%s: rel max %.3g (pos %d) median %.3g p90 %.3g, argmax %d/%d (%d non-tie misses)\n", what, st->max,
+            st->worst_pos, st->median, st->p90, st->argmax_equal, st->n, st->argmax_exempt_misses);
+}
+
+TEST(golden_nosim, teacher_forced_logits_are_tight)
+{
+    golden_set g;
+    golden_load(&g, "A-f32-nosim", "prefix_logits.f32", false);
+    float *mine = run_teacher_forced(&g, DS4_QSIM_NONE, NULL);
+    fwd_stats st;
+    fwd_compare(mine, g.ref, g.n_rows, g.n_vocab, 1e-3, &st);
+    report("A-f32-nosim", &st);
+    /* pass/fail of the set's README, and the level a careful f32 engine reaches */
+    CHECK_MSG(st.max <= 1e-3, "rel %.3g at position %d", st.max, st.worst_pos);
+    CHECK_MSG(st.max <= 1e-4, "rel %.3g at position %d (tight level)", st.max, st.worst_pos);
+    CHECK_MSG(st.median <= 2e-5, "median rel %.3g", st.median);
+    CHECK_EQ_INT(st.argmax_exempt_misses, 0);
+    golden_free(&g);
+}
+
+/* Expert sets at every (position, layer) and indexer selections wherever
+ * the reference had more rows than it keeps. */
+TEST(golden_nosim, routing_and_indexer_choices_match)
+{
+    golden_set g;
+    golden_load(&g, "A-f32-nosim", "prefix_logits.f32", true);
+    fwd_routing r = { 0 };
+    run_teacher_forced(&g, DS4_QSIM_NONE, &r);
+    json_object *rt = g.routing;
+    int checked_experts = 0, checked_sel = 0, exp_diff = 0, sel_diff = 0;
+    for (size_t i = 0; i < json_object_array_length(rt); i++) {
+        json_object *pe = json_object_array_get_idx(rt, i), *v, *layers;
+        CHECK(json_object_object_get_ex(pe, "pos", &v));
+        int pos = json_object_get_int(v);
+        CHECK(pos >= 0 && pos < r.n_pos);
+        CHECK(json_object_object_get_ex(pe, "layers", &layers));
+        for (size_t k = 0; k < json_object_array_length(layers); k++) {
+            json_object *le = json_object_array_get_idx(layers, k), *ex, *sel, *nc;
+            CHECK(json_object_object_get_ex(le, "layer", &v));
+            int l = json_object_get_int(v);
+            size_t at = (size_t)pos * (size_t)r.n_layer + (size_t)l;
+            CHECK(json_object_object_get_ex(le, "experts", &ex));
+            int32_t want[64];
+            int n = (int)json_object_array_length(ex);
+            CHECK_EQ_INT(n, r.k);
+            for (int j = 0; j < n; j++) want[j] = json_object_get_int(json_object_array_get_idx(ex, j));
+            for (int a = 0; a < n; a++)
+                for (int b = a + 1; b < n; b++)
+                    if (want[b] < want[a]) {
+                        int32_t t = want[a];
+                        want[a] = want[b];
+                        want[b] = t;
+                    }
+            if (memcmp(want, r.experts + at * (size_t)r.k, (size_t)n * 4) != 0) {
+                if (exp_diff++ < 5) fprintf(stderr, "experts differ at position %d layer %d\n", pos, l);
+            }
+            checked_experts++;
+            if (!json_object_object_get_ex(le, "indexer_selected", &sel)) continue;
+            CHECK(json_object_object_get_ex(le, "n_comp", &nc));
+            int n_comp = json_object_get_int(nc), ns = (int)json_object_array_length(sel);
+            if (n_comp <= r.top_k) {
+                /* everything visible is used; the engine does not rank */
+                CHECK_EQ_INT(ns, n_comp);
+                CHECK(!r.has_sel[at]);
+                continue;
+            }
+            CHECK_MSG(r.has_sel[at], "indexer did not rank at position %d layer %d", pos, l);
+            CHECK_EQ_INT(ns, r.top_k);
+            const int32_t *mine = r.sel + at * (size_t)r.top_k;
+            bool same = true;
+            for (int j = 0; j < ns; j++) same &= mine[j] == json_object_get_int(json_object_array_get_idx(sel, j));
+            if (!same && sel_diff++ < 5) fprintf(stderr, "indexer selection differs at position %d layer %d\n", pos, l);
+            checked_sel++;
+        }
+    }
+    fprintf(stderr, "compared %d expert sets, %d indexer selections\n", checked_experts, checked_sel);
+    CHECK(checked_experts == (int)g.all.n * r.n_layer);
+    CHECK(checked_sel > 100);
+    CHECK_EQ_INT(exp_diff, 0);
+    CHECK_EQ_INT(sel_diff, 0);
+    golden_free(&g);
+}
+
+/* The prefill path: all prompt ids in one sync (chunked), then the greedy
+ * continuation fed back one token at a time. */
+TEST(golden_nosim, prefill_then_decode_matches_logits_rows)
+{
+    golden_set g;
+    golden_load(&g, "A-f32-nosim", "logits.f32", false);
+    ds4_engine *e = fwd_test_engine(DS4_QSIM_NONE, 1);
+    ds4_error err = { "" };
+    ds4_session *s = ds4_session_open(e, (int)g.all.n, &err);
+    CHECK(s != NULL);
+    float *mine = test_alloc(g.n_rows * (size_t)g.n_vocab * 4);
+    CHECK_EQ_INT(ds4_session_sync(s, g.prompt.ids, g.prompt.n, NULL, &err), DS4_OK);
+    for (size_t k = 0; k < g.n_rows; k++) {
+        const float *lg = ds4_session_logits(s);
+        CHECK(lg != NULL);
+        memcpy(mine + k * (size_t)g.n_vocab, lg, (size_t)g.n_vocab * 4);
+        CHECK_EQ_INT(fwd_argmax(lg, g.n_vocab), g.greedy.ids[k]);
+        if (k < g.fed.n) CHECK_EQ_INT(ds4_session_eval(s, g.fed.ids[k], NULL, &err), DS4_OK);
+    }
+    fwd_stats st;
+    fwd_compare(mine, g.ref, g.n_rows, g.n_vocab, 1e-3, &st);
+    report("A-f32-nosim prefill+decode", &st);
+    CHECK_MSG(st.max <= 1e-4, "rel %.3g at row %d", st.max, st.worst_pos);
+    ds4_session_close(s);
+    ds4_engine_close(e);
+    golden_free(&g);
+}
+
+TEST(golden_f16kv, teacher_forced_logits_within_the_f16_cache_tolerance)
+{
+    golden_set g;
+    golden_load(&g, "A-f32-nosim", "variants/prefix_logits_f16kv.f32", false);
+    float *mine = run_teacher_forced(&g, DS4_QSIM_F16KV, NULL);
+    fwd_stats st;
+    fwd_compare(mine, g.ref, g.n_rows, g.n_vocab, 1e-3, &st);
+    report("A-f32-nosim f16kv", &st);
+    CHECK_MSG(st.max <= 2e-3, "rel %.3g at position %d", st.max, st.worst_pos);
+    CHECK_MSG(st.median <= 5e-4, "median rel %.3g", st.median);
+    CHECK_EQ_INT(st.argmax_exempt_misses, 0);
+    golden_free(&g);
+}
+
+TEST(golden_full, release_numerics_agree_statistically)
+{
+    golden_set g;
+    golden_load(&g, "A-f32", "prefix_logits.f32", false);
+    float *mine = run_teacher_forced(&g, DS4_QSIM_FULL, NULL);
+    fwd_stats st;
+    fwd_compare(mine, g.ref, g.n_rows, g.n_vocab, 0, &st);
+    report("A-f32 full", &st);
+    CHECK_MSG(st.median <= 5e-2, "median rel %.3g", st.median);
+    CHECK_MSG(st.p90 <= 0.15, "90th percentile rel %.3g", st.p90);
+    CHECK_MSG(st.argmax_equal * 10 >= st.n * 9, "argmax agreement %d/%d", st.argmax_equal, st.n);
+    golden_free(&g);
+}
+
+/* ds4cl-bench --logits writes rows in the golden layout and prints their
+ * argmax. */
+TEST(golden_bench, logits_mode_writes_the_golden_layout)
+{
+    golden_set g;
+    golden_load(&g, "A-f32-nosim", "logits.f32", false);
+    strbuf ids = { 0 }, feed = { 0 };
+    for (size_t i = 0; i < g.prompt.n; i++) sb_printf(&ids, "%s%d", i ? "," : "", g.prompt.ids[i]);
+    for (size_t i = 0; i < g.fed.n; i++) sb_printf(&feed, "%s%d", i ? "," : "", g.fed.ids[i]);
+    const char *out = test_tmp_path("rows.f32");
+    char *text;
+    int rc = test_runf(&text, "%s/ds4cl-bench --logits %s -m %s --token-ids %s --feed %s --quant-sim none --threads 1",
+                       test_bindir(), out, golden_model(), sb_str(&ids), sb_str(&feed));
+    CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", text);
+    strbuf want = { 0 };
+    sb_putc(&want, '[');
+    for (size_t i = 0; i < g.greedy.n; i++) sb_printf(&want, "%s%d", i ? "," : "", g.greedy.ids[i]);
+    sb_putc(&want, ']');
+    CHECK_CONTAINS(text, sb_str(&want));
+    size_t len;
+    float *rows = (float *)(void *)test_read_file(out, &len);
+    CHECK(rows != NULL);
+    CHECK_EQ_INT(len, g.n_rows * (size_t)g.n_vocab * 4);
+    fwd_stats st;
+    fwd_compare(rows, g.ref, g.n_rows, g.n_vocab, 1e-3, &st);
+    CHECK_MSG(st.max <= 1e-4, "rel %.3g", st.max);
+    /* --decode follows its own argmax: the same rows here */
+    rc = test_runf(&text, "%s/ds4cl-bench --logits %s -m %s --token-ids %s --decode 16 --quant-sim none --threads 1",
+                   test_bindir(), out, golden_model(), sb_str(&ids));
+    CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", text);
+    CHECK_CONTAINS(text, sb_str(&want));
+    /* bad usage is refused with a message */
+    rc = test_runf(&text, "%s/ds4cl-bench --logits %s -m %s --token-ids 1,x", test_bindir(), out, golden_model());
+    CHECK(rc == 2);
+    CHECK_CONTAINS(text, "--token-ids");
+    sb_free(&ids);
+    sb_free(&feed);
+    sb_free(&want);
+    golden_free(&g);
+}
