@@ -14,8 +14,9 @@
  *                     so "</think>" and "｜DSML｜" become the special tokens
  *                     the model itself would emit; EOS follows.
  *   delay_ms          time each generated token takes (tests of Ctrl+C).
- *   prefill_delay_ms  time each token of the prompt leading to this reply
- *                     takes to read (until a cancel stops such a read).
+ *   prefill_delay_ms  time each token takes to read in the prefill that
+ *                     starts this reply (the one ending with the assistant
+ *                     prefix), until a cancel stops such a read.
  *   expect            text that must occur in the prompt since the last
  *                     reply (the user turn or tool results); when it does
  *                     not, the reply is "script: expected …" instead.
@@ -295,7 +296,9 @@ static long script_eval(void *p, const int32_t *tokens, size_t pos, size_t n, fl
     int delay = 0;
     if (decoding) {
         delay = st->se->entries[st->cur].delay_ms;
-    } else {
+    } else if (ends_with_assistant_prefix(st, tokens, pos + n)) {
+        /* only the read that starts a reply is slow, not the system
+         * prompt read at start-up nor a rebuild */
         const script_entry *en = next_entry(st);
         delay = en && st->delay_spent != (long)st->next ? en->prefill_delay_ms : 0;
     }

@@ -1225,3 +1225,28 @@ TEST(agent, tiny_model_forced_tool_call_parses)
     dsml_schema_free(schema);
     ds4_engine_close(e);
 }
+
+TEST(agent, registry_confirmation_round_trip)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    const char *lines[] = {
+        script_line(test_printf("w</think>%s", dsml_block("write", "path", "allowed.txt", "content", "yes\n", NULL)), NULL),
+        script_line("ok</think>Written.", NULL),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.tools.interactive = true;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 10000);
+    CHECK_EQ_INT(agent_submit(a, "write it"), 0);
+    run_to_end(a, &log, 10000, answer_yes, NULL);
+    CHECK_EQ_INT(log.confirms, 1);
+    CHECK_MSG(!strcmp(log.end, AGENT_END_DONE), "%s %s", log.end, sb_str(&log.seq));
+    CHECK_STR_EQ(test_read_file(test_tmp_path("allowed.txt"), NULL), "yes\n");
+    CHECK_CONTAINS(sb_str(&log.text), "Written.");
+    agent_stop(a);
+    ev_log_free(&log);
+}
