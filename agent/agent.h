@@ -8,6 +8,19 @@
  * never touches the terminal. A mutex guards the shared state, a condition
  * variable wakes the worker, and a pipe (agent_wake_fd) wakes the front end
  * whenever new events or status are available.
+ *
+ * The transcript is the exact token sequence the model has seen: system
+ * prompt (tool schemas, our instructions, AGENTS.md of the workspace, the
+ * --system text), then the turns. Assistant turns are kept exactly as
+ * sampled and closed with EOS, tool results are plain text, so every round
+ * reuses the KV prefix and prefills only what is new. Only compaction,
+ * /uncompact, /clear and a switch to or from Think Max rewrite it (see
+ * AGENT_TURN_REBUILD).
+ *
+ * Events come in transcript order; consecutive THINKING / TEXT chunks (and
+ * TOOL_PARAM / TOOL_PROGRESS chunks of the same call) are merged while they
+ * wait in the queue, and text chunks never split a UTF-8 sequence the
+ * model wrote whole.
  */
 #ifndef DS4CL_AGENT_H
 #define DS4CL_AGENT_H
@@ -45,6 +58,13 @@ typedef struct {
     size_t prefilled_total;           /* tokens prefilled since start (not reused) */
     char error[256];                  /* last error, "" when none */
     char session_id[64];
+    /* additions */
+    size_t prefilled_turn;            /* tokens prefilled during the current/last user turn */
+    size_t generated_total;           /* tokens sampled since start */
+    double prefill_ms, decode_ms;     /* time spent prefilling / decoding since start */
+    int tool_rounds;                  /* tool rounds of the current/last user turn */
+    int compactions;                  /* compactions since start */
+    bool can_uncompact;               /* AGENT_REQ_UNCOMPACT would restore something */
 } agent_status;
 
 typedef enum {
@@ -72,7 +92,88 @@ typedef struct {
     char *args_json;  /* AGENT_EV_TOOL_CALL */
     bool is_error;
     int call_index;   /* index of the call within its block */
+    bool denied;      /* AGENT_EV_TOOL_RESULT: refused by the policy or the user */
 } agent_event;
+
+/* ---- persistence (implemented by the sessions module) ------------------------
+ *
+ * The worker reports every completed piece of the transcript in order, at
+ * turn boundaries, from the worker thread:
+ *   USER       text = what the user typed (a turn, or text given with
+ *              agent_steer read after a tool round); tokens = <｜User｜> +
+ *              text (+ the session-start note on the first turn)
+ *   ASSISTANT  text = the reply bytes exactly as sampled (reasoning, text,
+ *              DSML); tokens = assistant prefix + sampled tokens + EOS
+ *   TOOL       text = the tool message the model sees; tokens = its tokens
+ *   REBUILD    the transcript was replaced (compaction, /uncompact,
+ *              /clear, a think-mode change): tokens = the WHOLE new
+ *              transcript, text = the compaction summary or ""
+ *   SYSTEM     the first record of a fresh session: tokens = the system
+ *              prompt (starts over like REBUILD)
+ * Appending each record's tokens to those of the previous records (and
+ * starting over at a REBUILD) reproduces the transcript exactly, so a
+ * journal of these records plus a KV snapshot of some prefix resumes a
+ * session: restore the snapshot, pass the journal's tokens as
+ * agent_resume.tokens, and only the tokens after the snapshot are
+ * prefilled. on_idle is called whenever the worker is about to become
+ * idle (state SAVING meanwhile), with the session in a stable state: it may
+ * be snapshotted with ds4_session_save until the hook returns; a nonzero
+ * return shows msg as a notice. on_save answers AGENT_REQ_SAVE (state
+ * SAVING); a nonzero return is an error with msg. */
+typedef enum {
+    AGENT_TURN_USER = 0,
+    AGENT_TURN_ASSISTANT,
+    AGENT_TURN_TOOL,
+    AGENT_TURN_REBUILD,
+    AGENT_TURN_SYSTEM,
+} agent_turn_kind;
+
+typedef struct {
+    const char *name;
+    const char *args_json;
+    const char *result;     /* the text the tool returned */
+    bool is_error, denied;
+} agent_tool_call;
+
+typedef struct {
+    agent_turn_kind kind;
+    const char *text;
+    size_t len;
+    const int32_t *tokens;
+    size_t n_tokens;
+    size_t transcript_len;  /* transcript length after this record */
+    const agent_tool_call *calls;  /* TOOL: the calls of the block and their results */
+    size_t n_calls;
+} agent_turn;
+
+typedef struct {
+    void (*on_turn)(void *ud, const agent_turn *t);
+    int (*on_idle)(void *ud, ds4_session *s, const int32_t *tokens, size_t n, char *msg, size_t msglen);
+    int (*on_save)(void *ud, ds4_session *s, const int32_t *tokens, size_t n, char *msg, size_t msglen);
+    void *ud;
+} agent_persist_hooks;
+
+/* Start from a restored session instead of a fresh system prompt. A
+ * snapshot that does not load (damaged, another model) is reported as a
+ * notice and the transcript is read again. Tokens that are only the
+ * system prompt (system_len == n_tokens: a cached system prompt) start a
+ * fresh session: SYSTEM is reported and the first turn gets the
+ * session-start note. */
+typedef struct {
+    const int32_t *tokens;  /* the whole transcript (journal replayed) */
+    size_t n_tokens;
+    size_t system_len;      /* how many of them are the system prompt (0 = unknown) */
+    const void *snapshot;   /* ds4_session_snapshot() bytes of a prefix, or NULL */
+    size_t snapshot_len;
+} agent_resume;
+
+/* Tools for the model other than the registry (tests, embedding). */
+typedef struct {
+    size_t n;
+    const char *const *schemas_json;  /* {"name","description","parameters"} each */
+    void (*run)(void *ud, const char *name, const char *args_json, const tool_call_ctx *ctx, tool_result *out);
+    void *ud;
+} agent_tools;
 
 typedef struct {
     ds4_engine *engine;
@@ -85,16 +186,42 @@ typedef struct {
     const char *system_extra;
     const char *trace_path;
     tool_env_config tools;  /* workspace/policy for the tool registry */
+    /* additions (all optional) */
+    const char *session_id;             /* shown in status; NULL = generated */
+    const agent_tools *custom_tools;    /* NULL = the tool registry */
+    const agent_persist_hooks *persist;
+    const agent_resume *resume;
+    bool no_agents_md;                  /* do not read AGENTS.md */
+    bool no_dsml_mask;                  /* parse calls without constraining tokens */
+    bool no_date;                       /* no session-start note (reproducible transcripts) */
 } agent_config;
 
+/* Defaults applied when agent_config leaves them 0. */
+#define AGENT_DEFAULT_MAX_TOOL_ROUNDS 64
+#define AGENT_MAX_MALFORMED_IN_A_ROW 3
+
 agent *agent_start(const agent_config *cfg, ds4_error *err);
+/* The system prompt agent_start(cfg) would begin with, rendered without
+ * starting anything (for a front end that keeps its KV state on disk:
+ * agent_resume with these tokens, system_len = their count). Replaces out. */
+int agent_system_prompt(const agent_config *cfg, ds4_tokens *out, ds4_error *err);
 /* Interrupts whatever runs, stops background work and joins the worker. */
 void agent_stop(agent *a);
 
 /* Queues a user turn; returns -1 when the worker is busy (the front end
- * keeps its own queue) or not ready yet. */
+ * keeps its own queue) or not ready yet (the system prompt is still being
+ * read: status state PREFILL). On success the status is PREFILL at once. */
 int agent_submit(agent *a, const char *text);
-/* Cooperative interrupt: the worker stops at the next safe point. */
+/* Text typed while a turn runs: the model reads it as a user message right
+ * after the current round's tool results (so it can change course without
+ * stopping), or, when the turn ends first, it becomes the next turn. Texts
+ * given before they are read are joined. Returns -1 when no turn runs
+ * (submit it instead). */
+int agent_steer(agent *a, const char *text);
+/* Cooperative interrupt: the worker stops at the next safe point (a
+ * prefill chunk, a token, a tool's poll); the turn ends with TURN_END
+ * "interrupted" and the transcript stays consistent. Not for signal
+ * handlers (it takes the lock): forward signals through the event loop. */
 void agent_interrupt(agent *a);
 void agent_confirm(agent *a, tool_confirm answer);
 
@@ -104,7 +231,12 @@ typedef enum {
     AGENT_REQ_SAVE,
     AGENT_REQ_CLEAR,
 } agent_request_kind;
+/* Compaction, /uncompact, save and clear run when the worker is idle, or
+ * right after the running turn. */
 void agent_request(agent *a, agent_request_kind kind);
+/* Applies from the next user turn; THINK_MAX only when the context allows
+ * it (ds4_think_for_context), and switching to or from it re-reads the
+ * transcript (its prefix sits right after BOS). */
 void agent_set_think(agent *a, ds4_think mode);
 
 /* Readable when events or a new status are available; the front end
@@ -114,5 +246,14 @@ int agent_wake_fd(agent *a);
 size_t agent_drain(agent *a, agent_event **events);
 void agent_events_free(agent_event *events, size_t n);
 void agent_get_status(agent *a, agent_status *out);
+
+/* TURN_END reasons. */
+#define AGENT_END_DONE "done"
+#define AGENT_END_INTERRUPTED "interrupted"
+#define AGENT_END_ERROR "error"
+#define AGENT_END_CONTEXT_FULL "context full"
+#define AGENT_END_MAX_TOOL_ROUNDS "max tool rounds"
+#define AGENT_END_MAX_TOKENS "max tokens"
+#define AGENT_END_MALFORMED "malformed tool calls"
 
 #endif

@@ -826,6 +826,8 @@ static int cmp_kv_key(const void *a, const void *b)
 /* Order-independent: tensors by name, then the "<arch>." keys by key, each
  * with its type and raw value bytes. Tokenizer arrays are not included (they
  * do not change the session state a snapshot holds, and they are large). */
+#define IDENTITY_SAMPLE 256
+
 uint64_t gguf_identity(const gguf_file *f)
 {
     uint64_t h = FNV_OFFSET;
@@ -863,6 +865,16 @@ uint64_t gguf_identity(const gguf_file *f)
         h = fnv1a(h, kv->key, kv->key_len);
         h = fnv1a(h, &t, sizeof t);
         h = fnv1a(h, f->base + kv->value_off, kv->value_end - kv->value_off);
+    }
+    /* Two files of the same shape can hold different weights (another
+     * seed, another fine-tune): a few sampled bytes of the first and last
+     * tensors by name tell them apart without reading gigabytes (each
+     * sample touches one page of the mapping). */
+    for (size_t i = 0; i < f->n_tensors && i < 2; i++) {
+        const gguf_tensor *t = ts[i == 0 ? 0 : f->n_tensors - 1];
+        size_t n = t->nbytes < IDENTITY_SAMPLE ? (size_t)t->nbytes : IDENTITY_SAMPLE;
+        h = fnv1a(h, t->data, n);
+        h = fnv1a(h, (const unsigned char *)t->data + (t->nbytes - n), n);
     }
     free(ts);
     free(ks);

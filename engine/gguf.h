@@ -38,9 +38,10 @@ gguf_file *gguf_open(const char *path, ds4_error *err);
 gguf_file *gguf_open_memory(const void *data, size_t len, ds4_error *err);
 void gguf_close(gguf_file *f);
 
-/* A stable 64-bit identity of the model: tensor names, types and shapes
- * plus the architecture hyper-parameters. Two files with the same identity
- * can share session snapshots. */
+/* A stable 64-bit identity of the model: tensor names, types and shapes,
+ * the architecture hyper-parameters, and sampled bytes of the weights (so
+ * same-shape files with other weights differ). Two files with the same
+ * identity can share session snapshots. */
 uint64_t gguf_identity(const gguf_file *f);
 
 /* ---- metadata value types ------------------------------------------------ */

@@ -620,3 +620,18 @@ TEST(gguf, identity_covers_shape_and_hparams_not_tokenizer)
     CHECK(identity_of(7, "a", 8) != base);
     CHECK(identity_of(6, "a", 16) != base);
 }
+
+TEST(gguf, identity_covers_sampled_weights)
+{
+    gbuf a = { 0 }, b = { 0 };
+    identity_file(&a, 6, "a", 64);
+    identity_file(&b, 6, "a", 64);
+    /* the last weight byte of the only tensor differs */
+    b.p[b.n - 1] ^= 0x40;
+    gguf_file *fa = open_ok(&a), *fb = open_ok(&b);
+    CHECK(gguf_identity(fa) != gguf_identity(fb));
+    gguf_close(fa);
+    gguf_close(fb);
+    gb_free(&a);
+    gb_free(&b);
+}

@@ -1,0 +1,524 @@
+/* cmd_prompt.c — `ds4cl -p TEXT`: one task, non-interactively, to its end.
+ *
+ * The prompt comes from -p TEXT, from stdin with -p - (stdin is never read
+ * otherwise), or from --prompt-file F. Permissions never prompt: --yes,
+ * --allow TOOL, or the rules decide and "ask" means deny. SIGINT/SIGTERM
+ * interrupt the agent cooperatively (a second one exits at once).
+ *
+ * The run is a session turn (sessions/sessions.h): a new session, or the
+ * one --session / --resume ID / --continue names, saved as it goes and
+ * resumed from its KV state. --resume without an ID is refused here with
+ * the list: a script names its session.
+ *
+ * Output: with --output-format text (default), the final answer on stdout
+ * and progress on stderr; with stream-json, one JSON object per line on
+ * stdout (schema in README.md, "type" and "schema" in every object) ending
+ * with a "result" object. Exit status: 0 done, 1 error, 2 usage,
+ * 3 interrupted, 4 context exhausted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "base/base.h"
+#include "cli/commands.h"
+#include "cli/model_open.h"
+#include "sessions/sessions.h"
+
+#pragma weak tools_all
+
+#define STREAM_SCHEMA 1
+#define DEFAULT_CTX 65536
+
+static int g_sig_pipe[2] = { -1, -1 };
+static volatile sig_atomic_t g_signals;
+static volatile long g_first_signal_ms;
+
+static long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The first signal asks the agent to stop; one more, a moment later,
+ * leaves at once. (A signal sent to the process and to its group arrives
+ * twice in a row: that is still the first request.) */
+static void on_signal(int sig)
+{
+    (void)sig;
+    long now = mono_ms();
+    if (g_signals && now - (long)g_first_signal_ms > 500) _exit(EXIT_INTERRUPTED);
+    if (!g_signals) g_first_signal_ms = now;
+    g_signals = 1;
+    int saved = errno;
+    char c = 1;
+    ssize_t w = write(g_sig_pipe[1], &c, 1);
+    (void)w;
+    errno = saved;
+}
+
+static char *read_all_stdin(void)
+{
+    strbuf b = { 0 };
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(0, buf, sizeof buf)) != 0) {
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            sb_free(&b);
+            return NULL;
+        }
+        sb_append(&b, buf, (size_t)n);
+    }
+    return sb_take(&b);
+}
+
+typedef struct {
+    bool json;
+    strbuf answer;       /* visible text since the last tool result */
+    bool answer_started;
+    const char *end;     /* TURN_END reason */
+    char end_buf[64];
+    bool saw_end;
+} run_state;
+
+static void emit(struct json_object *o)
+{
+    json_object_object_add(o, "schema", json_object_new_int(STREAM_SCHEMA));
+    fputs(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE), stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    json_object_put(o);
+}
+
+static struct json_object *typed(const char *type)
+{
+    struct json_object *o = json_object_new_object();
+    json_object_object_add(o, "type", json_object_new_string(type));
+    return o;
+}
+
+/* JSON text must be valid UTF-8; a model (random weights, say) can write
+ * anything, so invalid bytes become U+FFFD. */
+static struct json_object *jstr(const char *s, size_t len)
+{
+    strbuf b = { 0 };
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = p[i];
+        size_t k = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >= 0xe0 && c <= 0xef) ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
+        bool ok = k > 0 && i + k <= len;
+        for (size_t j = 1; ok && j < k; j++) ok = (p[i + j] & 0xc0) == 0x80;
+        /* overlong and surrogate forms */
+        if (ok && k == 3 && ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] >= 0xa0))) ok = false;
+        if (ok && k == 4 && ((c == 0xf0 && p[i + 1] < 0x90) || (c == 0xf4 && p[i + 1] >= 0x90))) ok = false;
+        if (ok) {
+            sb_append(&b, (const char *)p + i, k);
+            i += k;
+        } else {
+            sb_puts(&b, "\xef\xbf\xbd");
+            i++;
+        }
+    }
+    struct json_object *o = json_object_new_string_len(b.s ? b.s : "", (int)b.len);
+    sb_free(&b);
+    return o;
+}
+
+/* First line of a text, at most n bytes, for progress lines. */
+static void first_line(char *out, size_t n, const char *s)
+{
+    size_t k = 0;
+    while (s && s[k] && s[k] != '\n' && k + 1 < n) {
+        out[k] = s[k];
+        k++;
+    }
+    out[k] = 0;
+}
+
+static void handle(run_state *rs, const agent_event *e)
+{
+    switch (e->type) {
+    case AGENT_EV_USER:
+        break;
+    case AGENT_EV_THINKING:
+        if (rs->json) {
+            struct json_object *o = typed("thinking");
+            json_object_object_add(o, "text", jstr(e->text, e->len));
+            emit(o);
+        }
+        break;
+    case AGENT_EV_TEXT:
+        sb_append(&rs->answer, e->text, e->len);
+        if (rs->json) {
+            struct json_object *o = typed("text");
+            json_object_object_add(o, "text", jstr(e->text, e->len));
+            emit(o);
+        }
+        break;
+    case AGENT_EV_TOOL_START:
+    case AGENT_EV_TOOL_PARAM:
+    case AGENT_EV_TOOL_PROGRESS:
+    case AGENT_EV_CONFIRM:
+        break;
+    case AGENT_EV_TOOL_CALL:
+        sb_clear(&rs->answer);
+        if (rs->json) {
+            struct json_object *o = typed("tool_use");
+            json_object_object_add(o, "index", json_object_new_int(e->call_index));
+            json_object_object_add(o, "name", json_object_new_string(e->tool ? e->tool : ""));
+            struct json_object *input = e->args_json ? json_tokener_parse(e->args_json) : NULL;
+            json_object_object_add(o, "input", input ? input : json_object_new_object());
+            emit(o);
+        } else {
+            fprintf(stderr, "ds4cl: %s %s\n", e->tool ? e->tool : "?", e->args_json ? e->args_json : "{}");
+        }
+        break;
+    case AGENT_EV_TOOL_RESULT:
+        sb_clear(&rs->answer);
+        if (rs->json) {
+            struct json_object *o = typed("tool_result");
+            json_object_object_add(o, "index", json_object_new_int(e->call_index));
+            json_object_object_add(o, "name", json_object_new_string(e->tool ? e->tool : ""));
+            json_object_object_add(o, "is_error", json_object_new_boolean(e->is_error));
+            json_object_object_add(o, "denied", json_object_new_boolean(e->denied));
+            json_object_object_add(o, "text", jstr(e->text, e->len));
+            emit(o);
+        } else {
+            char line[160];
+            first_line(line, sizeof line, e->text);
+            fprintf(stderr, "ds4cl: %s %s: %s\n", e->tool ? e->tool : "?",
+                    e->denied ? "denied" : e->is_error ? "failed" : "done", line);
+        }
+        break;
+    case AGENT_EV_NOTICE:
+        if (rs->json) {
+            struct json_object *o = typed("notice");
+            json_object_object_add(o, "level", json_object_new_string(e->is_error ? "error" : "info"));
+            json_object_object_add(o, "message", jstr(e->text, e->len));
+            emit(o);
+        } else {
+            fprintf(stderr, "ds4cl: %s\n", e->text ? e->text : "");
+        }
+        break;
+    case AGENT_EV_COMPACTION:
+        if (rs->json) {
+            struct json_object *o = typed("compaction");
+            json_object_object_add(o, "summary", jstr(e->text, e->len));
+            emit(o);
+        }
+        break;
+    case AGENT_EV_ERROR:
+        if (rs->json) {
+            struct json_object *o = typed("error");
+            json_object_object_add(o, "message", jstr(e->text, e->len));
+            emit(o);
+        } else {
+            fprintf(stderr, "ds4cl: %s\n", e->text ? e->text : "error");
+        }
+        break;
+    case AGENT_EV_TURN_END:
+        snprintf(rs->end_buf, sizeof rs->end_buf, "%s", e->text ? e->text : AGENT_END_ERROR);
+        rs->end = rs->end_buf;
+        rs->saw_end = true;
+        break;
+    }
+}
+
+static int exit_code_for(const char *end)
+{
+    if (!strcmp(end, AGENT_END_DONE) || !strcmp(end, AGENT_END_MAX_TOKENS)) return EXIT_DONE;
+    if (!strcmp(end, AGENT_END_INTERRUPTED)) return EXIT_INTERRUPTED;
+    if (!strcmp(end, AGENT_END_CONTEXT_FULL)) return EXIT_CONTEXT_FULL;
+    return EXIT_ERROR;
+}
+
+/* Waits for the wake fd or a signal; forwards signals as interrupts. */
+static void wait_events(agent *a, int timeout_ms)
+{
+    struct pollfd p[2] = { { agent_wake_fd(a), POLLIN, 0 }, { g_sig_pipe[0], POLLIN, 0 } };
+    if (poll(p, 2, timeout_ms) > 0 && (p[1].revents & POLLIN)) {
+        char buf[16];
+        while (read(g_sig_pipe[0], buf, sizeof buf) > 0) {
+        }
+        agent_interrupt(a);
+    }
+}
+
+static void drain(agent *a, run_state *rs)
+{
+    agent_event *ev;
+    size_t n = agent_drain(a, &ev);
+    for (size_t i = 0; i < n; i++) handle(rs, &ev[i]);
+    agent_events_free(ev, n);
+}
+
+static char *load_prompt(const ds4cl_options *o)
+{
+    if (o->prompt_file) {
+        size_t len;
+        char *t = file_read_all(o->prompt_file, &len);
+        if (!t) fprintf(stderr, "ds4cl: cannot read %s: %s\n", o->prompt_file, strerror(errno));
+        return t;
+    }
+    if (o->prompt && !strcmp(o->prompt, "-")) {
+        char *t = read_all_stdin();
+        if (!t) fprintf(stderr, "ds4cl: cannot read the standard input: %s\n", strerror(errno));
+        return t;
+    }
+    char *t = strdup(o->prompt ? o->prompt : "");
+    if (!t) abort();
+    return t;
+}
+
+static struct json_object *string_array(const char *const *v)
+{
+    struct json_object *arr = json_object_new_array();
+    for (size_t i = 0; v && v[i]; i++) json_object_array_add(arr, json_object_new_string(v[i]));
+    return arr;
+}
+
+int cmd_prompt(const ds4cl_options *o)
+{
+    char *prompt = load_prompt(o);
+    if (!prompt) return EXIT_ERROR;
+    bool blank = true;
+    for (const char *p = prompt; *p && blank; p++) blank = *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r';
+    if (blank) {
+        fprintf(stderr, "ds4cl: the prompt is empty\n");
+        free(prompt);
+        return EXIT_USAGE;
+    }
+    if (o->backend == DS4_BACKEND_SCRIPT && !o->model_path) {
+        fprintf(stderr, "ds4cl: the script engine needs -m MODEL (its tokenizer is used)\n");
+        free(prompt);
+        return EXIT_USAGE;
+    }
+    char cwd[PATH_MAX], ws[PATH_MAX];
+    const char *wsarg = o->workspace;
+    if (!wsarg) {
+        if (!getcwd(cwd, sizeof cwd)) {
+            fprintf(stderr, "ds4cl: cannot get the current directory: %s\n", strerror(errno));
+            free(prompt);
+            return EXIT_ERROR;
+        }
+        wsarg = cwd;
+    }
+    if (!realpath(wsarg, ws)) {
+        fprintf(stderr, "ds4cl: workspace %s: %s\n", wsarg, strerror(errno));
+        free(prompt);
+        return EXIT_USAGE;
+    }
+
+    /* The session first: a resumed one brings its context size. */
+    session *sess = NULL;
+    char serr[768];
+    session_request rq = { .resume = o->resume, .resume_id = o->resume_id, .continue_last = o->continue_last,
+                           .session_id = o->session_id, .cwd = ws };
+    session_open_status so = session_open_request(&rq, &sess, serr, sizeof serr);
+    bool asked = o->resume || o->continue_last || o->session_id;
+    if (so == SESSION_OPEN_ERROR && !asked) {
+        /* Nowhere to keep it (no home, say): the task still runs. */
+        fprintf(stderr, "ds4cl: this run is not saved as a session: %s\n", serr);
+        so = SESSION_OPEN_OK;
+    }
+    if (so != SESSION_OPEN_OK) {
+        if (so == SESSION_OPEN_PICK) {
+            fprintf(stderr, "ds4cl: --resume needs a session ID with --prompt (--continue takes the latest of this "
+                            "directory)\n");
+            session_info *v;
+            int n = sessions_list(&v, serr, sizeof serr);
+            if (n >= 0) {
+                char *list = sessions_format_list(v, (size_t)n, 20, NULL);
+                fputs(list, stderr);
+                free(list);
+                free(v);
+            }
+        } else {
+            fprintf(stderr, "ds4cl: %s\n", serr);
+        }
+        free(prompt);
+        return so == SESSION_OPEN_PICK ? EXIT_USAGE : EXIT_ERROR;
+    }
+    session_info sinfo = { .n_ctx = 0 };
+    if (sess) session_get_info(sess, &sinfo);
+
+    int n_ctx = 0;
+    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx);
+    if (!e) {
+        session_close(sess);
+        free(prompt);
+        return EXIT_ERROR;
+    }
+
+    if (pipe2(g_sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", strerror(errno));
+        ds4_engine_close(e);
+        session_close(sess);
+        free(prompt);
+        return EXIT_ERROR;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    agent_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.engine = e;
+    cfg.n_ctx = n_ctx;
+    cfg.sampling = o->sampling;
+    if (!o->seed_given) cfg.sampling.seed = (uint64_t)wall_time_s() ^ ((uint64_t)getpid() << 32);
+    cfg.max_tokens = o->max_tokens;
+    cfg.think = o->think;
+    cfg.max_tool_rounds = o->max_tool_rounds;
+    cfg.workspace = ws;
+    cfg.system_extra = o->system_extra;
+    cfg.trace_path = o->trace_path;
+    cfg.session_id = o->session_id;
+    cfg.tools.workspace = ws;
+    cfg.tools.yes_to_all = o->yes;
+    cfg.tools.allow = o->n_allow ? o->allow : NULL;
+    cfg.tools.rules_path = o->rules_path;
+    cfg.tools.interactive = false;
+    cfg.tools.sandbox = !o->no_sandbox;
+    cfg.tools.cdp_url = o->cdp_url;
+    cfg.tools.browser_path = o->browser_path;
+    cfg.tools.search_url = o->search_url;
+
+    ds4_error err = { "" };
+    double t0 = now_ms();
+    agent *a = NULL;
+    if (!sess) {
+        a = agent_start(&cfg, &err);
+    } else if (session_attach(sess, e, &cfg, err.msg, sizeof err.msg) == 0) {
+        a = agent_start(&cfg, &err);
+        session_attach_done(sess);
+    }
+    if (!a) {
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
+        ds4_engine_close(e);
+        session_close(sess);
+        free(prompt);
+        return EXIT_ERROR;
+    }
+    run_state rs = { .json = o->output == OUTPUT_STREAM_JSON };
+    const char *const *notes = NULL;
+    size_t n_notes = sess ? session_notes(sess, &notes) : 0;
+    agent_status st;
+    agent_get_status(a, &st);
+    if (rs.json) {
+        ds4_model_info info;
+        ds4_engine_info(e, &info);
+        struct json_object *init = typed("init");
+        json_object_object_add(init, "session_id", json_object_new_string(st.session_id));
+        json_object_object_add(init, "version", json_object_new_string(DS4CL_VERSION));
+        json_object_object_add(init, "model", json_object_new_string(info.name));
+        json_object_object_add(init, "backend", json_object_new_string(info.backend_name ? info.backend_name : ""));
+        json_object_object_add(init, "ctx", json_object_new_int(n_ctx));
+        json_object_object_add(init, "workspace", json_object_new_string(ws));
+        struct json_object *names = json_object_new_array();
+        size_t nt = 0;
+        const tool_def *const *all = tools_all ? tools_all(&nt) : NULL;
+        for (size_t i = 0; i < nt; i++) json_object_array_add(names, json_object_new_string(all[i]->name));
+        json_object_object_add(init, "tools", names);
+        struct json_object *perm = json_object_new_object();
+        json_object_object_add(perm, "mode", json_object_new_string(o->yes ? "yes" : o->n_allow ? "allow" : "deny"));
+        json_object_object_add(perm, "allow", string_array(o->n_allow ? o->allow : NULL));
+        json_object_object_add(init, "permissions", perm);
+        emit(init);
+    }
+    for (size_t i = 0; i < n_notes; i++) {
+        if (rs.json) {
+            struct json_object *no = typed("notice");
+            json_object_object_add(no, "level", json_object_new_string("warning"));
+            json_object_object_add(no, "message", json_object_new_string(notes[i]));
+            emit(no);
+        } else {
+            fprintf(stderr, "ds4cl: %s\n", notes[i]);
+        }
+    }
+
+    /* Wait until the system prompt is read, then hand in the task. */
+    bool submitted = false;
+    while (!rs.saw_end) {
+        agent_get_status(a, &st);
+        if (!submitted && (st.state == AGENT_IDLE || st.state == AGENT_ERROR)) {
+            if (st.state == AGENT_ERROR) {
+                drain(a, &rs);
+                rs.end = AGENT_END_ERROR;
+                break;
+            }
+            if (g_signals) {
+                rs.end = AGENT_END_INTERRUPTED;
+                break;
+            }
+            if (agent_submit(a, prompt) == 0) submitted = true;
+        }
+        wait_events(a, 100);
+        drain(a, &rs);
+        if (!submitted && g_signals) {
+            rs.end = AGENT_END_INTERRUPTED;
+            break;
+        }
+    }
+    agent_get_status(a, &st);
+    const char *end = rs.end ? rs.end : AGENT_END_ERROR;
+    int code = exit_code_for(end);
+
+    /* The answer: what the model said after its last tool result. */
+    size_t alen = rs.answer.len;
+    while (alen && (rs.answer.s[alen - 1] == '\n' || rs.answer.s[alen - 1] == ' ')) alen--;
+    if (rs.json) {
+        struct json_object *r = typed("result");
+        json_object_object_add(r, "session_id", json_object_new_string(st.session_id));
+        json_object_object_add(r, "stop_reason", json_object_new_string(end));
+        json_object_object_add(r, "exit_code", json_object_new_int(code));
+        json_object_object_add(r, "is_error", json_object_new_boolean(code != EXIT_DONE));
+        json_object_object_add(r, "text", jstr(rs.answer.s, alen));
+        if (st.error[0]) json_object_object_add(r, "error", json_object_new_string(st.error));
+        json_object_object_add(r, "prefilled_tokens", json_object_new_int64((int64_t)st.prefilled_total));
+        json_object_object_add(r, "generated_tokens", json_object_new_int64((int64_t)st.generated_total));
+        json_object_object_add(r, "prefill_ms", json_object_new_double(st.prefill_ms));
+        json_object_object_add(r, "decode_ms", json_object_new_double(st.decode_ms));
+        json_object_object_add(r, "duration_ms", json_object_new_double(now_ms() - t0));
+        json_object_object_add(r, "tool_rounds", json_object_new_int(st.tool_rounds));
+        json_object_object_add(r, "compactions", json_object_new_int(st.compactions));
+        json_object_object_add(r, "ctx_used", json_object_new_int(st.ctx_used));
+        json_object_object_add(r, "ctx_size", json_object_new_int(st.ctx_size));
+        emit(r);
+    } else {
+        if (alen) {
+            fwrite(rs.answer.s, 1, alen, stdout);
+            fputc('\n', stdout);
+            fflush(stdout);
+        }
+        if (code == EXIT_INTERRUPTED) fprintf(stderr, "ds4cl: interrupted\n");
+        else if (code != EXIT_DONE && !st.error[0]) fprintf(stderr, "ds4cl: stopped: %s\n", end);
+        fprintf(stderr, "ds4cl: %zu tokens read in %.0f ms, %zu written in %.0f ms\n", st.prefilled_total,
+                st.prefill_ms, st.generated_total, st.decode_ms);
+        if (submitted && sess) fprintf(stderr, "ds4cl: session %s (continue it with --resume %s)\n", st.session_id, st.session_id);
+    }
+    /* Stopping runs the idle hook of a busy worker: the state is saved. */
+    agent_stop(a);
+    session_close(sess);
+    ds4_engine_close(e);
+    sb_free(&rs.answer);
+    free(prompt);
+    close(g_sig_pipe[0]);
+    close(g_sig_pipe[1]);
+    return code;
+}

@@ -1,0 +1,54 @@
+/* sessions_internal.h — shared by the files of sessions/ (store.c: the
+ * directory of sessions, metadata, locks, the budget; session.c: one open
+ * session and its hooks; switch.c: restarting the agent on another). */
+#ifndef DS4CL_SESSIONS_INTERNAL_H
+#define DS4CL_SESSIONS_INTERNAL_H
+
+#include <limits.h>
+
+#include "base/base.h"
+#include "sessions/journal.h"
+#include "sessions/sessions.h"
+
+#define META_FILE "meta.json"
+#define JOURNAL_FILE "journal"
+#define STATE_FILE "state.kv"
+#define LOCK_FILE "lock"
+
+/* What meta.json holds beyond session_info. */
+typedef struct {
+    session_info info;
+    uint64_t tokenizer;       /* fingerprint of the vocabulary; 0 = unknown */
+    size_t snap_tokens;       /* tokens of state.kv when it was written */
+    uint64_t snap_hash;       /* tokens_hash of them */
+    uint64_t snap_file_bytes; /* its size then (to notice a replaced file) */
+} session_meta;
+
+/* $XDG_DATA_HOME/ds4cl/sessions/ID into buf; NULL when there is no home. */
+const char *session_dir_of(const char *id, char *buf, size_t size);
+/* The system prompt cache directory (created). */
+const char *sysprompt_cache_dir(char *buf, size_t size);
+
+/* Takes the session lock without waiting: the fd, or -1 (errno
+ * EWOULDBLOCK when another open file holds it). */
+int session_lock(const char *dir);
+/* True when some process holds the lock of dir. */
+bool session_locked(const char *dir);
+
+int meta_read(const char *dir, session_meta *out);   /* -1 when absent or unreadable */
+int meta_write(const char *dir, const session_meta *m, char *err, size_t errlen);
+/* Title, user turns and tokens from a journal's records. */
+void meta_from_journal(const journal_scan *j, session_info *info);
+/* One line of at most SESSION_TITLE_MAX-1 bytes from a prompt. */
+void title_from_text(char *out, size_t size, const char *text, size_t len);
+
+/* dir/name into buf; false when it does not fit. */
+bool path_join(char *buf, size_t size, const char *dir, const char *name);
+/* Bounded formatting whose truncation is acceptable (messages, IDs). */
+void strf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+uint64_t tokens_hash(const int32_t *ids, size_t n);
+uint64_t file_bytes(const char *path);
+void random_session_id(char *out, size_t size);
+
+#endif

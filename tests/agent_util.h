@@ -1,0 +1,63 @@
+/* agent_util.h — helpers for the agent, script-engine and --prompt tests:
+ * scripts, an engine over them, fake tools, and a front end that drives an
+ * agent and records what it publishes. */
+#ifndef DS4CL_AGENT_UTIL_H
+#define DS4CL_AGENT_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "agent/agent.h"
+#include "base/base.h"
+
+#define DM "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"
+
+/* The golden tiny model (its tokenizer drives the script engine); skips
+ * the test when the golden data is absent. */
+const char *agent_test_model(void);
+
+/* A script line {"assistant": text, ...extra} where extra is JSON members
+ * without braces (e.g. "\"delay_ms\": 5") or NULL. Runner-owned. */
+char *script_line(const char *reply, const char *extra);
+/* Writes lines (NULL-terminated) to a file in the temp dir; its path. */
+const char *write_script(const char *const *lines);
+/* A DSML block calling one tool; params as name, value, name, value, …,
+ * NULL; values starting with '=' are JSON (string="false"). Runner-owned. */
+char *dsml_block(const char *tool, ...);
+
+/* The script engine on the golden model (closed when the test ends). */
+ds4_engine *script_engine(const char *script_path);
+
+/* Fake tools: echo(text), sleep(ms), ask(what), big(bytes), inject(). */
+extern const agent_tools fake_tools;
+int fake_sleep_cancelled(void); /* sleeps that ended by cancellation */
+
+/* A config over engine with the fake tools, no date note, thinking on. */
+agent_config test_config(ds4_engine *e, int n_ctx);
+agent *test_agent(const agent_config *cfg); /* fails the test on error */
+
+typedef struct {
+    strbuf seq;      /* one word per event: USER TEXT TOOL_CALL(name) … */
+    strbuf text, thinking, results, notices, errors;
+    strbuf calls;    /* "name args;" */
+    char end[64];
+    bool ended;
+    int confirms;
+    char confirm_tool[64];
+    double end_ms;   /* test_now_ms() when TURN_END arrived */
+} ev_log;
+
+void ev_log_free(ev_log *l);
+
+/* Called for every event (may be NULL): e.g. to answer confirmations. */
+typedef void (*ev_hook)(agent *a, const agent_event *e, void *ud);
+
+/* Drains events into log until TURN_END, then until the status is idle
+ * (or error). Fails the test after timeout_ms. */
+void run_to_end(agent *a, ev_log *log, int timeout_ms, ev_hook hook, void *ud);
+/* Waits for IDLE/ERROR (draining events into log, which may be NULL). */
+void wait_idle(agent *a, ev_log *log, int timeout_ms);
+/* Submits (waiting for idle first) and runs to the end. */
+void run_turn(agent *a, const char *text, ev_log *log);
+
+#endif

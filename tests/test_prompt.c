@@ -1,0 +1,275 @@
+/* `ds4cl -p`: the real binary over the script engine — text and
+ * stream-json output, prompt sources, stdin left alone, exit codes,
+ * SIGINT, and (with the tool registry) reading, editing and running bash
+ * in a temporary workspace. */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tests/agent_util.h"
+#include "tests/test.h"
+
+/* Runs ds4cl -p with a script; extra flags appended. Returns the status. */
+static int run_prompt(char **out, const char *script, const char *flags)
+{
+    return test_runf(out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 %s", test_tmpdir(),
+                     test_bindir(), agent_test_model(), script, flags);
+}
+
+/* Parses stream-json output: the objects in order (runner-owned array,
+ * objects freed at exit is not needed: the test process ends). */
+static struct json_object **parse_lines(const char *out, size_t *n)
+{
+    struct json_object **v = test_alloc(4096 * sizeof *v);
+    *n = 0;
+    for (const char *p = out; *p && *n < 4096;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        if (len && *p == '{') {
+            char *line = test_alloc(len);
+            memcpy(line, p, len);
+            struct json_object *o = json_tokener_parse(line);
+            CHECK_MSG(o != NULL, "not JSON: %s", line);
+            v[(*n)++] = o;
+        }
+        p = nl ? nl + 1 : p + len;
+    }
+    return v;
+}
+
+static const char *str_of(struct json_object *o, const char *key)
+{
+    struct json_object *v;
+    return json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : NULL;
+}
+
+static struct json_object *find_type(struct json_object **v, size_t n, const char *type, size_t from)
+{
+    for (size_t i = from; i < n; i++)
+        if (str_of(v[i], "type") && !strcmp(str_of(v[i], "type"), type)) return v[i];
+    return NULL;
+}
+
+TEST(prompt, text_output_is_the_final_answer)
+{
+    const char *lines[] = { script_line("think</think>The answer is 42.", "\"expect\": \"what is it\""), NULL };
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 -p 'what is it' 2>/dev/null",
+                       test_tmpdir(), test_bindir(), agent_test_model(), write_script(lines));
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR_EQ(out, "The answer is 42.\n");
+    rc = run_prompt(&out, write_script(lines), "-p 'what is it'");
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, "tokens read in");
+}
+
+static bool valid_utf8(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t k = *p < 0x80 ? 1 : (*p >> 5) == 6 ? 2 : (*p >> 4) == 14 ? 3 : (*p >> 3) == 30 ? 4 : 0;
+        if (!k) return false;
+        for (size_t j = 1; j < k; j++)
+            if ((p[j] & 0xc0) != 0x80) return false;
+        if (k == 3 && p[0] == 0xed && p[1] >= 0xa0) return false; /* a surrogate */
+        p += k;
+    }
+    return true;
+}
+
+TEST(prompt, stream_json_events_and_result)
+{
+    const char *lines[] = {
+        script_line(test_printf("plan</think>Calling.%s", dsml_block("read", "path", "missing.txt", NULL)), NULL),
+        /* a lone surrogate decodes to bytes that are not UTF-8 */
+        "{\"assistant\": \"ok</think>Finished.\\ud800\"}",
+        NULL,
+    };
+    char *out;
+    int rc = run_prompt(&out, write_script(lines), "-p task --output-format stream-json --session s-123 2>/dev/null");
+    CHECK_EQ_INT(rc, 0);
+    CHECK(valid_utf8(out));
+    size_t n;
+    struct json_object **v = parse_lines(out, &n);
+    CHECK(n >= 5);
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *sch;
+        CHECK(json_object_object_get_ex(v[i], "schema", &sch) && json_object_get_int(sch) == 1);
+        CHECK(str_of(v[i], "type") != NULL);
+    }
+    CHECK_STR_EQ(str_of(v[0], "type"), "init");
+    CHECK_STR_EQ(str_of(v[0], "session_id"), "s-123");
+    CHECK_STR_EQ(str_of(v[0], "backend"), "script");
+    struct json_object *perm;
+    CHECK(json_object_object_get_ex(v[0], "permissions", &perm));
+    CHECK_STR_EQ(str_of(perm, "mode"), "deny");
+    CHECK(find_type(v, n, "thinking", 0) != NULL);
+    struct json_object *use = find_type(v, n, "tool_use", 0);
+    CHECK(use != NULL);
+    CHECK_STR_EQ(str_of(use, "name"), "read");
+    struct json_object *input, *x;
+    CHECK(json_object_object_get_ex(use, "input", &input) && json_object_object_get_ex(input, "path", &x));
+    CHECK_STR_EQ(json_object_get_string(x), "missing.txt");
+    struct json_object *res = find_type(v, n, "tool_result", 0), *iserr;
+    CHECK(res != NULL);
+    CHECK(json_object_object_get_ex(res, "is_error", &iserr) && json_object_get_boolean(iserr));
+    struct json_object *r = v[n - 1];
+    CHECK_STR_EQ(str_of(r, "type"), "result");
+    CHECK_STR_EQ(str_of(r, "session_id"), "s-123");
+    CHECK_STR_EQ(str_of(r, "stop_reason"), "done");
+    CHECK_STR_EQ(str_of(r, "text"), "Finished.\xef\xbf\xbd");
+    static const char *const fields[] = { "prefilled_tokens", "generated_tokens", "prefill_ms", "decode_ms", "exit_code" };
+    for (size_t i = 0; i < 5; i++) {
+        struct json_object *f;
+        CHECK_MSG(json_object_object_get_ex(r, fields[i], &f), "result lacks %s", fields[i]);
+    }
+    struct json_object *f;
+    json_object_object_get_ex(r, "prefilled_tokens", &f);
+    CHECK(json_object_get_int64(f) > 100);
+    json_object_object_get_ex(r, "generated_tokens", &f);
+    CHECK(json_object_get_int64(f) > 5);
+    json_object_object_get_ex(r, "exit_code", &f);
+    CHECK_EQ_INT(json_object_get_int(f), 0);
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}
+
+TEST(prompt, prompt_from_stdin_and_from_a_file)
+{
+    const char *lines[] = { script_line("</think>got it", "\"expect\": \"piped task text\""), NULL };
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && printf 'piped task text' | '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 -p - 2>&1",
+                       test_tmpdir(), test_bindir(), agent_test_model(), write_script(lines));
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, "got it");
+    const char *f = test_tmp_path("task.txt");
+    test_write_file(f, "piped task text from a file", 27);
+    rc = run_prompt(&out, write_script(lines), test_printf("--prompt-file '%s'", f));
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, "got it");
+}
+
+TEST(prompt, stdin_is_left_alone_without_dash)
+{
+    const char *lines[] = { script_line("</think>quick", NULL), NULL };
+    const char *fifo = test_tmp_path("stdin.fifo");
+    char *out;
+    /* stdin: a FIFO with a writer that never writes (the shell holds it
+     * open read-write), so any read would block until the timeout */
+    double t0 = test_now_ms();
+    int rc = test_runf(&out, "cd '%s' && mkfifo '%s' && timeout 10 '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 "
+                             "-p hi <>'%s' 2>&1",
+                       test_tmpdir(), fifo, test_bindir(), agent_test_model(), write_script(lines), fifo);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_CONTAINS(out, "quick");
+    CHECK(test_now_ms() - t0 < 5000);
+}
+
+TEST(prompt, exit_codes)
+{
+    char *out;
+    /* usage: empty prompt, script engine without a model */
+    int rc = run_prompt(&out, write_script((const char *[]){ script_line("x", NULL), NULL }), "-p '  '");
+    CHECK_EQ_INT(rc, 2);
+    CHECK_CONTAINS(out, "the prompt is empty");
+    rc = test_runf(&out, "'%s/ds4cl' --engine script:/dev/null -p hi", test_bindir());
+    CHECK_EQ_INT(rc, 2);
+    CHECK_CONTAINS(out, "needs -m MODEL");
+    /* error: a bad script */
+    const char *bad = test_tmp_path("bad.jsonl");
+    test_write_file(bad, "{nope\n", 6);
+    rc = run_prompt(&out, bad, "-p hi");
+    CHECK_EQ_INT(rc, 1);
+    CHECK_CONTAINS(out, "script line 1");
+    /* context exhausted: a reply longer than the room */
+    strbuf big = { 0 };
+    sb_puts(&big, "</think>");
+    for (int i = 0; i < 8000; i++) sb_puts(&big, "word ");
+    const char *lines[] = { script_line(sb_str(&big), NULL), NULL };
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 -p hi --output-format stream-json",
+                   test_tmpdir(), test_bindir(), agent_test_model(), write_script(lines));
+    CHECK_EQ_INT(rc, 4);
+    CHECK_CONTAINS(out, "\"stop_reason\":\"context full\"");
+    sb_free(&big);
+}
+
+TEST(prompt, sigint_interrupts_cooperatively)
+{
+    strbuf slow = { 0 };
+    sb_puts(&slow, "</think>");
+    for (int i = 0; i < 500; i++) sb_puts(&slow, "word ");
+    const char *lines[] = { script_line(sb_str(&slow), "\"delay_ms\": 10"), NULL };
+    char *out;
+    double t0 = test_now_ms();
+    int rc = test_runf(&out, "cd '%s' && timeout --preserve-status -s INT 1 '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 -p hi "
+                             "--output-format stream-json",
+                       test_tmpdir(), test_bindir(), agent_test_model(), write_script(lines));
+    CHECK_EQ_INT(rc, 3);
+    CHECK(test_now_ms() - t0 < 3000);
+    CHECK_CONTAINS(out, "\"stop_reason\":\"interrupted\"");
+    CHECK_CONTAINS(out, "\"exit_code\":3");
+    sb_free(&slow);
+}
+
+/* ---- with the real tools ----------------------------------------------------- */
+
+TEST(prompt, reads_edits_and_runs_bash_in_a_workspace)
+{
+    const char *ws = test_tmp_path("ws");
+    mkdir_p(ws, 0700);
+    test_write_file(test_tmp_path("ws/hello.c"), "int main(void) { return 1; }\n", 29);
+    const char *lines[] = {
+        script_line(test_printf("Look first.</think>%s", dsml_block("read", "path", "hello.c", NULL)), NULL),
+        script_line(test_printf("It returns 1.</think>%s",
+                                dsml_block("edit", "path", "hello.c", "old", "return 1;", "new", "return 0;", NULL)),
+                    "\"expect\": \"return 1;\""),
+        script_line(test_printf("Check it.</think>%s", dsml_block("bash", "command", "cat hello.c; echo status=ok", NULL)),
+                    NULL),
+        script_line("Done.</think>hello.c now returns 0.", "\"expect\": \"status=ok\""),
+        NULL,
+    };
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 -p 'make main return 0' "
+                             "--yes --output-format stream-json 2>&1",
+                       ws, test_bindir(), agent_test_model(), write_script(lines));
+    size_t n;
+    struct json_object **v = parse_lines(out, &n);
+    CHECK(n > 0);
+    struct json_object *tools;
+    CHECK(json_object_object_get_ex(v[0], "tools", &tools));
+    bool have = false;
+    for (size_t i = 0; i < json_object_array_length(tools); i++)
+        have |= !strcmp(json_object_get_string(json_object_array_get_idx(tools, i)), "edit");
+    if (!have) {
+        for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+        SKIP("the tool registry is not part of this build yet");
+    }
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    char *file = test_read_file(test_tmp_path("ws/hello.c"), NULL);
+    CHECK_STR_EQ(file, "int main(void) { return 0; }\n");
+    CHECK_STR_EQ(str_of(v[n - 1], "text"), "hello.c now returns 0.");
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}
+
+/* ---- the real engine ----------------------------------------------------------------- */
+
+TEST(prompt, tiny_model_on_the_cpu_engine)
+{
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --ctx 16384 --nothink -n 12 --seed 3 -p 'Say hello.' "
+                             "--output-format stream-json 2>&1",
+                       test_tmpdir(), test_bindir(), agent_test_model());
+    if (strstr(out, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    size_t n;
+    struct json_object **v = parse_lines(out, &n);
+    CHECK(n >= 2);
+    struct json_object *r = v[n - 1], *f;
+    CHECK_STR_EQ(str_of(r, "type"), "result");
+    CHECK(json_object_object_get_ex(r, "generated_tokens", &f));
+    CHECK(json_object_get_int64(f) >= 1 && json_object_get_int64(f) <= 12);
+    CHECK(json_object_object_get_ex(r, "prefilled_tokens", &f));
+    CHECK(json_object_get_int64(f) > 100);
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}

@@ -1,0 +1,200 @@
+/* The scripted test engine: replies replayed token by token through the
+ * sampler, one per generation call, trusted tokenization, expectations,
+ * delays that a cancel cuts short, the cursor in snapshots, and clear
+ * errors for bad scripts. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/agent_util.h"
+#include "tests/test.h"
+
+/* Renders a one-turn prompt and samples the reply; returns its bytes
+ * (runner-owned) and the sampled ids in *ids. */
+static char *generate(ds4_session *s, const ds4_tokenizer *t, ds4_tokens *prompt, const char *user, ds4_tokens *ids)
+{
+    ds4_chat_user(t, prompt, user);
+    ds4_chat_assistant_prefix(t, prompt, DS4_THINK_HIGH);
+    ds4_error err = { "" };
+    CHECK_MSG(ds4_session_sync(s, prompt->ids, prompt->n, NULL, &err) == DS4_OK, "sync: %s", err.msg);
+    ds4_sampling sp = { .temperature = 1.5f, .top_p = 1.0f, .seed = 7 };
+    ds4_sampler *smp = ds4_sampler_new(&sp);
+    strbuf out = { 0 };
+    int32_t eos = ds4_token_special(t, DS4_TOK_EOS);
+    for (int i = 0; i < 10000; i++) {
+        int32_t id = ds4_sample(smp, ds4_session_logits(s), ds4_vocab_size(t), NULL, NULL);
+        if (id == eos) break;
+        if (ids) ds4_tokens_push(ids, id);
+        ds4_tokens_push(prompt, id);
+        size_t len;
+        const char *b = ds4_token_bytes(t, id, &len);
+        sb_append(&out, b, len);
+        CHECK(ds4_session_eval(s, id, NULL, &err) == DS4_OK);
+    }
+    ds4_tokens_push(prompt, eos);
+    ds4_sampler_free(smp);
+    char *r = test_strdup(sb_str(&out));
+    sb_free(&out);
+    return r;
+}
+
+TEST(script, replays_replies_through_the_sampler)
+{
+    const char *reply = "plan</think>Text with <" DM "tool_calls> markup and \xe4\xbd\xa0\xe5\xa5\xbd.";
+    const char *lines[] = { script_line(reply, NULL), "", "# a comment", script_line("second</think>Two.", NULL), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    ds4_error err = { "" };
+    ds4_session *s = ds4_session_open(e, 4096, &err);
+    CHECK(s != NULL);
+    ds4_tokens prompt = { 0 }, ids = { 0 };
+    ds4_chat_begin(t, &prompt, DS4_THINK_HIGH);
+    ds4_chat_system(t, &prompt, "system text", false);
+    CHECK_STR_EQ(generate(s, t, &prompt, "first", &ids), reply);
+    /* trusted tokenization: the markers are the model's special tokens */
+    int32_t dsml = ds4_token_special(t, DS4_TOK_DSML), think_end = ds4_token_special(t, DS4_TOK_THINK_END);
+    bool saw_dsml = false, saw_end = false;
+    for (size_t i = 0; i < ids.n; i++) {
+        saw_dsml |= ids.ids[i] == dsml;
+        saw_end |= ids.ids[i] == think_end;
+    }
+    CHECK(saw_dsml && saw_end);
+    /* the next generation call gets the next reply; then empty ones */
+    CHECK_STR_EQ(generate(s, t, &prompt, "again", NULL), "second</think>Two.");
+    CHECK_STR_EQ(generate(s, t, &prompt, "more", NULL), "");
+    ds4_model_info info;
+    ds4_engine_info(e, &info);
+    CHECK_STR_EQ(info.backend_name, "script");
+    CHECK_CONTAINS(info.device_name, "2 replies");
+    ds4_tokens_free(&prompt);
+    ds4_tokens_free(&ids);
+    ds4_session_close(s);
+}
+
+TEST(script, expectation_failure_is_the_reply)
+{
+    const char *lines[] = { script_line("fine", "\"expect\": \"magic word\""), script_line("ok", "\"expect\": \"please\""), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    ds4_session *s = ds4_session_open(e, 4096, NULL);
+    ds4_tokens prompt = { 0 };
+    ds4_chat_begin(t, &prompt, DS4_THINK_HIGH);
+    CHECK_STR_EQ(generate(s, t, &prompt, "no such thing", NULL), "script: expected \"magic word\" in the prompt, not found");
+    CHECK_STR_EQ(generate(s, t, &prompt, "say please", NULL), "ok");
+    ds4_tokens_free(&prompt);
+    ds4_session_close(s);
+}
+
+static double g_cancel_at;
+static bool cancel_after(void *ud)
+{
+    (void)ud;
+    return test_now_ms() >= g_cancel_at;
+}
+
+TEST(script, delays_stop_at_a_cancel)
+{
+    const char *lines[] = { script_line("slow reply with several tokens", "\"delay_ms\": 200, \"prefill_delay_ms\": 20"), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    ds4_session *s = ds4_session_open(e, 4096, NULL);
+    ds4_tokens prompt = { 0 };
+    ds4_chat_begin(t, &prompt, DS4_THINK_HIGH);
+    ds4_chat_user(t, &prompt, "a prompt of some length to read slowly");
+    ds4_chat_assistant_prefix(t, &prompt, DS4_THINK_HIGH);
+    ds4_callbacks cb = { .cancel = cancel_after };
+    g_cancel_at = test_now_ms() + 100;
+    ds4_error err;
+    double t0 = test_now_ms();
+    CHECK_EQ_INT(ds4_session_sync(s, prompt.ids, prompt.n, &cb, &err), DS4_INTERRUPTED);
+    CHECK(test_now_ms() - t0 < 150);
+    size_t have = ds4_session_n_tokens(s);
+    CHECK(have > 0 && have < prompt.n);
+    /* reading the rest after a cancel is quick */
+    t0 = test_now_ms();
+    CHECK_EQ_INT(ds4_session_sync(s, prompt.ids, prompt.n, NULL, &err), DS4_OK);
+    CHECK(test_now_ms() - t0 < 50);
+    ds4_tokens_free(&prompt);
+    ds4_session_close(s);
+}
+
+TEST(script, decode_delay_stops_at_a_cancel)
+{
+    const char *lines[] = { script_line("slow reply", "\"delay_ms\": 300"), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    ds4_session *s = ds4_session_open(e, 4096, NULL);
+    ds4_tokens prompt = { 0 };
+    ds4_chat_begin(t, &prompt, DS4_THINK_HIGH);
+    ds4_chat_user(t, &prompt, "go");
+    ds4_chat_assistant_prefix(t, &prompt, DS4_THINK_HIGH);
+    ds4_error err;
+    CHECK_EQ_INT(ds4_session_sync(s, prompt.ids, prompt.n, NULL, &err), DS4_OK);
+    const float *l = ds4_session_logits(s);
+    int32_t best = 0;
+    for (int i = 1; i < ds4_vocab_size(t); i++)
+        if (l[i] > l[best]) best = i;
+    ds4_callbacks cb = { .cancel = cancel_after };
+    g_cancel_at = test_now_ms() + 30;
+    double t0 = test_now_ms();
+    CHECK_EQ_INT(ds4_session_eval(s, best, &cb, &err), DS4_INTERRUPTED);
+    CHECK(test_now_ms() - t0 < 80);
+    CHECK_EQ_INT(ds4_session_n_tokens(s), prompt.n);
+    ds4_tokens_free(&prompt);
+    ds4_session_close(s);
+}
+
+TEST(script, snapshot_carries_the_cursor)
+{
+    const char *lines[] = { script_line("one", NULL), script_line("two", NULL), script_line("three", NULL), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    ds4_session *s = ds4_session_open(e, 4096, NULL);
+    ds4_tokens prompt = { 0 };
+    ds4_chat_begin(t, &prompt, DS4_THINK_HIGH);
+    CHECK_STR_EQ(generate(s, t, &prompt, "a", NULL), "one");
+    void *snap;
+    size_t len;
+    ds4_error err;
+    CHECK(ds4_session_snapshot(s, &snap, &len, &err) == 0);
+    CHECK_STR_EQ(generate(s, t, &prompt, "b", NULL), "two");
+    ds4_session *r = ds4_session_open(e, 4096, NULL);
+    CHECK_MSG(ds4_session_restore(r, snap, len, &err) == 0, "%s", err.msg);
+    ds4_tokens p2 = { 0 };
+    ds4_tokens_append(&p2, ds4_session_tokens(r), ds4_session_n_tokens(r));
+    /* the restored session holds the prompt up to the first reply */
+    CHECK_STR_EQ(generate(r, t, &p2, "b", NULL), "two");
+    /* a payload that is not a cursor is refused and changes nothing */
+    ((char *)snap)[len - 3] ^= 0x55;
+    CHECK(ds4_session_restore(r, snap, len, &err) != 0);
+    free(snap);
+    ds4_tokens_free(&prompt);
+    ds4_tokens_free(&p2);
+    ds4_session_close(s);
+    ds4_session_close(r);
+}
+
+TEST(script, bad_scripts_are_refused_with_the_line)
+{
+    const char *model = agent_test_model();
+    static const struct { const char *text; const char *msg; } cases[] = {
+        { "{\"assistant\": \"a\"}\n\n{oops\n", "script line 3 is not a JSON object" },
+        { "{\"assistant\": \"a\", \"delay\": 3}\n", "script line 1: unknown key \"delay\"" },
+        { "{\"reply\": \"a\"}\n", "script line 1 has no \"assistant\" text" },
+        { "{\"assistant\": 5}\n", "script line 1 has no \"assistant\" text" },
+        { "{\"assistant\": \"a\", \"delay_ms\": -4}\n", "\"delay_ms\" must be a number of milliseconds" },
+        { "[1, 2]\n", "script line 1 is not a JSON object" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *path = test_tmp_path("bad%zu.jsonl", i);
+        test_write_file(path, cases[i].text, strlen(cases[i].text));
+        ds4_engine_options o = { .model_path = model, .backend = DS4_BACKEND_SCRIPT, .script_path = path };
+        ds4_error err = { "" };
+        ds4_engine *e = ds4_engine_open(&o, &err);
+        CHECK_MSG(e == NULL, "case %zu accepted", i);
+        CHECK_CONTAINS(err.msg, cases[i].msg);
+    }
+    ds4_engine_options o = { .model_path = model, .backend = DS4_BACKEND_SCRIPT, .script_path = test_tmp_path("none") };
+    ds4_error err = { "" };
+    CHECK(ds4_engine_open(&o, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "cannot read script");
+}
