@@ -9,6 +9,7 @@
 
 #include "engine/backend.h"
 #include "engine/forward.h"
+#include "opencl/cl_ops.h"
 #include "tests/test.h"
 
 static void ids_from(json_object *arr, ds4_tokens *out)
@@ -75,6 +76,9 @@ ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads)
 {
     if (b == DS4_BACKEND_CPU) return fwd_test_engine(qs, threads);
     if (b == DS4_BACKEND_OPENCL && !&ds4_backend_opencl) SKIP("no OpenCL backend in this build");
+    /* while ops of the OpenCL backend are still being written */
+    if (b == DS4_BACKEND_OPENCL && cl_ops_first_stub())
+        SKIP("OpenCL backend incomplete: %s not implemented", cl_ops_first_stub());
     ds4_engine_options o = { .model_path = golden_model(), .backend = b, .threads = threads, .quant_sim = qs };
     ds4_error err = { "" };
     ds4_engine *e = ds4_engine_open(&o, &err);
