@@ -39,7 +39,7 @@ size_t clo_group(const clo_ctx *c, size_t want)
     return g;
 }
 
-bool clo_is_cpu(const clo_ctx *c) { return (clrt_dev(c->rt)->type & CL_DEVICE_TYPE_CPU) != 0; }
+bool clo_is_cpu(const clo_ctx *c) { return c->cpu_shaped; }
 
 void clo_arg_buf(clrt_call *call, const ds4_buf *b, size_t elem)
 {
@@ -258,6 +258,8 @@ void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err)
     c->max_alloc = d->max_alloc;
     if (o && o->max_alloc && o->max_alloc < c->max_alloc) c->max_alloc = o->max_alloc;
     c->zero_copy = d->unified && !(o && o->copy_weights);
+    cl_kernel_shape shape = o ? o->shape : CL_SHAPE_AUTO;
+    c->cpu_shaped = shape == CL_SHAPE_AUTO ? (d->type & CL_DEVICE_TYPE_CPU) != 0 : shape == CL_SHAPE_CPU;
     if (m->file && place_file(c, o, err)) {
         cl_ops_free(c);
         return NULL;

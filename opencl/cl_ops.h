@@ -28,8 +28,14 @@
 
 extern const ds4_ops cl_ops;
 
+/* Kernel shapes: CPU-shaped (a few work-items, each looping over vectors)
+ * or GPU-shaped (work-groups with lane-strided loads and local
+ * reductions). AUTO picks by device type; tests force each on any device. */
+typedef enum { CL_SHAPE_AUTO = 0, CL_SHAPE_CPU, CL_SHAPE_GPU } cl_kernel_shape;
+
 typedef struct {
     const char *device;     /* selection, as clrt_pick */
+    cl_kernel_shape shape;
     const char *cache_dir;  /* program cache root, as clrt_options */
     bool copy_weights;      /* upload even where zero-copy is possible */
     uint64_t max_alloc;     /* per-buffer limit below the device's; 0 = the device's */

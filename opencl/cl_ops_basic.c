@@ -91,7 +91,8 @@ int clo_rmsnorm(void *ctx, ds4_buf *x, const ds4_tensor *w, int64_t n_rows, int 
     size_t bytes = (size_t)n_rows * (size_t)n * F4;
     if (clo_range(c, "rmsnorm", x, 0, bytes) || clo_range(c, "rmsnorm", y, 0, bytes)) return -1;
     if (w && (w->type != GGML_TYPE_F32 || w->ne[0] != n)) return clo_fail(c, "rmsnorm: weight is not F32 [%d]", n);
-    clrt_call call = clrt_begin(c->rt, clo_kernel(c, PROG, "rmsnorm_f32"));
+    const bool cpu = clo_is_cpu(c);
+    clrt_call call = clrt_begin(c->rt, clo_kernel(c, PROG, cpu ? "rmsnorm_rows" : "rmsnorm_f32"));
     clo_arg_buf(&call, x, F4);
     if (w) {
         if (clo_arg_weight(c, &call, w, 0, (size_t)n * F4, F4)) return -1;
@@ -103,8 +104,14 @@ int clo_rmsnorm(void *ctx, ds4_buf *x, const ds4_tensor *w, int64_t n_rows, int 
     clo_arg_buf(&call, y, F4);
     clrt_arg_int(&call, n);
     clrt_arg_float(&call, c->hp->rms_eps);
-    /* a work-group per row; on a CPU device fewer items, each looping longer */
-    size_t l = clo_group(c, clo_is_cpu(c) ? 16 : 256);
+    if (cpu) {
+        /* CPU devices: a work-item per row */
+        clrt_arg_int(&call, (cl_int)n_rows);
+        size_t g = (size_t)n_rows, l = clo_group(c, 8);
+        return clrt_enqueue(&call, 1, &g, &l);
+    }
+    /* GPUs: a work-group per row */
+    size_t l = clo_group(c, 256);
     clrt_arg_local(&call, l * F4);
     size_t g = (size_t)n_rows * l;
     return clrt_enqueue(&call, 1, &g, &l);

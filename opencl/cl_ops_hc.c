@@ -34,18 +34,37 @@ static int hc_common(clo_ctx *c, const char *op, const ds4_hc_site *w, ds4_buf *
     cl_mem mix = clo_scratch(c, CLO_SCR_B, (size_t)T * (size_t)n_mix * F4);
     cl_mem pre = clo_scratch(c, CLO_SCR_C, (size_t)T * (size_t)nh * F4);
     if (!r || !mix || !pre) return -1;
-    size_t l = clo_group(c, clo_is_cpu(c) ? 16 : 256);
+    const bool cpu = clo_is_cpu(c);
+    size_t l = clo_group(c, 256);
+    clrt_call k;
+    if (cpu) {
+        /* CPU devices: a work-item per token / per (row, 4 tokens), vector loops */
+        k = clrt_begin(c->rt, clo_kernel(c, PROG, "hc_rms_rows"));
+        clo_arg_buf(&k, S, F4);
+        clrt_arg_int(&k, n);
+        clrt_arg_float(&k, hp->rms_eps);
+        clrt_arg_mem(&k, r);
+        clrt_arg_int(&k, T);
+        size_t g1 = (size_t)T, l1 = clo_group(c, 4);
+        if (clrt_enqueue(&k, 1, &g1, &l1)) return -1;
+    } else {
+        k = clrt_begin(c->rt, clo_kernel(c, PROG, "hc_rms"));
+        clo_arg_buf(&k, S, F4);
+        clrt_arg_int(&k, n);
+        clrt_arg_float(&k, hp->rms_eps);
+        clrt_arg_mem(&k, r);
+        clrt_arg_local(&k, l * F4);
+        size_t g1 = (size_t)T * l;
+        if (clrt_enqueue(&k, 1, &g1, &l)) return -1;
+    }
 
-    clrt_call k = clrt_begin(c->rt, clo_kernel(c, PROG, "hc_rms"));
-    clo_arg_buf(&k, S, F4);
-    clrt_arg_int(&k, n);
-    clrt_arg_float(&k, hp->rms_eps);
-    clrt_arg_mem(&k, r);
-    clrt_arg_local(&k, l * F4);
-    size_t g1 = (size_t)T * l;
-    if (clrt_enqueue(&k, 1, &g1, &l)) return -1;
-
-    k = clrt_begin(c->rt, clo_kernel(c, PROG, "hc_mix"));
+    const char *mix_kernel = "hc_mix";
+    if (cpu)
+        mix_kernel = ft == GGML_TYPE_F32    ? "hc_mix_rows_f32"
+                     : ft == GGML_TYPE_F16  ? "hc_mix_rows_f16"
+                     : ft == GGML_TYPE_BF16 ? "hc_mix_rows_bf16"
+                                            : "hc_mix_rows_q8_0";
+    k = clrt_begin(c->rt, clo_kernel(c, PROG, mix_kernel));
     if (clo_arg_weight(c, &k, w->fn, 0, (size_t)w->fn->nbytes, 1)) return -1;
     clrt_arg_int(&k, (cl_int)ft);
     clrt_arg_ulong(&k, w->fn->row_bytes);
@@ -54,9 +73,15 @@ static int hc_common(clo_ctx *c, const char *op, const ds4_hc_site *w, ds4_buf *
     clrt_arg_mem(&k, r);
     clrt_arg_mem(&k, mix);
     clrt_arg_int(&k, n_mix);
-    clrt_arg_local(&k, l * F4);
-    size_t g2[2] = { (size_t)n_mix * l, (size_t)T }, l2[2] = { l, 1 };
-    if (clrt_enqueue(&k, 2, g2, l2)) return -1;
+    if (cpu) {
+        clrt_arg_int(&k, T);
+        size_t g2[2] = { (size_t)n_mix, (size_t)(T + 3) / 4 }, l2[2] = { 1, 1 };
+        if (clrt_enqueue(&k, 2, g2, l2)) return -1;
+    } else {
+        clrt_arg_local(&k, l * F4);
+        size_t g2[2] = { (size_t)n_mix * l, (size_t)T }, l2[2] = { l, 1 };
+        if (clrt_enqueue(&k, 2, g2, l2)) return -1;
+    }
 
     k = clrt_begin(c->rt, clo_kernel(c, PROG, "hc_coef"));
     clrt_arg_mem(&k, mix);
@@ -110,7 +135,9 @@ int clo_hc_post(void *ctx, ds4_buf *S_in, ds4_buf *F, ds4_buf *post, ds4_buf *co
         return -1;
     if (S_in->mem == S_out->mem && S_in->off < S_out->off + hs && S_out->off < S_in->off + hs)
         return clo_fail(c, "hc_post: output aliases input");
-    clrt_call k = clrt_begin(c->rt, clo_kernel(c, PROG, "hc_expand"));
+    /* CPU devices: eight dims per work-item when D allows */
+    const bool by8 = clo_is_cpu(c) && D % 8 == 0;
+    clrt_call k = clrt_begin(c->rt, clo_kernel(c, PROG, by8 ? "hc_expand8" : "hc_expand"));
     clo_arg_buf(&k, S_in, F4);
     clo_arg_buf(&k, F, F4);
     clo_arg_buf(&k, post, F4);
@@ -119,6 +146,6 @@ int clo_hc_post(void *ctx, ds4_buf *S_in, ds4_buf *F, ds4_buf *post, ds4_buf *co
     clrt_arg_int(&k, nh);
     clrt_arg_int(&k, D);
     clrt_arg_int(&k, T);
-    size_t g[3] = { (size_t)D, (size_t)nh, (size_t)T }, l[3] = { clo_group(c, 64), 1, 1 };
+    size_t g[3] = { (size_t)(by8 ? D / 8 : D), (size_t)nh, (size_t)T }, l[3] = { clo_group(c, by8 ? 8 : 64), 1, 1 };
     return clrt_enqueue(&k, 3, g, l);
 }

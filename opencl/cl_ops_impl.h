@@ -66,6 +66,7 @@ typedef struct {
     size_t n_w, cap_w;
     cl_ops_weight_info winfo;
     bool zero_copy;
+    bool cpu_shaped;    /* see clo_is_cpu */
     uint64_t max_alloc;
     cl_mem scr[CLO_SCR_SLOTS];
     size_t scr_n[CLO_SCR_SLOTS];
@@ -85,8 +86,9 @@ static inline cl_kernel clo_kernel(clo_ctx *c, const char *program, const char *
 /* A power-of-two work-group size: `want` or less where the device allows
  * less. */
 size_t clo_group(const clo_ctx *c, size_t want);
-/* True on CPU devices (PoCL): kernels that loop per work-item beat
- * GPU-style lane striding there. */
+/* True when ops should use CPU-shaped kernels: on CPU devices (PoCL),
+ * where work-items that loop over vectors beat GPU-style lane striding,
+ * unless cl_ops_options.shape forces one shape (tests run both). */
 bool clo_is_cpu(const clo_ctx *c);
 
 /* Buffer argument pair: mem, ulong offset in elements of elem bytes. A NULL

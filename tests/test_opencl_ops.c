@@ -71,9 +71,18 @@ TEST(opencl_ops, swiglu_with_and_without_clamp)
 
 /* ---- norms and argmax ---------------------------------------------------------------- */
 
-TEST(opencl_ops, rmsnorm_weighted_unweighted_in_place)
+/* Ops with CPU- and GPU-shaped kernels run each shape on any device. */
+static const cl_kernel_shape shapes[] = { CL_SHAPE_CPU, CL_SHAPE_GPU };
+
+static oclt *open_shape(const mk_spec *spec, cl_kernel_shape shape)
 {
-    oclt *f = oclt_open(NULL);
+    cl_ops_options o = { .shape = shape };
+    return oclt_open_with(spec, &o);
+}
+
+static void rmsnorm_cases(cl_kernel_shape shape)
+{
+    oclt *f = open_shape(NULL, shape);
     const ds4_layer *L = &f->m->layers[1];
     struct {
         const ds4_tensor *w;
@@ -96,6 +105,11 @@ TEST(opencl_ops, rmsnorm_weighted_unweighted_in_place)
     }
     OCLT_CL_FAILS(f, OPS->rmsnorm(CTX, NULL, &L->attn_norm, 1, 5, NULL), "rmsnorm");
     oclt_close(f);
+}
+
+TEST(opencl_ops, rmsnorm_weighted_unweighted_in_place)
+{
+    for (size_t i = 0; i < 2; i++) rmsnorm_cases(shapes[i]);
 }
 
 TEST(opencl_ops, argmax_first_of_equal_maxima)
@@ -148,9 +162,9 @@ static void check_hc_head(oclt *f, const ds4_hc_site *site, int T)
     OCLT_CLOSE(f, y, (size_t)T * (size_t)hp->n_embd, (size_t)hp->n_embd, 1e-5);
 }
 
-static void hc_pre_and_head_cases(const mk_spec *spec)
+static void hc_pre_and_head_cases(const mk_spec *spec, cl_kernel_shape shape)
 {
-    oclt *f = oclt_open(spec);
+    oclt *f = open_shape(spec, shape);
     const ds4_hparams *hp = f->hp;
     const ds4_layer *L = &f->m->layers[2];
     ds4_hc_site attn = { &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base };
@@ -174,7 +188,7 @@ static void hc_pre_and_head_cases(const mk_spec *spec)
 
 TEST(opencl_ops, hc_pre_and_head_match_the_cpu)
 {
-    hc_pre_and_head_cases(NULL);
+    for (size_t i = 0; i < 2; i++) hc_pre_and_head_cases(NULL, shapes[i]);
 }
 
 TEST(opencl_ops, hc_pre_and_head_other_stream_counts)
@@ -183,15 +197,15 @@ TEST(opencl_ops, hc_pre_and_head_other_stream_counts)
     mk_spec_tiny(&s);
     s.n_hc = 2;
     s.hc_sinkhorn_iters = 3;
-    hc_pre_and_head_cases(&s);
+    hc_pre_and_head_cases(&s, CL_SHAPE_CPU);
     mk_spec_tiny(&s);
     s.n_hc = 7;
-    hc_pre_and_head_cases(&s);
+    hc_pre_and_head_cases(&s, CL_SHAPE_GPU);
 }
 
-TEST(opencl_ops, hc_post_exact)
+static void hc_post_cases(cl_kernel_shape shape)
 {
-    oclt *f = oclt_open(NULL);
+    oclt *f = open_shape(NULL, shape);
     const ds4_hparams *hp = f->hp;
     for (int T = 1; T <= 33; T += 32) {
         size_t hs = (size_t)T * (size_t)hp->hc_dim;
@@ -204,6 +218,11 @@ TEST(opencl_ops, hc_post_exact)
         OCLT_CL_FAILS(f, OPS->hc_post(CTX, BUF(S), BUF(F), BUF(post), BUF(comb), T, BUF(S)), "aliases");
     }
     oclt_close(f);
+}
+
+TEST(opencl_ops, hc_post_exact)
+{
+    for (size_t i = 0; i < 2; i++) hc_post_cases(shapes[i]);
 }
 
 /* ---- RoPE ---------------------------------------------------------------------------------- */

@@ -42,7 +42,23 @@ __kernel void swiglu_f32(const __global float *g, ulong g_off, const __global fl
     mid[mid_off + i] = gv * sigmoid_stable(gv) * uv;
 }
 
-/* One work-group per row: Σx² over the group, then y = x·s·w. */
+/* CPU devices: one work-item per row, vector loops. */
+__kernel void rmsnorm_rows(const __global float *x, ulong x_off, const __global float *w, ulong w_off, int has_w,
+                           __global float *y, ulong y_off, int n, float eps, int n_rows)
+{
+    size_t r = get_global_id(0);
+    if (r >= (size_t)n_rows) return;
+    x += x_off + r * n;
+    y += y_off + r * n;
+    w += w_off;
+    float s = 1.0f / sqrt(sumsq_row(x, n) / (float)n + eps);
+    if (has_w)
+        for (int i = 0; i < n; i++) y[i] = x[i] * s * w[i];
+    else
+        for (int i = 0; i < n; i++) y[i] = x[i] * s;
+}
+
+/* GPUs: one work-group per row: Σx² over the group, then y = x·s·w. */
 __kernel void rmsnorm_f32(const __global float *x, ulong x_off, const __global float *w, ulong w_off, int has_w,
                           __global float *y, ulong y_off, int n, float eps, __local float *part)
 {

@@ -47,6 +47,40 @@ inline float dense_elem(int type, const __global uchar *row, size_t i)
     return 0.0f;
 }
 
+/* 8 consecutive elements i … i+7 of a row (i a multiple of 8) as floats. */
+inline float8 load8_f32(const __global uchar *row, int i) { return vload8(0, (const __global float *)row + i); }
+inline float8 load8_f16(const __global uchar *row, int i) { return vload_half8(0, (const __global half *)row + i); }
+inline float8 load8_bf16(const __global uchar *row, int i)
+{
+    return as_float8(convert_uint8(vload8(0, (const __global ushort *)row + i)) << 16);
+}
+inline float8 load8_q8_0(const __global uchar *row, int i)
+{
+    const __global uchar *blk = row + (i / QK8_0) * Q8_0_BYTES;
+    return ld_f16(blk, 0) * convert_float8(vload8(0, (const __global char *)blk + 2 + i % QK8_0));
+}
+
+inline float hsum8(float8 v)
+{
+    float4 a = v.lo + v.hi;
+    float2 b = a.lo + a.hi;
+    return b.x + b.y;
+}
+
+/* Σ x² of a row, eight lanes then one horizontal sum. */
+inline float sumsq_row(const __global float *x, int n)
+{
+    float8 acc = 0.0f;
+    int n8 = n & ~7;
+    for (int i = 0; i < n8; i += 8) {
+        float8 v = vload8(0, x + i);
+        acc += v * v;
+    }
+    float ss = hsum8(acc);
+    for (int i = n8; i < n; i++) ss += x[i] * x[i];
+    return ss;
+}
+
 /* The CPU backend's logistic functions: the plain one and the form that
  * never overflows exp. */
 inline float sigmoid_plain(float z) { return 1.0f / (1.0f + exp(-z)); }

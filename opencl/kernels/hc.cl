@@ -20,7 +20,54 @@ __kernel void hc_rms(const __global float *S, ulong S_off, int n, float eps, __g
     if (lid == 0) r[t] = 1.0f / sqrt(part[0] / (float)n + eps);
 }
 
-/* One work-group per (mixer row j, token t): mix[t][j] = fn[j]·(S[t]·r[t]). */
+/* CPU devices: one work-item per token. */
+__kernel void hc_rms_rows(const __global float *S, ulong S_off, int n, float eps, __global float *r, int T)
+{
+    int t = get_global_id(0);
+    if (t >= T) return;
+    r[t] = 1.0f / sqrt(sumsq_row(S + S_off + (ulong)t * n, n) / (float)n + eps);
+}
+
+/* CPU devices: one work-item per (mixer row j, four tokens), the row read
+ * once for the four, eight lanes at a time; one kernel per weight type. */
+#define HC_MIX_ROWS(NAME, LOAD8)                                                                                   \
+    __kernel void NAME(const __global uchar *fn, ulong fn_off, int type, ulong row_bytes, const __global float *S, \
+                       ulong S_off, int n, const __global float *r, __global float *mix, int n_mix, int T)        \
+    {                                                                                                              \
+        int j = get_global_id(0), t0 = get_global_id(1) * 4;                                                      \
+        if (j >= n_mix || t0 >= T) return;                                                                         \
+        const __global uchar *row = fn + fn_off + (ulong)j * row_bytes;                                            \
+        int nt = T - t0 < 4 ? T - t0 : 4;                                                                          \
+        const __global float *s[4];                                                                                \
+        float rt[4];                                                                                               \
+        for (int q = 0; q < 4; q++) {                                                                              \
+            int t = t0 + (q < nt ? q : 0);                                                                         \
+            s[q] = S + S_off + (ulong)t * n;                                                                       \
+            rt[q] = r[t];                                                                                          \
+        }                                                                                                          \
+        float8 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;                                                         \
+        int n8 = n & ~7;                                                                                           \
+        for (int i = 0; i < n8; i += 8) {                                                                          \
+            float8 w = LOAD8(row, i);                                                                              \
+            a0 += w * (vload8(0, s[0] + i) * rt[0]);                                                               \
+            a1 += w * (vload8(0, s[1] + i) * rt[1]);                                                               \
+            a2 += w * (vload8(0, s[2] + i) * rt[2]);                                                               \
+            a3 += w * (vload8(0, s[3] + i) * rt[3]);                                                               \
+        }                                                                                                          \
+        float m[4] = { hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3) };                                               \
+        for (int i = n8; i < n; i++) {                                                                             \
+            float w = dense_elem(type, row, i);                                                                    \
+            for (int q = 0; q < 4; q++) m[q] += w * (s[q][i] * rt[q]);                                             \
+        }                                                                                                          \
+        for (int q = 0; q < nt; q++) mix[(ulong)(t0 + q) * n_mix + j] = m[q];                                      \
+    }
+
+HC_MIX_ROWS(hc_mix_rows_f32, load8_f32)
+HC_MIX_ROWS(hc_mix_rows_f16, load8_f16)
+HC_MIX_ROWS(hc_mix_rows_bf16, load8_bf16)
+HC_MIX_ROWS(hc_mix_rows_q8_0, load8_q8_0)
+
+/* GPUs: one work-group per (mixer row j, token t): mix[t][j] = fn[j]·(S[t]·r[t]). */
 __kernel void hc_mix(const __global uchar *fn, ulong fn_off, int type, ulong row_bytes, const __global float *S,
                      ulong S_off, int n, const __global float *r, __global float *mix, int n_mix,
                      __local float *part)
@@ -103,6 +150,20 @@ __kernel void hc_collapse(const __global float *S, ulong S_off, const __global f
     float acc = 0.0f;
     for (int i = 0; i < nh; i++) acc += pre[i] * S[(ulong)i * D];
     x[x_off + (ulong)t * D + d] = acc;
+}
+
+/* CPU devices: the same eight dims per work-item (D a multiple of 8). */
+__kernel void hc_expand8(const __global float *S, ulong S_off, const __global float *F, ulong F_off,
+                         const __global float *post, ulong post_off, const __global float *comb, ulong comb_off,
+                         __global float *out, ulong out_off, int nh, int D, int T)
+{
+    int d = get_global_id(0) * 8, k = get_global_id(1), t = get_global_id(2);
+    if (d >= D || k >= nh || t >= T) return;
+    S += S_off + (ulong)t * nh * D + d;
+    comb += comb_off + (ulong)t * nh * nh + k;
+    float8 acc = post[post_off + (ulong)t * nh + k] * vload8(0, F + F_off + (ulong)t * D + d);
+    for (int s = 0; s < nh; s++) acc += comb[s * nh] * vload8(0, S + (ulong)s * D);
+    vstore8(acc, 0, out + out_off + ((ulong)t * nh + k) * D + d);
 }
 
 /* S_out[t][k][d] = post[t][k]·F[t][d] + Σ_j comb[t][j][k]·S_in[t][j][d]. */
