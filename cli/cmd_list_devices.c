@@ -19,6 +19,8 @@ int cmd_list_devices(const ds4cl_options *o)
         return EXIT_ERROR;
     }
     int pick = clrt_pick(devs, n, o->device, err, sizeof err);
+    const char *env = getenv("DS4CL_DEVICE");
+    const char *mark = (o->device && *o->device) || (env && *env) ? " (selected)" : " (default)";
     const char *platform = NULL;
     for (int i = 0; i < n; i++) {
         const clrt_device *d = &devs[i];
@@ -27,7 +29,7 @@ int cmd_list_devices(const ds4cl_options *o)
             printf("%sPlatform: %s (%s)\n", i ? "\n" : "", d->platform_name, d->platform_version);
         }
         char gm[32], ma[32];
-        printf("  [%d]%s %s\n", d->index, i == pick ? " (default)" : "", d->name);
+        printf("  [%d]%s %s\n", d->index, i == pick ? mark : "", d->name);
         printf("      type %s, %u compute units, %s\n", clrt_type_name(d->type), d->compute_units, d->c_version);
         printf("      global memory %s%s, max allocation %s\n", format_bytes(gm, sizeof gm, d->global_mem),
                d->unified ? " (shared with the host)" : "", format_bytes(ma, sizeof ma, d->max_alloc));

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/ds4.h"
+#include "engine/mkmodel.h"
 #include "engine/quant.h"
 #include "opencl/cl_ops.h"
 #include "opencl/cl_runtime.h"
@@ -204,6 +206,7 @@ TEST(opencl_runtime, weights_zero_copy_upload_and_split)
 TEST(opencl_runtime, list_devices_command)
 {
     oclt_require_device();
+    unsetenv("DS4CL_DEVICE");
     char *out;
     int rc = test_runf(&out, "%s/ds4cl --list-devices", test_bindir());
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
@@ -212,9 +215,41 @@ TEST(opencl_runtime, list_devices_command)
     CHECK_CONTAINS(out, "(default)");
     CHECK_CONTAINS(out, "max allocation");
     CHECK_CONTAINS(out, "OpenCL C");
+    rc = test_runf(&out, "DS4CL_DEVICE=0 %s/ds4cl --list-devices", test_bindir());
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, "[0] (selected)");
     rc = test_runf(&out, "%s/ds4cl --list-devices --device no-such-device-xyz", test_bindir());
     CHECK_EQ_INT(rc, 1);
     CHECK_CONTAINS(out, "no OpenCL device name contains \"no-such-device-xyz\"");
+}
+
+/* The backend opens through the engine, names its device and plans its
+ * session memory; a device that does not exist is refused by name. */
+TEST(opencl_runtime, engine_opens_on_the_backend)
+{
+    oclt_require_device();
+    mk_spec s;
+    mk_spec_tiny(&s);
+    ds4_error err = { "" };
+    const char *path = test_tmp_path("tiny.gguf");
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .device = "0" };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    ds4_model_info info;
+    ds4_engine_info(e, &info);
+    CHECK_STR_EQ(info.backend_name, "opencl");
+    int n;
+    clrt_device *d = devices(&n);
+    CHECK_CONTAINS(info.device_name, d[0].name);
+    CHECK_CONTAINS(info.device_name, "OpenCL");
+    free(d);
+    uint64_t a = ds4_session_bytes_estimate(e, 256), b = ds4_session_bytes_estimate(e, 4096);
+    CHECK(a > 0 && b > a);
+    ds4_engine_close(e);
+    o.device = "no-such-device-xyz";
+    CHECK(ds4_engine_open(&o, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "no-such-device-xyz");
 }
 
 /* Without any OpenCL driver (an empty ICD vendor directory) the failure
