@@ -29,7 +29,8 @@ __kernel void hc_rms_rows(const __global float *S, ulong S_off, int n, float eps
 }
 
 /* CPU devices: one work-item per (mixer row j, four tokens), the row read
- * once for the four, eight lanes at a time; one kernel per weight type. */
+ * once for the four, eight lanes at a time; one kernel per weight type. A
+ * last group of fewer tokens goes one token at a time. */
 #define HC_MIX_ROWS(NAME, LOAD8)                                                                                   \
     __kernel void NAME(const __global uchar *fn, ulong fn_off, int type, ulong row_bytes, const __global float *S, \
                        ulong S_off, int n, const __global float *r, __global float *mix, int n_mix, int T)        \
@@ -37,29 +38,42 @@ __kernel void hc_rms_rows(const __global float *S, ulong S_off, int n, float eps
         int j = get_global_id(0), t0 = get_global_id(1) * 4;                                                      \
         if (j >= n_mix || t0 >= T) return;                                                                         \
         const __global uchar *row = fn + fn_off + (ulong)j * row_bytes;                                            \
-        int nt = T - t0 < 4 ? T - t0 : 4;                                                                          \
-        const __global float *s[4];                                                                                \
-        float rt[4];                                                                                               \
-        for (int q = 0; q < 4; q++) {                                                                              \
-            int t = t0 + (q < nt ? q : 0);                                                                         \
-            s[q] = S + S_off + (ulong)t * n;                                                                       \
-            rt[q] = r[t];                                                                                          \
+        const int n8 = n & ~7;                                                                                     \
+        S += S_off;                                                                                                \
+        if (T - t0 >= 4) {                                                                                         \
+            const __global float *s0 = S + (ulong)t0 * n, *s1 = s0 + n, *s2 = s1 + n, *s3 = s2 + n;               \
+            float r0 = r[t0], r1 = r[t0 + 1], r2 = r[t0 + 2], r3 = r[t0 + 3];                                      \
+            float8 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;                                                     \
+            for (int i = 0; i < n8; i += 8) {                                                                      \
+                float8 w = LOAD8(row, i);                                                                          \
+                a0 += w * (vload8(0, s0 + i) * r0);                                                                \
+                a1 += w * (vload8(0, s1 + i) * r1);                                                                \
+                a2 += w * (vload8(0, s2 + i) * r2);                                                                \
+                a3 += w * (vload8(0, s3 + i) * r3);                                                                \
+            }                                                                                                      \
+            float m0 = hsum8(a0), m1 = hsum8(a1), m2 = hsum8(a2), m3 = hsum8(a3);                                  \
+            for (int i = n8; i < n; i++) {                                                                         \
+                float w = dense_elem(type, row, i);                                                                \
+                m0 += w * (s0[i] * r0);                                                                            \
+                m1 += w * (s1[i] * r1);                                                                            \
+                m2 += w * (s2[i] * r2);                                                                            \
+                m3 += w * (s3[i] * r3);                                                                            \
+            }                                                                                                      \
+            mix[(ulong)t0 * n_mix + j] = m0;                                                                       \
+            mix[(ulong)(t0 + 1) * n_mix + j] = m1;                                                                 \
+            mix[(ulong)(t0 + 2) * n_mix + j] = m2;                                                                 \
+            mix[(ulong)(t0 + 3) * n_mix + j] = m3;                                                                 \
+            return;                                                                                                \
         }                                                                                                          \
-        float8 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;                                                         \
-        int n8 = n & ~7;                                                                                           \
-        for (int i = 0; i < n8; i += 8) {                                                                          \
-            float8 w = LOAD8(row, i);                                                                              \
-            a0 += w * (vload8(0, s[0] + i) * rt[0]);                                                               \
-            a1 += w * (vload8(0, s[1] + i) * rt[1]);                                                               \
-            a2 += w * (vload8(0, s[2] + i) * rt[2]);                                                               \
-            a3 += w * (vload8(0, s[3] + i) * rt[3]);                                                               \
+        for (int t = t0; t < T; t++) {                                                                             \
+            const __global float *s0 = S + (ulong)t * n;                                                           \
+            float r0 = r[t];                                                                                       \
+            float8 a0 = 0.0f;                                                                                      \
+            for (int i = 0; i < n8; i += 8) a0 += LOAD8(row, i) * (vload8(0, s0 + i) * r0);                        \
+            float m0 = hsum8(a0);                                                                                  \
+            for (int i = n8; i < n; i++) m0 += dense_elem(type, row, i) * (s0[i] * r0);                            \
+            mix[(ulong)t * n_mix + j] = m0;                                                                        \
         }                                                                                                          \
-        float m[4] = { hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3) };                                               \
-        for (int i = n8; i < n; i++) {                                                                             \
-            float w = dense_elem(type, row, i);                                                                    \
-            for (int q = 0; q < 4; q++) m[q] += w * (s[q][i] * rt[q]);                                             \
-        }                                                                                                          \
-        for (int q = 0; q < nt; q++) mix[(ulong)(t0 + q) * n_mix + j] = m[q];                                      \
     }
 
 HC_MIX_ROWS(hc_mix_rows_f32, load8_f32)
