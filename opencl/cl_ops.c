@@ -104,9 +104,11 @@ cl_mem clo_scratch(clo_ctx *c, int slot, size_t bytes)
 
 /* ---- weights ------------------------------------------------------------------ */
 
-static const char *gib(char *buf, size_t n, uint64_t bytes)
+static const char *human_bytes(char *buf, size_t n, uint64_t bytes)
 {
-    snprintf(buf, n, "%.2f GiB", (double)bytes / (double)(1ull << 30));
+    if (bytes >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)bytes / (double)(1ull << 30));
+    else if (bytes >= (1ull << 20)) snprintf(buf, n, "%.1f MiB", (double)bytes / (double)(1ull << 20));
+    else snprintf(buf, n, "%.1f KiB", (double)bytes / 1024.0);
     return buf;
 }
 
@@ -173,7 +175,7 @@ static int place(clo_ctx *c, const weight_src *t, const cl_ops_options *o, uint6
             char need[32];
             return ds4_error_set(err, "OpenCL device %s: cannot hold tensor %s (%s, %llu bytes; the weights need %s): %s",
                                  d->name, t->name, c->zero_copy ? "zero-copy mapping" : "upload",
-                                 (unsigned long long)n, gib(need, sizeof need, total), clrt_strerror(rc));
+                                 (unsigned long long)n, human_bytes(need, sizeof need, total), clrt_strerror(rc));
         }
         if (add_piece(c, p, (size_t)n, m, off)) {
             clReleaseMemObject(m);
@@ -204,12 +206,12 @@ static int place_file(clo_ctx *c, const cl_ops_options *o, ds4_error *err)
     uint64_t total = 0, done = 0;
     for (size_t i = 0; i < nt; i++) total += gguf_tensor_at(f, i)->nbytes;
     const clrt_device *d = clrt_dev(c->rt);
-    if (!c->zero_copy && total > d->global_mem) {
+    if (!c->zero_copy && total > c->device_mem) {
         char need[32], have[32];
         return ds4_error_set(err,
                              "the model's weights need %s of device memory, but the OpenCL device %s has %s; "
                              "use a device with more memory or --backend cpu",
-                             gib(need, sizeof need, total), d->name, gib(have, sizeof have, d->global_mem));
+                             human_bytes(need, sizeof need, total), d->name, human_bytes(have, sizeof have, c->device_mem));
     }
     for (size_t i = 0; i < nt; i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -257,6 +259,8 @@ void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err)
     const clrt_device *d = clrt_dev(rt);
     c->max_alloc = d->max_alloc;
     if (o && o->max_alloc && o->max_alloc < c->max_alloc) c->max_alloc = o->max_alloc;
+    c->device_mem = d->global_mem;
+    if (o && o->device_mem && o->device_mem < c->device_mem) c->device_mem = o->device_mem;
     c->zero_copy = d->unified && !(o && o->copy_weights);
     cl_kernel_shape shape = o ? o->shape : CL_SHAPE_AUTO;
     c->cpu_shaped = shape == CL_SHAPE_AUTO ? (d->type & CL_DEVICE_TYPE_CPU) != 0 : shape == CL_SHAPE_CPU;

@@ -39,6 +39,7 @@ typedef struct {
     const char *cache_dir;  /* program cache root, as clrt_options */
     bool copy_weights;      /* upload even where zero-copy is possible */
     uint64_t max_alloc;     /* per-buffer limit below the device's; 0 = the device's */
+    uint64_t device_mem;    /* device memory below the device's; 0 = the device's */
     /* Progress of a weight upload (fraction 0..1, short label); may be NULL. */
     void (*progress)(void *ud, double fraction, const char *what);
     void *progress_ud;

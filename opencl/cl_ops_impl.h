@@ -68,6 +68,7 @@ typedef struct {
     bool zero_copy;
     bool cpu_shaped;    /* see clo_is_cpu */
     uint64_t max_alloc;
+    uint64_t device_mem;
     cl_mem scr[CLO_SCR_SLOTS];
     size_t scr_n[CLO_SCR_SLOTS];
 } clo_ctx;

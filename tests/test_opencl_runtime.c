@@ -198,6 +198,11 @@ TEST(opencl_runtime, weights_zero_copy_upload_and_split)
     void *ctx = cl_ops_new(m, &tiny, &err);
     CHECK(ctx == NULL);
     CHECK_CONTAINS(err.msg, "is larger than the largest buffer");
+    /* weights to upload that exceed the device's memory: refused with both sizes */
+    cl_ops_options short_mem = { .copy_weights = true, .device_mem = 8 << 20, .cache_dir = oclt_cache_dir() };
+    CHECK(cl_ops_new(m, &short_mem, &err) == NULL);
+    CHECK_CONTAINS(err.msg, test_printf("the model's weights need %.1f MiB of device memory", (double)total / 1048576.0));
+    CHECK_CONTAINS(err.msg, "has 8.0 MiB");
     model_free(m);
     gguf_close(g);
     free(file);
