@@ -148,6 +148,20 @@ TEST(opencl_runtime, build_and_lookup_errors_are_explained)
     CHECK_CONTAINS(err, "no OpenCL device name contains");
 }
 
+typedef struct {
+    int calls;
+    double last;
+    bool monotonic;
+} progress_seen;
+
+static void on_progress(void *ud, double fraction, const char *what)
+{
+    progress_seen *p = ud;
+    if (fraction < p->last || !what || !*what) p->monotonic = false;
+    p->last = fraction;
+    p->calls++;
+}
+
 /* Weights: zero-copy where the device shares memory, uploaded on request,
  * split when the per-buffer limit is small; the embedding still reads the
  * right rows across the split. */
@@ -164,10 +178,22 @@ TEST(opencl_runtime, weights_zero_copy_upload_and_split)
     CHECK_EQ_INT(wi.uploaded, unified ? 0 : total);
     oclt_close(f);
 
-    cl_ops_options up = { .copy_weights = true };
+    progress_seen seen = { 0, 0.0, true };
+    cl_ops_options up = { .copy_weights = true, .progress = on_progress, .progress_ud = &seen };
     f = oclt_open_with(NULL, &up);
     cl_ops_weights(f->ctx[OCLT_CL], &wi);
     CHECK_EQ_INT(wi.uploaded, total);
+    CHECK(seen.calls > 10 && seen.monotonic && seen.last == 1.0);
+    {
+        /* ops read the uploaded copies */
+        int32_t ids[3] = { 5, 300, 42 };
+        oclt_buf tok = oclt_ints(f, ids, 3), S = oclt_zeros(f, 3 * (size_t)f->hp->hc_dim * 4);
+        OCLT_BOTH(f, OPS->embed(CTX, &f->m->token_embd, BUF(tok), 3, BUF(S)));
+        OCLT_SAME(f, S, S.bytes);
+        oclt_buf x = oclt_floats(f, 3 * (size_t)f->hp->n_embd, -1, 1);
+        OCLT_BOTH(f, OPS->rmsnorm(CTX, BUF(x), &f->m->output_norm, 3, f->hp->n_embd, BUF(x)));
+        OCLT_CLOSE(f, x, 3 * (size_t)f->hp->n_embd, (size_t)f->hp->n_embd, 2e-6);
+    }
     oclt_close(f);
 
     /* 40 KiB buffers: the tiny embedding (311 rows of 512 B) takes several */
