@@ -433,8 +433,11 @@ static uint64_t tokenizer_fingerprint(const ds4_tokenizer *t)
     return h;
 }
 
-/* HASH of a system prompt's KV state: what it depends on. */
-static void sysprompt_key(const ds4_model_info *mi, int n_ctx, const int32_t *ids, size_t n, char out[65])
+/* HASH of a system prompt's KV state: what it depends on. Not the
+ * context size: a snapshot restores into a session of any context that
+ * holds its tokens, and --ctx auto picks a slightly different size
+ * whenever free memory moves. */
+static void sysprompt_key(const ds4_model_info *mi, const int32_t *ids, size_t n, char out[65])
 {
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     if (!md) abort();
@@ -443,7 +446,7 @@ static void sysprompt_key(const ds4_model_info *mi, int n_ctx, const int32_t *id
     /* CPU and OpenCL share the snapshot format; the script engine's
      * payload is its own. */
     bool scripted = mi->backend_name && !strcmp(mi->backend_name, "script");
-    int hl = snprintf(head, sizeof head, "ds4cl-sysprompt 1 %016" PRIx64 " %d %s %zu", mi->identity, n_ctx,
+    int hl = snprintf(head, sizeof head, "ds4cl-sysprompt 2 %016" PRIx64 " %s %zu", mi->identity,
                       scripted ? "script" : "model", n);
     EVP_DigestUpdate(md, head, (size_t)hl);
     for (size_t i = 0; i < n; i++) {
@@ -458,11 +461,11 @@ static void sysprompt_key(const ds4_model_info *mi, int n_ctx, const int32_t *id
     for (unsigned i = 0; i < 32 && i < dl; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-static bool sysprompt_path(const ds4_model_info *mi, int n_ctx, const int32_t *ids, size_t n, char *buf, size_t size)
+static bool sysprompt_path(const ds4_model_info *mi, const int32_t *ids, size_t n, char *buf, size_t size)
 {
     char dir[PATH_MAX], key[65] = "";
     if (!sysprompt_cache_dir(dir, sizeof dir)) return false;
-    sysprompt_key(mi, n_ctx, ids, n, key);
+    sysprompt_key(mi, ids, n, key);
     int w = snprintf(buf, size, "%s/%s.kv", dir, key);
     return w > 0 && (size_t)w < size;
 }
@@ -568,7 +571,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         } else {
             /* The cached system prompt still saves that much. */
             char cpath[PATH_MAX];
-            bool cached = s->system_len && sysprompt_path(&mi, cfg->n_ctx, s->tx.ids, s->system_len, cpath, sizeof cpath) &&
+            bool cached = s->system_len && sysprompt_path(&mi, s->tx.ids, s->system_len, cpath, sizeof cpath) &&
                           map_snapshot(s, cpath);
             note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
                  have ? " that can be read" : " (removed by the disk budget or never written)",
@@ -588,7 +591,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         }
         s->cache_tokens.n = 0;
         ds4_tokens_append(&s->cache_tokens, sys.ids, sys.n);
-        if (sysprompt_path(&mi, cfg->n_ctx, sys.ids, sys.n, s->cache_path, sizeof s->cache_path) &&
+        if (sysprompt_path(&mi, sys.ids, sys.n, s->cache_path, sizeof s->cache_path) &&
             map_snapshot(s, s->cache_path)) {
             s->cache_hit = true;
             ds4_tokens_append(&s->resume_tokens, sys.ids, sys.n);

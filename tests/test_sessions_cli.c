@@ -112,7 +112,15 @@ TEST(sessions_cli, resume_reads_only_the_new_turn)
     CHECK(j.n >= 2 && j.recs[0].kind == AGENT_TURN_SYSTEM && j.recs[1].kind == AGENT_TURN_USER);
     CHECK(j.recs[1].n_tokens > user_turn_tokens("fresh start"));
     CHECK_EQ_INT(num(r, "prefilled_tokens"), j.recs[1].n_tokens + 2);
+    size_t fresh_user = j.recs[1].n_tokens;
     journal_scan_free(&j);
+
+    /* nor with another context size (--ctx auto moves with free memory) */
+    rc = run_in(&out, test_tmpdir(), script, "--ctx 20480 -p 'fresh start' --output-format stream-json 2>&1");
+    CHECK_MSG(rc == 0, "%s", out);
+    r = result_of(out);
+    CHECK_EQ_INT(num(r, "ctx_size"), 20480);
+    CHECK_EQ_INT(num(r, "prefilled_tokens"), fresh_user + 2);
 
     /* text mode names the session on stderr */
     rc = run_in(&out, test_tmpdir(), script, "--ctx 12288 -p 'in text mode'");
