@@ -58,6 +58,7 @@ struct session {
     void *map;
     size_t map_len;
     char cache_path[PATH_MAX]; /* system prompt cache to check at the first idle; "" = none */
+    char run_dir[PATH_MAX];    /* the tools' state directory when it is ours; "" = none */
     ds4_tokens cache_tokens;
     bool cache_hit;
     uint64_t budget;
@@ -169,21 +170,6 @@ static void apply_record(session *s, const agent_turn *t)
 
 /* ---- opening ---------------------------------------------------------------------------- */
 
-static void remove_stale_temps(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.' && strstr(de->d_name, ".tmp.")) {
-            char path[PATH_MAX + 256];
-            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-            unlink(path);
-        }
-    }
-    closedir(d);
-}
-
 /* Rewrites a journal that has damage in the middle from its intact
  * records, keeping the damaged original beside it. */
 static void repair_journal(session *s, const journal_scan *j, const char *path)
@@ -269,7 +255,7 @@ static void load_journal(session *s)
 static session *load_locked(const char *id, const char *dir, int lock_fd)
 {
     session *s = session_alloc(dir, lock_fd);
-    remove_stale_temps(dir);
+    session_remove_leftovers(dir);
     bool have_meta = meta_read(dir, &s->meta) == 0 && !strcmp(s->meta.info.id, id);
     if (!have_meta) {
         memset(&s->meta, 0, sizeof s->meta);
@@ -609,6 +595,13 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     s->hooks.on_idle = hook_idle;
     s->hooks.on_save = hook_save;
     cfg->persist = &s->hooks;
+    /* The tools keep their scratch (a browser profile, job logs) in the
+     * session: one place to clean, also after a crash (see
+     * session_remove_leftovers). */
+    if (!cfg->tools.state_dir || !cfg->tools.state_dir[0]) {
+        path_in(s, RUN_DIR, s->run_dir, sizeof s->run_dir);
+        cfg->tools.state_dir = s->run_dir;
+    }
     cfg->resume = s->resume.n_tokens ? &s->resume : NULL;
     cfg->session_id = s->meta.info.id;
     return 0;
@@ -921,6 +914,7 @@ void session_close(session *s)
     if (!s) return;
     session_attach_done(s);
     pthread_mutex_lock(&s->mu);
+    if (s->run_dir[0]) rm_rf(s->run_dir);
     if (s->created_here && s->meta.info.user_turns == 0) {
         rm_rf(s->dir);
     } else if (s->dirty && s->meta.info.user_turns > 0) {
