@@ -281,9 +281,9 @@ TEST(sessions_store, list_resolve_and_format)
     CHECK_EQ_INT(v[1].snapshot_bytes, 100);
     CHECK(!v[0].in_use);
     char *text = sessions_format_list(v, (size_t)n, 2, "aa22");
-    CHECK_CONTAINS(text, "* aa22");
-    CHECK_CONTAINS(text, "second task");
-    CHECK_CONTAINS(text, "/w/two");
+    /* ID, age, tokens, title; then the directory */
+    CHECK_CONTAINS(text, "* aa22        1m       8  second task\n");
+    CHECK_CONTAINS(text, "\n           /w/two\n");
     CHECK_CONTAINS(text, "and 1 more");
     CHECK(strstr(text, "first task") == NULL);
     free(text);
