@@ -597,11 +597,10 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     cfg->persist = &s->hooks;
     /* The tools keep their scratch (a browser profile, job logs) in the
      * session: one place to clean, also after a crash (see
-     * session_remove_leftovers). */
-    if (!cfg->tools.state_dir || !cfg->tools.state_dir[0]) {
-        path_in(s, RUN_DIR, s->run_dir, sizeof s->run_dir);
-        cfg->tools.state_dir = s->run_dir;
-    }
+     * session_remove_leftovers). Set whatever cfg held: a config reused
+     * from an earlier attach points into a session that may be closed. */
+    path_in(s, RUN_DIR, s->run_dir, sizeof s->run_dir);
+    cfg->tools.state_dir = s->run_dir;
     cfg->resume = s->resume.n_tokens ? &s->resume : NULL;
     cfg->session_id = s->meta.info.id;
     return 0;

@@ -132,8 +132,8 @@ session *session_open(const char *id, char *err, size_t errlen);
 /* Binds the session to an engine and completes cfg for agent_start:
  * session_id, persist (the hooks), resume (the journal's transcript
  * and the newest usable snapshot, or the cached system prompt of a new
- * session) and, when unset, tools.state_dir (the session's run/, valid
- * until session_close). Refused when the transcript cannot run on this engine (another
+ * session) and tools.state_dir (the session's run/, valid until
+ * session_close). Refused when the transcript cannot run on this engine (another
  * tokenizer, a context too small). cfg->n_ctx, think, sampling and the
  * prompt fields must be final. What it found (a torn journal tail, a
  * missing snapshot, another model) becomes notes. */

@@ -130,7 +130,11 @@ TEST(tools_policy, defaults_by_class)
     /* the web tools start a browser and reach the network: asked first */
     CHECK_EQ_INT(decide(env, "web_search", "{\"query\":\"x\"}"), PERM_ASK);
     CHECK_EQ_INT(decide(env, "visit_page", "{\"url\":\"https://example.com/\"}"), PERM_ASK);
-    env = env_with_rules("allow visit_page\n", true);
+}
+
+TEST(tools_policy, a_rule_allows_one_web_tool)
+{
+    tool_env *env = env_with_rules("allow visit_page\n", true);
     CHECK_EQ_INT(decide(env, "visit_page", "{\"url\":\"https://example.com/\"}"), PERM_ALLOW);
     CHECK_EQ_INT(decide(env, "web_search", "{\"query\":\"x\"}"), PERM_ASK);
 }
