@@ -503,7 +503,7 @@ TEST(memplan_open, no_model_explains_how_to_get_one)
     int n = 0;
     char *msg;
     CHECK(open_capturing(&o, &n, &msg) == NULL);
-    CHECK_CONTAINS(msg, "ds4cl download q2");
+    CHECK_CONTAINS(msg, "ds4cl download q2-imatrix");
 }
 
 TEST(memplan_open, weights_too_big_are_refused_before_loading)
@@ -541,11 +541,20 @@ TEST(memplan_open, golden_model_loads_with_an_auto_context)
     CHECK_MSG(e != NULL, "%s", msg);
     CHECK_CONTAINS(msg, "loaded ");
     CHECK_CONTAINS(msg, "--ctx auto: ");
+    /* planned, then read */
+    CHECK(strstr(msg, "--ctx auto: ") < strstr(msg, "loaded "));
     ds4_model_info info;
     ds4_engine_info(e, &info);
     CHECK(n > 0);
     if (info.n_ctx_train > 0) CHECK(n <= info.n_ctx_train);
     ds4_engine_close(e);
+
+    /* a context that cannot fit is refused before the weights are read */
+    setenv("DS4CL_MEM_AVAILABLE", "1100M", 1);
+    o.ctx = 1000000;
+    CHECK(open_capturing(&o, &n, &msg) == NULL);
+    CHECK_CONTAINS(msg, "does not fit in memory");
+    CHECK(strstr(msg, "loaded") == NULL);
 }
 
 TEST(memplan_detect, opencl_device_selection)
