@@ -390,9 +390,10 @@ int memplan_opencl_device(const char *device, memplan_device *out)
 }
 
 /* Where a session's memory comes from. The weights are memory-mapped from
- * the GGUF, so they always take host memory; a discrete OpenCL device
- * holds the session (and whatever the engine copies there) in its own
- * memory, while a unified-memory device shares the host's. */
+ * the GGUF, so they always take host memory; a discrete OpenCL device gets
+ * its own copy of every weight tensor at open (opencl/cl_ops.c) and holds
+ * the session beside it, while a unified-memory device shares the host's
+ * memory and reads the mapping in place. */
 typedef struct {
     uint64_t available;
     const char *what;
@@ -415,6 +416,7 @@ static int session_pool(ds4_backend backend, const char *device, pool *p)
     if (dev) {
         p->available = dev;
         p->what = "device memory";
+        p->holds_weights = true;
         snprintf(p->source, sizeof p->source, "DS4CL_DEVICE_MEM");
         return 0;
     }
@@ -422,6 +424,7 @@ static int session_pool(ds4_backend backend, const char *device, pool *p)
     if (memplan_opencl_device(device, &d) != 0 || d.unified || d.global_mem == 0) return host_pool(p);
     p->available = d.global_mem;
     p->what = "device memory";
+    p->holds_weights = true;
     snprintf(p->source, sizeof p->source, "%s, total", d.name);
     return 0;
 }

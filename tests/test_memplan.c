@@ -473,6 +473,19 @@ TEST(memplan_plan, session_context_on_a_real_engine)
     /* no memory at all: refused */
     setenv("DS4CL_MEM_AVAILABLE", "1", 1);
     CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, &n), -1);
+    unsetenv("DS4CL_MEM_AVAILABLE");
+    /* device memory that holds the session but not the weights beside it is
+     * refused: the OpenCL backend copies every tensor to a discrete device
+     * (1 GiB is the planner's minimum reserve) */
+    CHECK(info.weights_bytes > 0);
+    char mem[64];
+    snprintf(mem, sizeof mem, "%llu", (unsigned long long)((1ull << 30) + s1 + info.weights_bytes / 2));
+    setenv("DS4CL_DEVICE_MEM", mem, 1);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, &n), -1);
+    snprintf(mem, sizeof mem, "%llu", (unsigned long long)(4 * (info.weights_bytes + s2) + (1ull << 30)));
+    setenv("DS4CL_DEVICE_MEM", mem, 1);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, &n), 0);
+    unsetenv("DS4CL_DEVICE_MEM");
     ds4_engine_close(e);
 }
 
