@@ -77,6 +77,8 @@ int clo_compress(void *ctx, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_b
 
 /* ---- indexer -------------------------------------------------------------------------------- */
 
+enum { IDX_HEADS = 64, IDX_ROWS = 4 }; /* as in attn_index.cl */
+
 int clo_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cache_type ct, int R, int64_t pos0, int T,
                 ds4_buf *sel)
 {
@@ -85,7 +87,6 @@ int clo_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cach
     const int nh = hp->n_indexer_head, hd = hp->indexer_head_dim, k = hp->indexer_top_k;
     if (R < 1 || pos0 < 0 || T < 0) return clo_fail(c, "indexer: ratio %d at position %lld", R, (long long)pos0);
     if (T == 0) return 0;
-    if (hd % 8) return clo_fail(c, "indexer: rows of %d dims (a multiple of 8 is needed)", hd);
     const int64_t max_vis = (pos0 + T) / R;
     const size_t es = ct == DS4_CACHE_F16 ? 2 : 4;
     if (clo_range(c, "indexer", q, 0, (size_t)T * (size_t)nh * (size_t)hd * F4) ||
@@ -97,20 +98,43 @@ int clo_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cach
     cl_mem keys = clo_scratch(c, CLO_SCR_A, rank ? (size_t)T * (size_t)max_vis * 4 : 4);
     if (!keys) return -1;
     if (rank) {
-        clrt_call s = clrt_begin(c->rt, clo_kernel(c, "attn_index", ct == DS4_CACHE_F16 ? "idx_scores_f16" : "idx_scores_f32"));
+        /* heads padded to whole groups of IDX_HEADS lanes */
+        const int nhp = (nh + IDX_HEADS - 1) / IDX_HEADS * IDX_HEADS;
+        const size_t nq = (size_t)T * (size_t)hd * (size_t)nhp;
+        cl_mem qT = clo_scratch(c, CLO_SCR_B, (nq + (size_t)T * (size_t)nhp) * F4);
+        if (!qT) return -1;
+        clrt_call s = clrt_begin(c->rt, clo_kernel(c, "attn_index", "idx_transpose"));
         clo_arg_buf(&s, q, F4);
         clo_arg_buf(&s, weights, F4);
-        clo_arg_buf(&s, rows, es);
         clrt_arg_int(&s, nh);
         clrt_arg_int(&s, hd);
+        clrt_arg_int(&s, nhp);
         clrt_arg_float(&s, 1.0f / sqrtf((float)(hd * nh)));
+        clrt_arg_int(&s, T);
+        clrt_arg_mem(&s, qT);
+        clrt_arg_mem(&s, qT);
+        clrt_arg_ulong(&s, nq);
+        size_t g0[3] = { (size_t)nhp, (size_t)hd, (size_t)T }, l0[3] = { clo_group(c, 64), 1, 1 };
+        if (clrt_enqueue(&s, 3, g0, l0)) return -1;
+        const bool cpu = clo_is_cpu(c);
+        const char *kname = ct == DS4_CACHE_F16 ? (cpu ? "idx_scores_f16" : "idx_scores_wi_f16")
+                                                : (cpu ? "idx_scores_f32" : "idx_scores_wi_f32");
+        s = clrt_begin(c->rt, clo_kernel(c, "attn_index", kname));
+        clrt_arg_mem(&s, qT);
+        clrt_arg_mem(&s, qT);
+        clrt_arg_ulong(&s, nq);
+        clo_arg_buf(&s, rows, es);
+        clrt_arg_int(&s, nhp);
+        clrt_arg_int(&s, hd);
         clrt_arg_int(&s, R);
         clrt_arg_long(&s, pos0);
         clrt_arg_int(&s, T);
         clrt_arg_int(&s, k);
         clrt_arg_long(&s, max_vis);
         clrt_arg_mem(&s, keys);
-        size_t g[2] = { (size_t)(max_vis + 7) / 8, (size_t)T }, l[2] = { clo_group(c, 4), 1 };
+        /* CPU shape: IDX_ROWS rows per work-item; GPU shape: one row */
+        size_t g[2] = { cpu ? (size_t)(max_vis + IDX_ROWS - 1) / IDX_ROWS : (size_t)max_vis, (size_t)T };
+        size_t l[2] = { clo_group(c, cpu ? 4 : 64), 1 };
         if (clrt_enqueue(&s, 2, g, l)) return -1;
     }
     /* CPU devices: one work-item per token, a sequential select */
@@ -131,7 +155,7 @@ int clo_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cach
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
-enum { ATTN_HG = 8, ATTN_SB = 16, ATTN_MIN_BLOCK = 64 };
+enum { ATTN_HG = 8, ATTN_SB = 32, ATTN_MIN_BLOCK = 64 };
 
 int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_t raw_rows, ds4_buf *comp, int R,
                   ds4_buf *sel, int sel_stride, const ds4_tensor *sinks, int64_t pos0, int T, ds4_buf *o)
@@ -144,7 +168,7 @@ int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
         return clo_fail(c, "attention: ratio %d, %lld raw rows at position %lld", R, (long long)raw_rows,
                         (long long)pos0);
     if (T == 0) return 0;
-    if (hd % 8) return clo_fail(c, "attention: rows of %d dims (a multiple of 8 is needed)", hd);
+    if (hd % 16) return clo_fail(c, "attention: rows of %d dims (a multiple of 16 is needed)", hd);
     const int64_t n_comp = R > 0 ? (sel ? sel_stride : (pos0 + T) / R) : 0;
     /* the chunk's newest row must not have replaced a row its oldest query reads */
     const int64_t oldest = pos0 - n_swa + 1 < 0 ? 0 : pos0 - n_swa + 1;
@@ -166,15 +190,20 @@ int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
     }
     if (sinks->type != GGML_TYPE_F32 || sinks->ne[0] != H) return clo_fail(c, "attention: sinks are not F32 [%d]", H);
 
-    /* Blocks of rows per token: enough work-items to fill the device, no
-     * block shorter than ATTN_MIN_BLOCK rows. */
+    /* Blocks of rows per token: enough work-items (CPU shape: one per
+     * token × ATTN_HG heads × block) or work-groups (GPU shape: one per
+     * token × head × block) to fill the device, no block shorter than
+     * ATTN_MIN_BLOCK rows. */
+    const bool cpu = clo_is_cpu(c);
+    const size_t L = cpu ? 1 : clo_group(c, 64);
     const int64_t n_max = (pos0 + T < n_swa ? pos0 + T : n_swa) + n_comp;
-    const int64_t groups = (int64_t)T * ((H + ATTN_HG - 1) / ATTN_HG);
+    const int64_t groups = (int64_t)T * (cpu ? (H + ATTN_HG - 1) / ATTN_HG : H);
     const int64_t cu = clrt_dev(c->rt)->compute_units ? clrt_dev(c->rt)->compute_units : 1;
-    const int64_t target = clo_is_cpu(c) ? 4 * cu : 64 * cu;
+    const int64_t target = cpu ? 16 * cu : 8 * cu;
+    const int64_t sub = cpu ? ATTN_SB : (int64_t)L;
     int64_t nb = groups >= target ? 1 : (target + groups - 1) / groups;
     int64_t rb = (n_max + nb - 1) / nb;
-    rb = (rb + ATTN_SB - 1) / ATTN_SB * ATTN_SB;
+    rb = (rb + sub - 1) / sub * sub;
     if (rb < ATTN_MIN_BLOCK) rb = ATTN_MIN_BLOCK;
     nb = (n_max + rb - 1) / rb;
     if (nb < 1) nb = 1;
@@ -185,7 +214,9 @@ int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
         if (!part || !mz) return -1;
     }
 
-    clrt_call k = clrt_begin(c->rt, clo_kernel(c, "attn", ct == DS4_CACHE_F16 ? "attn_part_f16" : "attn_part_f32"));
+    const char *kname = ct == DS4_CACHE_F16 ? (cpu ? "attn_part_f16" : "attn_wg_f16")
+                                            : (cpu ? "attn_part_f32" : "attn_wg_f32");
+    clrt_call k = clrt_begin(c->rt, clo_kernel(c, "attn", kname));
     clo_arg_buf(&k, q, F4);
     clo_arg_buf(&k, raw, es);
     clrt_arg_long(&k, raw_rows);
@@ -212,8 +243,15 @@ int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
         clo_arg_buf(&k, o, F4);
         clrt_arg_mem(&k, o->mem); /* no (max, sum) pairs with one block */
     }
-    size_t g[3] = { (size_t)nb, (size_t)((H + ATTN_HG - 1) / ATTN_HG), (size_t)T }, l[3] = { 1, 1, 1 };
-    if (clrt_enqueue(&k, 3, g, l)) return -1;
+    if (cpu) {
+        size_t g[3] = { (size_t)nb, (size_t)((H + ATTN_HG - 1) / ATTN_HG), (size_t)T }, l[3] = { 1, 1, 1 };
+        if (clrt_enqueue(&k, 3, g, l)) return -1;
+    } else {
+        clrt_arg_local(&k, L * L * F4);
+        clrt_arg_local(&k, L * F4);
+        size_t g[3] = { (size_t)nb * L, (size_t)H, (size_t)T }, l[3] = { L, 1, 1 };
+        if (clrt_enqueue(&k, 3, g, l)) return -1;
+    }
     if (nb == 1) return 0;
 
     k = clrt_begin(c->rt, clo_kernel(c, "attn", "attn_combine"));

@@ -3,6 +3,8 @@
  * radix select over order-preserving keys and a compaction in row order.
  * Work is O(rows) per token whatever k is. */
 
+inline float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
+
 /* An unsigned key with the order of the float (zeros of both signs equal). */
 inline uint order_key(float f)
 {
@@ -11,16 +13,35 @@ inline uint order_key(float f)
     return (u & 0x80000000u) ? ~u : u | 0x80000000u;
 }
 
-#define IDX_ROWS 8
+/* Heads in vector lanes: the queries transposed to [T][hd][nhp] and the
+ * scaled head weights to [T][nhp], nhp = n_indexer_head rounded up to
+ * IDX_HEADS with zeros (a zero head adds exactly nothing). One work-item
+ * per (head, dim, token). */
+#define IDX_HEADS 64
 
-/* One work-item per (IDX_ROWS rows, token), only for tokens that see more
- * rows than they keep: score[c] = Σ_h w[h]·scale·max(0, q_h·K[c]), each
- * query chunk loaded once for the rows, one horizontal sum per (row,
- * head). Out: keys [T][max_vis]. */
-#define IDX_SCORES(NAME, ELEM, LOAD8)                                                                                \
-    __kernel void NAME(const __global float *q, ulong q_off, const __global float *wts, ulong w_off,                \
-                       const __global ELEM *rows, ulong rows_off, int nh, int hd, float scale, int R, long pos0,     \
-                       int T, int k, long max_vis, __global uint *keys)                                              \
+__kernel void idx_transpose(const __global float *q, ulong q_off, const __global float *wts, ulong w_off, int nh,
+                            int hd, int nhp, float scale, int T, __global float *qT, __global float *ws, ulong ws_off)
+{
+    ws += ws_off;
+    int h = get_global_id(0), d = get_global_id(1), t = get_global_id(2);
+    if (h >= nhp || d >= hd || t >= T) return;
+    qT[((ulong)t * hd + d) * nhp + h] = h < nh ? q[q_off + ((ulong)t * nh + h) * hd + d] : 0.0f;
+    if (d == 0) ws[(ulong)t * nhp + h] = h < nh ? wts[w_off + (ulong)t * nh + h] * scale : 0.0f;
+}
+
+#define IDX_ROWS 4
+
+/* CPU shape: one work-item per (IDX_ROWS rows, token), only for tokens that see more
+ * rows than they keep: score[c] = Σ_h ws[h]·max(0, q_h·K[c]). The dot
+ * products of IDX_HEADS heads run in four 16-lane accumulators per row,
+ * one multiply-add per dim in dim order; the weighted sum is a
+ * multiply-add per 16 heads, then one horizontal sum — the order of the
+ * CPU backend's vector path, so on such hosts the scores agree to the bit.
+ * Out: keys [T][max_vis]. */
+#define IDX_SCORES(NAME, ELEM, LOAD1)                                                                                \
+    __kernel void NAME(const __global float *qT, const __global float *ws, ulong ws_off, const __global ELEM *rows, \
+                       ulong rows_off, int nhp, int hd, int R, long pos0, int T, int k, long max_vis,                \
+                       __global uint *keys)                                                                          \
     {                                                                                                                \
         long c0 = (long)get_global_id(0) * IDX_ROWS;                                                                 \
         int t = get_global_id(1);                                                                                    \
@@ -30,29 +51,70 @@ inline uint order_key(float f)
         int nr = nv - c0 < IDX_ROWS ? (int)(nv - c0) : IDX_ROWS;                                                     \
         const __global ELEM *rp[IDX_ROWS];                                                                           \
         for (int r = 0; r < IDX_ROWS; r++) rp[r] = rows + rows_off + (ulong)(c0 + (r < nr ? r : 0)) * hd;            \
-        q += q_off + (ulong)t * nh * hd;                                                                             \
-        wts += w_off + (ulong)t * nh;                                                                                \
-        float s[IDX_ROWS];                                                                                           \
+        qT += (ulong)t * hd * nhp;                                                                                   \
+        ws += ws_off + (ulong)t * nhp;                                                                               \
+        float16 s[IDX_ROWS];                                                                                         \
         for (int r = 0; r < IDX_ROWS; r++) s[r] = 0.0f;                                                              \
-        for (int h = 0; h < nh; h++) {                                                                               \
-            const __global float *qh = q + (ulong)h * hd;                                                            \
-            float8 acc[IDX_ROWS];                                                                                    \
-            for (int r = 0; r < IDX_ROWS; r++) acc[r] = 0.0f;                                                        \
-            for (int i = 0; i < hd; i += 8) {                                                                        \
-                float8 qv = vload8(0, qh + i);                                                                       \
-                for (int r = 0; r < IDX_ROWS; r++) acc[r] = fma(qv, LOAD8(rp[r], i), acc[r]);                        \
+        for (int h0 = 0; h0 < nhp; h0 += IDX_HEADS) {                                                                \
+            float16 a[IDX_ROWS][4];                                                                                  \
+            for (int r = 0; r < IDX_ROWS; r++)                                                                       \
+                for (int v = 0; v < 4; v++) a[r][v] = 0.0f;                                                          \
+            for (int d = 0; d < hd; d++) {                                                                           \
+                const __global float *qd = qT + (ulong)d * nhp + h0;                                                 \
+                float16 q0 = vload16(0, qd), q1 = vload16(1, qd), q2 = vload16(2, qd), q3 = vload16(3, qd);          \
+                for (int r = 0; r < IDX_ROWS; r++) {                                                                 \
+                    float k1 = LOAD1(rp[r], d); /* (float16)vload_half(…) crashes clang 15 */                        \
+                    float16 kd = (float16)(k1);                                                                      \
+                    a[r][0] = fma(q0, kd, a[r][0]);                                                                  \
+                    a[r][1] = fma(q1, kd, a[r][1]);                                                                  \
+                    a[r][2] = fma(q2, kd, a[r][2]);                                                                  \
+                    a[r][3] = fma(q3, kd, a[r][3]);                                                                  \
+                }                                                                                                    \
             }                                                                                                        \
-            float ws = wts[h] * scale;                                                                               \
-            for (int r = 0; r < IDX_ROWS; r++) s[r] += fmax(hsum8(acc[r]), 0.0f) * ws;                               \
+            for (int v = 0; v < 4; v++) {                                                                            \
+                float16 wv = vload16(v, ws + h0);                                                                    \
+                for (int r = 0; r < IDX_ROWS; r++) s[r] = fma(fmax(a[r][v], 0.0f), wv, s[r]);                        \
+            }                                                                                                        \
         }                                                                                                            \
         __global uint *out = keys + (ulong)t * max_vis + c0;                                                         \
-        for (int r = 0; r < nr; r++) out[r] = order_key(s[r]);                                                       \
+        for (int r = 0; r < nr; r++) out[r] = order_key(hsum16(s[r]));                                               \
     }
 
-#define LOAD8_F32(p, i) vload8(0, (p) + (i))
-#define LOAD8_F16(p, i) vload_half8(0, (p) + (i))
-IDX_SCORES(idx_scores_f32, float, LOAD8_F32)
-IDX_SCORES(idx_scores_f16, half, LOAD8_F16)
+#define LOAD1_F32(p, i) (p)[i]
+#define LOAD1_F16(p, i) vload_half((i), (p))
+IDX_SCORES(idx_scores_f32, float, LOAD1_F32)
+IDX_SCORES(idx_scores_f16, half, LOAD1_F16)
+
+/* GPU shape: one work-item per (row, token), every head in turn. The
+ * same operations in the same order as the lanes above (head 16v + j
+ * accumulates into lane j), so both shapes give the same scores. */
+#define IDX_SCORES_WI(NAME, ELEM, LOAD1)                                                                             \
+    __kernel void NAME(const __global float *qT, const __global float *ws, ulong ws_off, const __global ELEM *rows, \
+                       ulong rows_off, int nhp, int hd, int R, long pos0, int T, int k, long max_vis,                \
+                       __global uint *keys)                                                                          \
+    {                                                                                                                \
+        long c = get_global_id(0);                                                                                   \
+        int t = get_global_id(1);                                                                                    \
+        if (t >= T) return;                                                                                          \
+        long nv = (pos0 + t + 1) / R;                                                                                \
+        if (nv <= k || c >= nv) return;                                                                              \
+        const __global ELEM *kr = rows + rows_off + (ulong)c * hd;                                                   \
+        qT += (ulong)t * hd * nhp;                                                                                   \
+        ws += ws_off + (ulong)t * nhp;                                                                               \
+        float sl[16];                                                                                                \
+        for (int j = 0; j < 16; j++) sl[j] = 0.0f;                                                                   \
+        for (int v = 0; v < nhp / 16; v++)                                                                           \
+            for (int j = 0; j < 16; j++) {                                                                           \
+                int h = 16 * v + j;                                                                                  \
+                float dot = 0.0f;                                                                                    \
+                for (int d = 0; d < hd; d++) dot = fma(qT[(ulong)d * nhp + h], LOAD1(kr, d), dot);                   \
+                sl[j] = fma(fmax(dot, 0.0f), ws[h], sl[j]);                                                          \
+            }                                                                                                        \
+        keys[(ulong)t * max_vis + c] = order_key(hsum16(vload16(0, sl)));                                            \
+    }
+
+IDX_SCORES_WI(idx_scores_wi_f32, float, LOAD1_F32)
+IDX_SCORES_WI(idx_scores_wi_f16, half, LOAD1_F16)
 
 /* One radix pass over the rows of the current prefix: the histogram of
  * the 8 bits at `shift`, then the bin holding the need-th best key. Every
