@@ -260,6 +260,81 @@ TEST(opencl_attn, attention_raw_compressed_selected)
     for (size_t i = 0; i < 2; i++) attention_cases(shapes[i]);
 }
 
+/* ---- the ops together ------------------------------------------------------------------- */
+
+/* A ratio-4 layer's attention state driven chunk by chunk as the schedule
+ * drives it: raw rows into the ring, both compressors' rows into their
+ * caches (f16), the indexer once rows outnumber top_k, attention through
+ * its selection. Each backend keeps its own state (raw ring, frontier
+ * rings); the selections must match exactly and the outputs closely at
+ * every step. */
+TEST(opencl_attn, ratio_4_layer_over_chunks)
+{
+    oclt *f = oclt_open(NULL);
+    const ds4_hparams *hp = f->hp;
+    const ds4_layer *L = &f->m->layers[2];
+    const int H = hp->n_head, hd = hp->head_dim, id = hp->indexer_head_dim, nih = hp->n_indexer_head;
+    const int k = hp->indexer_top_k, R = 4;
+    const ds4_cache_type ct = DS4_CACHE_F16;
+    const int chunks[] = { 1, 1, 5, 12, 3, 20, 1, 1, 30, 2, 1, 7 };
+    const int n_chunks = (int)(sizeof chunks / sizeof chunks[0]), Tmax = 30;
+    int64_t total = 0;
+    for (int i = 0; i < n_chunks; i++) total += chunks[i];
+    const int64_t raw_rows = hp->n_swa + Tmax - 1, front_rows = 2 * R + Tmax;
+    oclt_buf raw = oclt_zeros(f, (size_t)raw_rows * (size_t)hd * 2);
+    oclt_buf comp = oclt_zeros(f, (size_t)(total / R) * (size_t)hd * 2);
+    oclt_buf icomp = oclt_zeros(f, (size_t)(total / R) * (size_t)id * 2);
+    oclt_buf cfront = oclt_zeros(f, (size_t)front_rows * 4 * (size_t)hd * 4);
+    oclt_buf ifront = oclt_zeros(f, (size_t)front_rows * 4 * (size_t)id * 4);
+    oclt_buf pooled = oclt_zeros(f, (size_t)(Tmax / R + 1) * (size_t)hd * 4);
+    oclt_buf ipooled = oclt_zeros(f, (size_t)(Tmax / R + 1) * (size_t)id * 4);
+    oclt_buf isel = oclt_zeros(f, (size_t)Tmax * (size_t)k * 4);
+    oclt_buf o = oclt_zeros(f, (size_t)Tmax * (size_t)H * (size_t)hd * 4);
+    int64_t pos0 = 0;
+    bool ranked = false;
+    for (int i = 0; i < n_chunks; i++) {
+        const int T = chunks[i];
+        const int64_t w0 = pos0 / R, n_emit = (pos0 + T) / R - w0;
+        oclt_buf kv = oclt_floats(f, (size_t)T * (size_t)hd, -1, 1);
+        OCLT_BOTH(f, OPS->store_rows(CTX, BUF(kv), T, hd, BUF(raw), ct, pos0, raw_rows));
+        oclt_buf ca = oclt_floats(f, (size_t)T * 2 * (size_t)hd, -1, 1), cb = oclt_floats(f, (size_t)T * 2 * (size_t)hd, -3, 3);
+        OCLT_BOTH(f, OPS->compress(CTX, BUF(ca), BUF(cb), &L->comp_ape, BUF(cfront), front_rows, R, 2, hd, pos0, T,
+                                   BUF(pooled)));
+        oclt_buf ia = oclt_floats(f, (size_t)T * 2 * (size_t)id, -1, 1), ib = oclt_floats(f, (size_t)T * 2 * (size_t)id, -3, 3);
+        OCLT_BOTH(f, OPS->compress(CTX, BUF(ia), BUF(ib), &L->idx_comp_ape, BUF(ifront), front_rows, R, 2, id, pos0, T,
+                                   BUF(ipooled)));
+        if (n_emit > 0) {
+            OCLT_CLOSE(f, pooled, (size_t)n_emit * (size_t)hd, (size_t)hd, 2e-6);
+            OCLT_CLOSE(f, ipooled, (size_t)n_emit * (size_t)id, (size_t)id, 2e-6);
+            OCLT_BOTH(f, OPS->store_rows(CTX, BUF(pooled), n_emit, hd, BUF(comp), ct, w0, 0));
+            OCLT_BOTH(f, OPS->store_rows(CTX, BUF(ipooled), n_emit, id, BUF(icomp), ct, w0, 0));
+            /* an f16 rounding may fall either side for values a few ulps
+             * apart: both continue from the CPU's rows, so each step is
+             * compared on equal inputs */
+            oclt_write(f, comp, 0, oclt_read(f, comp, OCLT_CPU), comp.bytes);
+            oclt_write(f, icomp, 0, oclt_read(f, icomp, OCLT_CPU), icomp.bytes);
+        }
+        bool rank = (pos0 + T) / R > k;
+        if (rank) {
+            oclt_buf qI = oclt_floats(f, (size_t)T * (size_t)nih * (size_t)id, -1, 1);
+            oclt_buf iw = oclt_floats(f, (size_t)T * (size_t)nih, -1, 1);
+            OCLT_BOTH(f, OPS->indexer(CTX, BUF(qI), BUF(iw), BUF(icomp), ct, R, pos0, T, BUF(isel)));
+            OCLT_SAME(f, isel, (size_t)T * (size_t)k * 4);
+            ranked = true;
+        }
+        oclt_buf q = oclt_floats(f, (size_t)T * (size_t)H * (size_t)hd, -4, 4);
+        OCLT_BOTH(f, OPS->attention(CTX, BUF(q), BUF(raw), ct, raw_rows, BUF(comp), R, rank ? BUF(isel) : NULL, k,
+                                    &L->attn_sinks, pos0, T, BUF(o)));
+        OCLT_CLOSE(f, o, (size_t)T * (size_t)H * (size_t)hd, (size_t)hd, 1e-5);
+        pos0 += T;
+    }
+    CHECK_MSG(ranked, "the run should reach the indexer");
+    OCLT_SAME(f, raw, raw.bytes);
+    OCLT_SAME(f, cfront, cfront.bytes);
+    OCLT_SAME(f, ifront, ifront.bytes);
+    oclt_close(f);
+}
+
 /* ---- router --------------------------------------------------------------------------------- */
 
 static void check_router(oclt *f, const float *logits, int T, const ds4_tensor *bias, const ds4_tensor *tid2eid,
@@ -304,4 +379,32 @@ TEST(opencl_attn, router_bias_hash_ties_and_norm)
     f->m->hp.expert_weights_norm = !f->m->hp.expert_weights_norm;
     router_cases(f);
     oclt_close(f);
+}
+
+/* ---- the benchmark mode ------------------------------------------------------------------- */
+
+/* ds4cl-bench --attn-bench prints one CSV row per case and backend, with
+ * the row counts the schedule would use at each context. */
+TEST(opencl_attn, attn_bench_csv)
+{
+    oclt_require_device();
+    char *out = NULL;
+    int rc = test_runf(&out, "%s/ds4cl-bench --attn-bench --backend both --rows 300 --ctx 4096 --reps 1 2>&1",
+                       test_bindir());
+    CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", out);
+    CHECK_CONTAINS(out, "case,backend,cache,rows,ms,cpu_ms,rows_gbps,gflops\n");
+    /* the window (128) plus: 300 rows; the indexer's 512; 4096/128; the indexer over 4096/4 */
+    const char *want[] = { "attention rows=300,%s,f16,428,",        "attention ctx=4096 ratio 4,%s,f16,640,",
+                           "attention ctx=4096 ratio 128,%s,f16,160,", "indexer ctx=4096,%s,f16,1024," };
+    const char *backends[] = { "cpu", "opencl" };
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 4; i++) {
+            const char *line = strstr(out, test_printf(want[i], backends[b]));
+            CHECK_MSG(line != NULL, "no row \"%s\" in:\n%s", test_printf(want[i], backends[b]), out);
+            double ms = atof(strchr(line + strlen(test_printf(want[i], backends[b])) - 1, ',') + 1);
+            CHECK_MSG(ms > 0, "row \"%.60s\" has no time", line);
+        }
+    rc = test_runf(&out, "%s/ds4cl-bench --attn-bench --rows 12x 2>&1", test_bindir());
+    CHECK_EQ_INT(rc, 2);
+    CHECK_CONTAINS(out, "usage: ds4cl-bench --attn-bench");
 }
