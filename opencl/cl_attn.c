@@ -155,6 +155,7 @@ int clo_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cach
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
+/* ATTN_HG and ATTN_SB as in attn.cl */
 enum { ATTN_HG = 8, ATTN_SB = 32, ATTN_MIN_BLOCK = 64 };
 
 int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_t raw_rows, ds4_buf *comp, int R,

@@ -3,7 +3,6 @@
  * compressor pooling with its frontier ring, indexer scores and top-k,
  * attention over raw and compressed rows, router. Both kernel shapes run on
  * any device. Skips where no OpenCL device exists. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
