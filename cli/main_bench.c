@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/bench_attn.h"
 #include "cli/bench_engine.h"
 #include "cli/bench_quant.h"
 #include "cli/bench_tokenizer.h"
@@ -21,6 +22,8 @@ static void help(void)
           "       ds4cl-bench --quant-bench [--mb M] [--n N] [--threads T] [--reps R] [--types LIST]\n"
           "                   matvec GB/s per weight format vs a streaming-read ceiling\n"
           "       ds4cl-bench --tokenizer-bench FILE -m MODEL [--runs N]\n"
+          "       ds4cl-bench --attn-bench [--backend cpu|opencl|both] [--rows LIST] [--ctx LIST] [--f32]\n"
+          "                   attention and indexer cost per decode step at long context\n"
           "\n"
           "  -h, --help     this text\n"
           "      --version  print the version\n", stdout);
@@ -32,6 +35,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--tokenizer-bench")) return bench_tokenizer_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "--attn-bench")) return bench_attn(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
         if (!strcmp(argv[i], "--version")) { printf("ds4cl-bench %s\n", DS4CL_VERSION); return 0; }
