@@ -209,6 +209,20 @@ TEST(tools_policy, symlink_escaping_the_workspace_is_outside)
     CHECK(r.denied);
     CHECK_CONTAINS(r.text, "outside the workspace");
     CHECK(access(test_tmp_path("outside/new.txt"), F_OK) != 0);
+    /* the advice names what helps here (a rule for that path), not the
+     * --yes that is already on */
+    CHECK_CONTAINS(r.text, "--yes and --allow do not cover this");
+    CHECK_CONTAINS(r.text, test_printf("allow write %s", test_tmp_path("outside/new.txt")));
+    tu_free(env);
+    /* and that rule does allow it */
+    const char *rules = test_tmp_path("rules-outside");
+    const char *rule = test_printf("allow write %s\n", test_tmp_path("outside/new.txt"));
+    test_write_file(rules, rule, strlen(rule));
+    tool_env_config with_rule = { .rules_path = rules };
+    env = tu_env_cfg(&with_rule);
+    r = tu_call(env, "write", "{\"path\":\"escape/new.txt\",\"content\":\"x\"}");
+    CHECK_MSG(!r.is_error, "%s", r.text);
+    CHECK_STR_EQ(test_read_file(test_tmp_path("outside/new.txt"), NULL), "x");
 }
 
 TEST(tools_policy, path_rules)

@@ -291,9 +291,18 @@ void tools_run(tool_env *env, const char *name, const char *args_json,
                  reason ? ")" : "");
         if (!env->cfg.interactive || !ctx->confirm) {
             char *rule = tools_always_rule(env, t, args);
-            denied(out, "%s needs approval and this run cannot ask (denied by policy). The user can "
-                        "allow it with --yes, --allow %s, or a rule such as \"%s\" in .ds4cl/rules.",
-                   question, t->name, rule ? rule : "");
+            /* --yes and --allow do not cover writes outside the workspace
+             * or into .git: only a rule naming the path does */
+            bool path_only = t->cls == TOOL_CLASS_WRITE && reason;
+            if (path_only)
+                denied(out, "%s needs approval and this run cannot ask (denied by policy). --yes and "
+                            "--allow do not cover this; the user can allow it with a rule such as \"%s\" "
+                            "in .ds4cl/rules.",
+                       question, rule ? rule : "");
+            else
+                denied(out, "%s needs approval and this run cannot ask (denied by policy). The user can "
+                            "allow it with --yes, --allow %s, or a rule such as \"%s\" in .ds4cl/rules.",
+                       question, t->name, rule ? rule : "");
             free(rule);
             json_object_put(args);
             return;
