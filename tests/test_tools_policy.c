@@ -189,6 +189,19 @@ TEST(tools_policy, yes_and_allow_flags)
     char err[256];
     CHECK(tool_env_new(&c3, err, sizeof err) == NULL);
     CHECK_CONTAINS(err, "--allow wirte: no such tool");
+    /* one flag may name several tools */
+    const char *const list[] = { "write,edit", " bash ", NULL };
+    tool_env_config c4 = { .allow = list };
+    env = tu_env_cfg(&c4);
+    CHECK_EQ_INT(decide(env, "write", "{\"path\":\"a\",\"content\":\"\"}"), PERM_ALLOW);
+    CHECK_EQ_INT(decide(env, "edit", "{\"path\":\"a\",\"new\":\"\"}"), PERM_ALLOW);
+    CHECK_EQ_INT(decide(env, "bash", bash("make")), PERM_ALLOW);
+    CHECK_EQ_INT(decide(env, "visit_page", "{\"url\":\"http://x/\"}"), PERM_ASK);
+    tu_free(env);
+    const char *const bad_list[] = { "read,wirte", NULL };
+    tool_env_config c5 = { .allow = bad_list, .workspace = tu_workspace() };
+    CHECK(tool_env_new(&c5, err, sizeof err) == NULL);
+    CHECK_CONTAINS(err, "--allow wirte: no such tool");
 }
 
 TEST(tools_policy, symlink_escaping_the_workspace_is_outside)
