@@ -17,6 +17,8 @@
 #pragma weak tools_schema_json
 #pragma weak tool_env_new
 #pragma weak tool_env_free
+#pragma weak tools_sandbox_active
+#pragma weak tools_sandbox_status
 
 const char *agent_state_name(agent_state s)
 {
@@ -567,6 +569,10 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         agent_free(a);
         return NULL;
     }
+    /* Said once, at the start: without Landlock every command asks. */
+    if (a->env && cfg->tools.sandbox && tools_sandbox_active && tools_sandbox_status &&
+        !tools_sandbox_active(a->env))
+        agent_notice(a, "%s", tools_sandbox_status(a->env));
     if (a->dschema && !cfg->no_dsml_mask) {
         int32_t control[] = { a->t_bos, a->t_user, a->t_assistant, a->t_think, a->t_think_end };
         a->dvocab = dsml_vocab_new(a->n_vocab, vocab_bytes, (void *)a->tok, a->t_eos, a->t_dsml, control, 5);

@@ -10,6 +10,7 @@
 #include "agent/dsml.h"
 #include "tests/agent_util.h"
 #include "tests/test.h"
+#include "tests/tools_util.h"
 
 TEST(agent, plain_answer)
 {
@@ -1247,6 +1248,38 @@ TEST(agent, registry_confirmation_round_trip)
     CHECK_MSG(!strcmp(log.end, AGENT_END_DONE), "%s %s", log.end, sb_str(&log.seq));
     CHECK_STR_EQ(test_read_file(test_tmp_path("allowed.txt"), NULL), "yes\n");
     CHECK_CONTAINS(sb_str(&log.text), "Written.");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+TEST(agent, missing_landlock_is_said_once_and_bash_asks)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    tu_hide_landlock();
+    const char *call = test_printf("b</think>%s", dsml_block("bash", "command", "ls", NULL));
+    const char *lines[] = {
+        script_line(call, NULL),
+        script_line(call, "\"expect\": \"needs approval\""),
+        script_line("ok</think>Cannot run it.", "\"expect\": \"needs approval\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.tools.sandbox = true;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "list the files", &log);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    CHECK_EQ_INT(count_of(sb_str(&log.notices), "Landlock is not available on this kernel"), 1);
+    CHECK_CONTAINS(sb_str(&log.seq), "TOOL_RESULT(bash,denied)");
     agent_stop(a);
     ev_log_free(&log);
 }

@@ -43,4 +43,9 @@ bool tu_wait_gone(const char *marker, int ms);
 /* Zombie children of this process. */
 int tu_my_zombies(void);
 
+/* Makes this test process (and what it starts) see a kernel without
+ * Landlock: its system calls fail with ENOSYS (a seccomp filter). Skips
+ * the test when the filter cannot be installed. */
+void tu_hide_landlock(void);
+
 #endif
