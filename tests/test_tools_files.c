@@ -161,13 +161,39 @@ TEST(tools_read, missing_directory_binary_and_empty)
 
 TEST(tools_read, permission_denied)
 {
-    if (geteuid() == 0) SKIP("running as root: permission bits do not stop reads");
+    tu_obey_permission_bits();
     tool_env *env = tu_env();
     const char *p = tu_file("secret", "x\n");
     chmod(p, 0);
     tu_result r = tu_call(env, "read", "{\"path\":\"secret\"}");
     CHECK(r.is_error);
     CHECK_CONTAINS(r.text, "Permission denied");
+    /* the other file tools: clean errors, nothing lost */
+    const char *ro = tu_file("ro/kept.txt", "kept\n");
+    chmod(ro, 0444);
+    chmod(tu_path("ro"), 0555);
+    r = tu_call(env, "write", "{\"path\":\"ro/kept.txt\",\"content\":\"new\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "ermission denied");
+    r = tu_call(env, "write", "{\"path\":\"ro/new.txt\",\"content\":\"new\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "ermission denied");
+    r = tu_call(env, "edit", "{\"path\":\"ro/kept.txt\",\"old\":\"kept\",\"new\":\"gone\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "ermission denied");
+    CHECK_STR_EQ(tu_content("ro/kept.txt"), "kept\n");
+    chmod(tu_path("ro"), 0755);
+    chmod(ro, 0644);
+    tu_file("closed/inner.txt", "needle\n");
+    chmod(tu_path("closed"), 0);
+    r = tu_call(env, "list", "{\"path\":\"closed\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "ermission denied");
+    r = tu_call(env, "search", "{\"query\":\"needle\"}");
+    CHECK(!r.is_error);
+    CHECK_CONTAINS(r.text, "No matches");
+    CHECK_CONTAINS(r.text, "unreadable");
+    chmod(tu_path("closed"), 0755);
 }
 
 TEST(tools_read, read_errors_are_results)

@@ -17,6 +17,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <sys/capability.h>
 #include <sys/prctl.h>
 
 static tool_env *g_env;
@@ -199,4 +200,16 @@ void tu_hide_landlock(void)
     struct sock_fprog prog = { .len = sizeof f / sizeof f[0], .filter = f };
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
         SKIP("cannot install a seccomp filter: %s", strerror(errno));
+}
+
+void tu_obey_permission_bits(void)
+{
+    if (geteuid() != 0) return;
+    cap_t c = cap_get_proc();
+    cap_value_t v[] = { CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER };
+    if (!c || cap_set_flag(c, CAP_EFFECTIVE, 3, v, CAP_CLEAR) != 0 || cap_set_proc(c) != 0) {
+        if (c) cap_free(c);
+        SKIP("cannot drop the capabilities that override permission bits");
+    }
+    cap_free(c);
 }

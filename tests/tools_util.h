@@ -48,4 +48,8 @@ int tu_my_zombies(void);
  * the test when the filter cannot be installed. */
 void tu_hide_landlock(void);
 
+/* Makes permission bits apply to this test process even as root (drops
+ * the capabilities that override them). */
+void tu_obey_permission_bits(void);
+
 #endif
