@@ -487,7 +487,12 @@ static agent *agent_alloc(const agent_config *cfg)
     if (!a) abort();
     a->wake_r = a->wake_w = -1;
     pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
+    /* timed waits (a permission question) follow the monotonic clock */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->cv, &ca);
+    pthread_condattr_destroy(&ca);
     atomic_init(&a->interrupt, false);
     a->cfg = *cfg;
     a->workspace = dup_or_null(cfg->workspace ? cfg->workspace : ".");
@@ -753,5 +758,10 @@ void agent_get_status(agent *a, agent_status *out)
     pthread_mutex_lock(&a->mu);
     *out = a->st;
     out->confirm_pending = a->confirm_waiting && !a->confirm_answered;
+    out->confirm_left_ms = 0;
+    if (out->confirm_pending) {
+        double left = a->confirm_deadline > 0 ? a->confirm_deadline - now_ms() : -1;
+        out->confirm_left_ms = left < 0 && a->confirm_deadline > 0 ? 0 : (int)left;
+    }
     pthread_mutex_unlock(&a->mu);
 }

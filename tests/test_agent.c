@@ -1227,6 +1227,19 @@ TEST(agent, tiny_model_forced_tool_call_parses)
     ds4_engine_close(e);
 }
 
+/* Answers yes, after checking that the question waits 30 s by default. */
+static void answer_yes_default_wait(agent *a, const agent_event *e, void *ud)
+{
+    if (e->type != AGENT_EV_CONFIRM) return;
+    agent_status st;
+    agent_get_status(a, &st);
+    CHECK(st.confirm_pending);
+    CHECK_MSG(st.confirm_left_ms > AGENT_CONFIRM_TIMEOUT_MS - 5000 && st.confirm_left_ms <= AGENT_CONFIRM_TIMEOUT_MS,
+              "left %d ms", st.confirm_left_ms);
+    CHECK_EQ_INT(AGENT_CONFIRM_TIMEOUT_MS, 30000);
+    answer_yes(a, e, ud);
+}
+
 TEST(agent, registry_confirmation_round_trip)
 {
     if (!tools_all) SKIP("the tool registry is not part of this build yet");
@@ -1243,7 +1256,7 @@ TEST(agent, registry_confirmation_round_trip)
     ev_log log = { 0 };
     wait_idle(a, &log, 10000);
     CHECK_EQ_INT(agent_submit(a, "write it"), 0);
-    run_to_end(a, &log, 10000, answer_yes, NULL);
+    run_to_end(a, &log, 10000, answer_yes_default_wait, NULL);
     CHECK_EQ_INT(log.confirms, 1);
     CHECK_MSG(!strcmp(log.end, AGENT_END_DONE), "%s %s", log.end, sb_str(&log.seq));
     CHECK_STR_EQ(test_read_file(test_tmp_path("allowed.txt"), NULL), "yes\n");
@@ -1280,6 +1293,49 @@ TEST(agent, missing_landlock_is_said_once_and_bash_asks)
     CHECK_STR_EQ(log.end, AGENT_END_DONE);
     CHECK_EQ_INT(count_of(sb_str(&log.notices), "Landlock is not available on this kernel"), 1);
     CHECK_CONTAINS(sb_str(&log.seq), "TOOL_RESULT(bash,denied)");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, unanswered_question_is_a_no_after_the_timeout)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    const char *lines[] = {
+        script_line(test_printf("w</think>%s", dsml_block("write", "path", "late.txt", "content", "x", NULL)), NULL),
+        script_line("ok</think>Not written.", "\"expect\": \"nobody answered the approval question in time\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.tools.interactive = true;
+    cfg.confirm_timeout_ms = 400;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 10000);
+    CHECK_EQ_INT(agent_submit(a, "write it"), 0);
+    double t0 = test_now_ms();
+    agent_status st;
+    do {
+        usleep(2000);
+        agent_get_status(a, &st);
+    } while (!st.confirm_pending && test_now_ms() - t0 < 10000);
+    CHECK(st.confirm_pending);
+    double asked = test_now_ms();
+    CHECK_MSG(st.confirm_left_ms > 0 && st.confirm_left_ms <= 400, "left %d ms", st.confirm_left_ms);
+    /* nobody answers */
+    run_to_end(a, &log, 10000, NULL, NULL);
+    double waited = test_now_ms() - asked;
+    CHECK_MSG(waited >= 350, "answered no after only %.0f ms", waited);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    CHECK_EQ_INT(log.confirms, 1);
+    CHECK_CONTAINS(sb_str(&log.seq), "TOOL_RESULT(write,denied)");
+    CHECK_CONTAINS(sb_str(&log.results), "nobody answered the approval question in time");
+    CHECK_CONTAINS(sb_str(&log.notices), "No answer to the permission question within 1 s");
+    CHECK_CONTAINS(sb_str(&log.text), "Not written.");
+    CHECK(access(test_tmp_path("late.txt"), F_OK) != 0);
+    agent_get_status(a, &st);
+    CHECK(!st.confirm_pending);
     agent_stop(a);
     ev_log_free(&log);
 }

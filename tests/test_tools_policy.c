@@ -332,6 +332,14 @@ TEST(tools_policy, asking_yes_no_always)
     CHECK(r.denied);
     CHECK_CONTAINS(r.text, "the user declined");
     CHECK(access(tu_path("a.txt"), F_OK) != 0);
+    /* no answer in time is a no that says so */
+    st.answer = TOOL_CONFIRM_TIMEOUT;
+    r = tu_call_ctx(env, "write", "{\"path\":\"a.txt\",\"content\":\"1\"}", &ctx);
+    CHECK_EQ_INT(st.asked, 2);
+    CHECK(r.denied);
+    CHECK_CONTAINS(r.text, "nobody answered the approval question in time");
+    CHECK(access(tu_path("a.txt"), F_OK) != 0);
+    st.asked = 1;
     st.answer = TOOL_CONFIRM_YES;
     r = tu_call_ctx(env, "write", "{\"path\":\"a.txt\",\"content\":\"x\"}", &ctx);
     CHECK(!r.is_error);

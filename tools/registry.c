@@ -308,7 +308,14 @@ void tools_run(tool_env *env, const char *name, const char *args_json,
             return;
         }
         tool_confirm answer = ctx->confirm(ctx->ud, t->name, question);
-        if (answer == TOOL_CONFIRM_NO) {
+        if (answer == TOOL_CONFIRM_TIMEOUT) {
+            denied(out, "nobody answered the approval question in time, so %s was not run. The user may "
+                        "be away: do not retry it now; go on without it or end your reply with a question.",
+                   question);
+            json_object_put(args);
+            return;
+        }
+        if (answer != TOOL_CONFIRM_YES && answer != TOOL_CONFIRM_ALWAYS) {
             denied(out, "the user declined: %s. Do not retry the same call; ask the user what to do instead.",
                    question);
             json_object_put(args);

@@ -87,6 +87,7 @@ typedef enum {
     TOOL_CONFIRM_NO = 0,
     TOOL_CONFIRM_YES,
     TOOL_CONFIRM_ALWAYS, /* yes, and allow this rule for the rest of the session */
+    TOOL_CONFIRM_TIMEOUT, /* nobody answered in time: no */
 } tool_confirm;
 
 /* Per-call context supplied by the agent. Every callback may be NULL. */
