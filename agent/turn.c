@@ -358,8 +358,13 @@ static void run_calls(agent *a, strbuf *msg, call_log *log)
                 res.text = strdup("Tool error: the tool returned nothing");
                 res.is_error = true;
             }
-            trace_line(a->tr, "tool result index=%zu name=%s error=%d bytes=%zu %.0f ms", i, c->name,
-                       (int)res.is_error, strlen(res.text), now_ms() - t0);
+            if (a->tr) {
+                strbuf esc = { 0 };
+                trace_escape(&esc, res.text, strlen(res.text));
+                trace_line(a->tr, "tool result index=%zu name=%s error=%d denied=%d bytes=%zu %.0f ms text=\"%s\"", i,
+                           c->name, (int)res.is_error, (int)res.denied, strlen(res.text), now_ms() - t0, sb_str(&esc));
+                sb_free(&esc);
+            }
         }
         if (!res.text) abort();
         agent_publish_result(a, c->name, res.text, res.is_error, res.denied, (int)i);

@@ -866,7 +866,8 @@ TEST(agent, trace_file_records_tokens_tools_and_states)
     CHECK_CONTAINS(t, "token generated index=1 id=");
     CHECK_CONTAINS(t, "dsml done calls=1");
     CHECK_CONTAINS(t, "tool call index=0 name=echo args={\"text\":\"traced\"}");
-    CHECK_CONTAINS(t, "tool result index=0 name=echo error=0");
+    CHECK_CONTAINS(t, "tool result index=0 name=echo error=0 denied=0 bytes=6");
+    CHECK_CONTAINS(t, "text=\"traced\"");
     CHECK_CONTAINS(t, "turn end \"done\"");
     /* every line starts with a timestamp */
     for (char *line = t; *line; ) {
