@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#pragma weak tools_jobs_report
+
 #define TAIL_MAX 50000
 #define SNAPSHOT_KEEP_MAX (512ull << 20)
 
@@ -212,6 +214,13 @@ compact_result agent_compact(agent *a, const char *reason)
         sb_puts(&note, "\n[The user's latest request, verbatim:]\n");
         sb_puts(&note, a->last_user);
     }
+    /* Background jobs outlive the conversation they were started in. */
+    char *jobs = a->env && tools_jobs_report ? tools_jobs_report(a->env) : NULL;
+    if (jobs) {
+        sb_puts(&note, "\n[Background bash jobs now (see them with bash_status, end them with bash_stop):]\n");
+        sb_puts(&note, jobs);
+        free(jobs);
+    }
     if (tail_start < bottom) sb_puts(&note, "\n[The recent conversation follows verbatim.]");
     size_t note_start = ntx.n;
     ds4_chat_user(a->tok, &ntx, sb_str(&note));
@@ -267,6 +276,18 @@ compact_result agent_compact(agent *a, const char *reason)
     result = COMPACT_OK;
 
 out:
+    /* The session read the private request (and maybe part of a new
+     * transcript): put back the state of the conversation kept, so the
+     * next turn does not read it all again (an engine rewinds only a
+     * little way). */
+    if (result != COMPACT_OK && before.snap) {
+        size_t have = ds4_session_n_tokens(a->sess);
+        const int32_t *cur = ds4_session_tokens(a->sess);
+        bool same = have == a->tx.n && (have == 0 || !memcmp(cur, a->tx.ids, have * sizeof *cur));
+        ds4_error err = { "" };
+        if (!same && ds4_session_restore(a->sess, before.snap, before.snap_len, &err) != 0)
+            trace_line(a->tr, "compaction: the saved state did not load (%s); reading again", err.msg);
+    }
     if (result == COMPACT_INTERRUPTED) {
         agent_notice(a, "Compaction interrupted; keeping the previous conversation.");
     } else if (result == COMPACT_FAILED) {

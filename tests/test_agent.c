@@ -745,17 +745,45 @@ TEST(agent, compaction_before_a_user_turn_and_uncompact)
     rec_free(&rec);
 }
 
+/* Text of the transcript a REBUILD record carries. */
+typedef struct {
+    const ds4_tokenizer *tok;
+    strbuf rebuilt;
+    int rebuilds;
+} rebuild_rec;
+
+static void rec_rebuild(void *ud, const agent_turn *t)
+{
+    rebuild_rec *r = ud;
+    if (t->kind != AGENT_TURN_REBUILD) return;
+    r->rebuilds++;
+    sb_clear(&r->rebuilt);
+    for (size_t i = 0; i < t->n_tokens; i++) {
+        size_t len;
+        const char *b = ds4_token_bytes(r->tok, t->tokens[i], &len);
+        if (b) sb_append(&r->rebuilt, b, len);
+    }
+}
+
+static int occurrences(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
 TEST(agent, compaction_keeps_agents_md_and_latest_request)
 {
     test_write_file(test_tmp_path("AGENTS.md"), "Use tabs.", 9);
     const char *lines[] = {
-        script_line("SUMMARY: did things.", NULL),
-        script_line("x</think>ok", "\"expect\": \"\""),
+        script_line("a</think>First reply.", NULL),
+        script_line("SUMMARY: did things.", "\"expect\": \"durable task-state summary\""),
+        script_line("x</think>ok", "\"expect\": \"next\""),
         NULL,
     };
     ds4_engine *e = script_engine(write_script(lines));
-    persist_rec rec = { 0 };
-    agent_persist_hooks hooks = { .on_turn = rec_turn, .on_idle = rec_idle, .ud = &rec };
+    rebuild_rec rec = { .tok = ds4_engine_tokenizer(e) };
+    agent_persist_hooks hooks = { .on_turn = rec_rebuild, .ud = &rec };
     agent_config cfg = test_config(e, 8192);
     cfg.persist = &hooks;
     agent *a = test_agent(&cfg);
@@ -766,9 +794,30 @@ TEST(agent, compaction_keeps_agents_md_and_latest_request)
     usleep(50000);
     wait_idle(a, &log, 5000);
     CHECK_CONTAINS(sb_str(&log.notices), "nothing to compact");
+    CHECK_EQ_INT(rec.rebuilds, 0);
+
+    run_turn(a, "the first request, exactly", &log);
+    /* the project instructions changed meanwhile: the rebuilt system
+     * prompt carries them as they are now */
+    test_write_file(test_tmp_path("AGENTS.md"), "Use spaces now.", 15);
+    agent_request(a, AGENT_REQ_COMPACT);
+    usleep(50000);
+    wait_idle(a, &log, 5000);
+    CHECK_EQ_INT(rec.rebuilds, 1);
+    const char *t = sb_str(&rec.rebuilt);
+    CHECK_CONTAINS(t, "# Project instructions (AGENTS.md in the workspace)\n\nUse spaces now.");
+    CHECK(strstr(t, "Use tabs.") == NULL);
+    CHECK_CONTAINS(t, "SUMMARY: did things.");
+    CHECK_CONTAINS(t, "[The user's latest request, verbatim:]\nthe first request, exactly");
+    CHECK_EQ_INT(occurrences(t, "the first request, exactly"), 1);
+    /* the summary request itself is not part of it */
+    CHECK(strstr(t, "durable task-state summary") == NULL);
+    log.ended = false;
+    run_turn(a, "next", &log);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    sb_free(&rec.rebuilt);
     agent_stop(a);
     ev_log_free(&log);
-    rec_free(&rec);
 }
 
 TEST(agent, forced_compaction_and_interrupted_compaction)
@@ -1266,13 +1315,6 @@ TEST(agent, registry_confirmation_round_trip)
     ev_log_free(&log);
 }
 
-static int count_of(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
-
 TEST(agent, missing_landlock_is_said_once_and_bash_asks)
 {
     if (!tools_all) SKIP("the tool registry is not part of this build yet");
@@ -1292,7 +1334,7 @@ TEST(agent, missing_landlock_is_said_once_and_bash_asks)
     ev_log log = { 0 };
     run_turn(a, "list the files", &log);
     CHECK_STR_EQ(log.end, AGENT_END_DONE);
-    CHECK_EQ_INT(count_of(sb_str(&log.notices), "Landlock is not available on this kernel"), 1);
+    CHECK_EQ_INT(occurrences(sb_str(&log.notices), "Landlock is not available on this kernel"), 1);
     CHECK_CONTAINS(sb_str(&log.seq), "TOOL_RESULT(bash,denied)");
     agent_stop(a);
     ev_log_free(&log);
@@ -1337,6 +1379,42 @@ TEST(agent, unanswered_question_is_a_no_after_the_timeout)
     CHECK(access(test_tmp_path("late.txt"), F_OK) != 0);
     agent_get_status(a, &st);
     CHECK(!st.confirm_pending);
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, compaction_tells_the_model_about_running_jobs)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    const char *lines[] = {
+        script_line(test_printf("j</think>%s", dsml_block("bash", "command", "sleep 30; echo marker-job-done",
+                                                           "refresh_sec", "=1", NULL)),
+                    NULL),
+        script_line("ok</think>Started it.", "\"expect\": \"keeps running in the background\""),
+        script_line("SUMMARY: a sleep job runs.", NULL),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    rebuild_rec rec = { .tok = ds4_engine_tokenizer(e) };
+    agent_persist_hooks hooks = { .on_turn = rec_rebuild, .ud = &rec };
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.tools.yes_to_all = true;
+    cfg.persist = &hooks;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "start the long job", &log);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    agent_request(a, AGENT_REQ_COMPACT);
+    usleep(50000);
+    wait_idle(a, &log, 10000);
+    CHECK_EQ_INT(rec.rebuilds, 1);
+    const char *t = sb_str(&rec.rebuilt);
+    CHECK_CONTAINS(t, "SUMMARY: a sleep job runs.");
+    CHECK_CONTAINS(t, "[Background bash jobs now");
+    CHECK_CONTAINS(t, "job 1: running");
+    CHECK_CONTAINS(t, "sleep 30; echo marker-job-done");
+    sb_free(&rec.rebuilt);
     agent_stop(a);
     ev_log_free(&log);
 }
