@@ -1418,3 +1418,146 @@ TEST(agent, compaction_tells_the_model_about_running_jobs)
     agent_stop(a);
     ev_log_free(&log);
 }
+
+/* ---- the agent on the real CPU engine (tiny model, random weights) ---------------------- */
+
+static ds4_engine *cpu_engine(void)
+{
+    ds4_engine_options o = { .model_path = agent_test_model(), .backend = DS4_BACKEND_CPU };
+    ds4_error err = { "" };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    if (!e && strstr(err.msg, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    return e;
+}
+
+static void wait_state(agent *a, agent_state want, int timeout_ms)
+{
+    double t0 = test_now_ms();
+    agent_status st;
+    do {
+        usleep(1000);
+        agent_get_status(a, &st);
+    } while (st.state != want && test_now_ms() - t0 < timeout_ms);
+    CHECK_MSG(st.state == want, "state %s, not %s", agent_state_name(st.state), agent_state_name(want));
+}
+
+TEST(agent, tiny_model_interrupts_prefill_and_generation)
+{
+    ds4_engine *e = cpu_engine();
+    agent_config cfg = test_config(e, 16384);
+    cfg.think = DS4_THINK_NONE;
+    cfg.sampling.temperature = 1.0f;
+    cfg.sampling.top_p = 1.0f;
+    cfg.max_tokens = 4000;
+    persist_rec rec = { 0 };
+    agent_persist_hooks hooks = { .on_turn = rec_turn, .on_idle = rec_idle, .ud = &rec };
+    cfg.persist = &hooks;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 120000);
+    agent_status st;
+
+    /* prefill: a long message, stopped while the engine reads it */
+    strbuf big = { 0 };
+    for (int i = 0; i < 600; i++) sb_puts(&big, "a long message ");
+    CHECK_EQ_INT(agent_submit(a, sb_str(&big)), 0);
+    double t0 = test_now_ms();
+    do {
+        usleep(1000);
+        agent_get_status(a, &st);
+    } while (!(st.state == AGENT_PREFILL && st.prefill_done > 0) && st.state != AGENT_IDLE && test_now_ms() - t0 < 60000);
+    CHECK_MSG(st.state == AGENT_PREFILL && st.prefill_done < st.prefill_total, "state %s, %d of %d read",
+              agent_state_name(st.state), st.prefill_done, st.prefill_total);
+    double t_int = test_now_ms();
+    agent_interrupt(a);
+    run_to_end(a, &log, 60000, NULL, NULL);
+    double prefill_reaction = log.end_ms - t_int;
+    CHECK_STR_EQ(log.end, AGENT_END_INTERRUPTED);
+    agent_get_status(a, &st);
+    size_t read_part = st.prefilled_turn;
+    CHECK(read_part > 0 && read_part < rec.user_tokens[0] + 2);
+
+    /* generation: stopped while it writes (random weights may end a
+     * reply early: then ask again); the reply stays, closed, and each turn
+     * reads only its own new tokens */
+    double gen_reaction = -1;
+    for (int attempt = 0; attempt < 8 && gen_reaction < 0; attempt++) {
+        log.ended = false;
+        int users = rec.users;
+        CHECK_EQ_INT(agent_submit(a, "Say something long."), 0);
+        wait_state(a, AGENT_GENERATING, 60000);
+        do {
+            usleep(1000);
+            agent_get_status(a, &st);
+        } while (st.generated < 20 && st.state == AGENT_GENERATING);
+        bool generating = st.state == AGENT_GENERATING;
+        t_int = test_now_ms();
+        if (generating) agent_interrupt(a);
+        run_to_end(a, &log, 60000, NULL, NULL);
+        agent_get_status(a, &st);
+        CHECK(rec.users == users + 1 && users < 8);
+        if (attempt == 0) /* the rest of the long message, the EOS closing it, this turn, its prefix */
+            CHECK_EQ_INT(read_part + st.prefilled_turn, rec.user_tokens[0] + 2 + 1 + rec.user_tokens[users] + 2);
+        else /* the previous reply's end, this turn, its prefix */
+            CHECK_MSG(st.prefilled_turn <= rec.user_tokens[users] + 5, "read %zu tokens for a turn of %zu",
+                      st.prefilled_turn, rec.user_tokens[users]);
+        if (generating && !strcmp(log.end, AGENT_END_INTERRUPTED)) gen_reaction = log.end_ms - t_int;
+    }
+    CHECK_MSG(gen_reaction >= 0, "no reply was long enough to interrupt");
+    fprintf(stderr, "tiny model: prefill interrupt reaction %.1f ms, generation %.1f ms\n", prefill_reaction,
+            gen_reaction);
+    /* the engine polls between layers and tokens; sanitizer builds run it
+     * several times slower */
+    const char *variant = getenv("DS4CL_VARIANT");
+    double bound = variant && strcmp(variant, "rel") != 0 ? 1000 : 100;
+    CHECK_MSG(prefill_reaction <= bound && gen_reaction <= bound, "reactions %.0f / %.0f ms (bound %.0f)",
+              prefill_reaction, gen_reaction, bound);
+    sb_free(&big);
+    agent_stop(a);
+    ev_log_free(&log);
+    rec_free(&rec);
+}
+
+TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
+{
+    ds4_engine *e = cpu_engine();
+    agent_config cfg = test_config(e, 16384);
+    cfg.think = DS4_THINK_NONE;
+    cfg.max_tokens = 8;
+    persist_rec rec = { 0 };
+    agent_persist_hooks hooks = { .on_turn = rec_turn, .on_idle = rec_idle, .ud = &rec };
+    cfg.persist = &hooks;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 120000);
+    run_turn(a, "Remember the number 7.", &log);
+    agent_status st;
+    agent_get_status(a, &st);
+    int used = st.ctx_used;
+    /* the summary request is read in chunks; stop it well past the point
+     * the engine could still rewind from */
+    agent_request(a, AGENT_REQ_COMPACT);
+    double t0 = test_now_ms();
+    do {
+        usleep(500);
+        agent_get_status(a, &st);
+    } while (!(st.state == AGENT_PREFILL && st.prefill_done >= 500) && test_now_ms() - t0 < 60000);
+    CHECK_MSG(st.state == AGENT_PREFILL && st.prefill_done < st.prefill_total, "state %s, %d of %d",
+              agent_state_name(st.state), st.prefill_done, st.prefill_total);
+    agent_interrupt(a);
+    wait_idle(a, &log, 60000);
+    CHECK_CONTAINS(sb_str(&log.notices), "Compaction interrupted; keeping the previous conversation.");
+    agent_get_status(a, &st);
+    CHECK_EQ_INT(st.ctx_used, used);
+    CHECK_EQ_INT(st.compactions, 0);
+    /* the next turn reads its own tokens, not the conversation again */
+    log.ended = false;
+    run_turn(a, "Which number?", &log);
+    agent_get_status(a, &st);
+    CHECK_MSG(st.prefilled_turn <= rec.user_tokens[1] + 4, "read %zu tokens for a turn of %zu", st.prefilled_turn,
+              rec.user_tokens[1]);
+    agent_stop(a);
+    ev_log_free(&log);
+    rec_free(&rec);
+}
