@@ -1561,3 +1561,56 @@ TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
     ev_log_free(&log);
     rec_free(&rec);
 }
+
+TEST(agent, system_prompt_renders_the_registry_agents_md_and_extra_text)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    test_write_file(test_tmp_path("AGENTS.md"), "Run make check before committing.", 33);
+    const char *lines[] = { NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.system_extra = "Answer in French.";
+    ds4_tokens sys = { 0 };
+    ds4_error err = { "" };
+    CHECK_MSG(agent_system_prompt(&cfg, &sys, &err) == 0, "%s", err.msg);
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    strbuf text = { 0 };
+    size_t dsml_tokens = 0;
+    for (size_t i = 0; i < sys.n; i++) {
+        size_t len;
+        const char *b = ds4_token_bytes(t, sys.ids[i], &len);
+        if (b) sb_append(&text, b, len);
+        dsml_tokens += sys.ids[i] == ds4_token_special(t, DS4_TOK_DSML);
+    }
+    const char *s = sb_str(&text);
+    /* every tool of the registry, with its schema as JSON */
+    size_t n;
+    const tool_def *const *all = tools_all(&n);
+    const char *last = s;
+    for (size_t i = 0; i < n; i++) {
+        char *schema = tools_schema_json(all[i]);
+        const char *at = strstr(s, schema);
+        CHECK_MSG(at != NULL, "the system prompt lacks the schema of %s", all[i]->name);
+        CHECK_MSG(at >= last, "%s is out of the registry's order", all[i]->name);
+        last = at;
+        free(schema);
+    }
+    /* the call syntax is written with the model's DSML token */
+    CHECK(dsml_tokens >= 4);
+    /* then our instructions with the workspace, AGENTS.md, the extra text, in that order */
+    const char *ws = strstr(s, test_printf("workspace %s", cfg.workspace));
+    const char *md = strstr(s, "Run make check before committing.");
+    const char *extra = strstr(s, "Answer in French.");
+    CHECK(ws && md && extra);
+    CHECK(last < ws && ws < md && md < extra);
+    /* and agent_start begins with exactly these tokens */
+    agent *a = test_agent(&cfg);
+    wait_idle(a, NULL, 10000);
+    agent_status st;
+    agent_get_status(a, &st);
+    CHECK_EQ_INT(st.ctx_used, sys.n);
+    agent_stop(a);
+    sb_free(&text);
+    ds4_tokens_free(&sys);
+}
