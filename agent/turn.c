@@ -390,7 +390,10 @@ static bool append_tool_message(agent *a, const char *text, const call_log *call
     size_t reserve = agent_compact_reserve(a);
     char *replaced = NULL;
     if (a->tx.n + t.n + reserve > (size_t)a->n_ctx) {
-        agent_compact(a, "tool result would exceed context");
+        /* Compaction frees at most the conversation: for a result that
+         * would not fit even beside the system prompt alone it only costs
+         * time. */
+        if (a->sys_len + t.n + reserve + 64 <= (size_t)a->n_ctx) agent_compact(a, "tool result would exceed context");
         if (a->tx.n + t.n + reserve > (size_t)a->n_ctx) {
             strbuf b = { 0 };
             sb_printf(&b, "Tool error: the result (%zu tokens) does not fit the context (%d tokens, %zu used, "

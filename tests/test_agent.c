@@ -869,9 +869,9 @@ TEST(agent, forced_compaction_and_interrupted_compaction)
 
 TEST(agent, oversized_tool_result_is_replaced_by_an_error)
 {
+    /* larger than the whole context: no compaction could make room */
     const char *lines[] = {
         script_line(test_printf("b</think>%s", dsml_block("big", "bytes", "=60000", NULL)), NULL),
-        script_line("SUMMARY: asked for a big output.", NULL),
         script_line("c</think>I will ask for less.", "\"expect\": \"does not fit the context\""),
         NULL,
     };
@@ -882,9 +882,44 @@ TEST(agent, oversized_tool_result_is_replaced_by_an_error)
     run_turn(a, "print a lot", &log);
     CHECK_STR_EQ(log.end, AGENT_END_DONE);
     CHECK_CONTAINS(sb_str(&log.notices), "did not fit the context");
+    CHECK(strstr(sb_str(&log.notices), "Compacting") == NULL);
+    CHECK_STR_EQ(sb_str(&log.text), "I will ask for less.");
     agent_status st;
     agent_get_status(a, &st);
     CHECK(st.ctx_used < 8192);
+    CHECK_EQ_INT(st.compactions, 0);
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, tool_result_that_fits_after_compaction)
+{
+    /* a long first exchange, then a result that fits only once the
+     * conversation is compacted */
+    const char *lines[] = {
+        script_line(test_printf("a</think>%s", filler(1500)), NULL),
+        script_line(test_printf("b</think>%s", dsml_block("big", "bytes", "=6500", NULL)), NULL),
+        script_line("SUMMARY: filler, then a big output.", "\"expect\": \"durable task-state summary\""),
+        script_line("c</think>Got all of it.", "\"expect\": \"abcdefghijklmnopqrstuvwxyz\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 16384);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, filler(1500), &log);
+    agent_status st;
+    agent_get_status(a, &st);
+    int before = st.ctx_used;
+    log.ended = false;
+    run_turn(a, "now print it", &log);
+    CHECK_MSG(!strcmp(log.end, AGENT_END_DONE), "%s: %s", log.end, sb_str(&log.notices));
+    CHECK_CONTAINS(sb_str(&log.notices), "Compacting (tool result would exceed context)");
+    CHECK(strstr(sb_str(&log.notices), "did not fit") == NULL);
+    CHECK_CONTAINS(sb_str(&log.text), "Got all of it.");
+    agent_get_status(a, &st);
+    CHECK_EQ_INT(st.compactions, 1);
+    CHECK_MSG(st.ctx_used < before + 6500, "%d tokens used, %d before", st.ctx_used, before);
     agent_stop(a);
     ev_log_free(&log);
 }

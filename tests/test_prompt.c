@@ -273,3 +273,51 @@ TEST(prompt, tiny_model_on_the_cpu_engine)
     CHECK(json_object_get_int64(f) > 100);
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
 }
+
+TEST(prompt, stream_json_compaction_and_error_events)
+{
+    /* a read whose result does not fit next to the conversation: the
+     * context is compacted (the script's second reply is the summary) */
+    const char *ws = test_tmp_path("ws");
+    mkdir_p(ws, 0700);
+    strbuf big = { 0 };
+    for (int i = 1; i <= 1200; i++) sb_printf(&big, "row %d\n", i);
+    test_write_file(test_tmp_path("ws/big.txt"), big.s, big.len);
+    sb_free(&big);
+    const char *lines[] = {
+        script_line(test_printf("r</think>%s", dsml_block("read", "path", "big.txt", NULL)), NULL),
+        script_line("SUMMARY: the user wants big.txt read.", NULL),
+        script_line("ok</think>Too big to read at once.", NULL),
+        NULL,
+    };
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 -p 'read big.txt' "
+                             "--output-format stream-json 2>/dev/null",
+                       ws, test_bindir(), agent_test_model(), write_script(lines));
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    size_t n;
+    struct json_object **v = parse_lines(out, &n);
+    struct json_object *c = find_type(v, n, "compaction", 0);
+    CHECK_MSG(c != NULL, "no compaction event:\n%s", out);
+    CHECK_STR_EQ(str_of(c, "summary"), "SUMMARY: the user wants big.txt read.");
+    struct json_object *r = v[n - 1], *f;
+    CHECK_STR_EQ(str_of(r, "type"), "result");
+    CHECK(json_object_object_get_ex(r, "compactions", &f) && json_object_get_int(f) >= 1);
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+
+    /* a reply longer than the room left: an error event, then the result */
+    strbuf longer = { 0 };
+    sb_puts(&longer, "</think>");
+    for (int i = 0; i < 8000; i++) sb_puts(&longer, "word ");
+    const char *lines2[] = { script_line(sb_str(&longer), NULL), NULL };
+    rc = run_prompt(&out, write_script(lines2), "-p hi --output-format stream-json 2>/dev/null");
+    CHECK_EQ_INT(rc, 4);
+    v = parse_lines(out, &n);
+    struct json_object *e = find_type(v, n, "error", 0);
+    CHECK_MSG(e != NULL, "no error event:\n%.2000s", out);
+    CHECK_CONTAINS(str_of(e, "message"), "the context is full");
+    CHECK_STR_EQ(str_of(v[n - 1], "type"), "result");
+    CHECK_STR_EQ(str_of(v[n - 1], "error"), str_of(e, "message"));
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+    sb_free(&longer);
+}
