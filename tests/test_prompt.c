@@ -276,8 +276,9 @@ TEST(prompt, tiny_model_on_the_cpu_engine)
 
 TEST(prompt, stream_json_compaction_and_error_events)
 {
-    /* a read whose result does not fit next to the conversation: the
-     * context is compacted (the script's second reply is the summary) */
+    /* a read that brings the conversation past the soft limit: the
+     * context is compacted before the next round (the script's second
+     * reply is the summary) */
     const char *ws = test_tmp_path("ws");
     mkdir_p(ws, 0700);
     strbuf big = { 0 };
@@ -285,9 +286,9 @@ TEST(prompt, stream_json_compaction_and_error_events)
     test_write_file(test_tmp_path("ws/big.txt"), big.s, big.len);
     sb_free(&big);
     const char *lines[] = {
-        script_line(test_printf("r</think>%s", dsml_block("read", "path", "big.txt", NULL)), NULL),
+        script_line(test_printf("r</think>%s", dsml_block("read", "path", "big.txt", "max_lines", "=300", NULL)), NULL),
         script_line("SUMMARY: the user wants big.txt read.", NULL),
-        script_line("ok</think>Too big to read at once.", NULL),
+        script_line("ok</think>Read the first 300 lines.", NULL),
         NULL,
     };
     char *out;
