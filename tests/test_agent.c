@@ -1030,7 +1030,7 @@ TEST(agent, interrupt_during_a_long_bash_is_fast)
 {
     if (!tools_all) SKIP("the tool registry is not part of this build yet");
     const char *lines[] = {
-        script_line(test_printf("wait</think>%s", dsml_block("bash", "command", "sleep 30", NULL)), NULL),
+        script_line(test_printf("wait</think>%s", dsml_block("bash", "command", "sleep 31337 & sleep 31338", NULL)), NULL),
         script_line("ok</think>Stopped.", NULL),
         NULL,
     };
@@ -1058,6 +1058,9 @@ TEST(agent, interrupt_during_a_long_bash_is_fast)
     CHECK_MSG(reaction <= 100, "reaction %.1f ms", reaction);
     CHECK_STR_EQ(log.end, AGENT_END_INTERRUPTED);
     CHECK_CONTAINS(sb_str(&log.seq), "TOOL_RESULT(bash)");
+    CHECK_CONTAINS(sb_str(&log.results), "interrupted by the user; job 1 was stopped");
+    /* the whole job is gone, the background part too */
+    CHECK_MSG(tu_wait_gone("sleep 3133", 4000), "the bash job is still running");
     agent_stop(a);
     ev_log_free(&log);
 }
