@@ -1652,3 +1652,32 @@ TEST(agent, system_prompt_renders_the_registry_agents_md_and_extra_text)
     sb_free(&text);
     ds4_tokens_free(&sys);
 }
+
+TEST(agent, a_reply_that_fills_the_context_still_leaves_room_to_compact)
+{
+    const char *lines[] = {
+        script_line(test_printf("a</think>%s", filler(4000)), NULL),
+        script_line("SUMMARY: a very long answer was cut.", NULL),
+        script_line("b</think>Shorter now.", "\"expect\": \"SUMMARY: a very long answer was cut.\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "write forever", &log);
+    CHECK_STR_EQ(log.end, AGENT_END_CONTEXT_FULL);
+    agent_status st;
+    agent_get_status(a, &st);
+    CHECK(st.ctx_used < 8192);
+    /* the next turn compacts first (it would not fit otherwise) and runs */
+    log.ended = false;
+    run_turn(a, "again, shorter", &log);
+    CHECK_MSG(!strcmp(log.end, AGENT_END_DONE), "%s: %s %s", log.end, sb_str(&log.errors), sb_str(&log.notices));
+    CHECK_CONTAINS(sb_str(&log.notices), "Compacting (soft limit before user turn)");
+    CHECK_CONTAINS(sb_str(&log.text), "Shorter now.");
+    agent_get_status(a, &st);
+    CHECK_EQ_INT(st.compactions, 1);
+    agent_stop(a);
+    ev_log_free(&log);
+}
