@@ -514,7 +514,13 @@ TEST(tools_list, sorted_dirs_first_with_sizes_and_marks)
     CHECK_CONTAINS(r.text, ".: 2 directories, 4 files\nalpha/  2 entries\nbuild/  [ignored]\n.gitignore  7B\n");
     CHECK_CONTAINS(r.text, "link@ -> zeta.txt\nrun.sh*  10B\nzeta.txt  5B\n");
     r = tu_call(env, "list", "{\"path\":\"alpha\",\"max_entries\":1}");
-    CHECK_CONTAINS(r.text, "one  1B\n… 1 more entries");
+    CHECK_CONTAINS(r.text, "one  1B\n… 1 more entry not shown");
+    r = tu_call(env, "list", "{\"path\":\"alpha\"}");
+    CHECK_CONTAINS(r.text, "alpha: 0 directories, 2 files\n");
+    tu_file("solo/only", "1");
+    r = tu_call(env, "list", "{}");
+    CHECK_CONTAINS(r.text, ".: 3 directories, 4 files\n");
+    CHECK_CONTAINS(r.text, "solo/  1 entry\n");
     r = tu_call(env, "list", "{\"path\":\"zeta.txt\"}");
     CHECK(r.is_error);
     CHECK_CONTAINS(r.text, "is a file");
