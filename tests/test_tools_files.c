@@ -408,6 +408,21 @@ TEST(tools_edit, bad_input)
     r = tu_call(env, "edit", "{\"path\":\"b.bin\",\"old\":\"a\",\"new\":\"b\"}");
     CHECK(r.is_error);
     CHECK_CONTAINS(r.text, "binary");
+    /* a huge file (sparse: no disk used) is refused before it is read */
+    const char *huge = tu_file("huge.txt", "a\n");
+    CHECK(truncate(huge, 80ll << 20) == 0);
+    double t0 = test_now_ms();
+    r = tu_call(env, "edit", "{\"path\":\"huge.txt\",\"old\":\"a\",\"new\":\"b\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "more than edit handles");
+    CHECK(test_now_ms() - t0 < 1000);
+    /* read and search treat it as what it is: zeros make it binary */
+    r = tu_call(env, "read", "{\"path\":\"huge.txt\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "binary");
+    r = tu_call(env, "search", "{\"query\":\"a\",\"path\":\"huge.txt\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "search skips binaries");
 }
 
 TEST(tools_edit, line_edit_requires_shown_unchanged_lines)
