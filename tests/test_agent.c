@@ -1498,7 +1498,7 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
 
     /* prefill: a long message, stopped while the engine reads it */
     strbuf big = { 0 };
-    for (int i = 0; i < 600; i++) sb_puts(&big, "a long message ");
+    for (int i = 0; i < 160; i++) sb_puts(&big, "a long message ");
     CHECK_EQ_INT(agent_submit(a, sb_str(&big)), 0);
     double t0 = test_now_ms();
     do {
@@ -1553,6 +1553,7 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
               prefill_reaction, gen_reaction, bound);
     sb_free(&big);
     agent_stop(a);
+    ds4_engine_close(e);
     ev_log_free(&log);
     rec_free(&rec);
 }
@@ -1596,6 +1597,7 @@ TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
     CHECK_MSG(st.prefilled_turn <= rec.user_tokens[1] + 4, "read %zu tokens for a turn of %zu", st.prefilled_turn,
               rec.user_tokens[1]);
     agent_stop(a);
+    ds4_engine_close(e);
     ev_log_free(&log);
     rec_free(&rec);
 }
