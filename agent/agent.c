@@ -275,11 +275,15 @@ static void do_save(agent *a)
     else if (msg[0]) agent_notice(a, "%s", msg);
 }
 
+static void set_can_uncompact_flag(agent_status *st, void *ud) { st->can_uncompact = *(bool *)ud; }
+
 static void do_clear(agent *a)
 {
     ds4_tokens_truncate(&a->tx, a->sys_len);
     turn_log_clear(a->turns, &a->n_turns);
     saved_state_free(&a->saved);
+    bool can = false;
+    agent_status_update(a, set_can_uncompact_flag, &can);
     free(a->last_user);
     a->last_user = NULL;
     a->started_note = false;
@@ -317,6 +321,12 @@ static void apply_think(agent *a)
     a->sys_len = sys.n;
     ds4_tokens_free(&sys);
     ds4_tokens_free(&rest);
+    /* the state before a compaction has the other prefix */
+    if (a->saved.valid) {
+        saved_state_free(&a->saved);
+        bool can = false;
+        agent_status_update(a, set_can_uncompact_flag, &can);
+    }
     turn_log_rebuild(a, "", 0);
     agent_notice(a, "thinking mode changed; the conversation is read again");
 }
@@ -333,7 +343,7 @@ static void handle_requests(agent *a)
         atomic_store(&a->interrupt, false);
         if (req & (1u << AGENT_REQ_CLEAR)) do_clear(a);
         if (req & (1u << AGENT_REQ_UNCOMPACT)) {
-            if (agent_uncompact(a) != 0) agent_notice(a, "nothing to uncompact");
+            if (agent_uncompact(a) < 0) agent_notice(a, "nothing to uncompact");
         }
         if (req & (1u << AGENT_REQ_COMPACT)) {
             compact_result r = agent_compact(a, "user requested compaction");

@@ -716,6 +716,8 @@ TEST(agent, compaction_before_a_user_turn_and_uncompact)
     run_turn(a, filler(300), &log);
     agent_status before;
     agent_get_status(a, &before);
+    ds4_tokens pre = { 0 };
+    ds4_tokens_append(&pre, rec.idle.ids, rec.idle.n);
     CHECK_MSG(before.ctx_used > 2000, "only %d tokens used", before.ctx_used);
     log.ended = false;
     run_turn(a, "second question", &log);
@@ -738,8 +740,31 @@ TEST(agent, compaction_before_a_user_turn_and_uncompact)
     wait_idle(a, &log, 5000);
     agent_get_status(a, &st);
     CHECK(!st.can_uncompact);
-    CHECK_CONTAINS(sb_str(&log.notices), "Restored the conversation");
-    CHECK(st.ctx_used >= before.ctx_used);
+    CHECK_CONTAINS(sb_str(&log.notices), "Restored the conversation from before the last compaction, followed by "
+                                         "what came since");
+    /* the conversation as it was, then the turn made after the compaction */
+    CHECK(rec.idle.n > pre.n);
+    CHECK(!memcmp(rec.idle.ids, pre.ids, pre.n * sizeof(int32_t)));
+    strbuf after = { 0 };
+    const ds4_tokenizer *tok = ds4_engine_tokenizer(e);
+    for (size_t i = pre.n; i < rec.idle.n; i++) {
+        size_t len;
+        const char *b = ds4_token_bytes(tok, rec.idle.ids[i], &len);
+        if (b) sb_append(&after, b, len);
+    }
+    CHECK_CONTAINS(sb_str(&after), "second question");
+    CHECK_CONTAINS(sb_str(&after), "Second.");
+    CHECK(strstr(sb_str(&after), "SUMMARY") == NULL);
+    CHECK_EQ_INT(st.ctx_used, rec.idle.n);
+    CHECK_EQ_INT(rec.journal.n, rec.idle.n);
+    CHECK(!memcmp(rec.journal.ids, rec.idle.ids, rec.idle.n * sizeof(int32_t)));
+    /* nothing more to undo */
+    agent_request(a, AGENT_REQ_UNCOMPACT);
+    usleep(50000);
+    wait_idle(a, &log, 5000);
+    CHECK_CONTAINS(sb_str(&log.notices), "nothing to uncompact");
+    sb_free(&after);
+    ds4_tokens_free(&pre);
     agent_stop(a);
     ev_log_free(&log);
     rec_free(&rec);
@@ -1680,6 +1705,22 @@ TEST(agent, a_reply_that_fills_the_context_still_leaves_room_to_compact)
     CHECK_CONTAINS(sb_str(&log.text), "Shorter now.");
     agent_get_status(a, &st);
     CHECK_EQ_INT(st.compactions, 1);
+    CHECK(st.can_uncompact);
+    /* the full conversation and the new turn would not fit together */
+    int used = st.ctx_used;
+    agent_request(a, AGENT_REQ_UNCOMPACT);
+    usleep(50000);
+    wait_idle(a, &log, 5000);
+    CHECK_CONTAINS(sb_str(&log.notices), "Cannot undo the compaction");
+    agent_get_status(a, &st);
+    CHECK_EQ_INT(st.ctx_used, used);
+    CHECK(st.can_uncompact);
+    /* /clear forgets it */
+    agent_request(a, AGENT_REQ_CLEAR);
+    usleep(50000);
+    wait_idle(a, &log, 5000);
+    agent_get_status(a, &st);
+    CHECK(!st.can_uncompact);
     agent_stop(a);
     ev_log_free(&log);
 }
