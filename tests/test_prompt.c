@@ -254,13 +254,15 @@ TEST(prompt, reads_edits_and_runs_bash_in_a_workspace)
 
 /* ---- the real engine ----------------------------------------------------------------- */
 
-TEST(prompt, tiny_model_on_the_cpu_engine)
+static void tiny_model_run(const char *backend)
 {
     char *out;
-    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --ctx 16384 --nothink -n 12 --seed 3 -p 'Say hello.' "
-                             "--output-format stream-json 2>&1",
-                       test_tmpdir(), test_bindir(), agent_test_model());
-    if (strstr(out, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --backend %s --ctx 16384 --nothink -n 12 --seed 3 "
+                             "-p 'Say hello.' --output-format stream-json 2>&1",
+                       test_tmpdir(), test_bindir(), agent_test_model(), backend);
+    if (strstr(out, "not part of this build")) SKIP("the %s engine is not part of this build yet", backend);
+    if (strstr(out, "no OpenCL device") || strstr(out, "no OpenCL platform"))
+        SKIP("no OpenCL device here: %.200s", out);
     CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
     size_t n;
     struct json_object **v = parse_lines(out, &n);
@@ -271,7 +273,18 @@ TEST(prompt, tiny_model_on_the_cpu_engine)
     CHECK(json_object_get_int64(f) >= 1 && json_object_get_int64(f) <= 12);
     CHECK(json_object_object_get_ex(r, "prefilled_tokens", &f));
     CHECK(json_object_get_int64(f) > 100);
+    CHECK_STR_EQ(str_of(v[0], "backend"), backend);
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}
+
+TEST(prompt, tiny_model_on_the_cpu_engine)
+{
+    tiny_model_run("cpu");
+}
+
+TEST(prompt, tiny_model_on_the_opencl_engine)
+{
+    tiny_model_run("opencl");
 }
 
 TEST(prompt, stream_json_compaction_and_error_events)
