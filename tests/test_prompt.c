@@ -335,3 +335,20 @@ TEST(prompt, stream_json_compaction_and_error_events)
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
     sb_free(&longer);
 }
+
+/* `make demo`: a generated tiny model, ds4cl -p on the CPU engine, then the
+ * scripted session that fixes and runs hello.c with the real tools. */
+TEST(prompt, demo_runs_end_to_end)
+{
+    if (!test_have_program("cc")) SKIP("no C compiler for the demo's hello.c");
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && TMPDIR='%s' NO_COLOR=1 sh build-aux/demo.sh '%s' 2>&1", test_root(),
+                       test_tmpdir(), test_bindir());
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "== 2. ds4cl -p on it, with the real CPU engine");
+    CHECK_CONTAINS(out, "tokens read in");
+    CHECK(strstr(out, "(skipped:") == NULL);
+    CHECK_CONTAINS(out, "ds4cl: edit done: Edited hello.c");
+    CHECK_CONTAINS(out, "puts(\"Hello, world!\");");
+    CHECK_CONTAINS(out, "$ ./hello\nHello, world!\n");
+}
