@@ -13,8 +13,9 @@ bin=$(cd "${1:-.}" && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ds4cl-demo.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
-# the demo's sessions and caches go away with it, out of the user's list
-export XDG_DATA_HOME="$tmp/data" XDG_CACHE_HOME="$tmp/cache"
+# the demo's sessions go away with it, out of the user's list (caches,
+# such as the vocabulary fetched once from npm, stay where they are)
+export XDG_DATA_HOME="$tmp/data"
 
 if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then bold=$(printf '\033[1m'); dim=$(printf '\033[2m'); off=$(printf '\033[0m')
 else bold=; dim=; off=; fi
