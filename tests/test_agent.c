@@ -1054,6 +1054,7 @@ TEST(agent, stop_while_busy_returns_promptly)
 TEST(agent, interrupt_during_a_long_bash_is_fast)
 {
     if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    tu_tag_processes();
     const char *lines[] = {
         script_line(test_printf("wait</think>%s", dsml_block("bash", "command", "sleep 31337 & sleep 31338", NULL)), NULL),
         script_line("ok</think>Stopped.", NULL),

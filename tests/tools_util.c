@@ -35,8 +35,40 @@ const char *tu_workspace(void)
     return ws;
 }
 
+#define TAG_VAR "DS4CL_TEST_PROCESS_TAG"
+
+void tu_tag_processes(void)
+{
+    char v[32];
+    snprintf(v, sizeof v, "%d", (int)getpid());
+    setenv(TAG_VAR, v, 1);
+}
+
+/* True when the environment of process pid carries this test's tag. */
+static bool tagged(const char *pid)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/proc/%s/environ", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char want[64];
+    int wl = snprintf(want, sizeof want, TAG_VAR "=%d", (int)getpid());
+    static char buf[1 << 18];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 && (r = read(fd, buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)r;
+    close(fd);
+    for (size_t i = 0; i < len;) {
+        size_t n = strnlen(buf + i, len - i);
+        if (n == (size_t)wl && !memcmp(buf + i, want, n)) return true;
+        i += n + 1;
+    }
+    return false;
+}
+
 tool_env *tu_env_cfg(tool_env_config *cfg)
 {
+    tu_tag_processes();
     setenv("XDG_CONFIG_HOME", test_tmp_path("xdg"), 1);
     if (!cfg->workspace) cfg->workspace = tu_workspace();
     if (!cfg->state_dir) cfg->state_dir = test_tmp_path("state");
@@ -140,6 +172,9 @@ int tu_procs_with(const char *marker, int *zombies)
         bool zombie = p && p[1] == ' ' && p[2] == 'Z';
         /* a zombie's cmdline is empty: match it by its comm */
         if (!match && zombie) continue;
+        /* processes of other test runs (a parallel `make test`) carry
+         * the same markers */
+        if (match && !zombie && !tagged(e->d_name)) continue;
         if (match) {
             if (zombie) z++;
             else n++;
