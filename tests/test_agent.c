@@ -1495,6 +1495,13 @@ static ds4_engine *cpu_engine(void)
     return e;
 }
 
+/* Waits on the real engine: sanitizer builds run it many times slower. */
+static int engine_ms(int ms)
+{
+    const char *variant = getenv("DS4CL_VARIANT");
+    return variant && strcmp(variant, "rel") != 0 ? ms * 8 : ms;
+}
+
 static void wait_state(agent *a, agent_state want, int timeout_ms)
 {
     double t0 = test_now_ms();
@@ -1519,7 +1526,7 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
     cfg.persist = &hooks;
     agent *a = test_agent(&cfg);
     ev_log log = { 0 };
-    wait_idle(a, &log, 120000);
+    wait_idle(a, &log, engine_ms(120000));
     agent_status st;
 
     /* prefill: a long message, stopped while the engine reads it */
@@ -1530,12 +1537,13 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
     do {
         usleep(1000);
         agent_get_status(a, &st);
-    } while (!(st.state == AGENT_PREFILL && st.prefill_done > 0) && st.state != AGENT_IDLE && test_now_ms() - t0 < 60000);
+    } while (!(st.state == AGENT_PREFILL && st.prefill_done > 0) && st.state != AGENT_IDLE &&
+             test_now_ms() - t0 < engine_ms(60000));
     CHECK_MSG(st.state == AGENT_PREFILL && st.prefill_done < st.prefill_total, "state %s, %d of %d read",
               agent_state_name(st.state), st.prefill_done, st.prefill_total);
     double t_int = test_now_ms();
     agent_interrupt(a);
-    run_to_end(a, &log, 60000, NULL, NULL);
+    run_to_end(a, &log, engine_ms(60000), NULL, NULL);
     double prefill_reaction = log.end_ms - t_int;
     CHECK_STR_EQ(log.end, AGENT_END_INTERRUPTED);
     agent_get_status(a, &st);
@@ -1550,7 +1558,7 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
         log.ended = false;
         int users = rec.users;
         CHECK_EQ_INT(agent_submit(a, "Say something long."), 0);
-        wait_state(a, AGENT_GENERATING, 60000);
+        wait_state(a, AGENT_GENERATING, engine_ms(60000));
         do {
             usleep(1000);
             agent_get_status(a, &st);
@@ -1558,7 +1566,7 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
         bool generating = st.state == AGENT_GENERATING;
         t_int = test_now_ms();
         if (generating) agent_interrupt(a);
-        run_to_end(a, &log, 60000, NULL, NULL);
+        run_to_end(a, &log, engine_ms(60000), NULL, NULL);
         agent_get_status(a, &st);
         CHECK(rec.users == users + 1 && users < 8);
         if (attempt == 0) /* the rest of the long message, the EOS closing it, this turn, its prefix */
@@ -1595,7 +1603,7 @@ TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
     cfg.persist = &hooks;
     agent *a = test_agent(&cfg);
     ev_log log = { 0 };
-    wait_idle(a, &log, 120000);
+    wait_idle(a, &log, engine_ms(120000));
     run_turn(a, "Remember the number 7.", &log);
     agent_status st;
     agent_get_status(a, &st);
@@ -1607,11 +1615,11 @@ TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
     do {
         usleep(500);
         agent_get_status(a, &st);
-    } while (!(st.state == AGENT_PREFILL && st.prefill_done >= 500) && test_now_ms() - t0 < 60000);
+    } while (!(st.state == AGENT_PREFILL && st.prefill_done >= 500) && test_now_ms() - t0 < engine_ms(60000));
     CHECK_MSG(st.state == AGENT_PREFILL && st.prefill_done < st.prefill_total, "state %s, %d of %d",
               agent_state_name(st.state), st.prefill_done, st.prefill_total);
     agent_interrupt(a);
-    wait_idle(a, &log, 60000);
+    wait_idle(a, &log, engine_ms(60000));
     CHECK_CONTAINS(sb_str(&log.notices), "Compaction interrupted; keeping the previous conversation.");
     agent_get_status(a, &st);
     CHECK_EQ_INT(st.ctx_used, used);
