@@ -1579,10 +1579,11 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
     CHECK_MSG(gen_reaction >= 0, "no reply was long enough to interrupt");
     fprintf(stderr, "tiny model: prefill interrupt reaction %.1f ms, generation %.1f ms\n", prefill_reaction,
             gen_reaction);
-    /* the engine polls between layers and tokens; sanitizer builds run it
-     * several times slower */
+    /* the engine polls between layers and tokens; sanitizer builds run a
+     * layer ten or more times slower, so there only the order of
+     * magnitude is checked */
     const char *variant = getenv("DS4CL_VARIANT");
-    double bound = variant && strcmp(variant, "rel") != 0 ? 1000 : 100;
+    double bound = variant && strcmp(variant, "rel") != 0 ? 5000 : 100;
     CHECK_MSG(prefill_reaction <= bound && gen_reaction <= bound, "reactions %.0f / %.0f ms (bound %.0f)",
               prefill_reaction, gen_reaction, bound);
     sb_free(&big);
