@@ -17,6 +17,8 @@
 #pragma weak tools_schema_json
 #pragma weak tool_env_new
 #pragma weak tool_env_free
+#pragma weak tools_sandbox_active
+#pragma weak tools_sandbox_status
 
 const char *agent_state_name(agent_state s)
 {
@@ -273,11 +275,15 @@ static void do_save(agent *a)
     else if (msg[0]) agent_notice(a, "%s", msg);
 }
 
+static void set_can_uncompact_flag(agent_status *st, void *ud) { st->can_uncompact = *(bool *)ud; }
+
 static void do_clear(agent *a)
 {
     ds4_tokens_truncate(&a->tx, a->sys_len);
     turn_log_clear(a->turns, &a->n_turns);
     saved_state_free(&a->saved);
+    bool can = false;
+    agent_status_update(a, set_can_uncompact_flag, &can);
     free(a->last_user);
     a->last_user = NULL;
     a->started_note = false;
@@ -315,6 +321,12 @@ static void apply_think(agent *a)
     a->sys_len = sys.n;
     ds4_tokens_free(&sys);
     ds4_tokens_free(&rest);
+    /* the state before a compaction has the other prefix */
+    if (a->saved.valid) {
+        saved_state_free(&a->saved);
+        bool can = false;
+        agent_status_update(a, set_can_uncompact_flag, &can);
+    }
     turn_log_rebuild(a, "", 0);
     agent_notice(a, "thinking mode changed; the conversation is read again");
 }
@@ -331,7 +343,7 @@ static void handle_requests(agent *a)
         atomic_store(&a->interrupt, false);
         if (req & (1u << AGENT_REQ_CLEAR)) do_clear(a);
         if (req & (1u << AGENT_REQ_UNCOMPACT)) {
-            if (agent_uncompact(a) != 0) agent_notice(a, "nothing to uncompact");
+            if (agent_uncompact(a) < 0) agent_notice(a, "nothing to uncompact");
         }
         if (req & (1u << AGENT_REQ_COMPACT)) {
             compact_result r = agent_compact(a, "user requested compaction");
@@ -485,7 +497,12 @@ static agent *agent_alloc(const agent_config *cfg)
     if (!a) abort();
     a->wake_r = a->wake_w = -1;
     pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
+    /* timed waits (a permission question) follow the monotonic clock */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->cv, &ca);
+    pthread_condattr_destroy(&ca);
     atomic_init(&a->interrupt, false);
     a->cfg = *cfg;
     a->workspace = dup_or_null(cfg->workspace ? cfg->workspace : ".");
@@ -567,6 +584,10 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         agent_free(a);
         return NULL;
     }
+    /* Said once, at the start: without Landlock every command asks. */
+    if (a->env && cfg->tools.sandbox && tools_sandbox_active && tools_sandbox_status &&
+        !tools_sandbox_active(a->env))
+        agent_notice(a, "%s", tools_sandbox_status(a->env));
     if (a->dschema && !cfg->no_dsml_mask) {
         int32_t control[] = { a->t_bos, a->t_user, a->t_assistant, a->t_think, a->t_think_end };
         a->dvocab = dsml_vocab_new(a->n_vocab, vocab_bytes, (void *)a->tok, a->t_eos, a->t_dsml, control, 5);
@@ -747,5 +768,10 @@ void agent_get_status(agent *a, agent_status *out)
     pthread_mutex_lock(&a->mu);
     *out = a->st;
     out->confirm_pending = a->confirm_waiting && !a->confirm_answered;
+    out->confirm_left_ms = 0;
+    if (out->confirm_pending) {
+        double left = a->confirm_deadline > 0 ? a->confirm_deadline - now_ms() : -1;
+        out->confirm_left_ms = left < 0 && a->confirm_deadline > 0 ? 0 : (int)left;
+    }
     pthread_mutex_unlock(&a->mu);
 }

@@ -65,6 +65,7 @@ typedef struct {
     int tool_rounds;                  /* tool rounds of the current/last user turn */
     int compactions;                  /* compactions since start */
     bool can_uncompact;               /* AGENT_REQ_UNCOMPACT would restore something */
+    int confirm_left_ms;              /* while confirm_pending: time left before it counts as no (-1: no limit) */
 } agent_status;
 
 typedef enum {
@@ -194,11 +195,15 @@ typedef struct {
     bool no_agents_md;                  /* do not read AGENTS.md */
     bool no_dsml_mask;                  /* parse calls without constraining tokens */
     bool no_date;                       /* no session-start note (reproducible transcripts) */
+    int confirm_timeout_ms;             /* an unanswered permission question is answered no
+                                           after this long; 0 = AGENT_CONFIRM_TIMEOUT_MS,
+                                           negative = wait for an answer */
 } agent_config;
 
 /* Defaults applied when agent_config leaves them 0. */
 #define AGENT_DEFAULT_MAX_TOOL_ROUNDS 64
 #define AGENT_MAX_MALFORMED_IN_A_ROW 3
+#define AGENT_CONFIRM_TIMEOUT_MS 30000
 
 agent *agent_start(const agent_config *cfg, ds4_error *err);
 /* The system prompt agent_start(cfg) would begin with, rendered without
@@ -223,6 +228,9 @@ int agent_steer(agent *a, const char *text);
  * "interrupted" and the transcript stays consistent. Not for signal
  * handlers (it takes the lock): forward signals through the event loop. */
 void agent_interrupt(agent *a);
+/* Answers the open permission question (AGENT_EV_CONFIRM). One left
+ * unanswered for confirm_timeout_ms is answered TOOL_CONFIRM_TIMEOUT by
+ * the worker itself (a notice says so); an interrupt answers no. */
 void agent_confirm(agent *a, tool_confirm answer);
 
 typedef enum {

@@ -28,6 +28,8 @@ typedef struct {
     size_t n_turns;
     void *snap;          /* KV snapshot when affordable, else NULL (re-read) */
     size_t snap_len;
+    size_t mark;         /* transcript length right after the compaction: what
+                            follows it is kept by /uncompact */
 } saved_state;
 
 typedef struct trace trace;
@@ -90,6 +92,7 @@ struct agent {
     agent_status st;
     bool confirm_waiting, confirm_answered;
     tool_confirm confirm_answer;
+    double confirm_deadline;  /* now_ms() when the open question times out; 0 = never */
 };
 
 /* ---- agent.c ---------------------------------------------------------------- */

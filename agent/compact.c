@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#pragma weak tools_jobs_report
+
 #define TAIL_MAX 50000
 #define SNAPSHOT_KEEP_MAX (512ull << 20)
 
@@ -212,6 +214,13 @@ compact_result agent_compact(agent *a, const char *reason)
         sb_puts(&note, "\n[The user's latest request, verbatim:]\n");
         sb_puts(&note, a->last_user);
     }
+    /* Background jobs outlive the conversation they were started in. */
+    char *jobs = a->env && tools_jobs_report ? tools_jobs_report(a->env) : NULL;
+    if (jobs) {
+        sb_puts(&note, "\n[Background bash jobs now (see them with bash_status, end them with bash_stop):]\n");
+        sb_puts(&note, jobs);
+        free(jobs);
+    }
     if (tail_start < bottom) sb_puts(&note, "\n[The recent conversation follows verbatim.]");
     size_t note_start = ntx.n;
     ds4_chat_user(a->tok, &ntx, sb_str(&note));
@@ -255,6 +264,7 @@ compact_result agent_compact(agent *a, const char *reason)
     }
     saved_state_free(&a->saved);
     a->saved = before;
+    a->saved.mark = a->tx.n;
     memset(&before, 0, sizeof before);
     bool can = true;
     agent_status_update(a, set_compacted, &can);
@@ -267,6 +277,18 @@ compact_result agent_compact(agent *a, const char *reason)
     result = COMPACT_OK;
 
 out:
+    /* The session read the private request (and maybe part of a new
+     * transcript): put back the state of the conversation kept, so the
+     * next turn does not read it all again (an engine rewinds only a
+     * little way). */
+    if (result != COMPACT_OK && before.snap) {
+        size_t have = ds4_session_n_tokens(a->sess);
+        const int32_t *cur = ds4_session_tokens(a->sess);
+        bool same = have == a->tx.n && (have == 0 || !memcmp(cur, a->tx.ids, have * sizeof *cur));
+        ds4_error err = { "" };
+        if (!same && ds4_session_restore(a->sess, before.snap, before.snap_len, &err) != 0)
+            trace_line(a->tr, "compaction: the saved state did not load (%s); reading again", err.msg);
+    }
     if (result == COMPACT_INTERRUPTED) {
         agent_notice(a, "Compaction interrupted; keeping the previous conversation.");
     } else if (result == COMPACT_FAILED) {
@@ -286,9 +308,43 @@ out:
 int agent_uncompact(agent *a)
 {
     if (!a->saved.valid) return -1;
+    /* What was said since the compaction follows the restored
+     * conversation, when both fit. */
+    size_t mark = a->saved.mark <= a->tx.n ? a->saved.mark : a->tx.n;
+    size_t since = a->tx.n - mark;
+    if (a->saved.tx.n + since + agent_compact_reserve(a) + 64 > (size_t)a->n_ctx) {
+        agent_notice(a, "Cannot undo the compaction: the conversation from before it (%zu tokens) and what "
+                        "came since (%zu tokens) do not fit the context of %d tokens.",
+                     a->saved.tx.n, since, a->n_ctx);
+        return 1;
+    }
     saved_state s = a->saved;
     memset(&a->saved, 0, sizeof a->saved);
+    ds4_tokens later = { 0 };
+    ds4_tokens_append(&later, a->tx.ids + mark, since);
+    size_t nlater = 0;
+    turn_rec *lturns = calloc(a->n_turns ? a->n_turns : 1, sizeof *lturns);
+    if (!lturns) abort();
+    for (size_t i = 0; i < a->n_turns; i++) {
+        if (a->turns[i].start < mark) continue;
+        lturns[nlater] = a->turns[i];
+        lturns[nlater].start = a->turns[i].start - mark + s.tx.n;
+        lturns[nlater].end = a->turns[i].end - mark + s.tx.n;
+        lturns[nlater].text = strdup(a->turns[i].text);
+        if (!lturns[nlater].text) abort();
+        nlater++;
+    }
     restore_from(a, &s);
+    ds4_tokens_append(&a->tx, later.ids, later.n);
+    if (a->n_turns + nlater > a->cap_turns) {
+        a->cap_turns = a->n_turns + nlater;
+        a->turns = realloc(a->turns, a->cap_turns * sizeof *a->turns);
+        if (!a->turns) abort();
+    }
+    memcpy(a->turns + a->n_turns, lturns, nlater * sizeof *lturns);
+    a->n_turns += nlater;
+    free(lturns);
+    ds4_tokens_free(&later);
     if (s.snap) {
         ds4_error err;
         if (ds4_session_restore(a->sess, s.snap, s.snap_len, &err) != 0)
@@ -298,7 +354,11 @@ int agent_uncompact(agent *a)
     turn_log_rebuild(a, "", 0);
     bool can = false;
     agent_status_update(a, set_can_uncompact, &can);
-    agent_notice(a, "Restored the conversation from before the last compaction (%zu tokens).", a->tx.n);
+    if (since)
+        agent_notice(a, "Restored the conversation from before the last compaction, followed by what came since "
+                        "(%zu tokens).", a->tx.n);
+    else
+        agent_notice(a, "Restored the conversation from before the last compaction (%zu tokens).", a->tx.n);
     agent_update_ctx(a);
     saved_state_free(&s);
     return 0;

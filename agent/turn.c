@@ -4,6 +4,7 @@
  * limit or an error. */
 #include "agent/agent_internal.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,25 +254,50 @@ static void tool_progress(void *ud, const char *text, size_t len)
 
 static void set_confirm(agent_status *st, void *ud) { st->confirm_pending = *(bool *)ud; }
 
+/* The question waits for agent_confirm, an interrupt (no), or its
+ * deadline (TOOL_CONFIRM_TIMEOUT): a front end that never answers cannot
+ * hang the turn. */
 static tool_confirm tool_ask(void *ud, const char *tool, const char *summary)
 {
     agent *a = ud;
+    int limit = a->cfg.confirm_timeout_ms == 0 ? AGENT_CONFIRM_TIMEOUT_MS : a->cfg.confirm_timeout_ms;
     pthread_mutex_lock(&a->mu);
     a->confirm_waiting = true;
     a->confirm_answered = false;
+    a->confirm_deadline = limit > 0 ? now_ms() + limit : 0;
     pthread_mutex_unlock(&a->mu);
     bool on = true;
     agent_status_update(a, set_confirm, &on);
     agent_publish(a, AGENT_EV_CONFIRM, summary, strlen(summary ? summary : ""), tool, NULL, NULL, false, a->call_index);
     trace_line(a->tr, "confirm tool=%s", tool);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    if (limit > 0) {
+        until.tv_sec += limit / 1000;
+        until.tv_nsec += (long)(limit % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    bool timed_out = false;
     pthread_mutex_lock(&a->mu);
-    while (!a->confirm_answered && !a->stop && !atomic_load(&a->interrupt)) pthread_cond_wait(&a->cv, &a->mu);
-    tool_confirm answer = a->confirm_answered ? a->confirm_answer : TOOL_CONFIRM_NO;
+    while (!a->confirm_answered && !a->stop && !atomic_load(&a->interrupt) && !timed_out) {
+        if (limit > 0) timed_out = pthread_cond_timedwait(&a->cv, &a->mu, &until) == ETIMEDOUT;
+        else pthread_cond_wait(&a->cv, &a->mu);
+    }
+    tool_confirm answer = a->confirm_answered ? a->confirm_answer
+                          : timed_out && !a->stop && !atomic_load(&a->interrupt) ? TOOL_CONFIRM_TIMEOUT
+                                                                                  : TOOL_CONFIRM_NO;
     a->confirm_waiting = false;
     a->confirm_answered = false;
+    a->confirm_deadline = 0;
     pthread_mutex_unlock(&a->mu);
     bool off = false;
     agent_status_update(a, set_confirm, &off);
+    if (answer == TOOL_CONFIRM_TIMEOUT)
+        agent_notice(a, "No answer to the permission question within %d s: %s was refused.", (limit + 999) / 1000,
+                     summary ? summary : tool);
     trace_line(a->tr, "confirm answer=%d", (int)answer);
     return answer;
 }
@@ -332,8 +358,13 @@ static void run_calls(agent *a, strbuf *msg, call_log *log)
                 res.text = strdup("Tool error: the tool returned nothing");
                 res.is_error = true;
             }
-            trace_line(a->tr, "tool result index=%zu name=%s error=%d bytes=%zu %.0f ms", i, c->name,
-                       (int)res.is_error, strlen(res.text), now_ms() - t0);
+            if (a->tr) {
+                strbuf esc = { 0 };
+                trace_escape(&esc, res.text, strlen(res.text));
+                trace_line(a->tr, "tool result index=%zu name=%s error=%d denied=%d bytes=%zu %.0f ms text=\"%s\"", i,
+                           c->name, (int)res.is_error, (int)res.denied, strlen(res.text), now_ms() - t0, sb_str(&esc));
+                sb_free(&esc);
+            }
         }
         if (!res.text) abort();
         agent_publish_result(a, c->name, res.text, res.is_error, res.denied, (int)i);
@@ -359,7 +390,10 @@ static bool append_tool_message(agent *a, const char *text, const call_log *call
     size_t reserve = agent_compact_reserve(a);
     char *replaced = NULL;
     if (a->tx.n + t.n + reserve > (size_t)a->n_ctx) {
-        agent_compact(a, "tool result would exceed context");
+        /* Compaction frees at most the conversation: for a result that
+         * would not fit even beside the system prompt alone it only costs
+         * time. */
+        if (a->sys_len + t.n + reserve + 64 <= (size_t)a->n_ctx) agent_compact(a, "tool result would exceed context");
         if (a->tx.n + t.n + reserve > (size_t)a->n_ctx) {
             strbuf b = { 0 };
             sb_printf(&b, "Tool error: the result (%zu tokens) does not fit the context (%d tokens, %zu used, "

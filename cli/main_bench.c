@@ -6,6 +6,7 @@
 #include "cli/bench_attn.h"
 #include "cli/bench_engine.h"
 #include "cli/bench_quant.h"
+#include "cli/bench_search.h"
 #include "cli/bench_tokenizer.h"
 
 static void help(void)
@@ -24,6 +25,8 @@ static void help(void)
           "       ds4cl-bench --tokenizer-bench FILE -m MODEL [--runs N]\n"
           "       ds4cl-bench --attn-bench [--backend cpu|opencl|both] [--rows LIST] [--ctx LIST] [--f32]\n"
           "                   attention and indexer cost per decode step at long context\n"
+          "       ds4cl-bench --search-bench DIR [--runs N] [--query [literal:|icase:|regex:]TEXT]...\n"
+          "                   CSV: the agent's search tool against grep -rn on the same tree\n"
           "\n"
           "  -h, --help     this text\n"
           "      --version  print the version\n", stdout);
@@ -33,6 +36,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--quant-bench")) return bench_quant(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--tokenizer-bench")) return bench_tokenizer_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--search-bench")) return bench_search_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--attn-bench")) return bench_attn(argc - 2, argv + 2);

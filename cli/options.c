@@ -8,6 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/tools.h"
+
+/* The tool registry is a module of its own (weak: a build without it
+ * takes any name). */
+#pragma weak tools_find
+
 enum {
     OPT_HELP = 1000, OPT_VERSION, OPT_CTX, OPT_MODEL_INFO, OPT_DUMP_TOKENS, OPT_RAW,
     OPT_PROMPT_FILE, OPT_LIST_DEVICES, OPT_DEVICE, OPT_BACKEND, OPT_THREADS,
@@ -97,7 +103,7 @@ void options_print_help(void)
 "  -C, --cwd DIR           workspace root (default: current directory)\n"
 "      --system TEXT       extra system prompt text\n"
 "      --yes               allow every tool call without asking\n"
-"      --allow TOOL        allow one tool without asking (repeatable)\n"
+"      --allow TOOL,…      allow these tools without asking (repeatable)\n"
 "      --rules FILE        permission rules file\n"
 "      --no-sandbox        run bash without the Landlock sandbox\n"
 "      --trace FILE        timestamped trace of tokens, tools and states\n"
@@ -252,10 +258,21 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
         case 'C': o->workspace = optarg; break;
         case OPT_SYSTEM: o->system_extra = optarg; break;
         case OPT_YES: o->yes = true; break;
-        case OPT_ALLOW:
+        case OPT_ALLOW: {
             if (o->n_allow >= OPT_MAX_ALLOW) return usage_error("too many --allow flags%s", "");
+            /* one tool or a list: "read,edit" */
+            for (const char *p = optarg; tools_find && *p;) {
+                p += strspn(p, ", \t");
+                size_t len = strcspn(p, ", \t");
+                if (!len) break;
+                char name[64];
+                snprintf(name, sizeof name, "%.*s", (int)len, p);
+                if (!tools_find(name)) return usage_error("--allow: there is no tool named '%s'", name);
+                p += len;
+            }
             o->allow[o->n_allow++] = optarg;
             break;
+        }
         case OPT_RULES: o->rules_path = optarg; break;
         case OPT_NO_SANDBOX: o->no_sandbox = true; break;
         case OPT_TRACE: o->trace_path = optarg; break;

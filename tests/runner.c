@@ -444,9 +444,13 @@ int main(int argc, char **argv)
             if (run[s].pid) continue;
             struct running *r = &run[s];
             r->index = sel[next];
-            snprintf(r->out_path, sizeof r->out_path, "%s/%zu.out", rootpath, next);
-            snprintf(r->status_path, sizeof r->status_path, "%s/%zu.status", rootpath, next);
-            snprintf(r->tmpdir, sizeof r->tmpdir, "%s/t%zu", rootpath, next);
+            if (snprintf(r->out_path, sizeof r->out_path, "%s/%zu.out", rootpath, next) >= (int)sizeof r->out_path ||
+                snprintf(r->status_path, sizeof r->status_path, "%s/%zu.status", rootpath, next) >=
+                    (int)sizeof r->status_path ||
+                snprintf(r->tmpdir, sizeof r->tmpdir, "%s/t%zu", rootpath, next) >= (int)sizeof r->tmpdir) {
+                fprintf(stderr, "ds4cl-tests: the temporary directory's path is too long: %s\n", rootpath);
+                return 1;
+            }
             r->timed_out = false;
             r->start_ms = test_now_ms();
             fflush(stdout);

@@ -10,6 +10,7 @@
 #include "agent/dsml.h"
 #include "tests/agent_util.h"
 #include "tests/test.h"
+#include "tests/tools_util.h"
 
 TEST(agent, plain_answer)
 {
@@ -715,6 +716,8 @@ TEST(agent, compaction_before_a_user_turn_and_uncompact)
     run_turn(a, filler(300), &log);
     agent_status before;
     agent_get_status(a, &before);
+    ds4_tokens pre = { 0 };
+    ds4_tokens_append(&pre, rec.idle.ids, rec.idle.n);
     CHECK_MSG(before.ctx_used > 2000, "only %d tokens used", before.ctx_used);
     log.ended = false;
     run_turn(a, "second question", &log);
@@ -737,24 +740,75 @@ TEST(agent, compaction_before_a_user_turn_and_uncompact)
     wait_idle(a, &log, 5000);
     agent_get_status(a, &st);
     CHECK(!st.can_uncompact);
-    CHECK_CONTAINS(sb_str(&log.notices), "Restored the conversation");
-    CHECK(st.ctx_used >= before.ctx_used);
+    CHECK_CONTAINS(sb_str(&log.notices), "Restored the conversation from before the last compaction, followed by "
+                                         "what came since");
+    /* the conversation as it was, then the turn made after the compaction */
+    CHECK(rec.idle.n > pre.n);
+    CHECK(!memcmp(rec.idle.ids, pre.ids, pre.n * sizeof(int32_t)));
+    strbuf after = { 0 };
+    const ds4_tokenizer *tok = ds4_engine_tokenizer(e);
+    for (size_t i = pre.n; i < rec.idle.n; i++) {
+        size_t len;
+        const char *b = ds4_token_bytes(tok, rec.idle.ids[i], &len);
+        if (b) sb_append(&after, b, len);
+    }
+    CHECK_CONTAINS(sb_str(&after), "second question");
+    CHECK_CONTAINS(sb_str(&after), "Second.");
+    CHECK(strstr(sb_str(&after), "SUMMARY") == NULL);
+    CHECK_EQ_INT(st.ctx_used, rec.idle.n);
+    CHECK_EQ_INT(rec.journal.n, rec.idle.n);
+    CHECK(!memcmp(rec.journal.ids, rec.idle.ids, rec.idle.n * sizeof(int32_t)));
+    /* nothing more to undo */
+    agent_request(a, AGENT_REQ_UNCOMPACT);
+    usleep(50000);
+    wait_idle(a, &log, 5000);
+    CHECK_CONTAINS(sb_str(&log.notices), "nothing to uncompact");
+    sb_free(&after);
+    ds4_tokens_free(&pre);
     agent_stop(a);
     ev_log_free(&log);
     rec_free(&rec);
+}
+
+/* Text of the transcript a REBUILD record carries. */
+typedef struct {
+    const ds4_tokenizer *tok;
+    strbuf rebuilt;
+    int rebuilds;
+} rebuild_rec;
+
+static void rec_rebuild(void *ud, const agent_turn *t)
+{
+    rebuild_rec *r = ud;
+    if (t->kind != AGENT_TURN_REBUILD) return;
+    r->rebuilds++;
+    sb_clear(&r->rebuilt);
+    for (size_t i = 0; i < t->n_tokens; i++) {
+        size_t len;
+        const char *b = ds4_token_bytes(r->tok, t->tokens[i], &len);
+        if (b) sb_append(&r->rebuilt, b, len);
+    }
+}
+
+static int occurrences(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
 }
 
 TEST(agent, compaction_keeps_agents_md_and_latest_request)
 {
     test_write_file(test_tmp_path("AGENTS.md"), "Use tabs.", 9);
     const char *lines[] = {
-        script_line("SUMMARY: did things.", NULL),
-        script_line("x</think>ok", "\"expect\": \"\""),
+        script_line("a</think>First reply.", NULL),
+        script_line("SUMMARY: did things.", "\"expect\": \"durable task-state summary\""),
+        script_line("x</think>ok", "\"expect\": \"next\""),
         NULL,
     };
     ds4_engine *e = script_engine(write_script(lines));
-    persist_rec rec = { 0 };
-    agent_persist_hooks hooks = { .on_turn = rec_turn, .on_idle = rec_idle, .ud = &rec };
+    rebuild_rec rec = { .tok = ds4_engine_tokenizer(e) };
+    agent_persist_hooks hooks = { .on_turn = rec_rebuild, .ud = &rec };
     agent_config cfg = test_config(e, 8192);
     cfg.persist = &hooks;
     agent *a = test_agent(&cfg);
@@ -765,9 +819,30 @@ TEST(agent, compaction_keeps_agents_md_and_latest_request)
     usleep(50000);
     wait_idle(a, &log, 5000);
     CHECK_CONTAINS(sb_str(&log.notices), "nothing to compact");
+    CHECK_EQ_INT(rec.rebuilds, 0);
+
+    run_turn(a, "the first request, exactly", &log);
+    /* the project instructions changed meanwhile: the rebuilt system
+     * prompt carries them as they are now */
+    test_write_file(test_tmp_path("AGENTS.md"), "Use spaces now.", 15);
+    agent_request(a, AGENT_REQ_COMPACT);
+    usleep(50000);
+    wait_idle(a, &log, 5000);
+    CHECK_EQ_INT(rec.rebuilds, 1);
+    const char *t = sb_str(&rec.rebuilt);
+    CHECK_CONTAINS(t, "# Project instructions (AGENTS.md in the workspace)\n\nUse spaces now.");
+    CHECK(strstr(t, "Use tabs.") == NULL);
+    CHECK_CONTAINS(t, "SUMMARY: did things.");
+    CHECK_CONTAINS(t, "[The user's latest request, verbatim:]\nthe first request, exactly");
+    CHECK_EQ_INT(occurrences(t, "the first request, exactly"), 1);
+    /* the summary request itself is not part of it */
+    CHECK(strstr(t, "durable task-state summary") == NULL);
+    log.ended = false;
+    run_turn(a, "next", &log);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    sb_free(&rec.rebuilt);
     agent_stop(a);
     ev_log_free(&log);
-    rec_free(&rec);
 }
 
 TEST(agent, forced_compaction_and_interrupted_compaction)
@@ -819,9 +894,9 @@ TEST(agent, forced_compaction_and_interrupted_compaction)
 
 TEST(agent, oversized_tool_result_is_replaced_by_an_error)
 {
+    /* larger than the whole context: no compaction could make room */
     const char *lines[] = {
         script_line(test_printf("b</think>%s", dsml_block("big", "bytes", "=60000", NULL)), NULL),
-        script_line("SUMMARY: asked for a big output.", NULL),
         script_line("c</think>I will ask for less.", "\"expect\": \"does not fit the context\""),
         NULL,
     };
@@ -832,9 +907,44 @@ TEST(agent, oversized_tool_result_is_replaced_by_an_error)
     run_turn(a, "print a lot", &log);
     CHECK_STR_EQ(log.end, AGENT_END_DONE);
     CHECK_CONTAINS(sb_str(&log.notices), "did not fit the context");
+    CHECK(strstr(sb_str(&log.notices), "Compacting") == NULL);
+    CHECK_STR_EQ(sb_str(&log.text), "I will ask for less.");
     agent_status st;
     agent_get_status(a, &st);
     CHECK(st.ctx_used < 8192);
+    CHECK_EQ_INT(st.compactions, 0);
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, tool_result_that_fits_after_compaction)
+{
+    /* a long first exchange, then a result that fits only once the
+     * conversation is compacted */
+    const char *lines[] = {
+        script_line(test_printf("a</think>%s", filler(1500)), NULL),
+        script_line(test_printf("b</think>%s", dsml_block("big", "bytes", "=6500", NULL)), NULL),
+        script_line("SUMMARY: filler, then a big output.", "\"expect\": \"durable task-state summary\""),
+        script_line("c</think>Got all of it.", "\"expect\": \"abcdefghijklmnopqrstuvwxyz\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 16384);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, filler(1500), &log);
+    agent_status st;
+    agent_get_status(a, &st);
+    int before = st.ctx_used;
+    log.ended = false;
+    run_turn(a, "now print it", &log);
+    CHECK_MSG(!strcmp(log.end, AGENT_END_DONE), "%s: %s", log.end, sb_str(&log.notices));
+    CHECK_CONTAINS(sb_str(&log.notices), "Compacting (tool result would exceed context)");
+    CHECK(strstr(sb_str(&log.notices), "did not fit") == NULL);
+    CHECK_CONTAINS(sb_str(&log.text), "Got all of it.");
+    agent_get_status(a, &st);
+    CHECK_EQ_INT(st.compactions, 1);
+    CHECK_MSG(st.ctx_used < before + 6500, "%d tokens used, %d before", st.ctx_used, before);
     agent_stop(a);
     ev_log_free(&log);
 }
@@ -865,7 +975,8 @@ TEST(agent, trace_file_records_tokens_tools_and_states)
     CHECK_CONTAINS(t, "token generated index=1 id=");
     CHECK_CONTAINS(t, "dsml done calls=1");
     CHECK_CONTAINS(t, "tool call index=0 name=echo args={\"text\":\"traced\"}");
-    CHECK_CONTAINS(t, "tool result index=0 name=echo error=0");
+    CHECK_CONTAINS(t, "tool result index=0 name=echo error=0 denied=0 bytes=6");
+    CHECK_CONTAINS(t, "text=\"traced\"");
     CHECK_CONTAINS(t, "turn end \"done\"");
     /* every line starts with a timestamp */
     for (char *line = t; *line; ) {
@@ -943,8 +1054,9 @@ TEST(agent, stop_while_busy_returns_promptly)
 TEST(agent, interrupt_during_a_long_bash_is_fast)
 {
     if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    tu_tag_processes();
     const char *lines[] = {
-        script_line(test_printf("wait</think>%s", dsml_block("bash", "command", "sleep 30", NULL)), NULL),
+        script_line(test_printf("wait</think>%s", dsml_block("bash", "command", "sleep 31337 & sleep 31338", NULL)), NULL),
         script_line("ok</think>Stopped.", NULL),
         NULL,
     };
@@ -972,6 +1084,9 @@ TEST(agent, interrupt_during_a_long_bash_is_fast)
     CHECK_MSG(reaction <= 100, "reaction %.1f ms", reaction);
     CHECK_STR_EQ(log.end, AGENT_END_INTERRUPTED);
     CHECK_CONTAINS(sb_str(&log.seq), "TOOL_RESULT(bash)");
+    CHECK_CONTAINS(sb_str(&log.results), "interrupted by the user; job 1 was stopped");
+    /* the whole job is gone, the background part too */
+    CHECK_MSG(tu_wait_gone("sleep 3133", 4000), "the bash job is still running");
     agent_stop(a);
     ev_log_free(&log);
 }
@@ -1226,6 +1341,19 @@ TEST(agent, tiny_model_forced_tool_call_parses)
     ds4_engine_close(e);
 }
 
+/* Answers yes, after checking that the question waits 30 s by default. */
+static void answer_yes_default_wait(agent *a, const agent_event *e, void *ud)
+{
+    if (e->type != AGENT_EV_CONFIRM) return;
+    agent_status st;
+    agent_get_status(a, &st);
+    CHECK(st.confirm_pending);
+    CHECK_MSG(st.confirm_left_ms > AGENT_CONFIRM_TIMEOUT_MS - 5000 && st.confirm_left_ms <= AGENT_CONFIRM_TIMEOUT_MS,
+              "left %d ms", st.confirm_left_ms);
+    CHECK_EQ_INT(AGENT_CONFIRM_TIMEOUT_MS, 30000);
+    answer_yes(a, e, ud);
+}
+
 TEST(agent, registry_confirmation_round_trip)
 {
     if (!tools_all) SKIP("the tool registry is not part of this build yet");
@@ -1242,11 +1370,367 @@ TEST(agent, registry_confirmation_round_trip)
     ev_log log = { 0 };
     wait_idle(a, &log, 10000);
     CHECK_EQ_INT(agent_submit(a, "write it"), 0);
-    run_to_end(a, &log, 10000, answer_yes, NULL);
+    run_to_end(a, &log, 10000, answer_yes_default_wait, NULL);
     CHECK_EQ_INT(log.confirms, 1);
     CHECK_MSG(!strcmp(log.end, AGENT_END_DONE), "%s %s", log.end, sb_str(&log.seq));
     CHECK_STR_EQ(test_read_file(test_tmp_path("allowed.txt"), NULL), "yes\n");
     CHECK_CONTAINS(sb_str(&log.text), "Written.");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, missing_landlock_is_said_once_and_bash_asks)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    tu_hide_landlock();
+    const char *call = test_printf("b</think>%s", dsml_block("bash", "command", "ls", NULL));
+    const char *lines[] = {
+        script_line(call, NULL),
+        script_line(call, "\"expect\": \"needs approval\""),
+        script_line("ok</think>Cannot run it.", "\"expect\": \"needs approval\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.tools.sandbox = true;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "list the files", &log);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    CHECK_EQ_INT(occurrences(sb_str(&log.notices), "Landlock is not available on this kernel"), 1);
+    CHECK_CONTAINS(sb_str(&log.seq), "TOOL_RESULT(bash,denied)");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, unanswered_question_is_a_no_after_the_timeout)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    const char *lines[] = {
+        script_line(test_printf("w</think>%s", dsml_block("write", "path", "late.txt", "content", "x", NULL)), NULL),
+        script_line("ok</think>Not written.", "\"expect\": \"nobody answered the approval question in time\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.tools.interactive = true;
+    cfg.confirm_timeout_ms = 400;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 10000);
+    CHECK_EQ_INT(agent_submit(a, "write it"), 0);
+    double t0 = test_now_ms();
+    agent_status st;
+    do {
+        usleep(2000);
+        agent_get_status(a, &st);
+    } while (!st.confirm_pending && test_now_ms() - t0 < 10000);
+    CHECK(st.confirm_pending);
+    double asked = test_now_ms();
+    CHECK_MSG(st.confirm_left_ms > 0 && st.confirm_left_ms <= 400, "left %d ms", st.confirm_left_ms);
+    /* nobody answers */
+    run_to_end(a, &log, 10000, NULL, NULL);
+    double waited = test_now_ms() - asked;
+    CHECK_MSG(waited >= 350, "answered no after only %.0f ms", waited);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    CHECK_EQ_INT(log.confirms, 1);
+    CHECK_CONTAINS(sb_str(&log.seq), "TOOL_RESULT(write,denied)");
+    CHECK_CONTAINS(sb_str(&log.results), "nobody answered the approval question in time");
+    CHECK_CONTAINS(sb_str(&log.notices), "No answer to the permission question within 1 s");
+    CHECK_CONTAINS(sb_str(&log.text), "Not written.");
+    CHECK(access(test_tmp_path("late.txt"), F_OK) != 0);
+    agent_get_status(a, &st);
+    CHECK(!st.confirm_pending);
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, compaction_tells_the_model_about_running_jobs)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    const char *lines[] = {
+        script_line(test_printf("j</think>%s", dsml_block("bash", "command", "sleep 30; echo marker-job-done",
+                                                           "refresh_sec", "=1", NULL)),
+                    NULL),
+        script_line("ok</think>Started it.", "\"expect\": \"keeps running in the background\""),
+        script_line("SUMMARY: a sleep job runs.", NULL),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    rebuild_rec rec = { .tok = ds4_engine_tokenizer(e) };
+    agent_persist_hooks hooks = { .on_turn = rec_rebuild, .ud = &rec };
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.tools.yes_to_all = true;
+    cfg.persist = &hooks;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "start the long job", &log);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    agent_request(a, AGENT_REQ_COMPACT);
+    usleep(50000);
+    wait_idle(a, &log, 10000);
+    CHECK_EQ_INT(rec.rebuilds, 1);
+    const char *t = sb_str(&rec.rebuilt);
+    CHECK_CONTAINS(t, "SUMMARY: a sleep job runs.");
+    CHECK_CONTAINS(t, "[Background bash jobs now");
+    CHECK_CONTAINS(t, "job 1: running");
+    CHECK_CONTAINS(t, "sleep 30; echo marker-job-done");
+    sb_free(&rec.rebuilt);
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+/* ---- the agent on the real CPU engine (tiny model, random weights) ---------------------- */
+
+static ds4_engine *cpu_engine(void)
+{
+    ds4_engine_options o = { .model_path = agent_test_model(), .backend = DS4_BACKEND_CPU };
+    ds4_error err = { "" };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    if (!e && strstr(err.msg, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    return e;
+}
+
+/* Waits on the real engine: sanitizer builds run it many times slower. */
+static int engine_ms(int ms)
+{
+    const char *variant = getenv("DS4CL_VARIANT");
+    return variant && strcmp(variant, "rel") != 0 ? ms * 8 : ms;
+}
+
+static void wait_state(agent *a, agent_state want, int timeout_ms)
+{
+    double t0 = test_now_ms();
+    agent_status st;
+    do {
+        usleep(1000);
+        agent_get_status(a, &st);
+    } while (st.state != want && test_now_ms() - t0 < timeout_ms);
+    CHECK_MSG(st.state == want, "state %s, not %s", agent_state_name(st.state), agent_state_name(want));
+}
+
+TEST(agent, tiny_model_interrupts_prefill_and_generation)
+{
+    ds4_engine *e = cpu_engine();
+    agent_config cfg = test_config(e, 16384);
+    cfg.think = DS4_THINK_NONE;
+    cfg.sampling.temperature = 1.0f;
+    cfg.sampling.top_p = 1.0f;
+    cfg.max_tokens = 4000;
+    persist_rec rec = { 0 };
+    agent_persist_hooks hooks = { .on_turn = rec_turn, .on_idle = rec_idle, .ud = &rec };
+    cfg.persist = &hooks;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, engine_ms(120000));
+    agent_status st;
+
+    /* prefill: a long message, stopped while the engine reads it */
+    strbuf big = { 0 };
+    for (int i = 0; i < 160; i++) sb_puts(&big, "a long message ");
+    CHECK_EQ_INT(agent_submit(a, sb_str(&big)), 0);
+    double t0 = test_now_ms();
+    do {
+        usleep(1000);
+        agent_get_status(a, &st);
+    } while (!(st.state == AGENT_PREFILL && st.prefill_done > 0) && st.state != AGENT_IDLE &&
+             test_now_ms() - t0 < engine_ms(60000));
+    CHECK_MSG(st.state == AGENT_PREFILL && st.prefill_done < st.prefill_total, "state %s, %d of %d read",
+              agent_state_name(st.state), st.prefill_done, st.prefill_total);
+    double t_int = test_now_ms();
+    agent_interrupt(a);
+    run_to_end(a, &log, engine_ms(60000), NULL, NULL);
+    double prefill_reaction = log.end_ms - t_int;
+    CHECK_STR_EQ(log.end, AGENT_END_INTERRUPTED);
+    agent_get_status(a, &st);
+    size_t read_part = st.prefilled_turn;
+    CHECK(read_part > 0 && read_part < rec.user_tokens[0] + 2);
+
+    /* generation: stopped while it writes (random weights may end a
+     * reply early: then ask again); the reply stays, closed, and each turn
+     * reads only its own new tokens */
+    double gen_reaction = -1;
+    for (int attempt = 0; attempt < 8 && gen_reaction < 0; attempt++) {
+        log.ended = false;
+        int users = rec.users;
+        CHECK_EQ_INT(agent_submit(a, "Say something long."), 0);
+        wait_state(a, AGENT_GENERATING, engine_ms(60000));
+        do {
+            usleep(1000);
+            agent_get_status(a, &st);
+        } while (st.generated < 20 && st.state == AGENT_GENERATING);
+        bool generating = st.state == AGENT_GENERATING;
+        t_int = test_now_ms();
+        if (generating) agent_interrupt(a);
+        run_to_end(a, &log, engine_ms(60000), NULL, NULL);
+        agent_get_status(a, &st);
+        CHECK(rec.users == users + 1 && users < 8);
+        if (attempt == 0) /* the rest of the long message, the EOS closing it, this turn, its prefix */
+            CHECK_EQ_INT(read_part + st.prefilled_turn, rec.user_tokens[0] + 2 + 1 + rec.user_tokens[users] + 2);
+        else /* the previous reply's end, this turn, its prefix */
+            CHECK_MSG(st.prefilled_turn <= rec.user_tokens[users] + 5, "read %zu tokens for a turn of %zu",
+                      st.prefilled_turn, rec.user_tokens[users]);
+        if (generating && !strcmp(log.end, AGENT_END_INTERRUPTED)) gen_reaction = log.end_ms - t_int;
+    }
+    CHECK_MSG(gen_reaction >= 0, "no reply was long enough to interrupt");
+    fprintf(stderr, "tiny model: prefill interrupt reaction %.1f ms, generation %.1f ms\n", prefill_reaction,
+            gen_reaction);
+    /* the engine polls between layers and tokens; sanitizer builds run a
+     * layer ten or more times slower, so there only the order of
+     * magnitude is checked */
+    const char *variant = getenv("DS4CL_VARIANT");
+    double bound = variant && strcmp(variant, "rel") != 0 ? 5000 : 100;
+    CHECK_MSG(prefill_reaction <= bound && gen_reaction <= bound, "reactions %.0f / %.0f ms (bound %.0f)",
+              prefill_reaction, gen_reaction, bound);
+    sb_free(&big);
+    agent_stop(a);
+    ds4_engine_close(e);
+    ev_log_free(&log);
+    rec_free(&rec);
+}
+
+TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
+{
+    ds4_engine *e = cpu_engine();
+    agent_config cfg = test_config(e, 16384);
+    cfg.think = DS4_THINK_NONE;
+    cfg.max_tokens = 8;
+    persist_rec rec = { 0 };
+    agent_persist_hooks hooks = { .on_turn = rec_turn, .on_idle = rec_idle, .ud = &rec };
+    cfg.persist = &hooks;
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, engine_ms(120000));
+    run_turn(a, "Remember the number 7.", &log);
+    agent_status st;
+    agent_get_status(a, &st);
+    int used = st.ctx_used;
+    /* the summary request is read in chunks; stop it well past the point
+     * the engine could still rewind from */
+    agent_request(a, AGENT_REQ_COMPACT);
+    double t0 = test_now_ms();
+    do {
+        usleep(500);
+        agent_get_status(a, &st);
+    } while (!(st.state == AGENT_PREFILL && st.prefill_done >= 500) && test_now_ms() - t0 < engine_ms(60000));
+    CHECK_MSG(st.state == AGENT_PREFILL && st.prefill_done < st.prefill_total, "state %s, %d of %d",
+              agent_state_name(st.state), st.prefill_done, st.prefill_total);
+    agent_interrupt(a);
+    wait_idle(a, &log, engine_ms(60000));
+    CHECK_CONTAINS(sb_str(&log.notices), "Compaction interrupted; keeping the previous conversation.");
+    agent_get_status(a, &st);
+    CHECK_EQ_INT(st.ctx_used, used);
+    CHECK_EQ_INT(st.compactions, 0);
+    /* the next turn reads its own tokens, not the conversation again */
+    log.ended = false;
+    run_turn(a, "Which number?", &log);
+    agent_get_status(a, &st);
+    CHECK_MSG(st.prefilled_turn <= rec.user_tokens[1] + 4, "read %zu tokens for a turn of %zu", st.prefilled_turn,
+              rec.user_tokens[1]);
+    agent_stop(a);
+    ds4_engine_close(e);
+    ev_log_free(&log);
+    rec_free(&rec);
+}
+
+TEST(agent, system_prompt_renders_the_registry_agents_md_and_extra_text)
+{
+    if (!tools_all) SKIP("the tool registry is not part of this build yet");
+    test_write_file(test_tmp_path("AGENTS.md"), "Run make check before committing.", 33);
+    const char *lines[] = { NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 32768);
+    cfg.custom_tools = NULL;
+    cfg.system_extra = "Answer in French.";
+    ds4_tokens sys = { 0 };
+    ds4_error err = { "" };
+    CHECK_MSG(agent_system_prompt(&cfg, &sys, &err) == 0, "%s", err.msg);
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    strbuf text = { 0 };
+    size_t dsml_tokens = 0;
+    for (size_t i = 0; i < sys.n; i++) {
+        size_t len;
+        const char *b = ds4_token_bytes(t, sys.ids[i], &len);
+        if (b) sb_append(&text, b, len);
+        dsml_tokens += sys.ids[i] == ds4_token_special(t, DS4_TOK_DSML);
+    }
+    const char *s = sb_str(&text);
+    /* every tool of the registry, with its schema as JSON */
+    size_t n;
+    const tool_def *const *all = tools_all(&n);
+    const char *last = s;
+    for (size_t i = 0; i < n; i++) {
+        char *schema = tools_schema_json(all[i]);
+        const char *at = strstr(s, schema);
+        CHECK_MSG(at != NULL, "the system prompt lacks the schema of %s", all[i]->name);
+        CHECK_MSG(at >= last, "%s is out of the registry's order", all[i]->name);
+        last = at;
+        free(schema);
+    }
+    /* the call syntax is written with the model's DSML token */
+    CHECK(dsml_tokens >= 4);
+    /* then our instructions with the workspace, AGENTS.md, the extra text, in that order */
+    const char *ws = strstr(s, test_printf("workspace %s", cfg.workspace));
+    const char *md = strstr(s, "Run make check before committing.");
+    const char *extra = strstr(s, "Answer in French.");
+    CHECK(ws && md && extra);
+    CHECK(last < ws && ws < md && md < extra);
+    /* and agent_start begins with exactly these tokens */
+    agent *a = test_agent(&cfg);
+    wait_idle(a, NULL, 10000);
+    agent_status st;
+    agent_get_status(a, &st);
+    CHECK_EQ_INT(st.ctx_used, sys.n);
+    agent_stop(a);
+    sb_free(&text);
+    ds4_tokens_free(&sys);
+}
+
+TEST(agent, a_reply_that_fills_the_context_still_leaves_room_to_compact)
+{
+    const char *lines[] = {
+        script_line(test_printf("a</think>%s", filler(4000)), NULL),
+        script_line("SUMMARY: a very long answer was cut.", NULL),
+        script_line("b</think>Shorter now.", "\"expect\": \"SUMMARY: a very long answer was cut.\""),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "write forever", &log);
+    CHECK_STR_EQ(log.end, AGENT_END_CONTEXT_FULL);
+    agent_status st;
+    agent_get_status(a, &st);
+    CHECK(st.ctx_used < 8192);
+    /* the next turn compacts first (it would not fit otherwise) and runs */
+    log.ended = false;
+    run_turn(a, "again, shorter", &log);
+    CHECK_MSG(!strcmp(log.end, AGENT_END_DONE), "%s: %s %s", log.end, sb_str(&log.errors), sb_str(&log.notices));
+    CHECK_CONTAINS(sb_str(&log.notices), "Compacting (soft limit before user turn)");
+    CHECK_CONTAINS(sb_str(&log.text), "Shorter now.");
+    agent_get_status(a, &st);
+    CHECK_EQ_INT(st.compactions, 1);
+    CHECK(st.can_uncompact);
+    /* the full conversation and the new turn would not fit together */
+    int used = st.ctx_used;
+    agent_request(a, AGENT_REQ_UNCOMPACT);
+    usleep(50000);
+    wait_idle(a, &log, 5000);
+    CHECK_CONTAINS(sb_str(&log.notices), "Cannot undo the compaction");
+    agent_get_status(a, &st);
+    CHECK_EQ_INT(st.ctx_used, used);
+    CHECK(st.can_uncompact);
+    /* /clear forgets it */
+    agent_request(a, AGENT_REQ_CLEAR);
+    usleep(50000);
+    wait_idle(a, &log, 5000);
+    agent_get_status(a, &st);
+    CHECK(!st.can_uncompact);
     agent_stop(a);
     ev_log_free(&log);
 }

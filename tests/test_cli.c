@@ -40,6 +40,8 @@ TEST(cli, bad_values_are_usage_errors)
         { "--dump-tokens -m x.gguf", "--dump-tokens" },
         { "stray-argument", "stray-argument" },
         { "-m", "-m" },
+        { "--allow wirte -p x", "wirte" },
+        { "--allow read,edti -p x", "edti" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out;

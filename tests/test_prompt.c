@@ -254,13 +254,15 @@ TEST(prompt, reads_edits_and_runs_bash_in_a_workspace)
 
 /* ---- the real engine ----------------------------------------------------------------- */
 
-TEST(prompt, tiny_model_on_the_cpu_engine)
+static void tiny_model_run(const char *backend)
 {
     char *out;
-    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --ctx 16384 --nothink -n 12 --seed 3 -p 'Say hello.' "
-                             "--output-format stream-json 2>&1",
-                       test_tmpdir(), test_bindir(), agent_test_model());
-    if (strstr(out, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --backend %s --ctx 16384 --nothink -n 12 --seed 3 "
+                             "-p 'Say hello.' --output-format stream-json 2>&1",
+                       test_tmpdir(), test_bindir(), agent_test_model(), backend);
+    if (strstr(out, "not part of this build")) SKIP("the %s engine is not part of this build yet", backend);
+    if (strstr(out, "no OpenCL device") || strstr(out, "no OpenCL platform"))
+        SKIP("no OpenCL device here: %.200s", out);
     CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
     size_t n;
     struct json_object **v = parse_lines(out, &n);
@@ -271,5 +273,84 @@ TEST(prompt, tiny_model_on_the_cpu_engine)
     CHECK(json_object_get_int64(f) >= 1 && json_object_get_int64(f) <= 12);
     CHECK(json_object_object_get_ex(r, "prefilled_tokens", &f));
     CHECK(json_object_get_int64(f) > 100);
+    CHECK_STR_EQ(str_of(v[0], "backend"), backend);
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}
+
+TEST(prompt, tiny_model_on_the_cpu_engine)
+{
+    tiny_model_run("cpu");
+}
+
+TEST(prompt, tiny_model_on_the_opencl_engine)
+{
+    tiny_model_run("opencl");
+}
+
+TEST(prompt, stream_json_compaction_and_error_events)
+{
+    /* a read that brings the conversation past the soft limit: the
+     * context is compacted before the next round (the script's second
+     * reply is the summary) */
+    const char *ws = test_tmp_path("ws");
+    mkdir_p(ws, 0700);
+    strbuf big = { 0 };
+    for (int i = 1; i <= 1200; i++) sb_printf(&big, "row %d\n", i);
+    test_write_file(test_tmp_path("ws/big.txt"), big.s, big.len);
+    sb_free(&big);
+    const char *lines[] = {
+        script_line(test_printf("r</think>%s", dsml_block("read", "path", "big.txt", "max_lines", "=300", NULL)), NULL),
+        script_line("SUMMARY: the user wants big.txt read.", NULL),
+        script_line("ok</think>Read the first 300 lines.", NULL),
+        NULL,
+    };
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 -p 'read big.txt' "
+                             "--output-format stream-json 2>/dev/null",
+                       ws, test_bindir(), agent_test_model(), write_script(lines));
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    size_t n;
+    struct json_object **v = parse_lines(out, &n);
+    struct json_object *c = find_type(v, n, "compaction", 0);
+    CHECK_MSG(c != NULL, "no compaction event:\n%s", out);
+    CHECK_STR_EQ(str_of(c, "summary"), "SUMMARY: the user wants big.txt read.");
+    struct json_object *r = v[n - 1], *f;
+    CHECK_STR_EQ(str_of(r, "type"), "result");
+    CHECK(json_object_object_get_ex(r, "compactions", &f) && json_object_get_int(f) >= 1);
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+
+    /* a reply longer than the room left: an error event, then the result */
+    strbuf longer = { 0 };
+    sb_puts(&longer, "</think>");
+    for (int i = 0; i < 8000; i++) sb_puts(&longer, "word ");
+    const char *lines2[] = { script_line(sb_str(&longer), NULL), NULL };
+    rc = run_prompt(&out, write_script(lines2), "-p hi --output-format stream-json 2>/dev/null");
+    CHECK_EQ_INT(rc, 4);
+    v = parse_lines(out, &n);
+    struct json_object *e = find_type(v, n, "error", 0);
+    CHECK_MSG(e != NULL, "no error event:\n%.2000s", out);
+    CHECK_CONTAINS(str_of(e, "message"), "the context is full");
+    CHECK_STR_EQ(str_of(v[n - 1], "type"), "result");
+    CHECK_STR_EQ(str_of(v[n - 1], "error"), str_of(e, "message"));
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+    sb_free(&longer);
+}
+
+/* `make demo`: a generated tiny model, ds4cl -p on the CPU engine, then the
+ * scripted session that fixes and runs hello.c with the real tools. */
+TEST(prompt, demo_runs_end_to_end)
+{
+    if (!test_have_program("cc")) SKIP("no C compiler for the demo's hello.c");
+    char *out;
+    /* its caches in the test's directory too (the vocabulary may then
+     * not be fetched: the demo falls back to its own) */
+    int rc = test_runf(&out, "cd '%s' && TMPDIR='%s' XDG_CACHE_HOME='%s/cache' NO_COLOR=1 sh build-aux/demo.sh '%s' 2>&1",
+                       test_root(), test_tmpdir(), test_tmpdir(), test_bindir());
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "== 2. ds4cl -p on it, with the real CPU engine");
+    CHECK_CONTAINS(out, "tokens read in");
+    CHECK(strstr(out, "(skipped:") == NULL);
+    CHECK_CONTAINS(out, "ds4cl: edit done: Edited hello.c");
+    CHECK_CONTAINS(out, "puts(\"Hello, world!\");");
+    CHECK_CONTAINS(out, "$ ./hello\nHello, world!\n");
 }

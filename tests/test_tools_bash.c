@@ -276,6 +276,43 @@ TEST(tools_sandbox, status_says_what_applies)
     CHECK_CONTAINS(tools_sandbox_status(env), "writes only to the workspace");
 }
 
+static tool_confirm say_yes(void *ud, const char *tool, const char *summary)
+{
+    (void)tool;
+    (void)summary;
+    ++*(int *)ud;
+    return TOOL_CONFIRM_YES;
+}
+
+TEST(tools_sandbox, without_landlock_bash_asks_and_says_why)
+{
+    tu_hide_landlock();
+    tool_env_config cfg = { .sandbox = true, .interactive = false };
+    tool_env *env = tu_env_cfg(&cfg);
+    CHECK(!tools_sandbox_active(env));
+    CHECK_CONTAINS(tools_sandbox_status(env), "Landlock is not available on this kernel (not built in)");
+    CHECK_CONTAINS(tools_sandbox_status(env), "need approval");
+    /* no sandbox: a command needs approval, which this run cannot give */
+    tu_result r = tu_call(env, "bash", bash_args("ls", NULL));
+    CHECK(r.denied);
+    CHECK_CONTAINS(r.text, "needs approval");
+    tu_free(env);
+    /* asked and approved, it runs unconfined; the first result says why
+     * it was asked, once */
+    tool_env_config ask = { .sandbox = true, .interactive = true };
+    env = tu_env_cfg(&ask);
+    int asked = 0;
+    tool_call_ctx ctx = { .confirm = say_yes, .ud = &asked };
+    r = tu_call_ctx(env, "bash", bash_args("ls; echo first", NULL), &ctx);
+    CHECK_EQ_INT(asked, 1);
+    CHECK_CONTAINS(r.text, "first");
+    CHECK_CONTAINS(r.text, "(note: Landlock is not available");
+    r = tu_call_ctx(env, "bash", bash_args("ls; echo second", NULL), &ctx);
+    CHECK_EQ_INT(asked, 2);
+    CHECK_CONTAINS(r.text, "second");
+    CHECK(strstr(r.text, "Landlock") == NULL);
+}
+
 TEST(tools_sandbox, cannot_write_outside_the_workspace)
 {
     tool_env *env = sandboxed_env(false);

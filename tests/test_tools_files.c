@@ -161,13 +161,39 @@ TEST(tools_read, missing_directory_binary_and_empty)
 
 TEST(tools_read, permission_denied)
 {
-    if (geteuid() == 0) SKIP("running as root: permission bits do not stop reads");
+    tu_obey_permission_bits();
     tool_env *env = tu_env();
     const char *p = tu_file("secret", "x\n");
     chmod(p, 0);
     tu_result r = tu_call(env, "read", "{\"path\":\"secret\"}");
     CHECK(r.is_error);
     CHECK_CONTAINS(r.text, "Permission denied");
+    /* the other file tools: clean errors, nothing lost */
+    const char *ro = tu_file("ro/kept.txt", "kept\n");
+    chmod(ro, 0444);
+    chmod(tu_path("ro"), 0555);
+    r = tu_call(env, "write", "{\"path\":\"ro/kept.txt\",\"content\":\"new\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "ermission denied");
+    r = tu_call(env, "write", "{\"path\":\"ro/new.txt\",\"content\":\"new\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "ermission denied");
+    r = tu_call(env, "edit", "{\"path\":\"ro/kept.txt\",\"old\":\"kept\",\"new\":\"gone\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "ermission denied");
+    CHECK_STR_EQ(tu_content("ro/kept.txt"), "kept\n");
+    chmod(tu_path("ro"), 0755);
+    chmod(ro, 0644);
+    tu_file("closed/inner.txt", "needle\n");
+    chmod(tu_path("closed"), 0);
+    r = tu_call(env, "list", "{\"path\":\"closed\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "ermission denied");
+    r = tu_call(env, "search", "{\"query\":\"needle\"}");
+    CHECK(!r.is_error);
+    CHECK_CONTAINS(r.text, "No matches");
+    CHECK_CONTAINS(r.text, "unreadable");
+    chmod(tu_path("closed"), 0755);
 }
 
 TEST(tools_read, read_errors_are_results)
@@ -382,6 +408,21 @@ TEST(tools_edit, bad_input)
     r = tu_call(env, "edit", "{\"path\":\"b.bin\",\"old\":\"a\",\"new\":\"b\"}");
     CHECK(r.is_error);
     CHECK_CONTAINS(r.text, "binary");
+    /* a huge file (sparse: no disk used) is refused before it is read */
+    const char *huge = tu_file("huge.txt", "a\n");
+    CHECK(truncate(huge, 80ll << 20) == 0);
+    double t0 = test_now_ms();
+    r = tu_call(env, "edit", "{\"path\":\"huge.txt\",\"old\":\"a\",\"new\":\"b\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "more than edit handles");
+    CHECK(test_now_ms() - t0 < 1000);
+    /* read and search treat it as what it is: zeros make it binary */
+    r = tu_call(env, "read", "{\"path\":\"huge.txt\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "binary");
+    r = tu_call(env, "search", "{\"query\":\"a\",\"path\":\"huge.txt\"}");
+    CHECK(r.is_error);
+    CHECK_CONTAINS(r.text, "search skips binaries");
 }
 
 TEST(tools_edit, line_edit_requires_shown_unchanged_lines)
@@ -488,7 +529,13 @@ TEST(tools_list, sorted_dirs_first_with_sizes_and_marks)
     CHECK_CONTAINS(r.text, ".: 2 directories, 4 files\nalpha/  2 entries\nbuild/  [ignored]\n.gitignore  7B\n");
     CHECK_CONTAINS(r.text, "link@ -> zeta.txt\nrun.sh*  10B\nzeta.txt  5B\n");
     r = tu_call(env, "list", "{\"path\":\"alpha\",\"max_entries\":1}");
-    CHECK_CONTAINS(r.text, "one  1B\n… 1 more entries");
+    CHECK_CONTAINS(r.text, "one  1B\n… 1 more entry not shown");
+    r = tu_call(env, "list", "{\"path\":\"alpha\"}");
+    CHECK_CONTAINS(r.text, "alpha: 0 directories, 2 files\n");
+    tu_file("solo/only", "1");
+    r = tu_call(env, "list", "{}");
+    CHECK_CONTAINS(r.text, ".: 3 directories, 4 files\n");
+    CHECK_CONTAINS(r.text, "solo/  1 entry\n");
     r = tu_call(env, "list", "{\"path\":\"zeta.txt\"}");
     CHECK(r.is_error);
     CHECK_CONTAINS(r.text, "is a file");

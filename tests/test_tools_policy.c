@@ -199,6 +199,19 @@ TEST(tools_policy, yes_and_allow_flags)
     char err[256];
     CHECK(tool_env_new(&c3, err, sizeof err) == NULL);
     CHECK_CONTAINS(err, "--allow wirte: no such tool");
+    /* one flag may name several tools */
+    const char *const list[] = { "write,edit", " bash ", NULL };
+    tool_env_config c4 = { .allow = list };
+    env = tu_env_cfg(&c4);
+    CHECK_EQ_INT(decide(env, "write", "{\"path\":\"a\",\"content\":\"\"}"), PERM_ALLOW);
+    CHECK_EQ_INT(decide(env, "edit", "{\"path\":\"a\",\"new\":\"\"}"), PERM_ALLOW);
+    CHECK_EQ_INT(decide(env, "bash", bash("make")), PERM_ALLOW);
+    CHECK_EQ_INT(decide(env, "visit_page", "{\"url\":\"http://x/\"}"), PERM_ASK);
+    tu_free(env);
+    const char *const bad_list[] = { "read,wirte", NULL };
+    tool_env_config c5 = { .allow = bad_list, .workspace = tu_workspace() };
+    CHECK(tool_env_new(&c5, err, sizeof err) == NULL);
+    CHECK_CONTAINS(err, "--allow wirte: no such tool");
 }
 
 TEST(tools_policy, symlink_escaping_the_workspace_is_outside)
@@ -219,6 +232,20 @@ TEST(tools_policy, symlink_escaping_the_workspace_is_outside)
     CHECK(r.denied);
     CHECK_CONTAINS(r.text, "outside the workspace");
     CHECK(access(test_tmp_path("outside/new.txt"), F_OK) != 0);
+    /* the advice names what helps here (a rule for that path), not the
+     * --yes that is already on */
+    CHECK_CONTAINS(r.text, "--yes and --allow do not cover this");
+    CHECK_CONTAINS(r.text, test_printf("allow write %s", test_tmp_path("outside/new.txt")));
+    tu_free(env);
+    /* and that rule does allow it */
+    const char *rules = test_tmp_path("rules-outside");
+    const char *rule = test_printf("allow write %s\n", test_tmp_path("outside/new.txt"));
+    test_write_file(rules, rule, strlen(rule));
+    tool_env_config with_rule = { .rules_path = rules };
+    env = tu_env_cfg(&with_rule);
+    r = tu_call(env, "write", "{\"path\":\"escape/new.txt\",\"content\":\"x\"}");
+    CHECK_MSG(!r.is_error, "%s", r.text);
+    CHECK_STR_EQ(test_read_file(test_tmp_path("outside/new.txt"), NULL), "x");
 }
 
 TEST(tools_policy, path_rules)
@@ -315,6 +342,14 @@ TEST(tools_policy, asking_yes_no_always)
     CHECK(r.denied);
     CHECK_CONTAINS(r.text, "the user declined");
     CHECK(access(tu_path("a.txt"), F_OK) != 0);
+    /* no answer in time is a no that says so */
+    st.answer = TOOL_CONFIRM_TIMEOUT;
+    r = tu_call_ctx(env, "write", "{\"path\":\"a.txt\",\"content\":\"1\"}", &ctx);
+    CHECK_EQ_INT(st.asked, 2);
+    CHECK(r.denied);
+    CHECK_CONTAINS(r.text, "nobody answered the approval question in time");
+    CHECK(access(tu_path("a.txt"), F_OK) != 0);
+    st.asked = 1;
     st.answer = TOOL_CONFIRM_YES;
     r = tu_call_ctx(env, "write", "{\"path\":\"a.txt\",\"content\":\"x\"}", &ctx);
     CHECK(!r.is_error);

@@ -211,3 +211,26 @@ TEST(tools_search, skips_symlinks_and_lone_cr_numbering_matches_read)
     CHECK_CONTAINS(r.text, "1 matching lines in 1 files");
     CHECK_CONTAINS(r.text, "t.txt\n3:\tneedle\n");
 }
+
+/* The benchmark of bench/README.md: on the repository's engine sources
+ * the tool finds exactly the lines grep -rn finds. */
+TEST(tools_search, benchmark_agrees_with_grep)
+{
+    if (!test_have_program("grep")) SKIP("grep is not installed");
+    char *out;
+    int rc = test_runf(&out, "'%s/ds4cl-bench' --search-bench '%s/engine' --runs 1 --query ds4_session "
+                             "--query icase:Ds4_Error --query 'regex:^static \\w+ \\*?\\w+\\(' 2>&1",
+                       test_bindir(), test_root());
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_CONTAINS(out, "query,kind,tool_matches,grep_matches,tool_ms,grep_ms,tool_cpu_ms,grep_cpu_ms,tool_vs_grep\n");
+    int rows = 0;
+    for (char *line = strchr(out, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+        char kind[16];
+        long tm, gm;
+        const char *p = strrchr(line + 1, '"');
+        CHECK_MSG(p && sscanf(p, "\",%15[a-z],%ld,%ld,", kind, &tm, &gm) == 3, "bad row: %.80s", line + 1);
+        CHECK_MSG(tm == gm && tm > 0, "the tool found %ld lines, grep %ld: %.80s", tm, gm, line + 1);
+        rows++;
+    }
+    CHECK_EQ_INT(rows, 3);
+}

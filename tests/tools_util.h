@@ -35,12 +35,26 @@ const char *tu_content(const char *rel);
 /* JSON string literal of s (runner-owned), for building arguments. */
 const char *tu_json_str(const char *s);
 
-/* Number of live (not zombie) processes whose command line contains
- * marker, and of zombies among them. */
+/* Tags this test process's environment, so that what it starts (bash
+ * jobs inherit it) can be told from the processes of other test runs on
+ * the same machine. tu_env_cfg does it; call it before starting processes
+ * some other way. */
+void tu_tag_processes(void);
+/* Number of live (not zombie) processes started under this test's tag
+ * whose command line contains marker, and of zombies among them. */
 int tu_procs_with(const char *marker, int *zombies);
 /* Waits up to ms for no process with marker to remain; true when none. */
 bool tu_wait_gone(const char *marker, int ms);
 /* Zombie children of this process. */
 int tu_my_zombies(void);
+
+/* Makes this test process (and what it starts) see a kernel without
+ * Landlock: its system calls fail with ENOSYS (a seccomp filter). Skips
+ * the test when the filter cannot be installed. */
+void tu_hide_landlock(void);
+
+/* Makes permission bits apply to this test process even as root (drops
+ * the capabilities that override them). */
+void tu_obey_permission_bits(void);
 
 #endif

@@ -63,6 +63,33 @@ static char **copy_list(const char *const *list)
     return c;
 }
 
+/* --allow takes one tool or a list ("read,edit" or "read edit"). */
+static char **split_allow(const char *const *list)
+{
+    if (!list) return NULL;
+    size_t n = 0, cap = 8;
+    char **c = calloc(cap, sizeof *c);
+    if (!c) abort();
+    for (size_t i = 0; list[i]; i++) {
+        for (const char *p = list[i]; *p;) {
+            size_t skip = strspn(p, ", \t");
+            p += skip;
+            size_t len = strcspn(p, ", \t");
+            if (!len) break;
+            if (n + 2 > cap) {
+                cap *= 2;
+                c = realloc(c, cap * sizeof *c);
+                if (!c) abort();
+            }
+            c[n] = strndup(p, len);
+            if (!c[n]) abort();
+            c[++n] = NULL;
+            p += len;
+        }
+    }
+    return c;
+}
+
 static void free_list(char **list)
 {
     if (!list) return;
@@ -86,7 +113,7 @@ tool_env *tool_env_new(const tool_env_config *cfg, char *err, size_t errlen)
     env->cfg.cdp_url = xstrdup(cfg->cdp_url);
     env->cfg.browser_path = xstrdup(cfg->browser_path);
     env->cfg.search_url = xstrdup(cfg->search_url);
-    env->allow = copy_list(cfg->allow);
+    env->allow = split_allow(cfg->allow);
     env->cfg.allow = (const char *const *)env->allow;
     char **writable = copy_list(cfg->writable_dirs);
     env->cfg.writable_dirs = (const char *const *)writable;

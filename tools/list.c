@@ -133,7 +133,8 @@ static int run_list(tool_env *env, json_object *args, const tool_call_ctx *ctx, 
     size_t ndirs = 0;
     for (size_t i = 0; i < n; i++) ndirs += v[i].is_dir;
     strbuf b = {0};
-    sb_printf(&b, "%s: %zu directories, %zu files\n", shown, ndirs, n - ndirs);
+    sb_printf(&b, "%s: %zu director%s, %zu file%s\n", shown, ndirs, ndirs == 1 ? "y" : "ies", n - ndirs,
+              n - ndirs == 1 ? "" : "s");
     int dfd2 = open(abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     size_t shown_n = 0;
     for (size_t i = 0; i < n && shown_n < (size_t)max; i++, shown_n++) {
@@ -146,7 +147,7 @@ static int run_list(tool_env *env, json_object *args, const tool_call_ctx *ctx, 
         } else if (x->is_dir) {
             sb_putc(&b, '/');
             long k = dfd2 >= 0 && !x->ignored ? count_entries(dfd2, x->name) : -2;
-            if (k >= 0) sb_printf(&b, "  %ld entries", k);
+            if (k >= 0) sb_printf(&b, "  %ld entr%s", k, k == 1 ? "y" : "ies");
             else if (k == -1) sb_puts(&b, "  (unreadable)");
         } else if (x->stat_ok) {
             char size[32];
@@ -162,8 +163,8 @@ static int run_list(tool_env *env, json_object *args, const tool_call_ctx *ctx, 
     }
     if (dfd2 >= 0) close(dfd2);
     if (shown_n < n)
-        sb_printf(&b, "… %zu more entries not shown (raise max_entries, or use search with a glob)\n",
-                  n - shown_n);
+        sb_printf(&b, "… %zu more entr%s not shown (raise max_entries, or use search with a glob)\n",
+                  n - shown_n, n - shown_n == 1 ? "y" : "ies");
     for (size_t i = 0; i < n; i++) {
         free(v[i].name);
         free(v[i].link);

@@ -291,15 +291,31 @@ void tools_run(tool_env *env, const char *name, const char *args_json,
                  reason ? ")" : "");
         if (!env->cfg.interactive || !ctx->confirm) {
             char *rule = tools_always_rule(env, t, args);
-            denied(out, "%s needs approval and this run cannot ask (denied by policy). The user can "
-                        "allow it with --yes, --allow %s, or a rule such as \"%s\" in .ds4cl/rules.",
-                   question, t->name, rule ? rule : "");
+            /* --yes and --allow do not cover writes outside the workspace
+             * or into .git: only a rule naming the path does */
+            bool path_only = t->cls == TOOL_CLASS_WRITE && reason;
+            if (path_only)
+                denied(out, "%s needs approval and this run cannot ask (denied by policy). --yes and "
+                            "--allow do not cover this; the user can allow it with a rule such as \"%s\" "
+                            "in .ds4cl/rules.",
+                       question, rule ? rule : "");
+            else
+                denied(out, "%s needs approval and this run cannot ask (denied by policy). The user can "
+                            "allow it with --yes, --allow %s, or a rule such as \"%s\" in .ds4cl/rules.",
+                       question, t->name, rule ? rule : "");
             free(rule);
             json_object_put(args);
             return;
         }
         tool_confirm answer = ctx->confirm(ctx->ud, t->name, question);
-        if (answer == TOOL_CONFIRM_NO) {
+        if (answer == TOOL_CONFIRM_TIMEOUT) {
+            denied(out, "nobody answered the approval question in time, so %s was not run. The user may "
+                        "be away: do not retry it now; go on without it or end your reply with a question.",
+                   question);
+            json_object_put(args);
+            return;
+        }
+        if (answer != TOOL_CONFIRM_YES && answer != TOOL_CONFIRM_ALWAYS) {
             denied(out, "the user declined: %s. Do not retry the same call; ask the user what to do instead.",
                    question);
             json_object_put(args);

@@ -204,6 +204,11 @@ bool sandbox_active(tool_env *env)
     return env->cfg.sandbox && env->sandbox.abi > 0;
 }
 
+bool tools_sandbox_active(tool_env *env)
+{
+    return env && sandbox_active(env);
+}
+
 const char *tools_sandbox_status(tool_env *env)
 {
     if (!env) return "";

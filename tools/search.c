@@ -26,6 +26,7 @@
 #define SEARCH_MAX_FILE (256u << 20)
 #define SEARCH_MAX_DEPTH 64
 #define SEARCH_LINE_CAP 500
+#define BINARY_PROBE 8192 /* what text_binary_offset looks at */
 
 typedef struct {
     tool_env *env;
@@ -169,9 +170,14 @@ static void search_file(searcher *s, const char *abs, int fd, const struct stat 
         if (!s->buf) abort();
     }
     size_t len = 0;
+    bool checked = false;
     for (;;) {
         if (len + 1 >= s->cap) break;
-        ssize_t r = read(fd, s->buf + len, s->cap - 1 - len);
+        /* the binary test needs only the head: read that first, so a
+         * large binary costs one small read */
+        size_t want = s->cap - 1 - len;
+        if (!checked && len + want > BINARY_PROBE) want = BINARY_PROBE - len;
+        ssize_t r = read(fd, s->buf + len, want);
         if (r < 0) {
             if (errno == EINTR) continue;
             s->unreadable++;
@@ -179,6 +185,10 @@ static void search_file(searcher *s, const char *abs, int fd, const struct stat 
         }
         if (r == 0) break;
         len += (size_t)r;
+        if (!checked && len >= BINARY_PROBE) {
+            checked = true;
+            if (text_binary_offset(s->buf, len) >= 0) break;
+        }
     }
     s->files_searched++;
     if (text_binary_offset(s->buf, len) >= 0) {

@@ -87,6 +87,7 @@ typedef enum {
     TOOL_CONFIRM_NO = 0,
     TOOL_CONFIRM_YES,
     TOOL_CONFIRM_ALWAYS, /* yes, and allow this rule for the rest of the session */
+    TOOL_CONFIRM_TIMEOUT, /* nobody answered in time: no */
 } tool_confirm;
 
 /* Per-call context supplied by the agent. Every callback may be NULL. */
@@ -176,6 +177,10 @@ char *tools_always_rule(tool_env *env, const tool_def *t, struct json_object *ar
 
 /* One line saying how bash commands are confined (or why they are not). */
 const char *tools_sandbox_status(tool_env *env);
+/* True when bash commands run sandboxed by default; false when the
+ * sandbox is off or the kernel has no Landlock (then every bash call
+ * needs approval or a rule). */
+bool tools_sandbox_active(tool_env *env);
 
 /* Jobs the model should hear about (e.g. after a compaction): one line per
  * running job and per finished job whose end it has not seen; malloc'd,
