@@ -1,0 +1,637 @@
+/* matmul.cl — products with weight matrices: the dense matmul (any
+ * format, decode and prefill, grouped rows) and the mixture of experts
+ * (fused decode kernels, expert-sorted prefill tiles, slot-order sum).
+ *
+ * Numerics. Every kernel walks a row in chunks of 32 elements, dequantizes
+ * a chunk exactly as engine/quant.c does (the same f32 operations), and
+ * multiplies it into one float16 accumulator per (row, token) in chunk
+ * order; one horizontal sum at the end. All CPU-shaped kernels follow that
+ * order, so a (row, token) product has the same bits whichever kernel or
+ * tile computed it: decode and prefill agree, and so do the fused and the
+ * sorted MoE paths. The GPU-shaped kernels stride lanes over the chunks
+ * and reduce in local memory (another summation order, same f32 values).
+ *
+ * Shapes. CPU devices (PoCL) run one work-item per tile of MM_RB rows ×
+ * MM_TB tokens (decode: MM_DEC_RB rows, one token): the dequantized chunk
+ * is reused across the tile's tokens from registers, the x chunk across
+ * its rows. GPUs run the decode products as a work-group per row with a
+ * local reduction, and the prefill tiles as above. The host (cl_matmul.c)
+ * mirrors these constants.
+ */
+
+#define MM_DEC_RB 4 /* rows per work-item, decode */
+#define MM_RB 4     /* rows per work-item, prefill tiles */
+#define MM_TB 4     /* tokens per work-item, prefill tiles */
+#define MOE_DEC_RB 4
+#define MOE_RB 2    /* expert tiles: rows per work-item (gate and up both) */
+#define MOE_TB 4    /* expert tiles: (token, slot) pairs per work-item */
+#define MAX_RB 4
+#define MAX_TB 4
+
+/* ---- IQ2_XXS tables: the engine's quant_iq2xxs_grid and
+ * quant_ksigns_iq2xs (a test compares them) ------------------------------ */
+
+__constant ulong iq2xxs_grid[256] = {
+    0x0808080808080808ul, 0x080808080808082bul, 0x0808080808081919ul, 0x0808080808082b08ul,
+    0x0808080808082b2bul, 0x0808080808190819ul, 0x0808080808191908ul, 0x08080808082b0808ul,
+    0x08080808082b082bul, 0x08080808082b2b08ul, 0x08080808082b2b2bul, 0x0808080819080819ul,
+    0x0808080819081908ul, 0x0808080819190808ul, 0x0808080819192b08ul, 0x08080808192b0819ul,
+    0x08080808192b1908ul, 0x080808082b080808ul, 0x080808082b08082bul, 0x080808082b082b2bul,
+    0x080808082b2b082bul, 0x0808081908080819ul, 0x0808081908081908ul, 0x0808081908190808ul,
+    0x0808081908191919ul, 0x0808081919080808ul, 0x080808192b081908ul, 0x080808192b192b08ul,
+    0x0808082b08080808ul, 0x0808082b0808082bul, 0x0808082b082b082bul, 0x0808082b2b08082bul,
+    0x0808190808080819ul, 0x0808190808081908ul, 0x0808190808190808ul, 0x08081908082b0819ul,
+    0x08081908082b1908ul, 0x0808190819080808ul, 0x080819081908082bul, 0x0808190819082b08ul,
+    0x08081908192b0808ul, 0x080819082b080819ul, 0x080819082b081908ul, 0x080819082b190808ul,
+    0x080819082b2b1908ul, 0x0808191908080808ul, 0x080819190808082bul, 0x0808191908082b08ul,
+    0x08081919082b0808ul, 0x080819191908192bul, 0x08081919192b2b19ul, 0x080819192b080808ul,
+    0x080819192b190819ul, 0x0808192b08082b19ul, 0x0808192b08190808ul, 0x0808192b19080808ul,
+    0x0808192b2b081908ul, 0x0808192b2b2b1908ul, 0x08082b0808080808ul, 0x08082b0808081919ul,
+    0x08082b0808082b08ul, 0x08082b0808191908ul, 0x08082b08082b2b08ul, 0x08082b0819080819ul,
+    0x08082b0819081908ul, 0x08082b0819190808ul, 0x08082b081919082bul, 0x08082b082b082b08ul,
+    0x08082b1908081908ul, 0x08082b1919080808ul, 0x08082b2b0808082bul, 0x08082b2b08191908ul,
+    0x0819080808080819ul, 0x0819080808081908ul, 0x0819080808190808ul, 0x08190808082b0819ul,
+    0x0819080819080808ul, 0x08190808192b0808ul, 0x081908082b081908ul, 0x081908082b190808ul,
+    0x081908082b191919ul, 0x0819081908080808ul, 0x0819081908082b08ul, 0x08190819082b0808ul,
+    0x0819081919190808ul, 0x0819081919192b2bul, 0x081908192b080808ul, 0x0819082b082b1908ul,
+    0x0819082b19081919ul, 0x0819190808080808ul, 0x0819190808082b08ul, 0x08191908082b0808ul,
+    0x08191908082b1919ul, 0x0819190819082b19ul, 0x081919082b080808ul, 0x0819191908192b08ul,
+    0x08191919192b082bul, 0x0819192b08080808ul, 0x0819192b0819192bul, 0x08192b0808080819ul,
+    0x08192b0808081908ul, 0x08192b0808190808ul, 0x08192b0819080808ul, 0x08192b082b080819ul,
+    0x08192b1908080808ul, 0x08192b1908081919ul, 0x08192b192b2b0808ul, 0x08192b2b19190819ul,
+    0x082b080808080808ul, 0x082b08080808082bul, 0x082b080808082b2bul, 0x082b080819081908ul,
+    0x082b0808192b0819ul, 0x082b08082b080808ul, 0x082b08082b08082bul, 0x082b0819082b2b19ul,
+    0x082b081919082b08ul, 0x082b082b08080808ul, 0x082b082b0808082bul, 0x082b190808080819ul,
+    0x082b190808081908ul, 0x082b190808190808ul, 0x082b190819080808ul, 0x082b19081919192bul,
+    0x082b191908080808ul, 0x082b191919080819ul, 0x082b1919192b1908ul, 0x082b192b2b190808ul,
+    0x082b2b0808082b08ul, 0x082b2b08082b0808ul, 0x082b2b082b191908ul, 0x082b2b2b19081908ul,
+    0x1908080808080819ul, 0x1908080808081908ul, 0x1908080808190808ul, 0x1908080808192b08ul,
+    0x19080808082b0819ul, 0x19080808082b1908ul, 0x1908080819080808ul, 0x1908080819082b08ul,
+    0x190808081919192bul, 0x19080808192b0808ul, 0x190808082b080819ul, 0x190808082b081908ul,
+    0x190808082b190808ul, 0x1908081908080808ul, 0x19080819082b0808ul, 0x19080819192b0819ul,
+    0x190808192b080808ul, 0x190808192b081919ul, 0x1908082b08080819ul, 0x1908082b08190808ul,
+    0x1908082b19082b08ul, 0x1908082b1919192bul, 0x1908082b192b2b08ul, 0x1908190808080808ul,
+    0x1908190808082b08ul, 0x19081908082b0808ul, 0x190819082b080808ul, 0x190819082b192b19ul,
+    0x190819190819082bul, 0x19081919082b1908ul, 0x1908192b08080808ul, 0x19082b0808080819ul,
+    0x19082b0808081908ul, 0x19082b0808190808ul, 0x19082b0819080808ul, 0x19082b0819081919ul,
+    0x19082b1908080808ul, 0x19082b1919192b08ul, 0x19082b19192b0819ul, 0x19082b192b08082bul,
+    0x19082b2b19081919ul, 0x19082b2b2b190808ul, 0x1919080808080808ul, 0x1919080808082b08ul,
+    0x1919080808190819ul, 0x1919080808192b19ul, 0x19190808082b0808ul, 0x191908082b080808ul,
+    0x191908082b082b08ul, 0x1919081908081908ul, 0x191908191908082bul, 0x191908192b2b1908ul,
+    0x1919082b2b190819ul, 0x191919082b190808ul, 0x191919082b19082bul, 0x1919191908082b2bul,
+    0x1919192b08080819ul, 0x1919192b19191908ul, 0x19192b0808080808ul, 0x19192b0808190819ul,
+    0x19192b0808192b19ul, 0x19192b08192b1908ul, 0x19192b1919080808ul, 0x19192b2b08082b08ul,
+    0x192b080808081908ul, 0x192b080808190808ul, 0x192b080819080808ul, 0x192b0808192b2b08ul,
+    0x192b081908080808ul, 0x192b081919191919ul, 0x192b082b08192b08ul, 0x192b082b192b0808ul,
+    0x192b190808080808ul, 0x192b190808081919ul, 0x192b191908190808ul, 0x192b19190819082bul,
+    0x192b19192b081908ul, 0x192b2b081908082bul, 0x2b08080808080808ul, 0x2b0808080808082bul,
+    0x2b08080808082b2bul, 0x2b08080819080819ul, 0x2b0808082b08082bul, 0x2b08081908081908ul,
+    0x2b08081908192b08ul, 0x2b08081919080808ul, 0x2b08082b08190819ul, 0x2b08190808080819ul,
+    0x2b08190808081908ul, 0x2b08190808190808ul, 0x2b08190808191919ul, 0x2b08190819080808ul,
+    0x2b081908192b0808ul, 0x2b08191908080808ul, 0x2b0819191908192bul, 0x2b0819192b191908ul,
+    0x2b08192b08082b19ul, 0x2b08192b19080808ul, 0x2b08192b192b0808ul, 0x2b082b080808082bul,
+    0x2b082b1908081908ul, 0x2b082b2b08190819ul, 0x2b19080808081908ul, 0x2b19080808190808ul,
+    0x2b190808082b1908ul, 0x2b19080819080808ul, 0x2b1908082b2b0819ul, 0x2b1908190819192bul,
+    0x2b1908192b080808ul, 0x2b19082b19081919ul, 0x2b19190808080808ul, 0x2b191908082b082bul,
+    0x2b19190819081908ul, 0x2b19191919190819ul, 0x2b192b082b080819ul, 0x2b192b19082b0808ul,
+    0x2b2b08080808082bul, 0x2b2b080819190808ul, 0x2b2b08082b081919ul, 0x2b2b081908082b19ul,
+    0x2b2b082b08080808ul, 0x2b2b190808192b08ul, 0x2b2b2b0819190808ul, 0x2b2b2b1908081908ul,
+};
+
+__constant uchar iq2xs_ksigns[128] = {
+      0, 129, 130,   3, 132,   5,   6, 135, 136,   9,  10, 139,  12, 141, 142,  15,
+    144,  17,  18, 147,  20, 149, 150,  23,  24, 153, 154,  27, 156,  29,  30, 159,
+    160,  33,  34, 163,  36, 165, 166,  39,  40, 169, 170,  43, 172,  45,  46, 175,
+     48, 177, 178,  51, 180,  53,  54, 183, 184,  57,  58, 187,  60, 189, 190,  63,
+    192,  65,  66, 195,  68, 197, 198,  71,  72, 201, 202,  75, 204,  77,  78, 207,
+     80, 209, 210,  83, 212,  85,  86, 215, 216,  89,  90, 219,  92, 221, 222,  95,
+     96, 225, 226,  99, 228, 101, 102, 231, 232, 105, 106, 235, 108, 237, 238, 111,
+    240, 113, 114, 243, 116, 245, 246, 119, 120, 249, 250, 123, 252, 125, 126, 255,
+};
+
+/* Copies both tables out, for the test that they equal the engine's. */
+__kernel void iq2_tables(__global ulong *grid, __global uchar *signs)
+{
+    int i = get_global_id(0);
+    if (i < 256) grid[i] = iq2xxs_grid[i];
+    if (i < 128) signs[i] = iq2xs_ksigns[i];
+}
+
+/* ---- chunk dequantization ---------------------------------------------------
+ * Chunk c of a row = elements 32c … 32c+31, as two float16 (a: first 16). */
+
+inline void deq32_f32(const __global uchar *row, int c, float16 *a, float16 *b)
+{
+    const __global float *p = (const __global float *)row + 32 * c;
+    *a = vload16(0, p);
+    *b = vload16(1, p);
+}
+
+inline void deq32_f16(const __global uchar *row, int c, float16 *a, float16 *b)
+{
+    const __global half *p = (const __global half *)row + 32 * c;
+    *a = vload_half16(0, p);
+    *b = vload_half16(1, p);
+}
+
+inline void deq32_bf16(const __global uchar *row, int c, float16 *a, float16 *b)
+{
+    const __global ushort *p = (const __global ushort *)row + 32 * c;
+    *a = as_float16(convert_uint16(vload16(0, p)) << 16);
+    *b = as_float16(convert_uint16(vload16(1, p)) << 16);
+}
+
+/* d·q */
+inline void deq32_q8_0(const __global uchar *row, int c, float16 *a, float16 *b)
+{
+    const __global uchar *blk = row + Q8_0_BYTES * c;
+    float d = vload_half(0, (const __global half *)blk);
+    const __global char *q = (const __global char *)(blk + 2);
+    *a = convert_float16(vload16(0, q)) * d;
+    *b = convert_float16(vload16(1, q)) * d;
+}
+
+/* Q2_K (84 bytes: scales[16], qs[64], d, dmin): element e of the block is
+ * bits 2s of qs[32h + l] (h = e/128, s = e%128/32, l = e%32), times
+ * d·(sc & 15) minus dmin·(sc >> 4), sc = scales[e/16]. */
+inline void deq32_q2_k(const __global uchar *row, int c, float16 *a, float16 *b)
+{
+    const __global uchar *blk = row + 84 * (c >> 3);
+    int j = c & 7;
+    float d = vload_half(40, (const __global half *)blk), dmin = vload_half(41, (const __global half *)blk);
+    uchar s0 = blk[2 * j], s1 = blk[2 * j + 1];
+    const __global uchar *q = blk + 16 + 32 * (j >> 2);
+    uchar sh = (uchar)(2 * (j & 3));
+    float16 q0 = convert_float16((vload16(0, q) >> sh) & (uchar)3);
+    float16 q1 = convert_float16((vload16(1, q) >> sh) & (uchar)3);
+    float dl0 = d * (float)(s0 & 15), ml0 = dmin * (float)(s0 >> 4);
+    float dl1 = d * (float)(s1 & 15), ml1 = dmin * (float)(s1 >> 4);
+    *a = dl0 * q0 - ml0;
+    *b = dl1 * q1 - ml1;
+}
+
+/* Q4_K (144 bytes: d, dmin, scales[12], qs[128]): sub-block j has a 6-bit
+ * scale and min; its nibbles are the low (j even) or high (j odd) halves
+ * of qs[32(j/2) …]. */
+inline void deq32_q4_k(const __global uchar *row, int c, float16 *a, float16 *b)
+{
+    const __global uchar *blk = row + 144 * (c >> 3);
+    int j = c & 7;
+    float d = vload_half(0, (const __global half *)blk), dmin = vload_half(1, (const __global half *)blk);
+    const __global uchar *s = blk + 4;
+    uchar sc, m;
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (uchar)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+        m = (uchar)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+    float dl = d * (float)sc, ml = dmin * (float)m;
+    const __global uchar *q = blk + 16 + 32 * (j >> 1);
+    uchar16 q0 = vload16(0, q), q1 = vload16(1, q);
+    if (j & 1) {
+        q0 >>= (uchar)4;
+        q1 >>= (uchar)4;
+    } else {
+        q0 &= (uchar)15;
+        q1 &= (uchar)15;
+    }
+    *a = dl * convert_float16(q0) - ml;
+    *b = dl * convert_float16(q1) - ml;
+}
+
+/* IQ2_XXS (66 bytes: d, then 8 groups of 8 bytes): group g holds four grid
+ * indices and a 32-bit word of four 7-bit sign indices and a 4-bit scale. */
+inline float8 iq2_eight(uchar idx, uint sbits, float db)
+{
+    float8 v = db * convert_float8(as_uchar8(iq2xxs_grid[idx]));
+    int8 neg = ((int8)iq2xs_ksigns[sbits & 127] & (int8)(1, 2, 4, 8, 16, 32, 64, 128)) != 0;
+    return select(v, -v, neg);
+}
+
+inline void deq32_iq2_xxs(const __global uchar *row, int c, float16 *a, float16 *b)
+{
+    const __global uchar *blk = row + 66 * (c >> 3);
+    float d = vload_half(0, (const __global half *)blk);
+    const __global uchar *q = blk + 2 + 8 * (c & 7);
+    uint w = (uint)q[4] | (uint)q[5] << 8 | (uint)q[6] << 16 | (uint)q[7] << 24;
+    float db = d * (0.5f + (float)(w >> 28)) * 0.25f;
+    *a = (float16)(iq2_eight(q[0], w, db), iq2_eight(q[1], w >> 7, db));
+    *b = (float16)(iq2_eight(q[2], w >> 14, db), iq2_eight(q[3], w >> 21, db));
+}
+
+/* The chunk of a row of `type` (a constant in every kernel below, so the
+ * switch folds away). */
+inline void deq32(const int type, const __global uchar *row, int c, float16 *a, float16 *b)
+{
+    switch (type) {
+    case GGML_F32: deq32_f32(row, c, a, b); break;
+    case GGML_F16: deq32_f16(row, c, a, b); break;
+    case GGML_BF16: deq32_bf16(row, c, a, b); break;
+    case GGML_Q8_0: deq32_q8_0(row, c, a, b); break;
+    case GGML_Q2_K: deq32_q2_k(row, c, a, b); break;
+    case GGML_Q4_K: deq32_q4_k(row, c, a, b); break;
+    case GGML_IQ2_XXS: deq32_iq2_xxs(row, c, a, b); break;
+    }
+}
+
+inline float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
+
+/* Elements past the last whole chunk (plain float types only: every block
+ * format has whole chunks). */
+inline float dot_tail(const int type, const __global uchar *row, const __global float *x, int n)
+{
+    float s = 0.0f;
+    for (int i = n & ~31; i < n; i++) s += dense_elem(type, row, i) * x[i];
+    return s;
+}
+
+/* ---- the tile product ----------------------------------------------------------
+ * out[r][t] = w[r]·x[t] over n elements for RB rows and TB tokens. */
+inline void tile_dot(const int type, const int RB, const int TB, const __global uchar *const *w,
+                     const __global float *const *x, int n, float out[MAX_RB][MAX_TB])
+{
+    float16 acc[MAX_RB][MAX_TB];
+    for (int r = 0; r < RB; r++)
+        for (int t = 0; t < TB; t++) acc[r][t] = 0.0f;
+    const int nc = n >> 5;
+    for (int c = 0; c < nc; c++) {
+        float16 xa[MAX_TB], xb[MAX_TB];
+        for (int t = 0; t < TB; t++) {
+            xa[t] = vload16(0, x[t] + 32 * c);
+            xb[t] = vload16(1, x[t] + 32 * c);
+        }
+        for (int r = 0; r < RB; r++) {
+            float16 wa, wb;
+            deq32(type, w[r], c, &wa, &wb);
+            for (int t = 0; t < TB; t++) {
+                acc[r][t] = fma(wa, xa[t], acc[r][t]);
+                acc[r][t] = fma(wb, xb[t], acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < RB; r++)
+        for (int t = 0; t < TB; t++) {
+            out[r][t] = hsum16(acc[r][t]);
+            if (n & 31) out[r][t] += dot_tail(type, w[r], x[t], n);
+        }
+}
+
+/* GPU shape: this lane's share (chunks lane, lane + L, …) of w·x. */
+inline float lane_dot(const int type, const __global uchar *w, const __global float *x, int n, int lane, int L)
+{
+    float16 acc = 0.0f;
+    const int nc = n >> 5;
+    for (int c = lane; c < nc; c += L) {
+        float16 wa, wb;
+        deq32(type, w, c, &wa, &wb);
+        acc = fma(wa, vload16(0, x + 32 * c), acc);
+        acc = fma(wb, vload16(1, x + 32 * c), acc);
+    }
+    float s = hsum16(acc);
+    if (lane == 0 && (n & 31)) s += dot_tail(type, w, x, n);
+    return s;
+}
+
+/* The sum of v over the work-group, in every lane. */
+inline float group_sum(float v, __local float *part)
+{
+    int lid = get_local_id(0), L = get_local_size(0);
+    part[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = L / 2; h > 0; h >>= 1) {
+        if (lid < h) part[lid] += part[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float s = part[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return s;
+}
+
+/* ---- dense matmul ------------------------------------------------------------
+ * W holds rows [p_lo, p_hi) of the matrix (one device piece; W points at
+ * row p_lo); rows split into groups of rpg, group g reading x[t][g·n …).
+ * x token stride xs, y token stride ys. Work-item (row block, token block,
+ * group g_lo + k); rows outside the group or the piece are computed on a
+ * clamped copy and not stored. */
+#define MM_ARGS                                                                                                    \
+    const __global uchar *W, ulong W_off, ulong row_bytes, int n, int p_lo, int p_hi, int rpg, int g_lo, int n_g, \
+        const __global float *x, ulong x_off, ulong xs, __global float *y, ulong y_off, ulong ys, int T
+
+inline void mm_tile(const int type, const int RB, const int TB, const __global uchar *W, ulong row_bytes, int n,
+                    int p_lo, int p_hi, int rpg, int g_lo, int n_g, const __global float *x, ulong xs,
+                    __global float *y, ulong ys, int T)
+{
+    if ((int)get_global_id(2) >= n_g) return;
+    int g = g_lo + (int)get_global_id(2);
+    int lo = max(g * rpg, p_lo), hi = min(g * rpg + rpg, p_hi);
+    int r0 = g * rpg + (int)get_global_id(0) * RB, t0 = (int)get_global_id(1) * TB;
+    if (r0 >= hi || r0 + RB <= lo || t0 >= T) return;
+    const __global uchar *w[MAX_RB];
+    const __global float *xt[MAX_TB];
+    for (int r = 0; r < RB; r++) w[r] = W + (ulong)(clamp(r0 + r, lo, hi - 1) - p_lo) * row_bytes;
+    for (int t = 0; t < TB; t++) xt[t] = x + (ulong)min(t0 + t, T - 1) * xs + (ulong)g * n;
+    float out[MAX_RB][MAX_TB];
+    tile_dot(type, RB, TB, w, xt, n, out);
+    for (int r = 0; r < RB; r++) {
+        int rr = r0 + r;
+        if (rr < lo || rr >= hi) continue;
+        for (int t = 0; t < TB && t0 + t < T; t++) y[(ulong)(t0 + t) * ys + rr] = out[r][t];
+    }
+}
+
+/* GPU decode: a work-group per row (p_lo + group id), every token. */
+inline void mv_wg(const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
+                  const __global float *x, ulong xs, __global float *y, ulong ys, int T, __local float *part)
+{
+    int r = p_lo + (int)get_group_id(0);
+    if (r >= p_hi) return;
+    int g = r / rpg, lane = get_local_id(0), L = get_local_size(0);
+    const __global uchar *w = W + (ulong)(r - p_lo) * row_bytes;
+    for (int t = 0; t < T; t++) {
+        float s = group_sum(lane_dot(type, w, x + (ulong)t * xs + (ulong)g * n, n, lane, L), part);
+        if (lane == 0) y[(ulong)t * ys + r] = s;
+    }
+}
+
+#define MV_ARGS                                                                                       \
+    const __global uchar *W, ulong W_off, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,        \
+        const __global float *x, ulong x_off, ulong xs, __global float *y, ulong y_off, ulong ys, int T, \
+        __local float *part
+
+#define MM_KERNELS(SFX, TYPE)                                                                                     \
+    __kernel void mm_dec_##SFX(MM_ARGS)                                                                           \
+    {                                                                                                             \
+        mm_tile(TYPE, MM_DEC_RB, 1, W + W_off, row_bytes, n, p_lo, p_hi, rpg, g_lo, n_g, x + x_off, xs, y + y_off, \
+                ys, T);                                                                                           \
+    }                                                                                                             \
+    __kernel void mm_tile_##SFX(MM_ARGS)                                                                          \
+    {                                                                                                             \
+        mm_tile(TYPE, MM_RB, MM_TB, W + W_off, row_bytes, n, p_lo, p_hi, rpg, g_lo, n_g, x + x_off, xs,           \
+                y + y_off, ys, T);                                                                                \
+    }                                                                                                             \
+    __kernel void mv_wg_##SFX(MV_ARGS)                                                                            \
+    {                                                                                                             \
+        mv_wg(TYPE, W + W_off, row_bytes, n, p_lo, p_hi, rpg, x + x_off, xs, y + y_off, ys, T, part);            \
+    }
+
+MM_KERNELS(f32, GGML_F32)
+MM_KERNELS(f16, GGML_F16)
+MM_KERNELS(bf16, GGML_BF16)
+MM_KERNELS(q8_0, GGML_Q8_0)
+MM_KERNELS(q2_k, GGML_Q2_K)
+MM_KERNELS(q4_k, GGML_Q4_K)
+MM_KERNELS(iq2_xxs, GGML_IQ2_XXS)
+
+/* ---- mixture of experts ----------------------------------------------------------
+ * Pairs p = t·k + i (token t, slot i); sel[p] the expert, wt[p] its weight.
+ * gate/up [D, F, E], down [F, D, E]; expert e at e·rows·row_bytes. A
+ * kernel gets the experts [e_lo, e_hi) of one device piece (the pointers
+ * at expert e_lo); ids outside it are another launch's (or, outside
+ * [0, E), nobody's: such a slot adds nothing). */
+
+inline float swiglu_w(float g, float u, float clamp, float w)
+{
+    if (clamp > 1e-6f) {
+        g = g > clamp ? clamp : g;
+        u = u > clamp ? clamp : u < -clamp ? -clamp : u;
+    }
+    return g * sigmoid_stable(g) * u * w;
+}
+
+/* Gate and up rows r0 … r0+RB−1 (clamped to F) of one expert for TB pairs
+ * whose x rows are xt; mid[mrow[t]][r] for the first nt of them. */
+inline void moe_gu(const int type, const int RB, const int TB, const __global uchar *G, const __global uchar *U,
+                   ulong row_bytes, int D, int F, int r0, const __global float *const *xt, const float *wv,
+                   const int *mrow, int nt, float clamp, __global float *mid)
+{
+    const __global uchar *wg[MAX_RB], *wu[MAX_RB];
+    for (int r = 0; r < RB; r++) {
+        ulong at = (ulong)min(r0 + r, F - 1) * row_bytes;
+        wg[r] = G + at;
+        wu[r] = U + at;
+    }
+    float og[MAX_RB][MAX_TB], ou[MAX_RB][MAX_TB];
+    tile_dot(type, RB, TB, wg, xt, D, og);
+    tile_dot(type, RB, TB, wu, xt, D, ou);
+    for (int r = 0; r < RB && r0 + r < F; r++)
+        for (int t = 0; t < nt; t++) mid[(ulong)mrow[t] * F + r0 + r] = swiglu_w(og[r][t], ou[r][t], clamp, wv[t]);
+}
+
+#define MOE_GU_ARGS                                                                                          \
+    const __global uchar *G, ulong G_off, const __global uchar *U, ulong U_off, ulong row_bytes, int D, int F, \
+        int e_lo, int e_hi, const __global float *x, ulong x_off, const __global int *sel, ulong sel_off,    \
+        const __global float *wt, ulong wt_off, int k, float clamp, __global float *mid
+
+#define MOE_DOWN_ARGS                                                                                           \
+    const __global uchar *Wd, ulong Wd_off, ulong row_bytes, int F, int D, int e_lo, int e_hi,                  \
+        const __global float *mid, const __global int *sel, ulong sel_off, int k, __global float *y, ulong y_off
+
+/* Decode: work-item (row block, pair p): mid[p] (zeros for an id outside
+ * [e_lo, e_hi)). */
+inline void moe_gu_dec(const int type, MOE_GU_ARGS, int P)
+{
+    int r0 = (int)get_global_id(0) * MOE_DEC_RB, p = get_global_id(1);
+    if (r0 >= F || p >= P) return;
+    int e = sel[sel_off + p];
+    if (e < e_lo || e >= e_hi) {
+        for (int r = r0; r < min(r0 + MOE_DEC_RB, F); r++) mid[(ulong)p * F + r] = 0.0f;
+        return;
+    }
+    ulong eoff = (ulong)(e - e_lo) * F * row_bytes;
+    const __global float *xt[1] = { x + x_off + (ulong)(p / k) * D };
+    float wv[1] = { wt[wt_off + p] };
+    int mrow[1] = { p };
+    moe_gu(type, MOE_DEC_RB, 1, G + G_off + eoff, U + U_off + eoff, row_bytes, D, F, r0, xt, wv, mrow, 1, clamp,
+           mid);
+}
+
+/* Decode: work-item (row block, token t): y[t][r] = Σ over slots in order
+ * of down_e[r]·mid[t·k + i]. */
+inline void moe_down_dec(const int type, MOE_DOWN_ARGS, int T)
+{
+    int r0 = (int)get_global_id(0) * MOE_DEC_RB, t = get_global_id(1);
+    if (r0 >= D || t >= T) return;
+    float sum[MAX_RB];
+    for (int i = 0; i < k; i++) {
+        int p = t * k + i, e = sel[sel_off + p];
+        float out[MAX_RB][MAX_TB];
+        if (e >= e_lo && e < e_hi) {
+            const __global uchar *w[MAX_RB];
+            for (int r = 0; r < MOE_DEC_RB; r++)
+                w[r] = Wd + Wd_off + ((ulong)(e - e_lo) * D + (ulong)min(r0 + r, D - 1)) * row_bytes;
+            const __global float *xm[1] = { mid + (ulong)p * F };
+            tile_dot(type, MOE_DEC_RB, 1, w, xm, F, out);
+        } else {
+            for (int r = 0; r < MOE_DEC_RB; r++) out[r][0] = 0.0f;
+        }
+        for (int r = 0; r < MOE_DEC_RB; r++) sum[r] = i == 0 ? out[r][0] : sum[r] + out[r][0];
+    }
+    for (int r = 0; r < MOE_DEC_RB && r0 + r < D; r++) y[y_off + (ulong)t * D + r0 + r] = sum[r];
+}
+
+/* GPU decode: a work-group per (row, pair). */
+inline void moe_gu_wg(const int type, MOE_GU_ARGS, __local float *part)
+{
+    int r = get_group_id(0), p = get_group_id(1), lane = get_local_id(0), L = get_local_size(0);
+    int e = sel[sel_off + p];
+    if (e < e_lo || e >= e_hi) {
+        if (lane == 0) mid[(ulong)p * F + r] = 0.0f;
+        return;
+    }
+    ulong at = ((ulong)(e - e_lo) * F + r) * row_bytes;
+    const __global float *xt = x + x_off + (ulong)(p / k) * D;
+    float g = group_sum(lane_dot(type, G + G_off + at, xt, D, lane, L), part);
+    float u = group_sum(lane_dot(type, U + U_off + at, xt, D, lane, L), part);
+    if (lane == 0) mid[(ulong)p * F + r] = swiglu_w(g, u, clamp, wt[wt_off + p]);
+}
+
+/* GPU decode: a work-group per (row, token), slots in order. */
+inline void moe_down_wg(const int type, MOE_DOWN_ARGS, __local float *part)
+{
+    int r = get_group_id(0), t = get_group_id(1), lane = get_local_id(0), L = get_local_size(0);
+    float sum = 0.0f;
+    for (int i = 0; i < k; i++) {
+        int p = t * k + i, e = sel[sel_off + p];
+        float v = 0.0f;
+        if (e >= e_lo && e < e_hi)
+            v = group_sum(lane_dot(type, Wd + Wd_off + ((ulong)(e - e_lo) * D + r) * row_bytes, mid + (ulong)p * F, F,
+                                   lane, L),
+                          part);
+        sum = i == 0 ? v : sum + v;
+    }
+    if (lane == 0) y[y_off + (ulong)t * D + r] = sum;
+}
+
+/* Prefill, after moe_sort: work-item (row block, tile). A tile is up to
+ * MOE_TB pairs of one expert, at sorted positions q0 … q0+n−1; mid rows
+ * are kept in sorted order, the down outputs ys by pair. */
+#define MOE_TILE_ARGS const __global int *ws, int P, int E
+
+inline int ws_tiles(const __global int *ws) { return ws[0]; }
+inline const __global int *ws_order(const __global int *ws, int E) { return ws + 1 + E; }
+inline const __global int *ws_tile(const __global int *ws, int E, int P, int i) { return ws + 1 + E + P + 3 * i; }
+
+inline void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
+{
+    int r0 = (int)get_global_id(0) * MOE_RB, ti = get_global_id(1);
+    if (r0 >= F || ti >= ws_tiles(ws)) return;
+    const __global int *tile = ws_tile(ws, E, P, ti), *order = ws_order(ws, E);
+    int e = tile[0], q0 = tile[1], nt = tile[2];
+    if (e < e_lo || e >= e_hi) return;
+    ulong eoff = (ulong)(e - e_lo) * F * row_bytes;
+    const __global float *xt[MAX_TB];
+    float wv[MAX_TB];
+    int mrow[MAX_TB];
+    for (int t = 0; t < MOE_TB; t++) {
+        int q = q0 + min(t, nt - 1), p = order[q];
+        xt[t] = x + x_off + (ulong)(p / k) * D;
+        wv[t] = wt[wt_off + p];
+        mrow[t] = q;
+    }
+    moe_gu(type, MOE_RB, MOE_TB, G + G_off + eoff, U + U_off + eoff, row_bytes, D, F, r0, xt, wv, mrow, nt, clamp,
+           mid);
+}
+
+inline void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
+{
+    int r0 = (int)get_global_id(0) * MOE_RB, ti = get_global_id(1);
+    if (r0 >= D || ti >= ws_tiles(ws)) return;
+    const __global int *tile = ws_tile(ws, E, P, ti), *order = ws_order(ws, E);
+    int e = tile[0], q0 = tile[1], nt = tile[2];
+    if (e < e_lo || e >= e_hi) return;
+    const __global uchar *w[MAX_RB];
+    const __global float *xm[MAX_TB];
+    for (int r = 0; r < MOE_RB; r++)
+        w[r] = Wd + Wd_off + ((ulong)(e - e_lo) * D + (ulong)min(r0 + r, D - 1)) * row_bytes;
+    for (int t = 0; t < MOE_TB; t++) xm[t] = mid + (ulong)(q0 + min(t, nt - 1)) * F;
+    float out[MAX_RB][MAX_TB];
+    tile_dot(type, MOE_RB, MOE_TB, w, xm, F, out);
+    for (int t = 0; t < nt; t++) {
+        __global float *ys = y + y_off + (ulong)order[q0 + t] * D;
+        for (int r = 0; r < MOE_RB && r0 + r < D; r++) ys[r0 + r] = out[r][t];
+    }
+}
+
+#define MOE_KERNELS(SFX, TYPE)                                                                                   \
+    __kernel void moe_gu_dec_##SFX(MOE_GU_ARGS, int P)                                                           \
+    {                                                                                                            \
+        moe_gu_dec(TYPE, G, G_off, U, U_off, row_bytes, D, F, e_lo, e_hi, x, x_off, sel, sel_off, wt, wt_off, k,  \
+                   clamp, mid, P);                                                                               \
+    }                                                                                                            \
+    __kernel void moe_down_dec_##SFX(MOE_DOWN_ARGS, int T)                                                       \
+    {                                                                                                            \
+        moe_down_dec(TYPE, Wd, Wd_off, row_bytes, F, D, e_lo, e_hi, mid, sel, sel_off, k, y, y_off, T);          \
+    }                                                                                                            \
+    __kernel void moe_gu_wg_##SFX(MOE_GU_ARGS, __local float *part)                                              \
+    {                                                                                                            \
+        moe_gu_wg(TYPE, G, G_off, U, U_off, row_bytes, D, F, e_lo, e_hi, x, x_off, sel, sel_off, wt, wt_off, k,   \
+                  clamp, mid, part);                                                                             \
+    }                                                                                                            \
+    __kernel void moe_down_wg_##SFX(MOE_DOWN_ARGS, __local float *part)                                          \
+    {                                                                                                            \
+        moe_down_wg(TYPE, Wd, Wd_off, row_bytes, F, D, e_lo, e_hi, mid, sel, sel_off, k, y, y_off, part);        \
+    }                                                                                                            \
+    __kernel void moe_gu_tile_##SFX(MOE_GU_ARGS, MOE_TILE_ARGS)                                                  \
+    {                                                                                                            \
+        moe_gu_tile(TYPE, G, G_off, U, U_off, row_bytes, D, F, e_lo, e_hi, x, x_off, sel, sel_off, wt, wt_off, k, \
+                    clamp, mid, ws, P, E);                                                                       \
+    }                                                                                                            \
+    __kernel void moe_down_tile_##SFX(MOE_DOWN_ARGS, MOE_TILE_ARGS)                                              \
+    {                                                                                                            \
+        moe_down_tile(TYPE, Wd, Wd_off, row_bytes, F, D, e_lo, e_hi, mid, sel, sel_off, k, y, y_off, ws, P, E);  \
+    }
+
+MOE_KERNELS(q2_k, GGML_Q2_K)
+MOE_KERNELS(q4_k, GGML_Q4_K)
+MOE_KERNELS(iq2_xxs, GGML_IQ2_XXS)
+
+/* One work-item: groups the P pairs by expert (stable, so pairs keep their
+ * order within an expert) and cuts each expert's run into tiles of at most
+ * tb pairs. ws = [n_tiles, cursor[E], order[P], tiles[3·max]]; ids
+ * outside [0, E) are left out. The work is O(P + E), a few µs. */
+__kernel void moe_sort(const __global int *sel, ulong sel_off, int P, int E, int tb, __global int *ws)
+{
+    if (get_global_id(0) != 0) return;
+    sel += sel_off;
+    __global int *cur = ws + 1, *order = ws + 1 + E, *tiles = ws + 1 + E + P;
+    for (int e = 0; e < E; e++) cur[e] = 0;
+    for (int p = 0; p < P; p++) {
+        int e = sel[p];
+        if (e >= 0 && e < E) cur[e]++;
+    }
+    int at = 0, nt = 0;
+    for (int e = 0; e < E; e++) {
+        int n = cur[e];
+        for (int q = 0; q < n; q += tb) {
+            tiles[3 * nt] = e;
+            tiles[3 * nt + 1] = at + q;
+            tiles[3 * nt + 2] = min(tb, n - q);
+            nt++;
+        }
+        cur[e] = at;
+        at += n;
+    }
+    for (int p = 0; p < P; p++) {
+        int e = sel[p];
+        if (e >= 0 && e < E) order[cur[e]++] = p;
+    }
+    ws[0] = nt;
+}
+
+/* y[t][d] = Σ over slots in order of ys[t·k + i][d] (a slot with an id
+ * outside [0, E) adds nothing). */
+__kernel void moe_sum(const __global float *ys, const __global int *sel, ulong sel_off, int k, int E, int D, int T,
+                      __global float *y, ulong y_off)
+{
+    int d = get_global_id(0), t = get_global_id(1);
+    if (d >= D || t >= T) return;
+    float sum = 0.0f;
+    for (int i = 0; i < k; i++) {
+        int p = t * k + i, e = sel[sel_off + p];
+        float v = e >= 0 && e < E ? ys[(ulong)p * D + d] : 0.0f;
+        sum = i == 0 ? v : sum + v;
+    }
+    y[y_off + (ulong)t * D + d] = sum;
+}
