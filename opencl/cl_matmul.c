@@ -3,10 +3,9 @@
  * kernel shapes).
  *
  * matmul: one launch per device piece of the weight (one unless the tensor
- * was split). CPU devices: a work-item per row block and token (decode,
- * T < MM_TB) or per row block × token block (prefill tiles); GPUs: a
- * work-group per row with a local reduction for decode, the tiles for
- * prefill.
+ * was split). CPU devices: a work-item per row (decode, T < MM_TB) or per
+ * row block × token block (prefill tiles); GPUs: a work-group per row with
+ * a local reduction for decode, the tiles for prefill.
  *
  * moe: for a few tokens, two fused launches: gate+up+SwiGLU+weight for
  * every (token, slot) pair, then down + the slot-order sum per token. For
@@ -27,7 +26,7 @@
 #define F4 sizeof(float)
 
 /* Mirrors matmul.cl. */
-enum { MM_DEC_RB = 4, MM_RB = 4, MM_TB = 4, MOE_DEC_RB = 4, MOE_RB = 2, MOE_TB = 4 };
+enum { MM_RB = 4, MM_TB = 4, MOE_RB = 4, MOE_TB = 4 };
 
 /* MoE chunks of up to this many tokens take the fused decode kernels. */
 #define MOE_FUSED_MAX_T 4
@@ -95,9 +94,9 @@ static int matmul_piece(clo_ctx *c, const ds4_tensor *W, int64_t r0, int64_t r1,
         size_t g = (size_t)(r1 - r0) * l;
         return clrt_enqueue(&call, 1, &g, &l);
     }
-    const int rbk = tiles ? MM_RB : MM_DEC_RB, tbk = tiles ? MM_TB : 1;
-    size_t g[3] = { up_div((size_t)rpg, (size_t)rbk), up_div((size_t)T, (size_t)tbk), (size_t)n_g };
-    size_t l[3] = { cpu ? clo_group(c, 8) : clo_group(c, 64), 1, 1 };
+    size_t g[3] = { tiles ? up_div((size_t)rpg, MM_RB) : (size_t)rpg, tiles ? up_div((size_t)T, MM_TB) : 1,
+                    (size_t)n_g };
+    size_t l[3] = { cpu ? clo_group(c, tiles ? 8 : 16) : clo_group(c, 64), 1, 1 };
     if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
     return clrt_enqueue(&call, 3, g, l);
 }
@@ -210,7 +209,7 @@ static int moe_fused(clo_ctx *c, const moe_args *a)
     size_t lw = clo_group(c, 64);
     if (cpu) {
         clrt_arg_int(&call, a->P);
-        size_t g[2] = { up_div((size_t)a->F, MOE_DEC_RB), (size_t)a->P }, l[2] = { clo_group(c, 4), 1 };
+        size_t g[2] = { (size_t)a->F, (size_t)a->P }, l[2] = { clo_group(c, 16), 1 };
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     } else {
         clrt_arg_local(&call, lw * F4);
@@ -223,7 +222,7 @@ static int moe_fused(clo_ctx *c, const moe_args *a)
     if (down_args(c, &call, a, 0, a->E, mid, NULL, a->y)) return -1;
     if (cpu) {
         clrt_arg_int(&call, a->T);
-        size_t g[2] = { up_div((size_t)a->D, MOE_DEC_RB), (size_t)a->T }, l[2] = { clo_group(c, 4), 1 };
+        size_t g[2] = { (size_t)a->D, (size_t)a->T }, l[2] = { clo_group(c, 16), 1 };
         return clrt_enqueue(&call, 2, g, l);
     }
     clrt_arg_local(&call, lw * F4);

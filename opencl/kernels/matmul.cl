@@ -2,28 +2,35 @@
  * format, decode and prefill, grouped rows) and the mixture of experts
  * (fused decode kernels, expert-sorted prefill tiles, slot-order sum).
  *
- * Numerics. Every kernel walks a row in chunks of 32 elements, dequantizes
- * a chunk exactly as engine/quant.c does (the same f32 operations), and
- * multiplies it into one float16 accumulator per (row, token) in chunk
- * order; one horizontal sum at the end. All CPU-shaped kernels follow that
- * order, so a (row, token) product has the same bits whichever kernel or
- * tile computed it: decode and prefill agree, and so do the fused and the
- * sorted MoE paths. The GPU-shaped kernels stride lanes over the chunks
- * and reduce in local memory (another summation order, same f32 values).
+ * Numerics. Every kernel dequantizes with the f32 operations of
+ * engine/quant.c, 16 elements at a time. The CPU-shaped kernels all sum a
+ * (row, token) product the same way (see "the products" below), so it has
+ * the same bits whichever kernel or tile computed it: decode and prefill
+ * agree, and so do the fused and the sorted MoE paths. The GPU-shaped
+ * kernels stride lanes over the chunks and reduce in local memory (another
+ * summation order of the same f32 products).
  *
- * Shapes. CPU devices (PoCL) run one work-item per tile of MM_RB rows ×
- * MM_TB tokens (decode: MM_DEC_RB rows, one token): the dequantized chunk
- * is reused across the tile's tokens from registers, the x chunk across
- * its rows. GPUs run the decode products as a work-group per row with a
- * local reduction, and the prefill tiles as above. The host (cl_matmul.c)
- * mirrors these constants.
+ * Shapes. CPU devices (PoCL): decode runs a work-item per row, rows of a
+ * work-group one after another (long sequential streams: interleaving the
+ * rows of several work-items' chunks measured 2-3x slower); prefill runs
+ * a work-item per tile of MM_RB rows × MM_TB tokens, whose dequantized
+ * weights and x values are reused from registers. GPUs run the decode
+ * products as a work-group per row with a local reduction, and the
+ * prefill tiles as above. The host (cl_matmul.c) mirrors the constants.
  */
 
-#define MM_DEC_RB 4 /* rows per work-item, decode */
+/* The helpers must melt into each kernel (the type, the tile shape and the
+ * accumulator arrays become constants and registers); PoCL's compiler
+ * would otherwise call them. */
+#if defined(__clang__)
+#define INL inline __attribute__((always_inline))
+#else
+#define INL inline
+#endif
+
 #define MM_RB 4     /* rows per work-item, prefill tiles */
 #define MM_TB 4     /* tokens per work-item, prefill tiles */
-#define MOE_DEC_RB 4
-#define MOE_RB 2    /* expert tiles: rows per work-item (gate and up both) */
+#define MOE_RB 4    /* expert tiles: rows per work-item (gate and up both) */
 #define MOE_TB 4    /* expert tiles: (token, slot) pairs per work-item */
 #define MAX_RB 4
 #define MAX_TB 4
@@ -117,67 +124,65 @@ __kernel void iq2_tables(__global ulong *grid, __global uchar *signs)
     if (i < 128) signs[i] = iq2xs_ksigns[i];
 }
 
-/* ---- chunk dequantization ---------------------------------------------------
- * Chunk c of a row = elements 32c … 32c+31, as two float16 (a: first 16). */
-
-inline void deq32_f32(const __global uchar *row, int c, float16 *a, float16 *b)
+/* An IEEE half (bits h) as float, exactly: the magnitude shifted into
+ * place and rescaled by 2^112 covers normal and subnormal values; Inf and
+ * NaN are rebuilt. Fewer operations than PoCL's vload_half. */
+INL float half_bits(uint h)
 {
-    const __global float *p = (const __global float *)row + 32 * c;
-    *a = vload16(0, p);
-    *b = vload16(1, p);
+    uint m = (h & 0x7fffu) << 13;
+    float f = as_float(m) * 0x1p112f;
+    uint b = (h & 0x7c00u) == 0x7c00u ? m | 0x7f800000u : as_uint(f);
+    return as_float(b | (h & 0x8000u) << 16);
 }
 
-inline void deq32_f16(const __global uchar *row, int c, float16 *a, float16 *b)
+INL float ld_half(const __global uchar *p) { return half_bits((uint)p[0] | (uint)p[1] << 8); }
+
+/* ---- dequantization -----------------------------------------------------------
+ * Half h (0 or 1) of chunk c of a row: elements 32c + 16h … 32c + 16h + 15,
+ * each computed with the f32 operations of engine/quant.c. */
+
+INL float16 deq16_f32(const __global uchar *row, int c, int h)
 {
-    const __global half *p = (const __global half *)row + 32 * c;
-    *a = vload_half16(0, p);
-    *b = vload_half16(1, p);
+    return vload16(2 * c + h, (const __global float *)row);
 }
 
-inline void deq32_bf16(const __global uchar *row, int c, float16 *a, float16 *b)
+INL float16 deq16_f16(const __global uchar *row, int c, int h)
 {
-    const __global ushort *p = (const __global ushort *)row + 32 * c;
-    *a = as_float16(convert_uint16(vload16(0, p)) << 16);
-    *b = as_float16(convert_uint16(vload16(1, p)) << 16);
+    return vload_half16(2 * c + h, (const __global half *)row);
+}
+
+INL float16 deq16_bf16(const __global uchar *row, int c, int h)
+{
+    return as_float16(convert_uint16(vload16(2 * c + h, (const __global ushort *)row)) << 16);
 }
 
 /* d·q */
-inline void deq32_q8_0(const __global uchar *row, int c, float16 *a, float16 *b)
+INL float16 deq16_q8_0(const __global uchar *row, int c, int h)
 {
     const __global uchar *blk = row + Q8_0_BYTES * c;
-    float d = vload_half(0, (const __global half *)blk);
-    const __global char *q = (const __global char *)(blk + 2);
-    *a = convert_float16(vload16(0, q)) * d;
-    *b = convert_float16(vload16(1, q)) * d;
+    return convert_float16(vload16(h, (const __global char *)(blk + 2))) * ld_half(blk);
 }
 
 /* Q2_K (84 bytes: scales[16], qs[64], d, dmin): element e of the block is
- * bits 2s of qs[32h + l] (h = e/128, s = e%128/32, l = e%32), times
+ * bits 2s of qs[32k + l] (k = e/128, s = e%128/32, l = e%32), times
  * d·(sc & 15) minus dmin·(sc >> 4), sc = scales[e/16]. */
-inline void deq32_q2_k(const __global uchar *row, int c, float16 *a, float16 *b)
+INL float16 deq16_q2_k(const __global uchar *row, int c, int h)
 {
     const __global uchar *blk = row + 84 * (c >> 3);
     int j = c & 7;
-    float d = vload_half(40, (const __global half *)blk), dmin = vload_half(41, (const __global half *)blk);
-    uchar s0 = blk[2 * j], s1 = blk[2 * j + 1];
-    const __global uchar *q = blk + 16 + 32 * (j >> 2);
-    uchar sh = (uchar)(2 * (j & 3));
-    float16 q0 = convert_float16((vload16(0, q) >> sh) & (uchar)3);
-    float16 q1 = convert_float16((vload16(1, q) >> sh) & (uchar)3);
-    float dl0 = d * (float)(s0 & 15), ml0 = dmin * (float)(s0 >> 4);
-    float dl1 = d * (float)(s1 & 15), ml1 = dmin * (float)(s1 >> 4);
-    *a = dl0 * q0 - ml0;
-    *b = dl1 * q1 - ml1;
+    uchar sc = blk[2 * j + h];
+    float16 q = convert_float16((vload16(h, blk + 16 + 32 * (j >> 2)) >> (uchar)(2 * (j & 3))) & (uchar)3);
+    float dl = ld_half(blk + 80) * (float)(sc & 15), ml = ld_half(blk + 82) * (float)(sc >> 4);
+    return dl * q - ml;
 }
 
 /* Q4_K (144 bytes: d, dmin, scales[12], qs[128]): sub-block j has a 6-bit
  * scale and min; its nibbles are the low (j even) or high (j odd) halves
  * of qs[32(j/2) …]. */
-inline void deq32_q4_k(const __global uchar *row, int c, float16 *a, float16 *b)
+INL float16 deq16_q4_k(const __global uchar *row, int c, int h)
 {
     const __global uchar *blk = row + 144 * (c >> 3);
     int j = c & 7;
-    float d = vload_half(0, (const __global half *)blk), dmin = vload_half(1, (const __global half *)blk);
     const __global uchar *s = blk + 4;
     uchar sc, m;
     if (j < 4) {
@@ -187,107 +192,145 @@ inline void deq32_q4_k(const __global uchar *row, int c, float16 *a, float16 *b)
         sc = (uchar)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
         m = (uchar)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
     }
-    float dl = d * (float)sc, ml = dmin * (float)m;
-    const __global uchar *q = blk + 16 + 32 * (j >> 1);
-    uchar16 q0 = vload16(0, q), q1 = vload16(1, q);
-    if (j & 1) {
-        q0 >>= (uchar)4;
-        q1 >>= (uchar)4;
-    } else {
-        q0 &= (uchar)15;
-        q1 &= (uchar)15;
-    }
-    *a = dl * convert_float16(q0) - ml;
-    *b = dl * convert_float16(q1) - ml;
+    float dl = ld_half(blk) * (float)sc, ml = ld_half(blk + 2) * (float)m;
+    uchar16 q = vload16(h, blk + 16 + 32 * (j >> 1));
+    q = j & 1 ? q >> (uchar)4 : q & (uchar)15;
+    return dl * convert_float16(q) - ml;
 }
 
 /* IQ2_XXS (66 bytes: d, then 8 groups of 8 bytes): group g holds four grid
  * indices and a 32-bit word of four 7-bit sign indices and a 4-bit scale. */
-inline float8 iq2_eight(uchar idx, uint sbits, float db)
+INL float8 iq2_eight(uchar idx, uint sbits, float db)
 {
     float8 v = db * convert_float8(as_uchar8(iq2xxs_grid[idx]));
     int8 neg = ((int8)iq2xs_ksigns[sbits & 127] & (int8)(1, 2, 4, 8, 16, 32, 64, 128)) != 0;
     return select(v, -v, neg);
 }
 
-inline void deq32_iq2_xxs(const __global uchar *row, int c, float16 *a, float16 *b)
+INL float16 deq16_iq2_xxs(const __global uchar *row, int c, int h)
 {
     const __global uchar *blk = row + 66 * (c >> 3);
-    float d = vload_half(0, (const __global half *)blk);
     const __global uchar *q = blk + 2 + 8 * (c & 7);
     uint w = (uint)q[4] | (uint)q[5] << 8 | (uint)q[6] << 16 | (uint)q[7] << 24;
-    float db = d * (0.5f + (float)(w >> 28)) * 0.25f;
-    *a = (float16)(iq2_eight(q[0], w, db), iq2_eight(q[1], w >> 7, db));
-    *b = (float16)(iq2_eight(q[2], w >> 14, db), iq2_eight(q[3], w >> 21, db));
+    float db = ld_half(blk) * (0.5f + (float)(w >> 28)) * 0.25f;
+    return (float16)(iq2_eight(q[2 * h], w >> (14 * h), db), iq2_eight(q[2 * h + 1], w >> (14 * h + 7), db));
 }
 
-/* The chunk of a row of `type` (a constant in every kernel below, so the
- * switch folds away). */
-inline void deq32(const int type, const __global uchar *row, int c, float16 *a, float16 *b)
+/* Of a row of `type` (a constant in every kernel below, so the switch
+ * folds away). */
+INL float16 deq16(const int type, const __global uchar *row, int c, int h)
 {
     switch (type) {
-    case GGML_F32: deq32_f32(row, c, a, b); break;
-    case GGML_F16: deq32_f16(row, c, a, b); break;
-    case GGML_BF16: deq32_bf16(row, c, a, b); break;
-    case GGML_Q8_0: deq32_q8_0(row, c, a, b); break;
-    case GGML_Q2_K: deq32_q2_k(row, c, a, b); break;
-    case GGML_Q4_K: deq32_q4_k(row, c, a, b); break;
-    case GGML_IQ2_XXS: deq32_iq2_xxs(row, c, a, b); break;
+    case GGML_F32: return deq16_f32(row, c, h);
+    case GGML_F16: return deq16_f16(row, c, h);
+    case GGML_BF16: return deq16_bf16(row, c, h);
+    case GGML_Q8_0: return deq16_q8_0(row, c, h);
+    case GGML_Q2_K: return deq16_q2_k(row, c, h);
+    case GGML_Q4_K: return deq16_q4_k(row, c, h);
+    case GGML_IQ2_XXS: return deq16_iq2_xxs(row, c, h);
     }
+    return 0.0f;
 }
 
-inline float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
+INL float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
 
 /* Elements past the last whole chunk (plain float types only: every block
  * format has whole chunks). */
-inline float dot_tail(const int type, const __global uchar *row, const __global float *x, int n)
+INL float dot_tail(const int type, const __global uchar *row, const __global float *x, int n)
 {
     float s = 0.0f;
     for (int i = n & ~31; i < n; i++) s += dense_elem(type, row, i) * x[i];
     return s;
 }
 
-/* ---- the tile product ----------------------------------------------------------
- * out[r][t] = w[r]·x[t] over n elements for RB rows and TB tokens. */
-inline void tile_dot(const int type, const int RB, const int TB, const __global uchar *const *w,
-                     const __global float *const *x, int n, float out[MAX_RB][MAX_TB])
+/* ---- the products ----------------------------------------------------------------
+ * Every CPU-shaped kernel computes w·x as hsum16(A) + hsum16(B) (+ the
+ * tail), A and B being the lane-wise fma chains over the chunks in order,
+ * A over their first halves, B over their second halves.
+ *
+ * row_dot: one row against TB ≤ 4 tokens, A and B side by side (two
+ * independent chains keep the FMA unit busy; one row after another keeps
+ * the memory streams long: both matter when streaming weights). */
+#define ROW_FMA(t)                                       \
+    if (TB > t) {                                        \
+        a##t = fma(wa, vload16(0, x[t] + 32 * c), a##t); \
+        b##t = fma(wb, vload16(1, x[t] + 32 * c), b##t); \
+    }
+#define ROW_OUT(t)                                                        \
+    if (TB > t) {                                                         \
+        out[t] = hsum16(a##t) + hsum16(b##t);                             \
+        if (n & 31) out[t] += dot_tail(type, w, x[t], n);                 \
+    }
+
+INL void row_dot(const int type, const int TB, const __global uchar *w, const __global float *const *x, int n,
+                 float *out)
 {
-    float16 acc[MAX_RB][MAX_TB];
-    for (int r = 0; r < RB; r++)
-        for (int t = 0; t < TB; t++) acc[r][t] = 0.0f;
+    float16 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, b0 = 0.0f, b1 = 0.0f, b2 = 0.0f, b3 = 0.0f;
     const int nc = n >> 5;
     for (int c = 0; c < nc; c++) {
-        float16 xa[MAX_TB], xb[MAX_TB];
-        for (int t = 0; t < TB; t++) {
-            xa[t] = vload16(0, x[t] + 32 * c);
-            xb[t] = vload16(1, x[t] + 32 * c);
-        }
-        for (int r = 0; r < RB; r++) {
-            float16 wa, wb;
-            deq32(type, w[r], c, &wa, &wb);
-            for (int t = 0; t < TB; t++) {
-                acc[r][t] = fma(wa, xa[t], acc[r][t]);
-                acc[r][t] = fma(wb, xb[t], acc[r][t]);
-            }
-        }
+        float16 wa = deq16(type, w, c, 0), wb = deq16(type, w, c, 1);
+        ROW_FMA(0) ROW_FMA(1) ROW_FMA(2) ROW_FMA(3)
     }
+    ROW_OUT(0) ROW_OUT(1) ROW_OUT(2) ROW_OUT(3)
+}
+
+/* tile_dot: RB ≤ 4 rows × TB ≤ 4 tokens, the same numbers as row_dot: a
+ * pass for the A chains, then one for the B chains, each holding RB·TB
+ * accumulators in registers while every dequantized half is reused TB
+ * times and every x half RB times (prefill is compute-bound). Written out
+ * by hand: PoCL leaves loops over accumulators rolled, in memory. */
+#define TILE_FMA(r, t)                                             \
+    if (TB > t) acc##r##t = fma(wv, xv##t, acc##r##t);
+#define TILE_ROW(r)                                                \
+    if (RB > r) {                                                  \
+        float16 wv = deq16(type, w[r], c, HALF);                   \
+        TILE_FMA(r, 0) TILE_FMA(r, 1) TILE_FMA(r, 2) TILE_FMA(r, 3) \
+    }
+#define TILE_X(t)                                                  \
+    if (TB > t) xv##t = vload16(2 * c + HALF, x[t]);
+#define TILE_SUM(r, t)                                             \
+    if (RB > r && TB > t) {                                        \
+        out[r][t] = HALF ? out[r][t] + hsum16(acc##r##t) : hsum16(acc##r##t); \
+        acc##r##t = 0.0f;                                          \
+    }
+#define TILE_PASS                                                                              \
+    for (int c = 0; c < nc; c++) {                                                             \
+        float16 xv0, xv1, xv2, xv3;                                                            \
+        TILE_X(0) TILE_X(1) TILE_X(2) TILE_X(3)                                                \
+        TILE_ROW(0) TILE_ROW(1) TILE_ROW(2) TILE_ROW(3)                                        \
+    }                                                                                          \
+    TILE_SUM(0, 0) TILE_SUM(0, 1) TILE_SUM(0, 2) TILE_SUM(0, 3)                                \
+    TILE_SUM(1, 0) TILE_SUM(1, 1) TILE_SUM(1, 2) TILE_SUM(1, 3)                                \
+    TILE_SUM(2, 0) TILE_SUM(2, 1) TILE_SUM(2, 2) TILE_SUM(2, 3)                                \
+    TILE_SUM(3, 0) TILE_SUM(3, 1) TILE_SUM(3, 2) TILE_SUM(3, 3)
+
+INL void tile_dot(const int type, const int RB, const int TB, const __global uchar *const *w,
+                  const __global float *const *x, int n, float out[MAX_RB][MAX_TB])
+{
+    float16 acc00 = 0.0f, acc01 = 0.0f, acc02 = 0.0f, acc03 = 0.0f;
+    float16 acc10 = 0.0f, acc11 = 0.0f, acc12 = 0.0f, acc13 = 0.0f;
+    float16 acc20 = 0.0f, acc21 = 0.0f, acc22 = 0.0f, acc23 = 0.0f;
+    float16 acc30 = 0.0f, acc31 = 0.0f, acc32 = 0.0f, acc33 = 0.0f;
+    const int nc = n >> 5;
+#define HALF 0
+    TILE_PASS
+#undef HALF
+#define HALF 1
+    TILE_PASS
+#undef HALF
     for (int r = 0; r < RB; r++)
-        for (int t = 0; t < TB; t++) {
-            out[r][t] = hsum16(acc[r][t]);
+        for (int t = 0; t < TB; t++)
             if (n & 31) out[r][t] += dot_tail(type, w[r], x[t], n);
-        }
 }
 
 /* GPU shape: this lane's share (chunks lane, lane + L, …) of w·x. */
-inline float lane_dot(const int type, const __global uchar *w, const __global float *x, int n, int lane, int L)
+INL float lane_dot(const int type, const __global uchar *w, const __global float *x, int n, int lane, int L)
 {
     float16 acc = 0.0f;
     const int nc = n >> 5;
     for (int c = lane; c < nc; c += L) {
-        float16 wa, wb;
-        deq32(type, w, c, &wa, &wb);
-        acc = fma(wa, vload16(0, x + 32 * c), acc);
-        acc = fma(wb, vload16(1, x + 32 * c), acc);
+        acc = fma(deq16(type, w, c, 0), vload16(0, x + 32 * c), acc);
+        acc = fma(deq16(type, w, c, 1), vload16(1, x + 32 * c), acc);
     }
     float s = hsum16(acc);
     if (lane == 0 && (n & 31)) s += dot_tail(type, w, x, n);
@@ -295,7 +338,7 @@ inline float lane_dot(const int type, const __global uchar *w, const __global fl
 }
 
 /* The sum of v over the work-group, in every lane. */
-inline float group_sum(float v, __local float *part)
+INL float group_sum(float v, __local float *part)
 {
     int lid = get_local_id(0), L = get_local_size(0);
     part[lid] = v;
@@ -312,14 +355,17 @@ inline float group_sum(float v, __local float *part)
 /* ---- dense matmul ------------------------------------------------------------
  * W holds rows [p_lo, p_hi) of the matrix (one device piece; W points at
  * row p_lo); rows split into groups of rpg, group g reading x[t][g·n …).
- * x token stride xs, y token stride ys. Work-item (row block, token block,
- * group g_lo + k); rows outside the group or the piece are computed on a
+ * x token stride xs, y token stride ys.
+ *
+ * mm_rows (decode): work-item (row of the group, 1, group g_lo + k), one
+ * token after another. mm_tile (prefill): work-item (row block, token
+ * block, group); rows outside the group or the piece are computed on a
  * clamped copy and not stored. */
 #define MM_ARGS                                                                                                    \
     const __global uchar *W, ulong W_off, ulong row_bytes, int n, int p_lo, int p_hi, int rpg, int g_lo, int n_g, \
         const __global float *x, ulong x_off, ulong xs, __global float *y, ulong y_off, ulong ys, int T
 
-inline void mm_tile(const int type, const int RB, const int TB, const __global uchar *W, ulong row_bytes, int n,
+INL void mm_tile(const int type, const int RB, const int TB, const __global uchar *W, ulong row_bytes, int n,
                     int p_lo, int p_hi, int rpg, int g_lo, int n_g, const __global float *x, ulong xs,
                     __global float *y, ulong ys, int T)
 {
@@ -341,8 +387,22 @@ inline void mm_tile(const int type, const int RB, const int TB, const __global u
     }
 }
 
+INL void mm_rows(const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
+                 int g_lo, int n_g, const __global float *x, ulong xs, __global float *y, ulong ys, int T)
+{
+    int i = get_global_id(0), g = g_lo + (int)get_global_id(2), r = g * rpg + i;
+    if ((int)get_global_id(2) >= n_g || i >= rpg || r < p_lo || r >= p_hi) return;
+    const __global uchar *w = W + (ulong)(r - p_lo) * row_bytes;
+    for (int t = 0; t < T; t++) {
+        const __global float *xt[1] = { x + (ulong)t * xs + (ulong)g * n };
+        float o;
+        row_dot(type, 1, w, xt, n, &o);
+        y[(ulong)t * ys + r] = o;
+    }
+}
+
 /* GPU decode: a work-group per row (p_lo + group id), every token. */
-inline void mv_wg(const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
+INL void mv_wg(const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
                   const __global float *x, ulong xs, __global float *y, ulong ys, int T, __local float *part)
 {
     int r = p_lo + (int)get_group_id(0);
@@ -363,8 +423,7 @@ inline void mv_wg(const int type, const __global uchar *W, ulong row_bytes, int 
 #define MM_KERNELS(SFX, TYPE)                                                                                     \
     __kernel void mm_dec_##SFX(MM_ARGS)                                                                           \
     {                                                                                                             \
-        mm_tile(TYPE, MM_DEC_RB, 1, W + W_off, row_bytes, n, p_lo, p_hi, rpg, g_lo, n_g, x + x_off, xs, y + y_off, \
-                ys, T);                                                                                           \
+        mm_rows(TYPE, W + W_off, row_bytes, n, p_lo, p_hi, rpg, g_lo, n_g, x + x_off, xs, y + y_off, ys, T);     \
     }                                                                                                             \
     __kernel void mm_tile_##SFX(MM_ARGS)                                                                          \
     {                                                                                                             \
@@ -391,7 +450,7 @@ MM_KERNELS(iq2_xxs, GGML_IQ2_XXS)
  * at expert e_lo); ids outside it are another launch's (or, outside
  * [0, E), nobody's: such a slot adds nothing). */
 
-inline float swiglu_w(float g, float u, float clamp, float w)
+INL float swiglu_w(float g, float u, float clamp, float w)
 {
     if (clamp > 1e-6f) {
         g = g > clamp ? clamp : g;
@@ -402,7 +461,7 @@ inline float swiglu_w(float g, float u, float clamp, float w)
 
 /* Gate and up rows r0 … r0+RB−1 (clamped to F) of one expert for TB pairs
  * whose x rows are xt; mid[mrow[t]][r] for the first nt of them. */
-inline void moe_gu(const int type, const int RB, const int TB, const __global uchar *G, const __global uchar *U,
+INL void moe_gu(const int type, const int RB, const int TB, const __global uchar *G, const __global uchar *U,
                    ulong row_bytes, int D, int F, int r0, const __global float *const *xt, const float *wv,
                    const int *mrow, int nt, float clamp, __global float *mid)
 {
@@ -428,51 +487,47 @@ inline void moe_gu(const int type, const int RB, const int TB, const __global uc
     const __global uchar *Wd, ulong Wd_off, ulong row_bytes, int F, int D, int e_lo, int e_hi,                  \
         const __global float *mid, const __global int *sel, ulong sel_off, int k, __global float *y, ulong y_off
 
-/* Decode: work-item (row block, pair p): mid[p] (zeros for an id outside
+/* Decode: work-item (row r, pair p): mid[p][r] (zero for an id outside
  * [e_lo, e_hi)). */
-inline void moe_gu_dec(const int type, MOE_GU_ARGS, int P)
+INL void moe_gu_dec(const int type, MOE_GU_ARGS, int P)
 {
-    int r0 = (int)get_global_id(0) * MOE_DEC_RB, p = get_global_id(1);
-    if (r0 >= F || p >= P) return;
+    int r = get_global_id(0), p = get_global_id(1);
+    if (r >= F || p >= P) return;
     int e = sel[sel_off + p];
+    __global float *m = mid + (ulong)p * F + r;
     if (e < e_lo || e >= e_hi) {
-        for (int r = r0; r < min(r0 + MOE_DEC_RB, F); r++) mid[(ulong)p * F + r] = 0.0f;
+        *m = 0.0f;
         return;
     }
-    ulong eoff = (ulong)(e - e_lo) * F * row_bytes;
+    ulong at = ((ulong)(e - e_lo) * F + r) * row_bytes;
     const __global float *xt[1] = { x + x_off + (ulong)(p / k) * D };
-    float wv[1] = { wt[wt_off + p] };
-    int mrow[1] = { p };
-    moe_gu(type, MOE_DEC_RB, 1, G + G_off + eoff, U + U_off + eoff, row_bytes, D, F, r0, xt, wv, mrow, 1, clamp,
-           mid);
+    float g, u;
+    row_dot(type, 1, G + G_off + at, xt, D, &g);
+    row_dot(type, 1, U + U_off + at, xt, D, &u);
+    *m = swiglu_w(g, u, clamp, wt[wt_off + p]);
 }
 
-/* Decode: work-item (row block, token t): y[t][r] = Σ over slots in order
- * of down_e[r]·mid[t·k + i]. */
-inline void moe_down_dec(const int type, MOE_DOWN_ARGS, int T)
+/* Decode: work-item (row r, token t): y[t][r] = Σ over slots in order of
+ * down_e[r]·mid[t·k + i]. */
+INL void moe_down_dec(const int type, MOE_DOWN_ARGS, int T)
 {
-    int r0 = (int)get_global_id(0) * MOE_DEC_RB, t = get_global_id(1);
-    if (r0 >= D || t >= T) return;
-    float sum[MAX_RB];
+    int r = get_global_id(0), t = get_global_id(1);
+    if (r >= D || t >= T) return;
+    float sum = 0.0f;
     for (int i = 0; i < k; i++) {
         int p = t * k + i, e = sel[sel_off + p];
-        float out[MAX_RB][MAX_TB];
+        float v = 0.0f;
         if (e >= e_lo && e < e_hi) {
-            const __global uchar *w[MAX_RB];
-            for (int r = 0; r < MOE_DEC_RB; r++)
-                w[r] = Wd + Wd_off + ((ulong)(e - e_lo) * D + (ulong)min(r0 + r, D - 1)) * row_bytes;
             const __global float *xm[1] = { mid + (ulong)p * F };
-            tile_dot(type, MOE_DEC_RB, 1, w, xm, F, out);
-        } else {
-            for (int r = 0; r < MOE_DEC_RB; r++) out[r][0] = 0.0f;
+            row_dot(type, 1, Wd + Wd_off + ((ulong)(e - e_lo) * D + r) * row_bytes, xm, F, &v);
         }
-        for (int r = 0; r < MOE_DEC_RB; r++) sum[r] = i == 0 ? out[r][0] : sum[r] + out[r][0];
+        sum = i == 0 ? v : sum + v;
     }
-    for (int r = 0; r < MOE_DEC_RB && r0 + r < D; r++) y[y_off + (ulong)t * D + r0 + r] = sum[r];
+    y[y_off + (ulong)t * D + r] = sum;
 }
 
 /* GPU decode: a work-group per (row, pair). */
-inline void moe_gu_wg(const int type, MOE_GU_ARGS, __local float *part)
+INL void moe_gu_wg(const int type, MOE_GU_ARGS, __local float *part)
 {
     int r = get_group_id(0), p = get_group_id(1), lane = get_local_id(0), L = get_local_size(0);
     int e = sel[sel_off + p];
@@ -488,7 +543,7 @@ inline void moe_gu_wg(const int type, MOE_GU_ARGS, __local float *part)
 }
 
 /* GPU decode: a work-group per (row, token), slots in order. */
-inline void moe_down_wg(const int type, MOE_DOWN_ARGS, __local float *part)
+INL void moe_down_wg(const int type, MOE_DOWN_ARGS, __local float *part)
 {
     int r = get_group_id(0), t = get_group_id(1), lane = get_local_id(0), L = get_local_size(0);
     float sum = 0.0f;
@@ -509,11 +564,11 @@ inline void moe_down_wg(const int type, MOE_DOWN_ARGS, __local float *part)
  * are kept in sorted order, the down outputs ys by pair. */
 #define MOE_TILE_ARGS const __global int *ws, int P, int E
 
-inline int ws_tiles(const __global int *ws) { return ws[0]; }
-inline const __global int *ws_order(const __global int *ws, int E) { return ws + 1 + E; }
-inline const __global int *ws_tile(const __global int *ws, int E, int P, int i) { return ws + 1 + E + P + 3 * i; }
+INL int ws_tiles(const __global int *ws) { return ws[0]; }
+INL const __global int *ws_order(const __global int *ws, int E) { return ws + 1 + E; }
+INL const __global int *ws_tile(const __global int *ws, int E, int P, int i) { return ws + 1 + E + P + 3 * i; }
 
-inline void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
+INL void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
 {
     int r0 = (int)get_global_id(0) * MOE_RB, ti = get_global_id(1);
     if (r0 >= F || ti >= ws_tiles(ws)) return;
@@ -534,7 +589,7 @@ inline void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
            mid);
 }
 
-inline void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
+INL void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
 {
     int r0 = (int)get_global_id(0) * MOE_RB, ti = get_global_id(1);
     if (r0 >= D || ti >= ws_tiles(ws)) return;
