@@ -323,22 +323,26 @@ TEST(opencl_matmul, iq2_xxs_tables_are_the_engines)
     oclt *f = oclt_open(NULL);
     clrt *rt = cl_ops_runtime(f->ctx[OCLT_CL]);
     cl_int rc;
-    cl_mem grid = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE, 256 * 8, NULL, &rc);
-    cl_mem signs = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE, 128, NULL, &rc);
+    cl_mem grid = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE, 256 * 8 * 4, NULL, &rc);
+    cl_mem signs = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE, 128 * 8 * 4, NULL, &rc);
     CHECK(grid && signs);
     cl_kernel k = clrt_kernel(rt, "matmul", "iq2_tables");
     CHECK_MSG(k != NULL, "%s", clrt_error(rt));
     clrt_call call = clrt_begin(rt, k);
     clrt_arg_mem(&call, grid);
     clrt_arg_mem(&call, signs);
-    size_t g = 256;
+    size_t g = 256 * 8;
     CHECK(clrt_enqueue(&call, 1, &g, NULL) == 0);
-    uint64_t gv[256];
-    uint8_t sv[128];
+    float gv[256 * 8];
+    uint32_t sv[128 * 8];
     CHECK(clEnqueueReadBuffer(clrt_queue(rt), grid, CL_TRUE, 0, sizeof gv, gv, 0, NULL, NULL) == CL_SUCCESS);
     CHECK(clEnqueueReadBuffer(clrt_queue(rt), signs, CL_TRUE, 0, sizeof sv, sv, 0, NULL, NULL) == CL_SUCCESS);
-    CHECK(memcmp(gv, quant_iq2xxs_grid, sizeof gv) == 0);
-    CHECK(memcmp(sv, quant_ksigns_iq2xs, sizeof sv) == 0);
+    for (int i = 0; i < 256; i++)
+        for (int j = 0; j < 8; j++)
+            CHECK_MSG(gv[i * 8 + j] == (float)(uint8_t)(quant_iq2xxs_grid[i] >> (8 * j)), "grid row %d, lane %d", i, j);
+    for (int i = 0; i < 128; i++)
+        for (int j = 0; j < 8; j++)
+            CHECK_MSG(sv[i * 8 + j] == ((quant_ksigns_iq2xs[i] >> j & 1) ? 0x80000000u : 0u), "signs %d, lane %d", i, j);
     clReleaseMemObject(grid);
     clReleaseMemObject(signs);
     oclt_close(f);
