@@ -94,8 +94,7 @@ static int matmul_piece(clo_ctx *c, const ds4_tensor *W, int64_t r0, int64_t r1,
         size_t g = (size_t)(r1 - r0) * l;
         return clrt_enqueue(&call, 1, &g, &l);
     }
-    size_t g[3] = { tiles ? up_div((size_t)rpg, MM_RB) : (size_t)rpg, tiles ? up_div((size_t)T, MM_TB) : 1,
-                    (size_t)n_g };
+    size_t g[3] = { up_div((size_t)rpg, tiles ? MM_RB : 4), tiles ? up_div((size_t)T, MM_TB) : 1, (size_t)n_g };
     size_t l[3] = { cpu ? clo_group(c, tiles ? 8 : 16) : clo_group(c, 64), 1, 1 };
     if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
     return clrt_enqueue(&call, 3, g, l);
@@ -209,7 +208,7 @@ static int moe_fused(clo_ctx *c, const moe_args *a)
     size_t lw = clo_group(c, 64);
     if (cpu) {
         clrt_arg_int(&call, a->P);
-        size_t g[2] = { (size_t)a->F, (size_t)a->P }, l[2] = { clo_group(c, 16), 1 };
+        size_t g[2] = { up_div((size_t)a->F, 2), (size_t)a->P }, l[2] = { clo_group(c, 16), 1 };
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     } else {
         clrt_arg_local(&call, lw * F4);
@@ -222,7 +221,7 @@ static int moe_fused(clo_ctx *c, const moe_args *a)
     if (down_args(c, &call, a, 0, a->E, mid, NULL, a->y)) return -1;
     if (cpu) {
         clrt_arg_int(&call, a->T);
-        size_t g[2] = { (size_t)a->D, (size_t)a->T }, l[2] = { clo_group(c, 16), 1 };
+        size_t g[2] = { up_div((size_t)a->D, 4), (size_t)a->T }, l[2] = { clo_group(c, 16), 1 };
         return clrt_enqueue(&call, 2, g, l);
     }
     clrt_arg_local(&call, lw * F4);

@@ -598,37 +598,42 @@ INL float dot_tail(const int type, const __global uchar *row, const __global flo
  * tail), A and B being the lane-wise fma chains over the chunks in order,
  * A over their first halves, B over their second halves.
  *
- * row_dot: one row against TB ≤ 4 tokens, A and B side by side (two
- * independent chains keep the FMA unit busy; one row after another keeps
- * the memory streams long: both matter when streaming weights). */
-#define ROW_FMA(t)                                       \
-    if (TB > t) {                                        \
-        a##t = fma(wa, vload16(0, x[t] + 32 * c), a##t); \
-        b##t = fma(wb, vload16(1, x[t] + 32 * c), b##t); \
+ * rows_dot: RB ≤ 4 rows against one token, the A and B chains of every
+ * row side by side (independent chains keep the FMA unit busy; x is read
+ * once for all rows). Decode passes rows a quarter of the matrix apart:
+ * each work-item then reads four long sequential streams, which PoCL's
+ * CPUs stream far better than neighbouring rows, and x (16-48 KiB for
+ * Flash) is read a quarter as often. */
+#define RD_DM(r) float2 dm##r = RB > r ? blk_scales(type, w[r], s >> 3) : 0.0f;
+#define RD_ROW(r)                                        \
+    if (RB > r) {                                        \
+        float16 wa, wb;                                  \
+        deq32(type, w[r], c, dm##r, &wa, &wb);           \
+        a##r = fma(wa, xa, a##r);                        \
+        b##r = fma(wb, xb, b##r);                        \
     }
-#define ROW_OUT(t)                                                        \
-    if (TB > t) {                                                         \
-        out[t] = hsum16(a##t) + hsum16(b##t);                             \
-        if (n & 31) out[t] += dot_tail(type, w, x[t], n);                 \
+#define RD_OUT(r)                                                         \
+    if (RB > r) {                                                         \
+        out[r] = hsum16(a##r) + hsum16(b##r);                             \
+        if (n & 31) out[r] += dot_tail(type, w[r], x, n);                 \
     }
 
-INL void row_dot(const int type, const int TB, const __global uchar *w, const __global float *const *x, int n,
-                 float *out)
+INL void rows_dot(const int type, const int RB, const __global uchar *const *w, const __global float *x, int n,
+                  float *out)
 {
     float16 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, b0 = 0.0f, b1 = 0.0f, b2 = 0.0f, b3 = 0.0f;
     const int nc = n >> 5;
     for (int s = 0; s < nc; s += 8) {
-        float2 dm = blk_scales(type, w, s >> 3);
+        RD_DM(0) RD_DM(1) RD_DM(2) RD_DM(3)
         for (int c = s; c < min(s + 8, nc); c++) {
-            float16 wa, wb;
-            deq32(type, w, c, dm, &wa, &wb);
-            ROW_FMA(0) ROW_FMA(1) ROW_FMA(2) ROW_FMA(3)
+            float16 xa = vload16(0, x + 32 * c), xb = vload16(1, x + 32 * c);
+            RD_ROW(0) RD_ROW(1) RD_ROW(2) RD_ROW(3)
         }
     }
-    ROW_OUT(0) ROW_OUT(1) ROW_OUT(2) ROW_OUT(3)
+    RD_OUT(0) RD_OUT(1) RD_OUT(2) RD_OUT(3)
 }
 
-/* tile_dot: RB ≤ 4 rows × TB ≤ 4 tokens, the same numbers as row_dot: a
+/* tile_dot: RB ≤ 4 rows × TB ≤ 4 tokens, the same numbers as rows_dot: a
  * pass for the A chains, then one for the B chains, each holding RB·TB
  * accumulators in registers while every dequantized half is reused TB
  * times and every x half RB times (prefill is compute-bound). Written out
@@ -749,14 +754,24 @@ INL void mm_tile(const int type, const int RB, const int TB, const __global ucha
 INL void mm_rows(const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
                  int g_lo, int n_g, const __global float *x, ulong xs, __global float *y, ulong ys, int T)
 {
-    int i = get_global_id(0), g = g_lo + (int)get_global_id(2), r = g * rpg + i;
-    if ((int)get_global_id(2) >= n_g || i >= rpg || r < p_lo || r >= p_hi) return;
-    const __global uchar *w = W + (ulong)(r - p_lo) * row_bytes;
+    const int S = (rpg + 3) / 4, i = get_global_id(0), g = g_lo + (int)get_global_id(2);
+    if ((int)get_global_id(2) >= n_g || i >= S) return;
+    const int lo = max(g * rpg, p_lo), hi = min(g * rpg + rpg, p_hi);
+    int r[4];
+    bool any = false;
+    const __global uchar *w[4];
+    for (int k = 0; k < 4; k++) {
+        r[k] = i + k * S < rpg ? g * rpg + i + k * S : -1;
+        if (r[k] < lo || r[k] >= hi) r[k] = -1;
+        any |= r[k] >= 0;
+        w[k] = W + (ulong)(clamp(r[k], lo, hi - 1) - p_lo) * row_bytes;
+    }
+    if (!any) return;
     for (int t = 0; t < T; t++) {
-        const __global float *xt[1] = { x + (ulong)t * xs + (ulong)g * n };
-        float o;
-        row_dot(type, 1, w, xt, n, &o);
-        y[(ulong)t * ys + r] = o;
+        float o[4];
+        rows_dot(type, 4, w, x + (ulong)t * xs + (ulong)g * n, n, o);
+        for (int k = 0; k < 4; k++)
+            if (r[k] >= 0) y[(ulong)t * ys + r[k]] = o[k];
     }
 }
 
@@ -846,43 +861,50 @@ INL void moe_gu(const int type, const int RB, const int TB, const __global uchar
     const __global uchar *Wd, ulong Wd_off, ulong row_bytes, int F, int D, int e_lo, int e_hi,                  \
         const __global float *mid, const __global int *sel, ulong sel_off, int k, __global float *y, ulong y_off
 
-/* Decode: work-item (row r, pair p): mid[p][r] (zero for an id outside
- * [e_lo, e_hi)). */
+/* Decode: work-item (i, pair p): rows i and i + S (S = ⌈F/2⌉) of gate
+ * and up, so four streams; mid[p][r] (zero for an id outside [e_lo,
+ * e_hi)). */
 INL void moe_gu_dec(const int type, MOE_GU_ARGS, int P)
 {
-    int r = get_global_id(0), p = get_global_id(1);
-    if (r >= F || p >= P) return;
+    const int S = (F + 1) / 2, i = get_global_id(0), p = get_global_id(1);
+    if (i >= S || p >= P) return;
+    const int r1 = i + S < F ? i + S : -1;
     int e = sel[sel_off + p];
-    __global float *m = mid + (ulong)p * F + r;
+    __global float *m = mid + (ulong)p * F;
     if (e < e_lo || e >= e_hi) {
-        *m = 0.0f;
+        m[i] = 0.0f;
+        if (r1 >= 0) m[r1] = 0.0f;
         return;
     }
-    ulong at = ((ulong)(e - e_lo) * F + r) * row_bytes;
-    const __global float *xt[1] = { x + x_off + (ulong)(p / k) * D };
-    float g, u;
-    row_dot(type, 1, G + G_off + at, xt, D, &g);
-    row_dot(type, 1, U + U_off + at, xt, D, &u);
-    *m = swiglu_w(g, u, clamp, wt[wt_off + p]);
+    ulong e0 = (ulong)(e - e_lo) * F;
+    const __global uchar *w[4] = { G + G_off + (e0 + i) * row_bytes, G + G_off + (e0 + max(r1, i)) * row_bytes,
+                                   U + U_off + (e0 + i) * row_bytes, U + U_off + (e0 + max(r1, i)) * row_bytes };
+    float o[4], wv = wt[wt_off + p];
+    rows_dot(type, 4, w, x + x_off + (ulong)(p / k) * D, D, o);
+    m[i] = swiglu_w(o[0], o[2], clamp, wv);
+    if (r1 >= 0) m[r1] = swiglu_w(o[1], o[3], clamp, wv);
 }
 
-/* Decode: work-item (row r, token t): y[t][r] = Σ over slots in order of
- * down_e[r]·mid[t·k + i]. */
+/* Decode: work-item (i, token t), rows i + j·S (S = ⌈D/4⌉): y[t][r] = Σ
+ * over the slots in order of down_e[r]·mid[t·k + slot]. */
 INL void moe_down_dec(const int type, MOE_DOWN_ARGS, int T)
 {
-    int r = get_global_id(0), t = get_global_id(1);
-    if (r >= D || t >= T) return;
-    float sum = 0.0f;
-    for (int i = 0; i < k; i++) {
-        int p = t * k + i, e = sel[sel_off + p];
-        float v = 0.0f;
+    const int S = (D + 3) / 4, i = get_global_id(0), t = get_global_id(1);
+    if (i >= S || t >= T) return;
+    float sum[4];
+    for (int slot = 0; slot < k; slot++) {
+        int p = t * k + slot, e = sel[sel_off + p];
+        float o[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
         if (e >= e_lo && e < e_hi) {
-            const __global float *xm[1] = { mid + (ulong)p * F };
-            row_dot(type, 1, Wd + Wd_off + ((ulong)(e - e_lo) * D + r) * row_bytes, xm, F, &v);
+            const __global uchar *w[4];
+            for (int j = 0; j < 4; j++)
+                w[j] = Wd + Wd_off + ((ulong)(e - e_lo) * D + (ulong)min(i + j * S, D - 1)) * row_bytes;
+            rows_dot(type, 4, w, mid + (ulong)p * F, F, o);
         }
-        sum = i == 0 ? v : sum + v;
+        for (int j = 0; j < 4; j++) sum[j] = slot == 0 ? o[j] : sum[j] + o[j];
     }
-    y[y_off + (ulong)t * D + r] = sum;
+    for (int j = 0; j < 4; j++)
+        if (i + j * S < D) y[y_off + (ulong)t * D + i + j * S] = sum[j];
 }
 
 /* GPU decode: a work-group per (row, pair). */
