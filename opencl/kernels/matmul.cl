@@ -439,24 +439,28 @@ __kernel void iq2_tables(__global float *grid, __global uint *signs)
     if (i < 128 * 8) signs[i] = iq2xs_signbits[i];
 }
 
-/* An IEEE half (bits h) as float, exactly: the magnitude shifted into
+/* IEEE halves (bits h) as floats, exactly: the magnitude shifted into
  * place and rescaled by 2^112 covers normal and subnormal values; Inf and
- * NaN are rebuilt. Fewer operations than PoCL's vload_half. */
-INL float half_bits(uint h)
+ * NaN are rebuilt. Fewer operations than PoCL's vload_half, and four at
+ * once for the four rows of a decode work-item. */
+INL float4 half4_bits(uint4 h)
 {
-    uint m = (h & 0x7fffu) << 13;
-    float f = as_float(m) * 0x1p112f;
-    uint b = (h & 0x7c00u) == 0x7c00u ? m | 0x7f800000u : as_uint(f);
-    return as_float(b | (h & 0x8000u) << 16);
+    uint4 m = (h & 0x7fffu) << 13;
+    uint4 f = as_uint4(as_float4(m) * 0x1p112f);
+    uint4 b = select(f, m | 0x7f800000u, (h & 0x7c00u) == 0x7c00u);
+    return as_float4(b | (h & 0x8000u) << 16);
 }
 
-INL float ld_half(const __global uchar *p) { return half_bits((uint)p[0] | (uint)p[1] << 8); }
+INL float ld_half(const __global uchar *p) { return half4_bits((uint4)(*(const __global ushort *)p)).x; }
 
 /* ---- dequantization -----------------------------------------------------------
  * Half h (0 or 1) of chunk c of a row: elements 32c + 16h … 32c + 16h + 15,
- * each computed with the f32 operations of engine/quant.c. The 256-element
- * formats take their super-block's scales (blk_scales) from the caller,
- * which reads them once per block. */
+ * each computed with the f32 operations of engine/quant.c.
+ *
+ * The scales come from the caller, which reads them once: `d` is the Q8_0
+ * block scale of chunk c (q8_scales: four rows at once); `sc` the
+ * super-block's table (sb_scales: Q2_K d·(s & 15) then dmin·(s >> 4) for
+ * its 16 sub-blocks, Q4_K d·scale then dmin·min for its 8, IQ2_XXS d). */
 
 INL float16 deq16_f32(const __global uchar *row, int c, int h)
 {
@@ -474,45 +478,30 @@ INL float16 deq16_bf16(const __global uchar *row, int c, int h)
 }
 
 /* d·q */
-INL float16 deq16_q8_0(const __global uchar *row, int c, int h)
+INL float16 deq16_q8_0(const __global uchar *row, int c, int h, float d)
 {
-    const __global uchar *blk = row + Q8_0_BYTES * c;
-    return convert_float16(vload16(h, (const __global char *)(blk + 2))) * ld_half(blk);
+    return convert_float16(vload16(h, (const __global char *)(row + Q8_0_BYTES * c + 2))) * d;
 }
 
 /* Q2_K (84 bytes: scales[16], qs[64], d, dmin): element e of the block is
  * bits 2s of qs[32k + l] (k = e/128, s = e%128/32, l = e%32), times
  * d·(sc & 15) minus dmin·(sc >> 4), sc = scales[e/16]. */
-INL float16 deq16_q2_k(const __global uchar *row, int c, int h, float2 dm)
+INL float16 deq16_q2_k(const __global uchar *row, int c, int h, const float *sc)
 {
     const __global uchar *blk = row + 84 * (c >> 3);
     int j = c & 7;
-    uchar sc = blk[2 * j + h];
     float16 q = convert_float16((vload16(h, blk + 16 + 32 * (j >> 2)) >> (uchar)(2 * (j & 3))) & (uchar)3);
-    float dl = dm.x * (float)(sc & 15), ml = dm.y * (float)(sc >> 4);
-    return dl * q - ml;
+    return sc[2 * j + h] * q - sc[16 + 2 * j + h];
 }
 
-/* Q4_K (144 bytes: d, dmin, scales[12], qs[128]): sub-block j has a 6-bit
- * scale and min; its nibbles are the low (j even) or high (j odd) halves
- * of qs[32(j/2) …]. */
-INL float16 deq16_q4_k(const __global uchar *row, int c, int h, float2 dm)
+/* Q4_K (144 bytes: d, dmin, scales[12], qs[128]): sub-block j's nibbles
+ * are the low (j even) or high (j odd) halves of qs[32(j/2) …]. */
+INL float16 deq16_q4_k(const __global uchar *row, int c, int h, const float *sc)
 {
-    const __global uchar *blk = row + 144 * (c >> 3);
     int j = c & 7;
-    const __global uchar *s = blk + 4;
-    uchar sc, m;
-    if (j < 4) {
-        sc = s[j] & 63;
-        m = s[j + 4] & 63;
-    } else {
-        sc = (uchar)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-        m = (uchar)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
-    float dl = dm.x * (float)sc, ml = dm.y * (float)m;
-    uchar16 q = vload16(h, blk + 16 + 32 * (j >> 1));
+    uchar16 q = vload16(h, row + 144 * (c >> 3) + 16 + 32 * (j >> 1));
     q = j & 1 ? q >> (uchar)4 : q & (uchar)15;
-    return dl * convert_float16(q) - ml;
+    return sc[j] * convert_float16(q) - sc[8 + j];
 }
 
 /* IQ2_XXS (66 bytes: d, then 8 groups of 8 bytes): group g holds four grid
@@ -534,52 +523,72 @@ INL uint iq2_word(const __global uchar *q)
 
 INL float iq2_scale(uint w, float d) { return d * (0.5f + (float)(w >> 28)) * 0.25f; }
 
-INL float16 deq16_iq2_xxs(const __global uchar *row, int c, int h, float2 dm)
+INL float16 deq16_iq2_xxs(const __global uchar *row, int c, int h, const float *sc)
 {
     const __global uchar *q = row + 66 * (c >> 3) + 2 + 8 * (c & 7);
     uint w = iq2_word(q);
-    return iq2_half(q, w, iq2_scale(w, dm.x), h);
+    return iq2_half(q, w, iq2_scale(w, sc[0]), h);
 }
 
-/* (d, dmin) of super-block b of a 256-element format. */
-INL float2 blk_scales(const int type, const __global uchar *row, int b)
+/* The super-block scale table of block b (see above); 32 floats. */
+INL void sb_scales(const int type, const __global uchar *row, int b, float *sc)
 {
-    switch (type) {
-    case GGML_Q2_K: return (float2)(ld_half(row + 84 * b + 80), ld_half(row + 84 * b + 82));
-    case GGML_Q4_K: return (float2)(ld_half(row + 144 * b), ld_half(row + 144 * b + 2));
-    case GGML_IQ2_XXS: return (float2)(ld_half(row + 66 * b), 0.0f);
+    if (type == GGML_Q2_K) {
+        const __global uchar *blk = row + 84 * b;
+        uchar16 s = vload16(0, blk);
+        vstore16(ld_half(blk + 80) * convert_float16(s & (uchar)15), 0, sc);
+        vstore16(ld_half(blk + 82) * convert_float16(s >> (uchar)4), 1, sc);
+    } else if (type == GGML_Q4_K) {
+        const __global uchar *blk = row + 144 * b;
+        uchar4 s0 = vload4(1, blk), s1 = vload4(2, blk), s2 = vload4(3, blk);
+        uchar8 scale = (uchar8)(s0 & (uchar)63, (s2 & (uchar)15) | ((s0 >> (uchar)6) << (uchar)4));
+        uchar8 min = (uchar8)(s1 & (uchar)63, (s2 >> (uchar)4) | ((s1 >> (uchar)6) << (uchar)4));
+        vstore8(ld_half(blk) * convert_float8(scale), 0, sc);
+        vstore8(ld_half(blk + 2) * convert_float8(min), 1, sc);
+    } else if (type == GGML_IQ2_XXS) {
+        sc[0] = ld_half(row + 66 * b);
     }
-    return 0.0f;
+}
+
+/* Q8_0 block scales of chunk c in four rows. */
+INL float4 q8_scales(const __global uchar *const *w, int RB, int c)
+{
+    const ulong at = (ulong)Q8_0_BYTES * c;
+    uint4 h = (uint4)(*(const __global ushort *)(w[0] + at), RB > 1 ? *(const __global ushort *)(w[1] + at) : 0u,
+                      RB > 2 ? *(const __global ushort *)(w[2] + at) : 0u,
+                      RB > 3 ? *(const __global ushort *)(w[3] + at) : 0u);
+    return half4_bits(h);
 }
 
 /* Of a row of `type` (a constant in every kernel below, so the switch
- * folds away). deq32: both halves of a chunk, sharing what they can. */
-INL float16 deq16(const int type, const __global uchar *row, int c, int h, float2 dm)
+ * folds away); d and sc as above. */
+INL float16 deq16(const int type, const __global uchar *row, int c, int h, float d, const float *sc)
 {
     switch (type) {
     case GGML_F32: return deq16_f32(row, c, h);
     case GGML_F16: return deq16_f16(row, c, h);
     case GGML_BF16: return deq16_bf16(row, c, h);
-    case GGML_Q8_0: return deq16_q8_0(row, c, h);
-    case GGML_Q2_K: return deq16_q2_k(row, c, h, dm);
-    case GGML_Q4_K: return deq16_q4_k(row, c, h, dm);
-    case GGML_IQ2_XXS: return deq16_iq2_xxs(row, c, h, dm);
+    case GGML_Q8_0: return deq16_q8_0(row, c, h, d);
+    case GGML_Q2_K: return deq16_q2_k(row, c, h, sc);
+    case GGML_Q4_K: return deq16_q4_k(row, c, h, sc);
+    case GGML_IQ2_XXS: return deq16_iq2_xxs(row, c, h, sc);
     }
     return 0.0f;
 }
 
-INL void deq32(const int type, const __global uchar *row, int c, float2 dm, float16 *a, float16 *b)
+/* Both halves of a chunk, sharing what they can. */
+INL void deq32(const int type, const __global uchar *row, int c, float d, const float *sc, float16 *a, float16 *b)
 {
     if (type == GGML_IQ2_XXS) {
         const __global uchar *q = row + 66 * (c >> 3) + 2 + 8 * (c & 7);
         uint w = iq2_word(q);
-        float db = iq2_scale(w, dm.x);
+        float db = iq2_scale(w, sc[0]);
         *a = iq2_half(q, w, db, 0);
         *b = iq2_half(q, w, db, 1);
         return;
     }
-    *a = deq16(type, row, c, 0, dm);
-    *b = deq16(type, row, c, 1, dm);
+    *a = deq16(type, row, c, 0, d, sc);
+    *b = deq16(type, row, c, 1, d, sc);
 }
 
 INL float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
@@ -604,11 +613,13 @@ INL float dot_tail(const int type, const __global uchar *row, const __global flo
  * each work-item then reads four long sequential streams, which PoCL's
  * CPUs stream far better than neighbouring rows, and x (16-48 KiB for
  * Flash) is read a quarter as often. */
-#define RD_DM(r) float2 dm##r = RB > r ? blk_scales(type, w[r], s >> 3) : 0.0f;
+#define ROW_SC(r) \
+    if (RB > r) sb_scales(type, w[r], s >> 3, sc##r);
+#define ROW_D(r) (r == 0 ? d4.x : r == 1 ? d4.y : r == 2 ? d4.z : d4.w)
 #define RD_ROW(r)                                        \
     if (RB > r) {                                        \
         float16 wa, wb;                                  \
-        deq32(type, w[r], c, dm##r, &wa, &wb);           \
+        deq32(type, w[r], c, ROW_D(r), sc##r, &wa, &wb); \
         a##r = fma(wa, xa, a##r);                        \
         b##r = fma(wb, xb, b##r);                        \
     }
@@ -622,11 +633,13 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
                   float *out)
 {
     float16 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, b0 = 0.0f, b1 = 0.0f, b2 = 0.0f, b3 = 0.0f;
+    float sc0[32], sc1[32], sc2[32], sc3[32];
     const int nc = n >> 5;
     for (int s = 0; s < nc; s += 8) {
-        RD_DM(0) RD_DM(1) RD_DM(2) RD_DM(3)
+        ROW_SC(0) ROW_SC(1) ROW_SC(2) ROW_SC(3)
         for (int c = s; c < min(s + 8, nc); c++) {
             float16 xa = vload16(0, x + 32 * c), xb = vload16(1, x + 32 * c);
+            float4 d4 = type == GGML_Q8_0 ? q8_scales(w, RB, c) : 0.0f;
             RD_ROW(0) RD_ROW(1) RD_ROW(2) RD_ROW(3)
         }
     }
@@ -642,7 +655,7 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
     if (TB > t) acc##r##t = fma(wv, xv##t, acc##r##t);
 #define TILE_ROW(r)                                                \
     if (RB > r) {                                                  \
-        float16 wv = deq16(type, w[r], c, HALF, dm##r);            \
+        float16 wv = deq16(type, w[r], c, HALF, ROW_D(r), sc##r);  \
         TILE_FMA(r, 0) TILE_FMA(r, 1) TILE_FMA(r, 2) TILE_FMA(r, 3) \
     }
 #define TILE_X(t)                                                  \
@@ -652,12 +665,12 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
         out[r][t] = HALF ? out[r][t] + hsum16(acc##r##t) : hsum16(acc##r##t); \
         acc##r##t = 0.0f;                                          \
     }
-#define TILE_DM(r) float2 dm##r = RB > r ? blk_scales(type, w[r], s >> 3) : 0.0f;
 #define TILE_PASS                                                                              \
     for (int s = 0; s < nc; s += 8) {                                                          \
-        TILE_DM(0) TILE_DM(1) TILE_DM(2) TILE_DM(3)                                            \
+        ROW_SC(0) ROW_SC(1) ROW_SC(2) ROW_SC(3)                                                \
         for (int c = s; c < min(s + 8, nc); c++) {                                             \
             float16 xv0, xv1, xv2, xv3;                                                        \
+            float4 d4 = type == GGML_Q8_0 ? q8_scales(w, RB, c) : 0.0f;                        \
             TILE_X(0) TILE_X(1) TILE_X(2) TILE_X(3)                                            \
             TILE_ROW(0) TILE_ROW(1) TILE_ROW(2) TILE_ROW(3)                                    \
         }                                                                                      \
@@ -674,6 +687,7 @@ INL void tile_dot(const int type, const int RB, const int TB, const __global uch
     float16 acc10 = 0.0f, acc11 = 0.0f, acc12 = 0.0f, acc13 = 0.0f;
     float16 acc20 = 0.0f, acc21 = 0.0f, acc22 = 0.0f, acc23 = 0.0f;
     float16 acc30 = 0.0f, acc31 = 0.0f, acc32 = 0.0f, acc33 = 0.0f;
+    float sc0[32], sc1[32], sc2[32], sc3[32];
     const int nc = n >> 5;
 #define HALF 0
     TILE_PASS
@@ -692,9 +706,11 @@ INL float lane_dot(const int type, const __global uchar *w, const __global float
     float16 acc = 0.0f;
     const int nc = n >> 5;
     for (int c = lane; c < nc; c += L) {
-        float2 dm = blk_scales(type, w, c >> 3);
-        acc = fma(deq16(type, w, c, 0, dm), vload16(0, x + 32 * c), acc);
-        acc = fma(deq16(type, w, c, 1, dm), vload16(1, x + 32 * c), acc);
+        float sc[32];
+        sb_scales(type, w, c >> 3, sc);
+        float d = type == GGML_Q8_0 ? ld_half(w + Q8_0_BYTES * c) : 0.0f;
+        acc = fma(deq16(type, w, c, 0, d, sc), vload16(0, x + 32 * c), acc);
+        acc = fma(deq16(type, w, c, 1, d, sc), vload16(1, x + 32 * c), acc);
     }
     float s = hsum16(acc);
     if (lane == 0 && (n & 31)) s += dot_tail(type, w, x, n);
