@@ -28,12 +28,13 @@
 #define INL inline
 #endif
 
-#define MM_RB 4     /* rows per work-item, prefill tiles */
+#define MM_RB 5     /* rows per work-item, prefill tiles */
 #define MM_TB 4     /* tokens per work-item, prefill tiles */
 #define MOE_RB 4    /* expert tiles: rows per work-item (gate and up both) */
 #define MOE_TB 4    /* expert tiles: (token, slot) pairs per work-item */
-#define MAX_RB 4
+#define MAX_RB 6
 #define MAX_TB 4
+#define TILE_Q8_MAX 16384
 
 /* ---- IQ2_XXS tables: the engine's quant_iq2xxs_grid and quant_ksigns_iq2xs
  * in the forms the kernels use (a test compares them) --------------------- */
@@ -550,14 +551,14 @@ INL void sb_scales(const int type, const __global uchar *row, int b, float *sc)
     }
 }
 
-/* Q8_0 block scales of chunk c in four rows. */
-INL float4 q8_scales(const __global uchar *const *w, int RB, int c)
+/* Q8_0 block scales of chunk c in RB ≤ 8 rows (lane r: row r). */
+#define Q8_H(r) (RB > r ? (uint) * (const __global ushort *)(w[r] + at) : 0u)
+INL float8 q8_scales(const __global uchar *const *w, const int RB, int c)
 {
     const ulong at = (ulong)Q8_0_BYTES * c;
-    uint4 h = (uint4)(*(const __global ushort *)(w[0] + at), RB > 1 ? *(const __global ushort *)(w[1] + at) : 0u,
-                      RB > 2 ? *(const __global ushort *)(w[2] + at) : 0u,
-                      RB > 3 ? *(const __global ushort *)(w[3] + at) : 0u);
-    return half4_bits(h);
+    uint4 lo = (uint4)(Q8_H(0), Q8_H(1), Q8_H(2), Q8_H(3));
+    if (RB <= 4) return (float8)(half4_bits(lo), (float4)0.0f);
+    return (float8)(half4_bits(lo), half4_bits((uint4)(Q8_H(4), Q8_H(5), Q8_H(6), Q8_H(7))));
 }
 
 /* Of a row of `type` (a constant in every kernel below, so the switch
@@ -615,7 +616,7 @@ INL float dot_tail(const int type, const __global uchar *row, const __global flo
  * Flash) is read a quarter as often. */
 #define ROW_SC(r) \
     if (RB > r) sb_scales(type, w[r], s >> 3, sc##r);
-#define ROW_D(r) (r == 0 ? d4.x : r == 1 ? d4.y : r == 2 ? d4.z : d4.w)
+#define ROW_D(r) (r == 0 ? d8.s0 : r == 1 ? d8.s1 : r == 2 ? d8.s2 : r == 3 ? d8.s3 : r == 4 ? d8.s4 : d8.s5)
 #define RD_ROW(r)                                        \
     if (RB > r) {                                        \
         float16 wa, wb;                                  \
@@ -639,14 +640,14 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
         ROW_SC(0) ROW_SC(1) ROW_SC(2) ROW_SC(3)
         for (int c = s; c < min(s + 8, nc); c++) {
             float16 xa = vload16(0, x + 32 * c), xb = vload16(1, x + 32 * c);
-            float4 d4 = type == GGML_Q8_0 ? q8_scales(w, RB, c) : 0.0f;
+            float8 d8 = type == GGML_Q8_0 ? q8_scales(w, RB, c) : 0.0f;
             RD_ROW(0) RD_ROW(1) RD_ROW(2) RD_ROW(3)
         }
     }
     RD_OUT(0) RD_OUT(1) RD_OUT(2) RD_OUT(3)
 }
 
-/* tile_dot: RB ≤ 4 rows × TB ≤ 4 tokens, the same numbers as rows_dot: a
+/* tile_dot: RB ≤ 6 rows × TB ≤ 4 tokens, the same numbers as rows_dot: a
  * pass for the A chains, then one for the B chains, each holding RB·TB
  * accumulators in registers while every dequantized half is reused TB
  * times and every x half RB times (prefill is compute-bound). Written out
@@ -667,18 +668,20 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
     }
 #define TILE_PASS                                                                              \
     for (int s = 0; s < nc; s += 8) {                                                          \
-        ROW_SC(0) ROW_SC(1) ROW_SC(2) ROW_SC(3)                                                \
+        ROW_SC(0) ROW_SC(1) ROW_SC(2) ROW_SC(3) ROW_SC(4) ROW_SC(5)                            \
         for (int c = s; c < min(s + 8, nc); c++) {                                             \
             float16 xv0, xv1, xv2, xv3;                                                        \
-            float4 d4 = type == GGML_Q8_0 ? q8_scales(w, RB, c) : 0.0f;                        \
+            float8 d8 = TILE_D8;                                                               \
             TILE_X(0) TILE_X(1) TILE_X(2) TILE_X(3)                                            \
-            TILE_ROW(0) TILE_ROW(1) TILE_ROW(2) TILE_ROW(3)                                    \
+            TILE_ROW(0) TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5)            \
         }                                                                                      \
     }                                                                                          \
     TILE_SUM(0, 0) TILE_SUM(0, 1) TILE_SUM(0, 2) TILE_SUM(0, 3)                                \
     TILE_SUM(1, 0) TILE_SUM(1, 1) TILE_SUM(1, 2) TILE_SUM(1, 3)                                \
     TILE_SUM(2, 0) TILE_SUM(2, 1) TILE_SUM(2, 2) TILE_SUM(2, 3)                                \
-    TILE_SUM(3, 0) TILE_SUM(3, 1) TILE_SUM(3, 2) TILE_SUM(3, 3)
+    TILE_SUM(3, 0) TILE_SUM(3, 1) TILE_SUM(3, 2) TILE_SUM(3, 3)                                \
+    TILE_SUM(4, 0) TILE_SUM(4, 1) TILE_SUM(4, 2) TILE_SUM(4, 3)                                \
+    TILE_SUM(5, 0) TILE_SUM(5, 1) TILE_SUM(5, 2) TILE_SUM(5, 3)
 
 INL void tile_dot(const int type, const int RB, const int TB, const __global uchar *const *w,
                   const __global float *const *x, int n, float out[MAX_RB][MAX_TB])
@@ -687,14 +690,26 @@ INL void tile_dot(const int type, const int RB, const int TB, const __global uch
     float16 acc10 = 0.0f, acc11 = 0.0f, acc12 = 0.0f, acc13 = 0.0f;
     float16 acc20 = 0.0f, acc21 = 0.0f, acc22 = 0.0f, acc23 = 0.0f;
     float16 acc30 = 0.0f, acc31 = 0.0f, acc32 = 0.0f, acc33 = 0.0f;
-    float sc0[32], sc1[32], sc2[32], sc3[32];
+    float16 acc40 = 0.0f, acc41 = 0.0f, acc42 = 0.0f, acc43 = 0.0f;
+    float16 acc50 = 0.0f, acc51 = 0.0f, acc52 = 0.0f, acc53 = 0.0f;
+    float sc0[32], sc1[32], sc2[32], sc3[32], sc4[32], sc5[32];
     const int nc = n >> 5;
+#if CLRT_CPU
+    /* the Q8_0 scales of the first pass, for the second (CPU private
+     * memory is plain memory; rows of up to TILE_Q8_MAX elements) */
+    float8 d8s[TILE_Q8_MAX / 32];
+    const bool keep = type == GGML_Q8_0 && nc <= TILE_Q8_MAX / 32;
+#define TILE_D8 (type != GGML_Q8_0 ? 0.0f : HALF && keep ? d8s[c] : (d8s[c & (TILE_Q8_MAX / 32 - 1)] = q8_scales(w, RB, c)))
+#else
+#define TILE_D8 (type == GGML_Q8_0 ? q8_scales(w, RB, c) : 0.0f)
+#endif
 #define HALF 0
     TILE_PASS
 #undef HALF
 #define HALF 1
     TILE_PASS
 #undef HALF
+#undef TILE_D8
     for (int r = 0; r < RB; r++)
         for (int t = 0; t < TB; t++)
             if (n & 31) out[r][t] += dot_tail(type, w[r], x[t], n);
