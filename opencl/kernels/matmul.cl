@@ -10,13 +10,13 @@
  * kernels stride lanes over the chunks and reduce in local memory (another
  * summation order of the same f32 products).
  *
- * Shapes. CPU devices (PoCL): decode runs a work-item per row, rows of a
- * work-group one after another (long sequential streams: interleaving the
- * rows of several work-items' chunks measured 2-3x slower); prefill runs
- * a work-item per tile of MM_RB rows × MM_TB tokens, whose dequantized
- * weights and x values are reused from registers. GPUs run the decode
- * products as a work-group per row with a local reduction, and the
- * prefill tiles as above. The host (cl_matmul.c) mirrors the constants.
+ * Shapes. CPU devices (PoCL): decode runs a work-item per four rows a
+ * quarter of the matrix apart (see rows_dot); prefill runs a work-item per
+ * tile of MM_RB rows × MM_TB tokens, whose dequantized weights and x
+ * values are reused from registers. GPUs run the decode products as a
+ * work-group per row with a local reduction, and the prefill tiles as
+ * above. The host (cl_matmul.c) mirrors the constants. bench/README.md
+ * records what was measured on the way.
  */
 
 /* The helpers must melt into each kernel (the type, the tile shape and the
