@@ -229,11 +229,21 @@ static int moe_fused(clo_ctx *c, const moe_args *a)
     return clrt_enqueue(&call, 2, g, l);
 }
 
+static size_t moe_max_tiles(int P, int E) { return up_div((size_t)P, MOE_TB) + (size_t)(E < P ? E : P); }
+
+uint64_t clo_moe_scratch_bytes(const ds4_hparams *hp, int T)
+{
+    const uint64_t P = (uint64_t)(T > 0 ? T : 1) * (uint64_t)hp->n_expert_used;
+    const uint64_t mid = P * (uint64_t)hp->n_ff_exp * F4, ys = P * (uint64_t)hp->n_embd * F4;
+    const uint64_t ws = (1 + (uint64_t)hp->n_expert + P + 3 * moe_max_tiles((int)P, hp->n_expert)) * 4;
+    return mid + ys + ws;
+}
+
 /* Sort by expert, tiles per piece of the expert tensors, then the sum. */
 static int moe_sorted(clo_ctx *c, const moe_args *a)
 {
     const int P = a->P, E = a->E;
-    const size_t max_tiles = up_div((size_t)P, MOE_TB) + (size_t)(E < P ? E : P);
+    const size_t max_tiles = moe_max_tiles(P, E);
     cl_mem mid = clo_scratch(c, CLO_SCR_A, (size_t)P * (size_t)a->F * F4);
     cl_mem ys = clo_scratch(c, CLO_SCR_B, (size_t)P * (size_t)a->D * F4);
     cl_mem ws = clo_scratch(c, CLO_SCR_C, (1 + (size_t)E + (size_t)P + 3 * max_tiles) * 4);
