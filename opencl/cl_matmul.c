@@ -26,7 +26,7 @@
 #define F4 sizeof(float)
 
 /* Mirrors matmul.cl. */
-enum { MM_RB = 5, MM_TB = 4, MOE_RB = 4, MOE_TB = 4 };
+enum { MM_RB = 5, MM_TB = 4, MOE_GU_RB = 3, MOE_DN_RB = 5, MOE_TB = 4 };
 
 /* MoE chunks of up to this many tokens take the fused decode kernels. */
 #define MOE_FUSED_MAX_T 4
@@ -270,7 +270,7 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
         clrt_arg_mem(&call, ws);
         clrt_arg_int(&call, P);
         clrt_arg_int(&call, E);
-        size_t g[2] = { up_div((size_t)a->F, MOE_RB), max_tiles }, l[2] = { l1, 1 };
+        size_t g[2] = { up_div((size_t)a->F, MOE_GU_RB), max_tiles }, l[2] = { l1, 1 };
         if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     }
@@ -283,7 +283,7 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
         clrt_arg_mem(&call, ws);
         clrt_arg_int(&call, P);
         clrt_arg_int(&call, E);
-        size_t g[2] = { up_div((size_t)a->D, MOE_RB), max_tiles }, l[2] = { l1, 1 };
+        size_t g[2] = { up_div((size_t)a->D, MOE_DN_RB), max_tiles }, l[2] = { l1, 1 };
         if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     }

@@ -30,7 +30,8 @@
 
 #define MM_RB 5     /* rows per work-item, prefill tiles */
 #define MM_TB 4     /* tokens per work-item, prefill tiles */
-#define MOE_RB 4    /* expert tiles: rows per work-item (gate and up both) */
+#define MOE_GU_RB 3 /* expert tiles: gate rows and as many up rows per work-item */
+#define MOE_DN_RB 5 /* expert tiles: down rows per work-item */
 #define MOE_TB 4    /* expert tiles: (token, slot) pairs per work-item */
 #define MAX_RB 6
 #define MAX_TB 4
@@ -867,20 +868,20 @@ INL float swiglu_w(float g, float u, float clamp, float w)
 /* Gate and up rows r0 … r0+RB−1 (clamped to F) of one expert for TB pairs
  * whose x rows are xt; mid[mrow[t]][r] for the first nt of them. */
 INL void moe_gu(const int type, const int RB, const int TB, const __global uchar *G, const __global uchar *U,
-                   ulong row_bytes, int D, int F, int r0, const __global float *const *xt, const float *wv,
-                   const int *mrow, int nt, float clamp, __global float *mid)
+                ulong row_bytes, int D, int F, int r0, const __global float *const *xt, const float *wv,
+                const int *mrow, int nt, float clamp, __global float *mid)
 {
-    const __global uchar *wg[MAX_RB], *wu[MAX_RB];
+    /* gate rows then up rows in one tile: every x load serves both */
+    const __global uchar *w[MAX_RB];
     for (int r = 0; r < RB; r++) {
         ulong at = (ulong)min(r0 + r, F - 1) * row_bytes;
-        wg[r] = G + at;
-        wu[r] = U + at;
+        w[r] = G + at;
+        w[RB + r] = U + at;
     }
-    float og[MAX_RB][MAX_TB], ou[MAX_RB][MAX_TB];
-    tile_dot(type, RB, TB, wg, xt, D, og);
-    tile_dot(type, RB, TB, wu, xt, D, ou);
+    float o[MAX_RB][MAX_TB];
+    tile_dot(type, 2 * RB, TB, w, xt, D, o);
     for (int r = 0; r < RB && r0 + r < F; r++)
-        for (int t = 0; t < nt; t++) mid[(ulong)mrow[t] * F + r0 + r] = swiglu_w(og[r][t], ou[r][t], clamp, wv[t]);
+        for (int t = 0; t < nt; t++) mid[(ulong)mrow[t] * F + r0 + r] = swiglu_w(o[r][t], o[RB + r][t], clamp, wv[t]);
 }
 
 #define MOE_GU_ARGS                                                                                          \
@@ -982,7 +983,7 @@ INL const __global int *ws_tile(const __global int *ws, int E, int P, int i) { r
 
 INL void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
 {
-    int r0 = (int)get_global_id(0) * MOE_RB, ti = get_global_id(1);
+    int r0 = (int)get_global_id(0) * MOE_GU_RB, ti = get_global_id(1);
     if (r0 >= F || ti >= ws_tiles(ws)) return;
     const __global int *tile = ws_tile(ws, E, P, ti), *order = ws_order(ws, E);
     int e = tile[0], q0 = tile[1], nt = tile[2];
@@ -997,27 +998,27 @@ INL void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
         wv[t] = wt[wt_off + p];
         mrow[t] = q;
     }
-    moe_gu(type, MOE_RB, MOE_TB, G + G_off + eoff, U + U_off + eoff, row_bytes, D, F, r0, xt, wv, mrow, nt, clamp,
+    moe_gu(type, MOE_GU_RB, MOE_TB, G + G_off + eoff, U + U_off + eoff, row_bytes, D, F, r0, xt, wv, mrow, nt, clamp,
            mid);
 }
 
 INL void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
 {
-    int r0 = (int)get_global_id(0) * MOE_RB, ti = get_global_id(1);
+    int r0 = (int)get_global_id(0) * MOE_DN_RB, ti = get_global_id(1);
     if (r0 >= D || ti >= ws_tiles(ws)) return;
     const __global int *tile = ws_tile(ws, E, P, ti), *order = ws_order(ws, E);
     int e = tile[0], q0 = tile[1], nt = tile[2];
     if (e < e_lo || e >= e_hi) return;
     const __global uchar *w[MAX_RB];
     const __global float *xm[MAX_TB];
-    for (int r = 0; r < MOE_RB; r++)
+    for (int r = 0; r < MOE_DN_RB; r++)
         w[r] = Wd + Wd_off + ((ulong)(e - e_lo) * D + (ulong)min(r0 + r, D - 1)) * row_bytes;
     for (int t = 0; t < MOE_TB; t++) xm[t] = mid + (ulong)(q0 + min(t, nt - 1)) * F;
     float out[MAX_RB][MAX_TB];
-    tile_dot(type, MOE_RB, MOE_TB, w, xm, F, out);
+    tile_dot(type, MOE_DN_RB, MOE_TB, w, xm, F, out);
     for (int t = 0; t < nt; t++) {
         __global float *ys = y + y_off + (ulong)order[q0 + t] * D;
-        for (int r = 0; r < MOE_RB && r0 + r < D; r++) ys[r0 + r] = out[r][t];
+        for (int r = 0; r < MOE_DN_RB && r0 + r < D; r++) ys[r0 + r] = out[r][t];
     }
 }
 
