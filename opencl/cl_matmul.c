@@ -26,7 +26,7 @@
 #define F4 sizeof(float)
 
 /* Mirrors matmul.cl. */
-enum { MM_RB = 5, MM_TB = 4, MOE_GU_RB = 3, MOE_DN_RB = 5, MOE_TB = 4 };
+enum { MM_RB = 4, MM_TB = 6, MOE_GU_RB = 2, MOE_DN_RB = 4, MOE_TB = 6 };
 
 /* MoE chunks of up to this many tokens take the fused decode kernels. */
 #define MOE_FUSED_MAX_T 4

@@ -28,13 +28,13 @@
 #define INL inline
 #endif
 
-#define MM_RB 5     /* rows per work-item, prefill tiles */
-#define MM_TB 4     /* tokens per work-item, prefill tiles */
-#define MOE_GU_RB 3 /* expert tiles: gate rows and as many up rows per work-item */
-#define MOE_DN_RB 5 /* expert tiles: down rows per work-item */
-#define MOE_TB 4    /* expert tiles: (token, slot) pairs per work-item */
+#define MM_RB 4     /* rows per work-item, prefill tiles */
+#define MM_TB 6     /* tokens per work-item, prefill tiles */
+#define MOE_GU_RB 2 /* expert tiles: gate rows and as many up rows per work-item */
+#define MOE_DN_RB 4 /* expert tiles: down rows per work-item */
+#define MOE_TB 6    /* expert tiles: (token, slot) pairs per work-item */
 #define MAX_RB 6
-#define MAX_TB 4
+#define MAX_TB 6
 #define TILE_Q8_MAX 16384
 
 /* ---- IQ2_XXS tables: the engine's quant_iq2xxs_grid and quant_ksigns_iq2xs
@@ -648,7 +648,7 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
     RD_OUT(0) RD_OUT(1) RD_OUT(2) RD_OUT(3)
 }
 
-/* tile_dot: RB ≤ 6 rows × TB ≤ 4 tokens, the same numbers as rows_dot: a
+/* tile_dot: RB ≤ 6 rows × TB ≤ 6 tokens, the same numbers as rows_dot: a
  * pass for the A chains, then one for the B chains, each holding RB·TB
  * accumulators in registers while every dequantized half is reused TB
  * times and every x half RB times (prefill is compute-bound). Written out
@@ -658,7 +658,7 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
 #define TILE_ROW(r)                                                \
     if (RB > r) {                                                  \
         float16 wv = deq16(type, w[r], c, HALF, ROW_D(r), sc##r);  \
-        TILE_FMA(r, 0) TILE_FMA(r, 1) TILE_FMA(r, 2) TILE_FMA(r, 3) \
+        TILE_FMA(r, 0) TILE_FMA(r, 1) TILE_FMA(r, 2) TILE_FMA(r, 3) TILE_FMA(r, 4) TILE_FMA(r, 5) \
     }
 #define TILE_X(t)                                                  \
     if (TB > t) xv##t = vload16(2 * c + HALF, x[t]);
@@ -671,28 +671,28 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
     for (int s = 0; s < nc; s += 8) {                                                          \
         ROW_SC(0) ROW_SC(1) ROW_SC(2) ROW_SC(3) ROW_SC(4) ROW_SC(5)                            \
         for (int c = s; c < min(s + 8, nc); c++) {                                             \
-            float16 xv0, xv1, xv2, xv3;                                                        \
+            float16 xv0, xv1, xv2, xv3, xv4, xv5;                                              \
             float8 d8 = TILE_D8;                                                               \
-            TILE_X(0) TILE_X(1) TILE_X(2) TILE_X(3)                                            \
+            TILE_X(0) TILE_X(1) TILE_X(2) TILE_X(3) TILE_X(4) TILE_X(5)                        \
             TILE_ROW(0) TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5)            \
         }                                                                                      \
     }                                                                                          \
-    TILE_SUM(0, 0) TILE_SUM(0, 1) TILE_SUM(0, 2) TILE_SUM(0, 3)                                \
-    TILE_SUM(1, 0) TILE_SUM(1, 1) TILE_SUM(1, 2) TILE_SUM(1, 3)                                \
-    TILE_SUM(2, 0) TILE_SUM(2, 1) TILE_SUM(2, 2) TILE_SUM(2, 3)                                \
-    TILE_SUM(3, 0) TILE_SUM(3, 1) TILE_SUM(3, 2) TILE_SUM(3, 3)                                \
-    TILE_SUM(4, 0) TILE_SUM(4, 1) TILE_SUM(4, 2) TILE_SUM(4, 3)                                \
-    TILE_SUM(5, 0) TILE_SUM(5, 1) TILE_SUM(5, 2) TILE_SUM(5, 3)
+    TILE_SUM(0, 0) TILE_SUM(0, 1) TILE_SUM(0, 2) TILE_SUM(0, 3) TILE_SUM(0, 4) TILE_SUM(0, 5) \
+    TILE_SUM(1, 0) TILE_SUM(1, 1) TILE_SUM(1, 2) TILE_SUM(1, 3) TILE_SUM(1, 4) TILE_SUM(1, 5) \
+    TILE_SUM(2, 0) TILE_SUM(2, 1) TILE_SUM(2, 2) TILE_SUM(2, 3) TILE_SUM(2, 4) TILE_SUM(2, 5) \
+    TILE_SUM(3, 0) TILE_SUM(3, 1) TILE_SUM(3, 2) TILE_SUM(3, 3) TILE_SUM(3, 4) TILE_SUM(3, 5) \
+    TILE_SUM(4, 0) TILE_SUM(4, 1) TILE_SUM(4, 2) TILE_SUM(4, 3) TILE_SUM(4, 4) TILE_SUM(4, 5) \
+    TILE_SUM(5, 0) TILE_SUM(5, 1) TILE_SUM(5, 2) TILE_SUM(5, 3) TILE_SUM(5, 4) TILE_SUM(5, 5)
 
 INL void tile_dot(const int type, const int RB, const int TB, const __global uchar *const *w,
                   const __global float *const *x, int n, float out[MAX_RB][MAX_TB])
 {
-    float16 acc00 = 0.0f, acc01 = 0.0f, acc02 = 0.0f, acc03 = 0.0f;
-    float16 acc10 = 0.0f, acc11 = 0.0f, acc12 = 0.0f, acc13 = 0.0f;
-    float16 acc20 = 0.0f, acc21 = 0.0f, acc22 = 0.0f, acc23 = 0.0f;
-    float16 acc30 = 0.0f, acc31 = 0.0f, acc32 = 0.0f, acc33 = 0.0f;
-    float16 acc40 = 0.0f, acc41 = 0.0f, acc42 = 0.0f, acc43 = 0.0f;
-    float16 acc50 = 0.0f, acc51 = 0.0f, acc52 = 0.0f, acc53 = 0.0f;
+    float16 acc00 = 0.0f, acc01 = 0.0f, acc02 = 0.0f, acc03 = 0.0f, acc04 = 0.0f, acc05 = 0.0f;
+    float16 acc10 = 0.0f, acc11 = 0.0f, acc12 = 0.0f, acc13 = 0.0f, acc14 = 0.0f, acc15 = 0.0f;
+    float16 acc20 = 0.0f, acc21 = 0.0f, acc22 = 0.0f, acc23 = 0.0f, acc24 = 0.0f, acc25 = 0.0f;
+    float16 acc30 = 0.0f, acc31 = 0.0f, acc32 = 0.0f, acc33 = 0.0f, acc34 = 0.0f, acc35 = 0.0f;
+    float16 acc40 = 0.0f, acc41 = 0.0f, acc42 = 0.0f, acc43 = 0.0f, acc44 = 0.0f, acc45 = 0.0f;
+    float16 acc50 = 0.0f, acc51 = 0.0f, acc52 = 0.0f, acc53 = 0.0f, acc54 = 0.0f, acc55 = 0.0f;
     float sc0[32], sc1[32], sc2[32], sc3[32], sc4[32], sc5[32];
     const int nc = n >> 5;
 #if CLRT_CPU
