@@ -3,11 +3,13 @@
  * kernel shapes).
  *
  * matmul: one launch per device piece of the weight (one unless the tensor
- * was split). CPU devices: a work-item per row (decode, T < MM_TB) or per
- * row block × token block (prefill tiles); GPUs: a work-group per row with
- * a local reduction for decode, the tiles for prefill.
+ * was split). CPU devices: a work-item per four rows a quarter of the
+ * matrix apart (decode, T < MM_TB, one token after another) or per row
+ * block × token block (prefill tiles); GPUs: a work-group per row with a
+ * local reduction for decode, the same tiles for prefill (correct, not
+ * tuned: no GPU has run them yet).
  *
- * moe: for a few tokens, two fused launches: gate+up+SwiGLU+weight for
+ * moe: up to MOE_FUSED_MAX_T tokens, two fused launches: gate+up+SwiGLU+weight for
  * every (token, slot) pair, then down + the slot-order sum per token. For
  * a chunk, the pairs are grouped by expert on the device (moe_sort), each
  * expert's pairs are cut into tiles that reuse every dequantized weight
