@@ -4,8 +4,10 @@
  * tile), grouped rows, odd row counts, weights split over several device
  * buffers, experts repeated within a token or used by none, the SwiGLU
  * clamp on and off; each in both kernel shapes. Also: a token gives the
- * same bits alone and inside a chunk, and the IQ2_XXS tables of the
- * kernels are the engine's. Skips where no OpenCL device exists. */
+ * same bits alone and inside a chunk, the IQ2_XXS tables of the kernels
+ * are the engine's, and ds4cl-bench --cl-bench runs. Skips where no
+ * OpenCL device exists. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -346,4 +348,29 @@ TEST(opencl_matmul, iq2_xxs_tables_are_the_engines)
     clReleaseMemObject(grid);
     clReleaseMemObject(signs);
     oclt_close(f);
+}
+
+/* ---- the benchmark ----------------------------------------------------------------- */
+
+/* ds4cl-bench --cl-bench prints the roofs and one CSV row per selected
+ * shape with positive rates (speed itself is the bench's business). */
+TEST(opencl_bench, cl_bench_prints_roofs_and_rows)
+{
+    oclt_require_device();
+    char *text;
+    int rc = test_runf(&text, "XDG_CACHE_HOME=%s %s/ds4cl-bench --cl-bench --reps 1 --rotate-mb 4 --roof-mb 64 --only router",
+                       oclt_cache_dir(), test_bindir());
+    CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", text);
+    CHECK_CONTAINS(text, "kind,name,type,in,out,groups,T,weight_bytes,ms,gbps,pct_read_roof,gflops,pct_fma_peak");
+    CHECK_CONTAINS(text, "roof,stream_read,");
+    CHECK_CONTAINS(text, "roof,fma_peak,");
+    const char *row = strstr(text, "\ndecode,router,F16,4096,256,1,1,2097152,");
+    CHECK_MSG(row != NULL, "no router row in:\n%s", text);
+    double ms = 0, gbps = 0;
+    CHECK(sscanf(row + strlen("\ndecode,router,F16,4096,256,1,1,2097152,"), "%lf,%lf", &ms, &gbps) == 2);
+    CHECK_MSG(ms > 0 && gbps > 0, "ms %g, GB/s %g", ms, gbps);
+    CHECK(strstr(text, "prefill,") == NULL);
+    rc = test_runf(&text, "%s/ds4cl-bench --cl-bench --reps 0", test_bindir());
+    CHECK(rc == 2);
+    CHECK_CONTAINS(text, "usage: ds4cl-bench --cl-bench");
 }
