@@ -105,8 +105,7 @@ static uint64_t next(void)
     return rng;
 }
 
-/* Random blocks with sane f16 scales, so kernels see realistic values. */
-static void fill(uint32_t type, uint8_t *w, size_t bytes)
+void bench_fill_weights(uint32_t type, uint8_t *w, size_t bytes)
 {
     for (size_t i = 0; i + 8 <= bytes; i += 8) {
         uint64_t v = next();
@@ -219,7 +218,7 @@ int bench_quant(int argc, char **argv)
             fprintf(stderr, "ds4cl-bench: out of memory\n");
             return 1;
         }
-        fill(type, w, rb * (size_t)rows);
+        bench_fill_weights(type, w, rb * (size_t)rows);
         job proto = { .w = w, .row_bytes = rb, .type = type, .x = x, .n = n, .y = y };
         double best1 = 1e30, bestn = 1e30;
         for (int r = 0; r < reps; r++) {

@@ -4,6 +4,7 @@
 #define DS4CL_BENCH_QUANT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* argv holds the arguments after --quant-bench. Returns the exit status. */
 int bench_quant(int argc, char **argv);
@@ -11,5 +12,9 @@ int bench_quant(int argc, char **argv);
 /* Streaming-read bandwidth in GB/s over `bytes` with `threads` readers (a
  * sum over the buffer, so nothing is written). Shared with other benchmarks. */
 double bench_read_ceiling_gbps(size_t bytes, int threads);
+
+/* Random weight bytes of a type with sane scales (finite f16 d/dmin, plain
+ * values in ±2), so kernels see realistic values and no NaN or Inf. */
+void bench_fill_weights(uint32_t type, uint8_t *w, size_t bytes);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include "cli/bench_attn.h"
 #include "cli/bench_engine.h"
+#include "cli/bench_opencl.h"
 #include "cli/bench_quant.h"
 #include "cli/bench_search.h"
 #include "cli/bench_tokenizer.h"
@@ -22,6 +23,9 @@ static void help(void)
           "                   against a streaming-read ceiling\n"
           "       ds4cl-bench --quant-bench [--mb M] [--n N] [--threads T] [--reps R] [--types LIST]\n"
           "                   matvec GB/s per weight format vs a streaming-read ceiling\n"
+          "       ds4cl-bench --cl-bench [--device D] [--reps R] [--prefill-t T] [--only NAME] …\n"
+          "                   CSV: OpenCL matmul/moe kernels at Flash shapes, GB/s and GFLOP/s\n"
+          "                   vs an OpenCL streaming-read roof and FMA peak\n"
           "       ds4cl-bench --tokenizer-bench FILE -m MODEL [--runs N]\n"
           "       ds4cl-bench --attn-bench [--backend cpu|opencl|both] [--rows LIST] [--ctx LIST] [--f32]\n"
           "                   attention and indexer cost per decode step at long context\n"
@@ -35,6 +39,7 @@ static void help(void)
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--quant-bench")) return bench_quant(argc - 2, argv + 2);
+    if (argc > 1 && !strcmp(argv[1], "--cl-bench")) return bench_opencl(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--tokenizer-bench")) return bench_tokenizer_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--search-bench")) return bench_search_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);

@@ -292,7 +292,7 @@ uint64_t cl_ops_scratch_estimate(const ds4_model *m, int T)
     uint64_t t = (uint64_t)(T > 0 ? T : 1);
     /* hyper-connection mixes, norms and coefficients; the largest slot set */
     uint64_t hc = t * ((uint64_t)hp->mix_hc + 2 * (uint64_t)hp->n_hc + 1) * 4;
-    return hc;
+    return hc + clo_moe_scratch_bytes(hp, T);
 }
 
 /* ---- memory ops ------------------------------------------------------------------- */

@@ -136,6 +136,8 @@ int clo_store_rows(void *ctx, ds4_buf *src, int64_t n_rows, int dim, ds4_buf *ds
 int clo_matmul(void *ctx, const ds4_tensor *W, ds4_buf *x, int T, int n_groups, ds4_buf *y);
 int clo_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, const ds4_tensor *down, ds4_buf *x, ds4_buf *sel,
             ds4_buf *weights, int T, float clamp, ds4_buf *y);
+/* Device bytes of the scratch clo_moe holds for chunks of T tokens. */
+uint64_t clo_moe_scratch_bytes(const ds4_hparams *hp, int T);
 
 /* cl_attn.c */
 int clo_compress(void *ctx, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_buf *front, int64_t front_rows, int R,
