@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/bench_engine.h"
+#include "cli/bench_open.h"
 #include "cli/bench_quant.h"
 #include "cli/bench_tokenizer.h"
 
@@ -21,6 +22,9 @@ static void help(void)
           "       ds4cl-bench --quant-bench [--mb M] [--n N] [--threads T] [--reps R] [--types LIST]\n"
           "                   matvec GB/s per weight format vs a streaming-read ceiling\n"
           "       ds4cl-bench --tokenizer-bench FILE -m MODEL [--runs N]\n"
+          "                   tokenizer MB/s against the npm reference tokenizer\n"
+          "       ds4cl-bench --open-bench -m MODEL [--runs N]\n"
+          "                   seconds to open the model, stage by stage, cold and warm\n"
           "\n"
           "  -h, --help     this text\n"
           "      --version  print the version\n", stdout);
@@ -30,6 +34,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--quant-bench")) return bench_quant(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--tokenizer-bench")) return bench_tokenizer_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--open-bench")) return bench_open_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);
     for (int i = 1; i < argc; i++) {
