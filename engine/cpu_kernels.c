@@ -220,6 +220,36 @@ static inline void dec_iq2_xxs(const uint8_t *row, int64_t k, __m512 *lo, __m512
     *hi = _mm512_mask_sub_ps(v1, (__mmask16)(sg >> 16), _mm512_setzero_ps(), v1);
 }
 
+/* Streaming four rows at once defeats the hardware prefetcher: each row
+ * group starts three cold streams, and a row of a 2-bit format is shorter
+ * than a page. While a group is multiplied, the same offsets of the next
+ * group's rows are prefetched, so they arrive one group ahead (a few KB
+ * to a few tens of KB, well inside L2). Only loads move; the arithmetic is
+ * untouched. */
+typedef struct {
+    const uint8_t *const *next; /* the next group's ROWS rows, or NULL */
+    int64_t bytes_per_256;      /* row bytes per 256 elements */
+    int64_t step_mask;          /* prefetch on steps of 32 elements with (k/32) & mask == 0 */
+} prefetch_plan;
+
+/* always inlined: a call whose only effect is a prefetch counts as pure and
+ * would be dropped */
+static inline __attribute__((always_inline)) void prefetch_next(const prefetch_plan *pf, int64_t k)
+{
+    int64_t off = (k * pf->bytes_per_256) >> 8;
+    for (int r = 0; r < ROWS; r++) _mm_prefetch((const char *)(pf->next[r] + off), _MM_HINT_T0);
+}
+
+static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uint8_t *const *next)
+{
+    pf->next = next;
+    pf->bytes_per_256 = (int64_t)w->row_bytes * 256 / (w->n > 0 ? w->n : 1);
+    /* one prefetch per 64 bytes or less: every 2^j steps of 32 elements */
+    int64_t steps = pf->bytes_per_256 > 0 ? 64 * 8 / pf->bytes_per_256 : 1, p2 = 1;
+    while (p2 * 2 <= steps) p2 *= 2;
+    pf->step_mask = p2 - 1;
+}
+
 /* acc[r][t] += row_r · x_t over n (a multiple of 32) for 4 rows, NT
  * tokens; lanes see elements in increasing order as in tile(). */
 #define FUSED_ROW_STEP(R, DEC, NT)                                                                  \
@@ -231,7 +261,7 @@ static inline void dec_iq2_xxs(const uint8_t *row, int64_t k, __m512 *lo, __m512
     } while (0)
 #define FUSED_FN(NAME, DEC, NT)                                                                          \
     static void fused_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,       \
-                                    vf acc[ROWS][TOKS])                                                  \
+                                    vf acc[ROWS][TOKS], const prefetch_plan *pf)                         \
     {                                                                                                    \
         vf a0[NT], a1[NT], a2[NT], a3[NT];                                                               \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
@@ -241,6 +271,7 @@ static inline void dec_iq2_xxs(const uint8_t *row, int64_t k, __m512 *lo, __m512
             a3[t] = acc[3][t];                                                                           \
         }                                                                                                \
         for (int64_t k = 0; k < n; k += 32) {                                                            \
+            if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                          \
             vf x0[NT], x1[NT];                                                                           \
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                       \
                 x0[t] = _mm512_loadu_ps(x[t] + k);                                                       \
@@ -267,7 +298,7 @@ FUSED_TYPE(q2_K, dec_q2_K)
 FUSED_TYPE(q4_K, dec_q4_K)
 FUSED_TYPE(iq2_xxs, dec_iq2_xxs)
 
-typedef void (*fused_fn)(const uint8_t *const *, int64_t, const float *const *, vf[ROWS][TOKS]);
+typedef void (*fused_fn)(const uint8_t *const *, int64_t, const float *const *, vf[ROWS][TOKS], const prefetch_plan *);
 #define FUSED_ROW(NAME) { fused_##NAME##_1, fused_##NAME##_2, fused_##NAME##_3, fused_##NAME##_4 }
 
 static const fused_fn *fused_for(uint32_t type)
@@ -410,8 +441,8 @@ static void store(int64_t r0, int nr, int t0, int nt, vf acc[ROWS][TOKS], float 
 
 /* Up to TOKS tokens: pieces of the row group in L1, all accumulators in
  * registers. */
-static void group_few(const cpu_weight *w, const uint8_t *const *rows, int nr, int64_t r0, int T,
-                      const float *const *x, float *const *y, float *buf)
+static void group_few(const cpu_weight *w, const uint8_t *const *rows, const uint8_t *const *next, int nr,
+                      int64_t r0, int T, const float *const *x, float *const *y, float *buf)
 {
     vf acc[ROWS][TOKS];
     for (int r = 0; r < ROWS; r++)
@@ -420,10 +451,14 @@ static void group_few(const cpu_weight *w, const uint8_t *const *rows, int nr, i
     const fused_fn *ff = w->n % 32 == 0 ? fused_for(w->type) : NULL;
     if (ff) {
         (void)buf;
-        ff[T - 1](rows, w->n, x, acc);
+        prefetch_plan pf;
+        prefetch_plan_init(&pf, w, next);
+        ff[T - 1](rows, w->n, x, acc, &pf);
         store(r0, nr, 0, T, acc, y);
         return;
     }
+#else
+    (void)next;
 #endif
     int64_t step = block_elems(w->type) > PIECE ? block_elems(w->type) : PIECE;
     for (int64_t k = 0; k < w->n; k += step) {
@@ -471,11 +506,15 @@ void cpu_mm_rows(const cpu_weight *w, int64_t r0, int64_t r1, int T, const float
         int nt = T - t0 < tb ? T - t0 : (int)tb;
         for (int64_t r = r0; r < r1; r += ROWS) {
             int nr = r1 - r < ROWS ? (int)(r1 - r) : ROWS;
-            const uint8_t *rows[ROWS];
+            const uint8_t *rows[ROWS], *next[ROWS];
             /* a short group repeats its last row; the extra results are dropped */
             for (int i = 0; i < ROWS; i++) rows[i] = w->data + (size_t)(r + (i < nr ? i : nr - 1)) * w->row_bytes;
+            int64_t rn = r + ROWS;
+            int nn = r1 - rn < ROWS ? (int)(r1 - rn) : ROWS;
+            for (int i = 0; i < ROWS && nn > 0; i++)
+                next[i] = w->data + (size_t)(rn + (i < nn ? i : nn - 1)) * w->row_bytes;
             if (nt <= TOKS)
-                group_few(w, rows, nr, r, nt, x + t0, y + t0, scratch);
+                group_few(w, rows, nn > 0 ? next : NULL, nr, r, nt, x + t0, y + t0, scratch);
             else
                 group_many(w, rows, nr, r, nt, x + t0, y + t0, scratch);
         }
