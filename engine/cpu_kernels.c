@@ -130,9 +130,11 @@ static inline void dec_q8_0(const uint8_t *row, int64_t k, __m512 *lo, __m512 *h
 {
     const block_q8_0 *b = (const block_q8_0 *)(const void *)row + (k >> 5);
     __m512 d = _mm512_set1_ps(f16s(&b->d));
-    __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
-    *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d);
-    *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);
+    /* two 16-byte loads the sign extension takes as memory operands */
+    __m128i q0 = _mm_loadu_si128((const __m128i *)(const void *)b->qs);
+    __m128i q1 = _mm_loadu_si128((const __m128i *)(const void *)(b->qs + 16));
+    *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+    *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
 }
 
 /* The four values a 2-bit quant can take in a 16-weight group, dl·q − ml,
