@@ -296,9 +296,151 @@ FUSED_TYPE(f32, dec_f32)
 FUSED_TYPE(f16, dec_f16)
 FUSED_TYPE(bf16, dec_bf16)
 FUSED_TYPE(q8_0, dec_q8_0)
-FUSED_TYPE(q2_K, dec_q2_K)
 FUSED_TYPE(q4_K, dec_q4_K)
-FUSED_TYPE(iq2_xxs, dec_iq2_xxs)
+
+/* ---- 2-bit formats, a 256-element block at a time ---------------------------------
+ *
+ * What the per-32 decoders above redo eight times per block (the scales,
+ * and for IQ2_XXS the sign bits with their parity) is computed once per
+ * block and row with vector instructions into a small state; the eight
+ * steps then only look up their lanes. The values are those of dec_q2_K
+ * and dec_iq2_xxs (same products, same roundings), and the steps run in
+ * the same order, so the results keep their bits. */
+
+typedef struct {
+    const uint8_t *qs; /* the block's indices and sign words */
+    uint32_t sg[8];    /* sign bits of elements 32j … 32j+31 */
+    float db[8];       /* scale of each 32-element group */
+} iq2_blk;
+
+static inline void iq2_setup(const uint8_t *row, int64_t k0, iq2_blk *s)
+{
+    const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)row + (k0 >> 8);
+    s->qs = (const uint8_t *)b->qs;
+    float d = f16s(&b->d);
+#if defined(__AVX512VBMI__) && defined(__AVX512BITALG__)
+    /* group g is qword g: four index bytes, then 4 × 7 sign bits and a 4-bit scale */
+    static const uint8_t pick[64] = { 0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
+                                      32, 33, 34, 35, 40, 41, 42, 43, 48, 49, 50, 51, 56, 57, 58, 59 };
+    __m512i q = _mm512_loadu_si512(b->qs);
+    __m512i f = _mm512_and_si512(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720), q), _mm512_set1_epi8(0x7f));
+    /* bit 7 of a sign byte is the parity of its seven bits */
+    __m512i par = _mm512_and_si512(_mm512_popcnt_epi8(f), _mm512_set1_epi8(1));
+    f = _mm512_or_si512(f, _mm512_slli_epi16(par, 7));
+    __m512i packed = _mm512_permutexvar_epi8(_mm512_loadu_si512(pick), f);
+    _mm256_storeu_si256((__m256i *)(void *)s->sg, _mm512_castsi512_si256(packed));
+    __m256 ls = _mm512_cvtepu64_ps(_mm512_srli_epi64(q, 60));
+    __m256 db = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_add_ps(_mm256_set1_ps(0.5f), ls)), _mm256_set1_ps(0.25f));
+    _mm256_storeu_ps(s->db, db);
+#else
+    for (int g = 0; g < 8; g++) {
+        uint32_t w = quant_rd32(s->qs + 8 * g + 4);
+        s->sg[g] = iq2_signs(w);
+        s->db[g] = d * (0.5f + (float)(w >> 28)) * 0.25f;
+    }
+#endif
+}
+
+static inline void dec_iq2_blk(const iq2_blk *s, int j, __m512 *lo, __m512 *hi)
+{
+    const uint8_t *idx = s->qs + 8 * j;
+    uint32_t sg = s->sg[j];
+    const __m512 mags = _mm512_setr_ps(0, 0, 0, 0, 0, 0, 0, 0, 8, 25, 0, 43, 0, 0, 0, 0);
+    __m512 tbl = _mm512_mul_ps(_mm512_set1_ps(s->db[j]), mags);
+    __m128i g0 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[1]], (long long)quant_iq2xxs_grid[idx[0]]);
+    __m128i g1 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[3]], (long long)quant_iq2xxs_grid[idx[2]]);
+    __m512 v0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(g0), tbl);
+    __m512 v1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(g1), tbl);
+    *lo = _mm512_mask_sub_ps(v0, (__mmask16)sg, _mm512_setzero_ps(), v0);
+    *hi = _mm512_mask_sub_ps(v1, (__mmask16)(sg >> 16), _mm512_setzero_ps(), v1);
+}
+
+typedef struct {
+    const uint8_t *qs;
+    __m512 dl, nml; /* d·(scale & 15) and −dmin·(scale >> 4) of the 16 sub-blocks */
+} q2k_blk;
+
+static inline void q2k_setup(const uint8_t *row, int64_t k0, q2k_blk *s)
+{
+    const block_q2_K *b = (const block_q2_K *)(const void *)row + (k0 >> 8);
+    s->qs = b->qs;
+    __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)b->scales));
+    __m512 lo4 = _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15)));
+    __m512 hi4 = _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4));
+    s->dl = _mm512_mul_ps(_mm512_set1_ps(f16s(&b->d)), lo4);
+    /* an exact negation, −0 included, as the scalar minus gives */
+    s->nml = _mm512_xor_ps(_mm512_mul_ps(_mm512_set1_ps(f16s(&b->dmin)), hi4), _mm512_set1_ps(-0.0f));
+}
+
+/* q2_table's four values for sub-block i */
+static inline __m512 q2k_table(const q2k_blk *s, int i)
+{
+    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+    __m512i lane = _mm512_set1_epi32(i);
+    return _mm512_fmadd_ps(_mm512_permutexvar_ps(lane, s->dl), q, _mm512_permutexvar_ps(lane, s->nml));
+}
+
+static inline void dec_q2k_blk(const q2k_blk *s, int j, __m512 *lo, __m512 *hi)
+{
+    int h = j >> 2, sh = (j & 3) * 2;
+    __m256i bytes = _mm256_loadu_si256((const __m256i *)(const void *)(s->qs + 32 * h));
+    bytes = _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(sh)), _mm256_set1_epi8(3));
+    __m512i i0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes)), i1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1));
+    *lo = _mm512_permutexvar_ps(i0, q2k_table(s, 2 * j));
+    *hi = _mm512_permutexvar_ps(i1, q2k_table(s, 2 * j + 1));
+}
+
+#define BLK_ROW_STEP(R, DEC, NT)                                                                    \
+    do {                                                                                            \
+        vf w0, w1;                                                                                  \
+        DEC(&s##R, j, &w0, &w1);                                                                    \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w0, x0[t], a##R[t]); \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w1, x1[t], a##R[t]); \
+    } while (0)
+#define FUSED_BLK_FN(NAME, STATE, SETUP, DEC, NT)                                                        \
+    static void fused_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,       \
+                                    vf acc[ROWS][TOKS], const prefetch_plan *pf)                         \
+    {                                                                                                    \
+        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                               \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
+            a0[t] = acc[0][t];                                                                           \
+            a1[t] = acc[1][t];                                                                           \
+            a2[t] = acc[2][t];                                                                           \
+            a3[t] = acc[3][t];                                                                           \
+        }                                                                                                \
+        for (int64_t k0 = 0; k0 < n; k0 += 256) {                                                        \
+            STATE s0, s1, s2, s3;                                                                        \
+            SETUP(rows[0], k0, &s0);                                                                     \
+            SETUP(rows[1], k0, &s1);                                                                     \
+            SETUP(rows[2], k0, &s2);                                                                     \
+            SETUP(rows[3], k0, &s3);                                                                     \
+            for (int j = 0; j < 8; j++) {                                                                \
+                int64_t k = k0 + 32 * j;                                                                 \
+                if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                      \
+                vf x0[NT], x1[NT];                                                                       \
+                _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                   \
+                    x0[t] = _mm512_loadu_ps(x[t] + k);                                                   \
+                    x1[t] = _mm512_loadu_ps(x[t] + k + 16);                                              \
+                }                                                                                        \
+                BLK_ROW_STEP(0, DEC, NT);                                                                \
+                BLK_ROW_STEP(1, DEC, NT);                                                                \
+                BLK_ROW_STEP(2, DEC, NT);                                                                \
+                BLK_ROW_STEP(3, DEC, NT);                                                                \
+            }                                                                                            \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
+            acc[0][t] = a0[t];                                                                           \
+            acc[1][t] = a1[t];                                                                           \
+            acc[2][t] = a2[t];                                                                           \
+            acc[3][t] = a3[t];                                                                           \
+        }                                                                                                \
+    }
+#define FUSED_BLK_TYPE(NAME, STATE, SETUP, DEC)                                                          \
+    FUSED_BLK_FN(NAME, STATE, SETUP, DEC, 1)                                                             \
+    FUSED_BLK_FN(NAME, STATE, SETUP, DEC, 2)                                                             \
+    FUSED_BLK_FN(NAME, STATE, SETUP, DEC, 3) FUSED_BLK_FN(NAME, STATE, SETUP, DEC, 4)
+FUSED_BLK_TYPE(q2_K, q2k_blk, q2k_setup, dec_q2k_blk)
+FUSED_BLK_TYPE(iq2_xxs, iq2_blk, iq2_setup, dec_iq2_blk)
 
 typedef void (*fused_fn)(const uint8_t *const *, int64_t, const float *const *, vf[ROWS][TOKS], const prefetch_plan *);
 #define FUSED_ROW(NAME) { fused_##NAME##_1, fused_##NAME##_2, fused_##NAME##_3, fused_##NAME##_4 }
