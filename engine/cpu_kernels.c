@@ -137,27 +137,6 @@ static inline void dec_q8_0(const uint8_t *row, int64_t k, __m512 *lo, __m512 *h
     *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
 }
 
-/* The four values a 2-bit quant can take in a 16-weight group, dl·q − ml,
- * looked up per lane (dl·q is exact, so the fused multiply-add rounds as
- * the reference's subtraction does). */
-static inline __m512 q2_table(float d, float dmin, uint8_t sc)
-{
-    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
-    return _mm512_fmadd_ps(_mm512_set1_ps(d * (float)(sc & 15)), q, _mm512_set1_ps(-(dmin * (float)(sc >> 4))));
-}
-
-static inline void dec_q2_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
-{
-    const block_q2_K *b = (const block_q2_K *)(const void *)row + (k >> 8);
-    int e = (int)(k & 255), h = e >> 7, sh = ((e & 127) >> 5) * 2;
-    float d = f16s(&b->d), dmin = f16s(&b->dmin);
-    __m256i bytes = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h));
-    bytes = _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(sh)), _mm256_set1_epi8(3));
-    __m512i i0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes)), i1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1));
-    *lo = _mm512_permutexvar_ps(i0, q2_table(d, dmin, b->scales[e >> 4]));
-    *hi = _mm512_permutexvar_ps(i1, q2_table(d, dmin, b->scales[(e >> 4) + 1]));
-}
-
 static inline void dec_q4_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
 {
     const block_q4_K *b = (const block_q4_K *)(const void *)row + (k >> 8);
@@ -173,16 +152,6 @@ static inline void dec_q4_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *h
     *hi = _mm512_fmadd_ps(dl, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1))), nml);
 }
 
-/* The IQ2_XXS grid as floats: two grid rows load as one vector without an
- * int→float conversion (8 KB, stays in L1). */
-static float iq2_gridf[256][8];
-
-__attribute__((constructor)) static void iq2_gridf_init(void)
-{
-    for (int i = 0; i < 256; i++)
-        for (int j = 0; j < 8; j++) iq2_gridf[i][j] = (float)(uint8_t)(quant_iq2xxs_grid[i] >> (8 * j));
-}
-
 /* The 32 sign bits of a group: bit 7 of each selector byte is its parity. */
 static inline uint32_t iq2_signs(uint32_t s)
 {
@@ -196,30 +165,6 @@ static inline uint32_t iq2_signs(uint32_t s)
     return quant_ksigns_iq2xs[s & 127] | (uint32_t)quant_ksigns_iq2xs[(s >> 7) & 127] << 8 |
            (uint32_t)quant_ksigns_iq2xs[(s >> 14) & 127] << 16 | (uint32_t)quant_ksigns_iq2xs[(s >> 21) & 127] << 24;
 #endif
-}
-
-static inline __m512 iq2_pair(const uint8_t *idx)
-{
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(iq2_gridf[idx[0]])), _mm256_loadu_ps(iq2_gridf[idx[1]]), 1);
-}
-
-static inline void dec_iq2_xxs(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
-{
-    const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)row + (k >> 8);
-    const uint8_t *idx = (const uint8_t *)b->qs + 8 * ((k & 255) >> 5);
-    uint32_t w = quant_rd32(idx + 4), sg = iq2_signs(w);
-    float db = f16s(&b->d) * (0.5f + (float)(w >> 28)) * 0.25f;
-    /* grid bytes are 8, 25 or 43: lanes look up db·8, db·25, db·43 at
-     * indices 8, 9 and 11 (the byte mod 16) — the products the buffered
-     * path computes */
-    const __m512 mags = _mm512_setr_ps(0, 0, 0, 0, 0, 0, 0, 0, 8, 25, 0, 43, 0, 0, 0, 0);
-    __m512 tbl = _mm512_mul_ps(_mm512_set1_ps(db), mags);
-    __m128i g0 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[1]], (long long)quant_iq2xxs_grid[idx[0]]);
-    __m128i g1 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[3]], (long long)quant_iq2xxs_grid[idx[2]]);
-    __m512 v0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(g0), tbl);
-    __m512 v1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(g1), tbl);
-    *lo = _mm512_mask_sub_ps(v0, (__mmask16)sg, _mm512_setzero_ps(), v0);
-    *hi = _mm512_mask_sub_ps(v1, (__mmask16)(sg >> 16), _mm512_setzero_ps(), v1);
 }
 
 /* Streaming four rows at once defeats the hardware prefetcher: each row
@@ -300,12 +245,10 @@ FUSED_TYPE(q4_K, dec_q4_K)
 
 /* ---- 2-bit formats, a 256-element block at a time ---------------------------------
  *
- * What the per-32 decoders above redo eight times per block (the scales,
- * and for IQ2_XXS the sign bits with their parity) is computed once per
- * block and row with vector instructions into a small state; the eight
- * steps then only look up their lanes. The values are those of dec_q2_K
- * and dec_iq2_xxs (same products, same roundings), and the steps run in
- * the same order, so the results keep their bits. */
+ * The scales, and for IQ2_XXS the sign bits with their parity, are
+ * computed once per block and row with vector instructions into a small
+ * state; each 32-element step then only looks its lanes up. Every value is
+ * the reference dequantization's product, rounded as it rounds. */
 
 typedef struct {
     const uint8_t *qs; /* the block's indices and sign words */
@@ -345,6 +288,8 @@ static inline void dec_iq2_blk(const iq2_blk *s, int j, __m512 *lo, __m512 *hi)
 {
     const uint8_t *idx = s->qs + 8 * j;
     uint32_t sg = s->sg[j];
+    /* grid bytes are 8, 25 or 43: lanes look up db·8, db·25, db·43 at
+     * indices 8, 9 and 11 (the byte mod 16), the reference's products */
     const __m512 mags = _mm512_setr_ps(0, 0, 0, 0, 0, 0, 0, 0, 8, 25, 0, 43, 0, 0, 0, 0);
     __m512 tbl = _mm512_mul_ps(_mm512_set1_ps(s->db[j]), mags);
     __m128i g0 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[1]], (long long)quant_iq2xxs_grid[idx[0]]);
@@ -372,7 +317,9 @@ static inline void q2k_setup(const uint8_t *row, int64_t k0, q2k_blk *s)
     s->nml = _mm512_xor_ps(_mm512_mul_ps(_mm512_set1_ps(f16s(&b->dmin)), hi4), _mm512_set1_ps(-0.0f));
 }
 
-/* q2_table's four values for sub-block i */
+/* The four values a 2-bit quant of sub-block i can take, dl·q − ml, looked
+ * up per lane (dl·q is exact, so the fused multiply-add rounds as the
+ * reference's subtraction does). */
 static inline __m512 q2k_table(const q2k_blk *s, int i)
 {
     const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
@@ -479,10 +426,25 @@ static bool dequant_fast(uint32_t type, const uint8_t *row, int64_t n, float *bu
         DQ(GGML_TYPE_F16, dec_f16)
         DQ(GGML_TYPE_BF16, dec_bf16)
         DQ(GGML_TYPE_Q8_0, dec_q8_0)
-        DQ(GGML_TYPE_Q2_K, dec_q2_K)
         DQ(GGML_TYPE_Q4_K, dec_q4_K)
-        DQ(GGML_TYPE_IQ2_XXS, dec_iq2_xxs)
 #undef DQ
+#define DQ_BLK(T, STATE, SETUP, DEC)                              \
+    case T:                                                       \
+        if (n % 256) return false;                                \
+        for (int64_t k0 = 0; k0 < n; k0 += 256) {                 \
+            STATE s;                                              \
+            SETUP(row, k0, &s);                                   \
+            for (int j = 0; j < 8; j++) {                         \
+                __m512 lo, hi;                                    \
+                DEC(&s, j, &lo, &hi);                             \
+                _mm512_storeu_ps(buf + k0 + 32 * j, lo);          \
+                _mm512_storeu_ps(buf + k0 + 32 * j + 16, hi);     \
+            }                                                     \
+        }                                                         \
+        return true;
+        DQ_BLK(GGML_TYPE_Q2_K, q2k_blk, q2k_setup, dec_q2k_blk)
+        DQ_BLK(GGML_TYPE_IQ2_XXS, iq2_blk, iq2_setup, dec_iq2_blk)
+#undef DQ_BLK
     default: return false;
     }
 }
