@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/bench_attn.h"
 #include "cli/bench_engine.h"
 #include "cli/bench_open.h"
 #include "cli/bench_quant.h"
@@ -25,6 +26,8 @@ static void help(void)
           "                   tokenizer MB/s against the npm reference tokenizer\n"
           "       ds4cl-bench --open-bench -m MODEL [--runs N]\n"
           "                   seconds to open the model, stage by stage, cold and warm\n"
+          "       ds4cl-bench --attn-bench [--backend cpu|opencl|both] [--rows LIST] [--ctx LIST] [--f32]\n"
+          "                   attention and indexer cost per decode step at long context\n"
           "\n"
           "  -h, --help     this text\n"
           "      --version  print the version\n", stdout);
@@ -37,6 +40,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--open-bench")) return bench_open_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "--attn-bench")) return bench_attn(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
         if (!strcmp(argv[i], "--version")) { printf("ds4cl-bench %s\n", DS4CL_VERSION); return 0; }

@@ -11,10 +11,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <CL/cl.h>
-
 #include "base/base.h"
 #include "cli/progress.h"
+#include "opencl/cl_runtime.h"
 
 /* The engine is linked in by the programs that plan sessions; the planner
  * itself must not depend on it (tests link it without an engine). */
@@ -371,60 +370,30 @@ void memplan_explain(const memplan_result *r, const memplan_input *in, int reque
 static const char override_hint[] =
     "(DS4CL_MEM_AVAILABLE=BYTES, or DS4CL_DEVICE_MEM for OpenCL, overrides the detected memory)";
 
-/* Plain OpenCL 1.2 queries through the ICD loader; no context is created. */
+/* The device enumeration and selection rule of the OpenCL runtime; no
+ * context is created. */
 int memplan_opencl_device(const char *device, memplan_device *out)
 {
     memset(out, 0, sizeof *out);
-    if (!device || !*device) device = getenv("DS4CL_DEVICE");
-    if (device && !*device) device = NULL;
-    cl_uint np = 0;
-    if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0) return -1;
-    cl_platform_id plats[16];
-    if (np > 16) np = 16;
-    if (clGetPlatformIDs(np, plats, NULL) != CL_SUCCESS) return -1;
-    char *end = NULL;
-    long want_index = device ? strtol(device, &end, 10) : -1;
-    bool by_index = device && end && end != device && !*end;
-    cl_device_id chosen = NULL, first = NULL;
-    long index = 0;
-    for (cl_uint p = 0; p < np && !chosen; p++) {
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0) continue;
-        cl_device_id devs[64];
-        if (nd > 64) nd = 64;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) != CL_SUCCESS) continue;
-        for (cl_uint d = 0; d < nd && !chosen; d++, index++) {
-            char name[256] = "";
-            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof name, name, NULL);
-            cl_device_type type = 0;
-            clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof type, &type, NULL);
-            if (!first) first = devs[d];
-            if (by_index) {
-                if (index == want_index) chosen = devs[d];
-            } else if (device) {
-                if (strcasestr(name, device)) chosen = devs[d];
-            } else if (type & CL_DEVICE_TYPE_GPU) {
-                chosen = devs[d];
-            }
-        }
+    clrt_device *devs;
+    int n;
+    char err[512];
+    if (clrt_devices(&devs, &n, err, sizeof err) != 0) return -1;
+    int i = clrt_pick(devs, n, device, err, sizeof err);
+    if (i >= 0) {
+        snprintf(out->name, sizeof out->name, "%s", devs[i].name);
+        out->global_mem = devs[i].global_mem;
+        out->unified = devs[i].unified;
     }
-    if (!chosen && !device) chosen = first;
-    if (!chosen) return -1;
-    cl_ulong mem = 0;
-    cl_bool unified = CL_FALSE;
-    clGetDeviceInfo(chosen, CL_DEVICE_NAME, sizeof out->name, out->name, NULL);
-    out->name[sizeof out->name - 1] = 0;
-    if (clGetDeviceInfo(chosen, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL) != CL_SUCCESS) return -1;
-    clGetDeviceInfo(chosen, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
-    out->global_mem = mem;
-    out->unified = unified == CL_TRUE;
-    return 0;
+    free(devs);
+    return i >= 0 && out->global_mem > 0 ? 0 : -1;
 }
 
 /* Where a session's memory comes from. The weights are memory-mapped from
- * the GGUF, so they always take host memory; a discrete OpenCL device
- * holds the session (and whatever the engine copies there) in its own
- * memory, while a unified-memory device shares the host's. */
+ * the GGUF, so they always take host memory; a discrete OpenCL device gets
+ * its own copy of every weight tensor at open (opencl/cl_ops.c) and holds
+ * the session beside it, while a unified-memory device shares the host's
+ * memory and reads the mapping in place. */
 typedef struct {
     uint64_t available;
     const char *what;
@@ -447,6 +416,7 @@ static int session_pool(ds4_backend backend, const char *device, pool *p)
     if (dev) {
         p->available = dev;
         p->what = "device memory";
+        p->holds_weights = true;
         snprintf(p->source, sizeof p->source, "DS4CL_DEVICE_MEM");
         return 0;
     }
@@ -454,6 +424,7 @@ static int session_pool(ds4_backend backend, const char *device, pool *p)
     if (memplan_opencl_device(device, &d) != 0 || d.unified || d.global_mem == 0) return host_pool(p);
     p->available = d.global_mem;
     p->what = "device memory";
+    p->holds_weights = true;
     snprintf(p->source, sizeof p->source, "%s, total", d.name);
     return 0;
 }

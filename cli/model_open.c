@@ -1,4 +1,5 @@
-/* model_open.c — resolve, check, load with progress, plan the context. */
+/* model_open.c — resolve, check, load, plan the context, then read the
+ * weights into memory with progress. */
 #include "cli/model_open.h"
 
 #include <limits.h>
@@ -8,6 +9,7 @@
 #include "base/base.h"
 #include "cli/memplan.h"
 #include "cli/model_path.h"
+#include "cli/page_warm.h"
 #include "cli/progress.h"
 
 /* The engine is assembled from parts; a build without it says so. */
@@ -19,6 +21,13 @@ static const char *base_name(const char *path)
 {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
+}
+
+static void warm_progress(void *ud, uint64_t done, uint64_t total)
+{
+    char a[32], b[32], detail[80];
+    snprintf(detail, sizeof detail, "%s / %s", format_bytes(a, sizeof a, done), format_bytes(b, sizeof b, total));
+    progress_update(ud, total ? (double)done / (double)total : 1.0, detail);
 }
 
 ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx)
@@ -63,10 +72,18 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx)
     ds4_model_info info;
     memset(&info, 0, sizeof info);
     if (ds4_engine_info) ds4_engine_info(e, &info);
-    progress_print_loaded(info.name[0] ? info.name : base_name(path), t0);
+    /* the context is decided before the weights are read: a refusal
+     * should not cost minutes of disk reads */
     if (memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, n_ctx) != 0) {
         ds4_engine_close(e);
         return NULL;
     }
+    progress_start(&p, "reading weights", PROGRESS_QUIET);
+    page_warm_stats ws;
+    char werr[PATH_MAX + 64];
+    if (page_warm(path, warm_progress, &p, &ws, werr, sizeof werr) != 0)
+        fprintf(stderr, "ds4cl: %s (the weights are read on first use instead)\n", werr);
+    progress_finish(&p, NULL);
+    progress_print_loaded(info.name[0] ? info.name : base_name(path), t0);
     return e;
 }

@@ -9,10 +9,11 @@
  * Steps: -m or the default model (model_path_resolve: explains how to
  * download one when there is none); the weights against the backend's
  * memory before anything is read (memplan_precheck_file); ds4_engine_open
- * with a progress line on a terminal; "loaded NAME in X s"; the context
- * from --ctx N / auto / the default (memplan_session_ctx), refused with the
- * numbers when it cannot fit. The scripted test engine skips the memory
- * steps and the load report.
+ * with a progress line on a terminal; the context from --ctx N / auto /
+ * the default (memplan_session_ctx), refused with the numbers when it
+ * cannot fit; the weights read into memory (page_warm) with a progress
+ * line on a terminal; "loaded NAME in X s". The scripted test engine skips
+ * the memory steps, the reading and the load report.
  */
 #ifndef DS4CL_MODEL_OPEN_H
 #define DS4CL_MODEL_OPEN_H

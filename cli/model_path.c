@@ -24,8 +24,9 @@ static void explain_no_model(const char *dflt)
 {
     fprintf(stderr,
             "ds4cl: no model yet.\n"
-            "Download DeepSeek V4 Flash (2-bit experts, about 81 GB) with:\n"
-            "    ds4cl download q2\n"
+            "Download DeepSeek V4 Flash with one of:\n"
+            "    ds4cl download q2-imatrix   # 2-bit experts, about 81 GB, for 96-128 GB of memory\n"
+            "    ds4cl download q4-imatrix   # 4-bit experts, about 153 GB, for 256 GB or more\n"
             "or use a DS4 GGUF you already have:\n"
             "    ds4cl -m /path/to/DeepSeek-V4-Flash-....gguf\n");
     if (dflt)
@@ -45,7 +46,7 @@ const char *model_path_resolve(const char *given, char *buf, size_t n)
         if (stat(given, &st) != 0) {
             fprintf(stderr, "ds4cl: cannot open the model %s: %s\n", given, strerror(errno));
             if (errno == ENOENT)
-                fprintf(stderr, "Check the path, or run 'ds4cl download q2' to fetch the model.\n");
+                fprintf(stderr, "Check the path, or run 'ds4cl download q2-imatrix' to fetch the model.\n");
             return NULL;
         }
         if (!S_ISREG(st.st_mode)) {

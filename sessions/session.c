@@ -58,6 +58,7 @@ struct session {
     void *map;
     size_t map_len;
     char cache_path[PATH_MAX]; /* system prompt cache to check at the first idle; "" = none */
+    char run_dir[PATH_MAX];    /* the tools' state directory when it is ours; "" = none */
     ds4_tokens cache_tokens;
     bool cache_hit;
     uint64_t budget;
@@ -169,21 +170,6 @@ static void apply_record(session *s, const agent_turn *t)
 
 /* ---- opening ---------------------------------------------------------------------------- */
 
-static void remove_stale_temps(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.' && strstr(de->d_name, ".tmp.")) {
-            char path[PATH_MAX + 256];
-            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-            unlink(path);
-        }
-    }
-    closedir(d);
-}
-
 /* Rewrites a journal that has damage in the middle from its intact
  * records, keeping the damaged original beside it. */
 static void repair_journal(session *s, const journal_scan *j, const char *path)
@@ -269,7 +255,7 @@ static void load_journal(session *s)
 static session *load_locked(const char *id, const char *dir, int lock_fd)
 {
     session *s = session_alloc(dir, lock_fd);
-    remove_stale_temps(dir);
+    session_remove_leftovers(dir);
     bool have_meta = meta_read(dir, &s->meta) == 0 && !strcmp(s->meta.info.id, id);
     if (!have_meta) {
         memset(&s->meta, 0, sizeof s->meta);
@@ -433,8 +419,11 @@ static uint64_t tokenizer_fingerprint(const ds4_tokenizer *t)
     return h;
 }
 
-/* HASH of a system prompt's KV state: what it depends on. */
-static void sysprompt_key(const ds4_model_info *mi, int n_ctx, const int32_t *ids, size_t n, char out[65])
+/* HASH of a system prompt's KV state: what it depends on. Not the
+ * context size: a snapshot restores into a session of any context that
+ * holds its tokens, and --ctx auto picks a slightly different size
+ * whenever free memory moves. */
+static void sysprompt_key(const ds4_model_info *mi, const int32_t *ids, size_t n, char out[65])
 {
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     if (!md) abort();
@@ -443,7 +432,7 @@ static void sysprompt_key(const ds4_model_info *mi, int n_ctx, const int32_t *id
     /* CPU and OpenCL share the snapshot format; the script engine's
      * payload is its own. */
     bool scripted = mi->backend_name && !strcmp(mi->backend_name, "script");
-    int hl = snprintf(head, sizeof head, "ds4cl-sysprompt 1 %016" PRIx64 " %d %s %zu", mi->identity, n_ctx,
+    int hl = snprintf(head, sizeof head, "ds4cl-sysprompt 2 %016" PRIx64 " %s %zu", mi->identity,
                       scripted ? "script" : "model", n);
     EVP_DigestUpdate(md, head, (size_t)hl);
     for (size_t i = 0; i < n; i++) {
@@ -458,11 +447,11 @@ static void sysprompt_key(const ds4_model_info *mi, int n_ctx, const int32_t *id
     for (unsigned i = 0; i < 32 && i < dl; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-static bool sysprompt_path(const ds4_model_info *mi, int n_ctx, const int32_t *ids, size_t n, char *buf, size_t size)
+static bool sysprompt_path(const ds4_model_info *mi, const int32_t *ids, size_t n, char *buf, size_t size)
 {
     char dir[PATH_MAX], key[65] = "";
     if (!sysprompt_cache_dir(dir, sizeof dir)) return false;
-    sysprompt_key(mi, n_ctx, ids, n, key);
+    sysprompt_key(mi, ids, n, key);
     int w = snprintf(buf, size, "%s/%s.kv", dir, key);
     return w > 0 && (size_t)w < size;
 }
@@ -568,7 +557,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         } else {
             /* The cached system prompt still saves that much. */
             char cpath[PATH_MAX];
-            bool cached = s->system_len && sysprompt_path(&mi, cfg->n_ctx, s->tx.ids, s->system_len, cpath, sizeof cpath) &&
+            bool cached = s->system_len && sysprompt_path(&mi, s->tx.ids, s->system_len, cpath, sizeof cpath) &&
                           map_snapshot(s, cpath);
             note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
                  have ? " that can be read" : " (removed by the disk budget or never written)",
@@ -588,7 +577,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         }
         s->cache_tokens.n = 0;
         ds4_tokens_append(&s->cache_tokens, sys.ids, sys.n);
-        if (sysprompt_path(&mi, cfg->n_ctx, sys.ids, sys.n, s->cache_path, sizeof s->cache_path) &&
+        if (sysprompt_path(&mi, sys.ids, sys.n, s->cache_path, sizeof s->cache_path) &&
             map_snapshot(s, s->cache_path)) {
             s->cache_hit = true;
             ds4_tokens_append(&s->resume_tokens, sys.ids, sys.n);
@@ -606,6 +595,12 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     s->hooks.on_idle = hook_idle;
     s->hooks.on_save = hook_save;
     cfg->persist = &s->hooks;
+    /* The tools keep their scratch (a browser profile, job logs) in the
+     * session: one place to clean, also after a crash (see
+     * session_remove_leftovers). Set whatever cfg held: a config reused
+     * from an earlier attach points into a session that may be closed. */
+    path_in(s, RUN_DIR, s->run_dir, sizeof s->run_dir);
+    cfg->tools.state_dir = s->run_dir;
     cfg->resume = s->resume.n_tokens ? &s->resume : NULL;
     cfg->session_id = s->meta.info.id;
     return 0;
@@ -918,6 +913,7 @@ void session_close(session *s)
     if (!s) return;
     session_attach_done(s);
     pthread_mutex_lock(&s->mu);
+    if (s->run_dir[0]) rm_rf(s->run_dir);
     if (s->created_here && s->meta.info.user_turns == 0) {
         rm_rf(s->dir);
     } else if (s->dirty && s->meta.info.user_turns > 0) {

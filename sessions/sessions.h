@@ -14,7 +14,11 @@
  *               snapshot: magic, version, model identity, shape, context
  *               size, checksum), written atomically when the worker goes
  *               idle after a turn, on /save, and so also on exit;
- *   lock        flock()ed by the one process that has the session open.
+ *   lock        flock()ed by the one process that has the session open;
+ *   run/        the tools' scratch while it is open (the browser's
+ *               throwaway profile, logs of background commands), removed
+ *               at close, and after a crash by the next process that opens
+ *               the session or enforces the budget.
  * Resuming restores state.kv and replays the journal: only the tokens
  * after the snapshot are read (agent_resume). A missing, damaged or
  * foreign snapshot costs a re-read of the transcript, never the
@@ -126,9 +130,10 @@ session *session_create(const char *id, const char *cwd, char *err, size_t errle
 session *session_open(const char *id, char *err, size_t errlen);
 
 /* Binds the session to an engine and completes cfg for agent_start:
- * session_id, persist (the hooks) and resume (the journal's transcript
+ * session_id, persist (the hooks), resume (the journal's transcript
  * and the newest usable snapshot, or the cached system prompt of a new
- * session). Refused when the transcript cannot run on this engine (another
+ * session) and tools.state_dir (the session's run/, valid until
+ * session_close). Refused when the transcript cannot run on this engine (another
  * tokenizer, a context too small). cfg->n_ctx, think, sampling and the
  * prompt fields must be final. What it found (a torn journal tail, a
  * missing snapshot, another model) becomes notes. */

@@ -14,6 +14,9 @@
 #define JOURNAL_FILE "journal"
 #define STATE_FILE "state.kv"
 #define LOCK_FILE "lock"
+/* Scratch of the tools while the session is open (the browser's throwaway
+ * profile, logs of background commands); removed when it closes. */
+#define RUN_DIR "run"
 
 /* What meta.json holds beyond session_info. */
 typedef struct {
@@ -34,6 +37,10 @@ const char *sysprompt_cache_dir(char *buf, size_t size);
 int session_lock(const char *dir);
 /* True when some process holds the lock of dir. */
 bool session_locked(const char *dir);
+/* Removes what a process killed while it had the session open left
+ * behind: half-written temporary files and the run directory. Only with
+ * the lock held. */
+void session_remove_leftovers(const char *dir);
 
 int meta_read(const char *dir, session_meta *out);   /* -1 when absent or unreadable */
 int meta_write(const char *dir, const session_meta *m, char *err, size_t errlen);

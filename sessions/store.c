@@ -113,6 +113,36 @@ uint64_t file_bytes(const char *path)
 
 /* ---- locks ------------------------------------------------------------------- */
 
+/* Names a killed process may leave in a session directory. */
+static bool is_leftover(const char *name)
+{
+    return !strcmp(name, RUN_DIR) || (name[0] == '.' && strstr(name, ".tmp."));
+}
+
+static bool has_leftovers(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    bool found = false;
+    struct dirent *de;
+    while (!found && (de = readdir(d))) found = is_leftover(de->d_name);
+    closedir(d);
+    return found;
+}
+
+void session_remove_leftovers(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!is_leftover(de->d_name)) continue;
+        char path[PATH_MAX];
+        if (path_join(path, sizeof path, dir, de->d_name)) rm_rf(path);
+    }
+    closedir(d);
+}
+
 int session_lock(const char *dir)
 {
     char path[PATH_MAX];
@@ -618,6 +648,9 @@ typedef struct {
     char dir[PATH_MAX]; /* the session's directory; "" for a system prompt cache */
     uint64_t bytes;
     struct timespec used;
+    dev_t dev;
+    ino_t ino;
+    bool counted; /* the first entry of its file: its bytes count once */
 } snap_file;
 
 typedef struct {
@@ -639,6 +672,20 @@ static void snap_push(snap_vec *sv, const char *path, const char *dir)
     snprintf(f->dir, sizeof f->dir, "%s", dir ? dir : "");
     f->bytes = (uint64_t)st.st_size;
     f->used = st.st_mtim;
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
+    f->counted = true;
+    for (size_t i = 0; i + 1 < sv->n && f->counted; i++)
+        if (sv->v[i].dev == f->dev && sv->v[i].ino == f->ino) f->counted = false;
+}
+
+/* Other entries naming the same file as v[k] (a fork shares its parent's
+ * snapshot through a hard link) that are still there. */
+static bool other_links(const snap_vec *sv, size_t k)
+{
+    for (size_t i = 0; i < sv->n; i++)
+        if (i != k && sv->v[i].bytes && sv->v[i].dev == sv->v[k].dev && sv->v[i].ino == sv->v[k].ino) return true;
+    return false;
 }
 
 static int by_use(const void *a, const void *b)
@@ -662,6 +709,15 @@ uint64_t sessions_enforce_budget(uint64_t budget)
             path_join(dir, sizeof dir, root, de->d_name);
             path_join(path, sizeof path, dir, STATE_FILE);
             snap_push(&sv, path, dir);
+            /* what a killed process left in a session nobody has open
+             * (a browser profile, a half-written snapshot) */
+            if (has_leftovers(dir)) {
+                int fd = session_lock(dir);
+                if (fd >= 0) {
+                    session_remove_leftovers(dir);
+                    close(fd);
+                }
+            }
         }
         if (d) closedir(d);
     }
@@ -685,7 +741,8 @@ uint64_t sessions_enforce_budget(uint64_t budget)
         if (d) closedir(d);
     }
     uint64_t total = 0, freed = 0;
-    for (size_t i = 0; i < sv.n; i++) total += sv.v[i].bytes;
+    for (size_t i = 0; i < sv.n; i++)
+        if (sv.v[i].counted) total += sv.v[i].bytes;
     if (total > budget && sv.n) {
         qsort(sv.v, sv.n, sizeof *sv.v, by_use);
         for (size_t i = 0; i < sv.n && total > budget; i++) {
@@ -700,8 +757,13 @@ uint64_t sessions_enforce_budget(uint64_t budget)
                 gone = unlink(f->path) == 0;
             }
             if (gone) {
-                total -= f->bytes;
-                freed += f->bytes;
+                /* the disk space comes back with the file's last name */
+                uint64_t bytes = f->bytes;
+                f->bytes = 0;
+                if (!other_links(&sv, i)) {
+                    total -= bytes;
+                    freed += bytes;
+                }
             }
         }
     }

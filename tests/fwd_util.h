@@ -31,6 +31,9 @@ const char *golden_model(void);
 
 /* An engine on the golden model (fails the test on error). */
 ds4_engine *fwd_test_engine(ds4_quant_sim qs, int threads);
+/* Skips the test unless backend b is in the build and can run here (for
+ * OpenCL: a device exists). Call it before allocating anything. */
+void fwd_require_backend(ds4_backend b);
 /* The same on another backend; skips when it is not in the build or
  * cannot open here (no device). */
 ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads);

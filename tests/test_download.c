@@ -722,7 +722,7 @@ TEST(download_model_path, resolver_explains_when_there_is_no_model)
     char buf[PATH_MAX];
     const char *msg;
     CHECK(resolve_capturing(NULL, buf, sizeof buf, &msg) == NULL);
-    CHECK_CONTAINS(msg, "ds4cl download q2");
+    CHECK_CONTAINS(msg, "ds4cl download q2-imatrix");
     CHECK_CONTAINS(msg, "-m ");
     CHECK_CONTAINS(msg, test_tmp_path("xdg/ds4cl/models/default"));
 
@@ -756,7 +756,7 @@ TEST(download_model_path, default_link_is_followed_and_replaced)
     r = resolve_capturing(NULL, buf, sizeof buf, &msg);
     CHECK(r == NULL);
     CHECK_CONTAINS(msg, "which is missing");
-    CHECK_CONTAINS(msg, "ds4cl download q2");
+    CHECK_CONTAINS(msg, "ds4cl download q2-imatrix");
 }
 
 TEST(download_model_path, a_real_file_at_the_default_path_is_kept)

@@ -10,6 +10,7 @@
 
 TEST(golden_opencl, nosim_teacher_forced_logits)
 {
+    fwd_require_backend(DS4_BACKEND_OPENCL);
     golden_set g;
     golden_load(&g, "A-f32-nosim", "prefix_logits.f32", false);
     ds4_engine *e = fwd_test_engine_on(DS4_BACKEND_OPENCL, DS4_QSIM_NONE, 1);
@@ -25,6 +26,7 @@ TEST(golden_opencl, nosim_teacher_forced_logits)
 
 TEST(golden_opencl, full_numerics_statistics)
 {
+    fwd_require_backend(DS4_BACKEND_OPENCL);
     golden_set g;
     golden_load(&g, "A-f32", "prefix_logits.f32", false);
     ds4_engine *e = fwd_test_engine_on(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 1);
@@ -43,6 +45,7 @@ TEST(golden_opencl, full_numerics_statistics)
  * layout), and a prefill chunk agrees with token-by-token decode. */
 TEST(golden_opencl, cpu_snapshot_resumes_and_chunks_agree)
 {
+    fwd_require_backend(DS4_BACKEND_OPENCL);
     ds4_engine *gpu = fwd_test_engine_on(DS4_BACKEND_OPENCL, DS4_QSIM_NONE, 1);
     ds4_engine *cpu = fwd_test_engine(DS4_QSIM_NONE, 1);
     ds4_tokens ids = { 0 };

@@ -473,6 +473,19 @@ TEST(memplan_plan, session_context_on_a_real_engine)
     /* no memory at all: refused */
     setenv("DS4CL_MEM_AVAILABLE", "1", 1);
     CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, &n), -1);
+    unsetenv("DS4CL_MEM_AVAILABLE");
+    /* device memory that holds the session but not the weights beside it is
+     * refused: the OpenCL backend copies every tensor to a discrete device
+     * (1 GiB is the planner's minimum reserve) */
+    CHECK(info.weights_bytes > 0);
+    char mem[64];
+    snprintf(mem, sizeof mem, "%llu", (unsigned long long)((1ull << 30) + s1 + info.weights_bytes / 2));
+    setenv("DS4CL_DEVICE_MEM", mem, 1);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, &n), -1);
+    snprintf(mem, sizeof mem, "%llu", (unsigned long long)(4 * (info.weights_bytes + s2) + (1ull << 30)));
+    setenv("DS4CL_DEVICE_MEM", mem, 1);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, &n), 0);
+    unsetenv("DS4CL_DEVICE_MEM");
     ds4_engine_close(e);
 }
 
@@ -503,7 +516,7 @@ TEST(memplan_open, no_model_explains_how_to_get_one)
     int n = 0;
     char *msg;
     CHECK(open_capturing(&o, &n, &msg) == NULL);
-    CHECK_CONTAINS(msg, "ds4cl download q2");
+    CHECK_CONTAINS(msg, "ds4cl download q2-imatrix");
 }
 
 TEST(memplan_open, weights_too_big_are_refused_before_loading)
@@ -541,11 +554,20 @@ TEST(memplan_open, golden_model_loads_with_an_auto_context)
     CHECK_MSG(e != NULL, "%s", msg);
     CHECK_CONTAINS(msg, "loaded ");
     CHECK_CONTAINS(msg, "--ctx auto: ");
+    /* planned, then read */
+    CHECK(strstr(msg, "--ctx auto: ") < strstr(msg, "loaded "));
     ds4_model_info info;
     ds4_engine_info(e, &info);
     CHECK(n > 0);
     if (info.n_ctx_train > 0) CHECK(n <= info.n_ctx_train);
     ds4_engine_close(e);
+
+    /* a context that cannot fit is refused before the weights are read */
+    setenv("DS4CL_MEM_AVAILABLE", "1100M", 1);
+    o.ctx = 1000000;
+    CHECK(open_capturing(&o, &n, &msg) == NULL);
+    CHECK_CONTAINS(msg, "does not fit in memory");
+    CHECK(strstr(msg, "loaded") == NULL);
 }
 
 TEST(memplan_detect, opencl_device_selection)

@@ -281,9 +281,9 @@ TEST(sessions_store, list_resolve_and_format)
     CHECK_EQ_INT(v[1].snapshot_bytes, 100);
     CHECK(!v[0].in_use);
     char *text = sessions_format_list(v, (size_t)n, 2, "aa22");
-    CHECK_CONTAINS(text, "* aa22");
-    CHECK_CONTAINS(text, "second task");
-    CHECK_CONTAINS(text, "/w/two");
+    /* ID, age, tokens, title; then the directory */
+    CHECK_CONTAINS(text, "* aa22        1m       8  second task\n");
+    CHECK_CONTAINS(text, "\n           /w/two\n");
     CHECK_CONTAINS(text, "and 1 more");
     CHECK(strstr(text, "first task") == NULL);
     free(text);
@@ -430,4 +430,49 @@ TEST(sessions_store, budget_evicts_least_recently_used_snapshots_only)
     CHECK(access(sess_path("open", "state.kv"), F_OK) == 0);
     session_close(held);
     CHECK_EQ_INT(sessions_enforce_budget(0), 4000);
+}
+
+TEST(sessions_store, budget_counts_a_shared_snapshot_once_and_clears_leftovers)
+{
+    sessions_test_home();
+    int64_t now = wall_time_s();
+    fake_session("parent", "p", "/w", now - 300, 4000);
+    fake_session("other", "o", "/w", now - 100, 4000);
+    /* a fork shares its parent's snapshot through a hard link */
+    fake_session("child", "p", "/w", now - 200, 0);
+    CHECK_EQ_INT(link(sess_path("parent", "state.kv"), sess_path("child", "state.kv")), 0);
+    /* 8000 bytes on disk: within a budget of 9000, nothing goes */
+    CHECK_EQ_INT(sessions_enforce_budget(9000), 0);
+    CHECK(access(sess_path("child", "state.kv"), F_OK) == 0);
+    /* over 5000: the shared file is the oldest; both names go before
+     * its 4000 bytes come back, and the newer one stays */
+    CHECK_EQ_INT(sessions_enforce_budget(5000), 4000);
+    CHECK(access(sess_path("parent", "state.kv"), F_OK) != 0);
+    CHECK(access(sess_path("child", "state.kv"), F_OK) != 0);
+    CHECK(access(sess_path("other", "state.kv"), F_OK) == 0);
+
+    /* what a killed process left: its tools' scratch, a half-written
+     * snapshot; removed from sessions nobody has open */
+    const char *files[] = { "run/ds4cl-browser-x/profile/Cookies", ".state.kv.tmp.AbCdEf" };
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(mkdir_p(test_printf("%s/run/ds4cl-browser-x/profile", sess_path("parent", "")), 0700), 0);
+        CHECK_EQ_INT(mkdir_p(test_printf("%s/run/ds4cl-browser-x/profile", sess_path("other", "")), 0700), 0);
+        test_write_file(sess_path("parent", files[i]), "x", 1);
+        test_write_file(sess_path("other", files[i]), "x", 1);
+    }
+    char err[256];
+    session *held = session_open("other", err, sizeof err);
+    CHECK_MSG(held != NULL, "%s", err);
+    /* opening cleans its own */
+    CHECK(access(sess_path("other", "run"), F_OK) != 0);
+    CHECK(access(sess_path("other", ".state.kv.tmp.AbCdEf"), F_OK) != 0);
+    test_write_file(sess_path("other", ".state.kv.tmp.ZzZzZz"), "x", 1);
+    sessions_enforce_budget(1u << 30);
+    CHECK(access(sess_path("parent", "run"), F_OK) != 0);
+    CHECK(access(sess_path("parent", ".state.kv.tmp.AbCdEf"), F_OK) != 0);
+    CHECK(access(sess_path("parent", "journal"), F_OK) == 0);
+    /* an open session's files are its own business */
+    CHECK(access(sess_path("other", ".state.kv.tmp.ZzZzZz"), F_OK) == 0);
+    session_close(held);
+    CHECK(access(sess_path("other", "state.kv"), F_OK) == 0);
 }

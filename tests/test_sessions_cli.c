@@ -1,7 +1,8 @@
 /* Sessions through the real `ds4cl -p` binary over the script engine:
  * --session, --resume, --continue, the stream-json session_id, what a
  * resumed run reads, a session held by another process, and runs killed
- * with SIGKILL at random moments that must never lose a completed turn. */
+ * with SIGKILL at random moments that must never lose a completed turn
+ * nor leave a saved state that does not load. */
 #include <json-c/json.h>
 #include <signal.h>
 #include <stdio.h>
@@ -112,7 +113,15 @@ TEST(sessions_cli, resume_reads_only_the_new_turn)
     CHECK(j.n >= 2 && j.recs[0].kind == AGENT_TURN_SYSTEM && j.recs[1].kind == AGENT_TURN_USER);
     CHECK(j.recs[1].n_tokens > user_turn_tokens("fresh start"));
     CHECK_EQ_INT(num(r, "prefilled_tokens"), j.recs[1].n_tokens + 2);
+    size_t fresh_user = j.recs[1].n_tokens;
     journal_scan_free(&j);
+
+    /* nor with another context size (--ctx auto moves with free memory) */
+    rc = run_in(&out, test_tmpdir(), script, "--ctx 20480 -p 'fresh start' --output-format stream-json 2>&1");
+    CHECK_MSG(rc == 0, "%s", out);
+    r = result_of(out);
+    CHECK_EQ_INT(num(r, "ctx_size"), 20480);
+    CHECK_EQ_INT(num(r, "prefilled_tokens"), fresh_user + 2);
 
     /* text mode names the session on stderr */
     rc = run_in(&out, test_tmpdir(), script, "--ctx 12288 -p 'in text mode'");
@@ -232,7 +241,8 @@ TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
     CHECK(scan_output(sb_str(&c.text)).done);
     sb_free(&c.text);
 
-    int runs = 120, completed = 1, killed = 0;
+    int runs = 120, runs_done = 0, completed = 1, killed = 0, snapshots_checked = 0;
+    ds4_engine *se = script_engine(script);
     strbuf expect = { 0 }; /* the completed turns, in order */
     sb_puts(&expect, "turn 0");
     unsigned seed = 12345;
@@ -285,6 +295,26 @@ TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
             k++;
             p = bar ? bar + 1 : p + len;
         }
+        /* the saved KV state, when there is one, loads and holds a
+         * prefix of the journal's transcript: what resuming starts from */
+        const char *kv = sess_path("crash", "state.kv");
+        if (access(kv, F_OK) == 0) {
+            ds4_error derr = { "" };
+            ds4_session *ks = ds4_session_open(se, 65536, &derr);
+            CHECK_MSG(ks != NULL, "%s", derr.msg);
+            CHECK_MSG(ds4_session_load(ks, kv, &derr) == 0, "run %d: the saved state does not load: %s", i, derr.msg);
+            ds4_tokens tx = { 0 };
+            for (size_t m = 0; m < j.n; m++) {
+                if (j.recs[m].kind == AGENT_TURN_SYSTEM || j.recs[m].kind == AGENT_TURN_REBUILD) tx.n = 0;
+                ds4_tokens_append(&tx, j.recs[m].tokens, j.recs[m].n_tokens);
+            }
+            size_t n = ds4_session_n_tokens(ks);
+            CHECK_MSG(n > 0 && n <= tx.n && !memcmp(ds4_session_tokens(ks), tx.ids, n * sizeof *tx.ids),
+                      "run %d: the saved state (%zu tokens) is not a prefix of the transcript (%zu)", i, n, tx.n);
+            snapshots_checked++;
+            ds4_tokens_free(&tx);
+            ds4_session_close(ks);
+        }
         /* a tool result seen means its call was recorded */
         if (seen.tool_results && !seen.done) {
             const char *mine = test_printf("turn %d", i);
@@ -295,10 +325,15 @@ TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
         }
         journal_scan_free(&j);
         sb_free(&c.text);
+        runs_done = i;
         if (test_now_ms() - budget_start > 50000 && i >= 100) break;
     }
+    printf("%d runs after the first: %d killed, %d turns completed, %d saved states loaded\n", runs_done, killed,
+           completed, snapshots_checked);
+    CHECK_MSG(runs_done >= 100, "only %d runs", runs_done);
     CHECK_MSG(killed >= 30, "only %d of the runs were killed", killed);
     CHECK_MSG(completed >= 10, "only %d runs completed", completed);
+    CHECK_MSG(snapshots_checked >= 100, "a saved state was there after only %d runs", snapshots_checked);
 
     /* and it still resumes and runs */
     child_start(&c, test_printf(cmd_fmt, ws, test_bindir(), agent_test_model(), script, 999));

@@ -1,6 +1,7 @@
 /* Sessions with the real CPU engine: a state saved through the session
  * hooks and restored through session_attach gives the very same logits,
- * bit for bit, and so does the token after it. */
+ * bit for bit, and so does the token after it, also in a session of
+ * another context size. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +88,30 @@ TEST(sessions_engine, cpu_logits_after_resume_are_bit_identical)
     CHECK_EQ_INT(ds4_session_eval(ks2, next, NULL, &err), DS4_OK);
     CHECK_MSG(!memcmp(ds4_session_logits(ks), ds4_session_logits(ks2), (size_t)n_vocab * sizeof(float)),
               "logits of the next token differ after resume");
+
+    /* restored into a session of another context size: the same again */
+    ds4_session *ks3 = ds4_session_open(e, 2048, &err);
+    CHECK_MSG(ks3 != NULL, "%s", err.msg);
+    s = session_open("cpu", serr, sizeof serr);
+    CHECK_MSG(s != NULL, "%s", serr);
+    memset(&cfg, 0, sizeof cfg);
+    cfg.engine = e;
+    cfg.n_ctx = 2048;
+    cfg.workspace = test_tmpdir();
+    CHECK_MSG(session_attach(s, e, &cfg, serr, sizeof serr) == 0, "%s", serr);
+    CHECK(cfg.resume && cfg.resume->snapshot);
+    CHECK_MSG(ds4_session_restore(ks3, cfg.resume->snapshot, cfg.resume->snapshot_len, &err) == 0, "%s", err.msg);
+    session_attach_done(s);
+    session_close(s);
+    CHECK_EQ_INT(ds4_session_sync(ks3, all.ids, all.n, NULL, &err), DS4_OK);
+    CHECK_EQ_INT(ds4_session_last_prefilled(ks3), 0);
+    CHECK_MSG(!memcmp(before, ds4_session_logits(ks3), (size_t)n_vocab * sizeof *before),
+              "logits differ after a resume into a context of 2048");
+    CHECK_EQ_INT(ds4_session_eval(ks3, next, NULL, &err), DS4_OK);
+    CHECK_MSG(!memcmp(ds4_session_logits(ks), ds4_session_logits(ks3), (size_t)n_vocab * sizeof(float)),
+              "logits of the next token differ after a resume into a context of 2048");
+    ds4_session_close(ks3);
+
     free(before);
     ds4_session_close(ks);
     ds4_session_close(ks2);

@@ -127,6 +127,16 @@ TEST(tools_policy, defaults_by_class)
     CHECK_EQ_INT(decide(env, "write", "{\"path\":\"a.txt\",\"content\":\"\"}"), PERM_ASK);
     CHECK_EQ_INT(decide(env, "edit", "{\"path\":\"a.txt\",\"new\":\"\"}"), PERM_ASK);
     CHECK_EQ_INT(decide(env, "bash", bash("ls")), PERM_ASK);
+    /* the web tools start a browser and reach the network: asked first */
+    CHECK_EQ_INT(decide(env, "web_search", "{\"query\":\"x\"}"), PERM_ASK);
+    CHECK_EQ_INT(decide(env, "visit_page", "{\"url\":\"https://example.com/\"}"), PERM_ASK);
+}
+
+TEST(tools_policy, a_rule_allows_one_web_tool)
+{
+    tool_env *env = env_with_rules("allow visit_page\n", true);
+    CHECK_EQ_INT(decide(env, "visit_page", "{\"url\":\"https://example.com/\"}"), PERM_ALLOW);
+    CHECK_EQ_INT(decide(env, "web_search", "{\"query\":\"x\"}"), PERM_ASK);
 }
 
 TEST(tools_policy, bash_without_sandbox_asks_unless_builtins)

@@ -442,6 +442,16 @@ TEST(web_cdp, connect_and_http_errors)
     char *id = NULL, *ws = NULL;
     CHECK_EQ_INT(cdp_target_new(fx.base, 2000, NULL, &id, &ws, err, sizeof err), CDP_ERROR);
     CHECK_CONTAINS(err, "HTTP 404");
+    /* a close the browser never answers: bounded, and cancellable */
+    double t0 = test_now_ms();
+    CHECK_EQ_INT(cdp_target_close(fx.base, "ABC-1", 300, NULL, err, sizeof err), CDP_TIMEOUT);
+    CHECK(test_now_ms() - t0 < 2000);
+    cancel_clock clk = { test_now_ms() + 200, 0 };
+    cdp_cancel cancel = { cancel_after, &clk };
+    CHECK_EQ_INT(cdp_target_close(fx.base, "ABC-1", 10000, &cancel, err, sizeof err), CDP_CANCELLED);
+    double reaction = test_now_ms() - clk.first_true;
+    CHECK_MSG(reaction < 100, "cancel took %.1f ms", reaction);
+    CHECK_EQ_INT(cdp_target_close(fx.base, "../x", 300, NULL, err, sizeof err), CDP_ERROR);
     web_server_stop(&fx);
 }
 

@@ -219,7 +219,7 @@ static void serve(int fd)
         write_all(fd, pad, sizeof pad);
         write_all(fd, " -->\n<p>Second paragraph</p>\n", 29);
         for (;;) pause();
-    } else if (!strcmp(path, "/nohead")) {
+    } else if (!strcmp(path, "/nohead") || !strncmp(path, "/json/close/", 12)) {
         for (;;) pause();
     } else if (!strcmp(path, "/notfound")) {
         respond_str(fd, 404, "text/html", "<html><head><title>Missing</title></head>"

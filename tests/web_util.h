@@ -5,7 +5,7 @@
  * The page fixture serves fixed routes over HTTP/1.0-style connections:
  *   /static /js /api/data /alert /big /hang /nohead /busy /notfound
  *   /redirect /download /html/?q= (DuckDuckGo-like results) /generic?q=
- *   /blocked?q= /json/version (not JSON)
+ *   /blocked?q= /json/version (not JSON) /json/close/ID (never answers)
  * The fake DevTools server speaks WebSocket; the path picks its behaviour:
  *   /ok        answers every command {"id":N,"result":{"echo":METHOD}},
  *              preceded by an event {"method":"Fake.event",...}

@@ -233,8 +233,8 @@ int cdp_target_new(const char *base_url, int timeout_ms, const cdp_cancel *cance
     return CDP_OK;
 }
 
-int cdp_target_close(const char *base_url, const char *target_id, int timeout_ms, char *err,
-                     size_t errlen)
+int cdp_target_close(const char *base_url, const char *target_id, int timeout_ms,
+                     const cdp_cancel *cancel, char *err, size_t errlen)
 {
     /* Target ids are hex; anything else would bend the path. */
     for (const char *p = target_id; *p; p++)
@@ -244,7 +244,7 @@ int cdp_target_close(const char *base_url, const char *target_id, int timeout_ms
         }
     char path[256];
     snprintf(path, sizeof path, "/json/close/%s", target_id);
-    return cdp_http(base_url, "GET", path, timeout_ms, NULL, true, NULL, NULL, err, errlen);
+    return cdp_http(base_url, "GET", path, timeout_ms, cancel, true, NULL, NULL, err, errlen);
 }
 
 /* ---- WebSocket session ------------------------------------------------------ */

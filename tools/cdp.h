@@ -102,7 +102,7 @@ int cdp_target_new(const char *base_url, int timeout_ms, const cdp_cancel *cance
 
 /* GET /json/close/ID. */
 int cdp_target_close(const char *base_url, const char *target_id, int timeout_ms,
-                     char *err, size_t errlen);
+                     const cdp_cancel *cancel, char *err, size_t errlen);
 
 /* ---- WebSocket session ------------------------------------------------------ */
 

@@ -73,17 +73,25 @@ web_state *web_state_new(const tool_env_config *cfg)
 }
 
 /* Closes the tabs earlier calls gave up on. A browser that does not answer
- * the first request is not asked again (its tabs go with it). */
-static void close_stale_tabs(web_state *ws)
+ * the first request is not asked again (its tabs go with it); a cancelled
+ * call leaves the rest for the next one. */
+static void close_stale_tabs(web_state *ws, const cdp_cancel *cancel)
 {
-    bool answering = ws->endpoint != NULL;
+    bool answering = ws->endpoint != NULL, cancelled = false;
+    int kept = 0;
     for (int i = 0; i < ws->nstale; i++) {
         char err[256];
-        if (answering && cdp_target_close(ws->endpoint, ws->stale[i], 1000, err, sizeof err) == CDP_TIMEOUT)
-            answering = false;
+        int rc = answering && !cancelled ? cdp_target_close(ws->endpoint, ws->stale[i], 1000, cancel, err, sizeof err)
+                                         : CDP_OK;
+        if (rc == CDP_CANCELLED) cancelled = true;
+        if (cancelled) {
+            ws->stale[kept++] = ws->stale[i];
+            continue;
+        }
+        if (rc == CDP_TIMEOUT) answering = false;
         free(ws->stale[i]);
     }
-    ws->nstale = 0;
+    ws->nstale = kept;
 }
 
 static void forget_browser(web_state *ws)
@@ -102,7 +110,7 @@ void web_state_free(web_state *ws)
 {
     if (!ws) return;
     if (ws->browser) forget_browser(ws);
-    else close_stale_tabs(ws); /* someone else's browser: leave no tabs behind */
+    else close_stale_tabs(ws, NULL); /* someone else's browser: leave no tabs behind */
     cdp_conn_free(ws->browser_conn);
     free(ws->endpoint);
     free(ws->user_agent);
@@ -422,7 +430,7 @@ static void page_close(page *p, bool wait_for_close)
     if (!p->target_id) return;
     char err[256];
     if (!wait_for_close || !ws->endpoint ||
-        cdp_target_close(ws->endpoint, p->target_id, ws->lim.connect_ms, err, sizeof err) != CDP_OK) {
+        cdp_target_close(ws->endpoint, p->target_id, ws->lim.connect_ms, &p->cancel, err, sizeof err) != CDP_OK) {
         if (ws->nstale < MAX_STALE_TABS) {
             ws->stale[ws->nstale++] = p->target_id;
             p->target_id = NULL;
@@ -442,7 +450,7 @@ static int page_open(web_state *ws, const tool_call_ctx *ctx, page *p, char *err
     int rc = ensure_browser(ws, ctx, &p->cancel, err, errlen);
     ws->timing.browser_ms = now_ms() - t0;
     if (rc != CDP_OK) return rc;
-    close_stale_tabs(ws);
+    close_stale_tabs(ws, &p->cancel);
 
     double t1 = now_ms();
     char *ws_url = NULL;

@@ -1,0 +1,45 @@
+/* cmd_list_devices.c — `ds4cl --list-devices`: every OpenCL device with
+ * its index (for --device / $DS4CL_DEVICE), what it is, its memory limits,
+ * and which one the engine would pick. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "opencl/cl_runtime.h"
+
+int cmd_list_devices(const ds4cl_options *o)
+{
+    clrt_device *devs;
+    int n;
+    char err[1024];
+    if (clrt_devices(&devs, &n, err, sizeof err) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", err);
+        return EXIT_ERROR;
+    }
+    int pick = clrt_pick(devs, n, o->device, err, sizeof err);
+    const char *env = getenv("DS4CL_DEVICE");
+    const char *mark = (o->device && *o->device) || (env && *env) ? " (selected)" : " (default)";
+    const char *platform = NULL;
+    for (int i = 0; i < n; i++) {
+        const clrt_device *d = &devs[i];
+        if (!platform || strcmp(platform, d->platform_name)) {
+            platform = d->platform_name;
+            printf("%sPlatform: %s (%s)\n", i ? "\n" : "", d->platform_name, d->platform_version);
+        }
+        char gm[32], ma[32];
+        printf("  [%d]%s %s\n", d->index, i == pick ? mark : "", d->name);
+        printf("      type %s, %u compute units, %s\n", clrt_type_name(d->type), d->compute_units, d->c_version);
+        printf("      global memory %s%s, max allocation %s\n", format_bytes(gm, sizeof gm, d->global_mem),
+               d->unified ? " (shared with the host)" : "", format_bytes(ma, sizeof ma, d->max_alloc));
+        printf("      driver %s, vendor %s\n", d->driver, d->vendor);
+    }
+    free(devs);
+    if (pick < 0) {
+        fprintf(stderr, "ds4cl: %s\n", err);
+        return EXIT_ERROR;
+    }
+    printf("\nSelect with --device INDEX|NAME or DS4CL_DEVICE; without either the first GPU is used, else device 0.\n");
+    return EXIT_DONE;
+}

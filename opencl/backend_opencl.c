@@ -1,0 +1,61 @@
+/* backend_opencl.c — the OpenCL backend: the forward schedule over the
+ * device ops of cl_ops.c. */
+#include "engine/backend.h"
+#include "engine/forward.h"
+#include "opencl/cl_ops.h"
+
+#include <stdio.h>
+
+static int ocl_open(ds4_engine *e, ds4_error *err)
+{
+    cl_ops_options o = { .device = e->opt.device, .progress = e->opt.load_progress, .progress_ud = e->opt.load_ud };
+    void *ctx = cl_ops_new(e->model, &o, err);
+    if (!ctx) return -1;
+    fwd_engine *f = fwd_open(e->model, &cl_ops, ctx, e->opt.quant_sim, NULL, err);
+    if (!f) {
+        cl_ops_free(ctx);
+        return -1;
+    }
+    e->impl = f;
+    return 0;
+}
+
+static void ocl_close(ds4_engine *e)
+{
+    fwd_engine *f = e->impl;
+    void *ctx = fwd_ops_ctx(f);
+    fwd_close(f);
+    cl_ops_free(ctx);
+    e->impl = NULL;
+}
+
+static void ocl_describe(const ds4_engine *e, ds4_model_info *info)
+{
+    const clrt_device *d = clrt_dev(cl_ops_runtime(fwd_ops_ctx(e->impl)));
+    snprintf(info->device_name, sizeof info->device_name, "%.60s (OpenCL %s, %.40s)", d->name, clrt_type_name(d->type),
+             d->platform_name);
+}
+
+static uint64_t ocl_session_bytes(const ds4_engine *e, int n_ctx)
+{
+    fwd_engine *f = e->impl;
+    int T = fwd_chunk(f) < n_ctx ? fwd_chunk(f) : n_ctx;
+    return fwd_session_buffers_bytes(f, n_ctx) + cl_ops_scratch_estimate(e->model, T);
+}
+
+const ds4_backend_ops ds4_backend_opencl = {
+    .name = "opencl",
+    .needs_model = true,
+    .open = ocl_open,
+    .close = ocl_close,
+    .describe = ocl_describe,
+    .session_bytes = ocl_session_bytes,
+    .state_new = fwd_backend_state_new,
+    .state_free = fwd_backend_state_free,
+    .eval = fwd_backend_eval,
+    .rewind = fwd_backend_rewind,
+    .reset = fwd_backend_reset,
+    .kv_bytes = fwd_backend_kv_bytes,
+    .save = fwd_backend_save,
+    .load = fwd_backend_load,
+};

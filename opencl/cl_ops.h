@@ -1,0 +1,73 @@
+/* cl_ops.h — the OpenCL implementation of ds4_ops (engine/ops.h) for one
+ * bound model: buffers are OpenCL buffers on one device, every operation
+ * is enqueued on one in-order queue, and only read() waits.
+ *
+ * Weights: every tensor of the model file gets device memory once, at
+ * creation. On a device that shares host memory (CL_DEVICE_HOST_UNIFIED_
+ * MEMORY, or a CPU device such as PoCL) that is a zero-copy buffer over the
+ * mapped file (CL_MEM_USE_HOST_PTR, from the tensor start rounded down to
+ * CL_DEVICE_MEM_BASE_ADDR_ALIGN; kernels receive the byte offset);
+ * otherwise the bytes are uploaded, with progress, after checking that
+ * they fit the device's memory. A tensor larger than the device's largest
+ * allocation is split into several buffers at expert boundaries (3-D
+ * tensors) or row boundaries; an op finds the piece holding the range it
+ * reads.
+ *
+ * Ops that cannot validate data that lives on the device (token ids, expert
+ * ids) do not fail on bad values: an embedding row outside the table is
+ * written as zeros. The schedule only passes valid ids.
+ */
+#ifndef DS4CL_CL_OPS_H
+#define DS4CL_CL_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/ops.h"
+#include "opencl/cl_runtime.h"
+
+extern const ds4_ops cl_ops;
+
+/* Kernel shapes: CPU-shaped (a few work-items, each looping over vectors)
+ * or GPU-shaped (work-groups with lane-strided loads and local
+ * reductions). AUTO picks by device type; tests force each on any device. */
+typedef enum { CL_SHAPE_AUTO = 0, CL_SHAPE_CPU, CL_SHAPE_GPU } cl_kernel_shape;
+
+typedef struct {
+    const char *device;     /* selection, as clrt_pick */
+    cl_kernel_shape shape;
+    const char *cache_dir;  /* program cache root, as clrt_options */
+    bool copy_weights;      /* upload even where zero-copy is possible */
+    uint64_t max_alloc;     /* per-buffer limit below the device's; 0 = the device's */
+    uint64_t device_mem;    /* device memory below the device's; 0 = the device's */
+    /* Progress of a weight upload (fraction 0..1, short label); may be NULL. */
+    void (*progress)(void *ud, double fraction, const char *what);
+    void *progress_ud;
+} cl_ops_options;
+
+/* A context for m on the selected device (o may be NULL); NULL with err on
+ * failure (no OpenCL, no matching device, weights do not fit). */
+void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err);
+void cl_ops_free(void *ctx);
+clrt *cl_ops_runtime(void *ctx);
+
+/* Gives a tensor that is not part of the model file device memory too
+ * (tests build odd shapes this way); its data must outlive the context. */
+int cl_ops_add_tensor(void *ctx, const ds4_tensor *t, ds4_error *err);
+
+typedef struct {
+    uint64_t bytes;    /* tensor bytes given device memory */
+    uint64_t uploaded; /* of which copied to the device (0 when zero-copy) */
+    int buffers;       /* OpenCL buffers made for them */
+    int split;         /* tensors split over several buffers */
+} cl_ops_weight_info;
+void cl_ops_weights(void *ctx, cl_ops_weight_info *out);
+
+/* Device bytes of the context's own scratch for chunks of T tokens. */
+uint64_t cl_ops_scratch_estimate(const ds4_model *m, int T);
+
+/* The first op of the table that is still a stub in this build, or NULL
+ * when every op is implemented. */
+const char *cl_ops_first_stub(void);
+
+#endif

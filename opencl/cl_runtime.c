@@ -1,0 +1,596 @@
+/* cl_runtime.c — devices, context, programs with their binary cache,
+ * kernels and launches (see cl_runtime.h). */
+#include "opencl/cl_runtime.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "base/base.h"
+#include "prompts/embedded.h"
+
+#ifndef CL_PLATFORM_NOT_FOUND_KHR
+#define CL_PLATFORM_NOT_FOUND_KHR -1001
+#endif
+
+#define MAX_PLATFORMS 32
+#define MAX_DEVICES 64
+
+/* ---- error names ------------------------------------------------------------ */
+
+const char *clrt_strerror(cl_int code)
+{
+    switch (code) {
+#define E(x) \
+    case x: return #x;
+        E(CL_SUCCESS) E(CL_DEVICE_NOT_FOUND) E(CL_DEVICE_NOT_AVAILABLE) E(CL_COMPILER_NOT_AVAILABLE)
+        E(CL_MEM_OBJECT_ALLOCATION_FAILURE) E(CL_OUT_OF_RESOURCES) E(CL_OUT_OF_HOST_MEMORY)
+        E(CL_PROFILING_INFO_NOT_AVAILABLE) E(CL_MEM_COPY_OVERLAP) E(CL_IMAGE_FORMAT_MISMATCH)
+        E(CL_IMAGE_FORMAT_NOT_SUPPORTED) E(CL_BUILD_PROGRAM_FAILURE) E(CL_MAP_FAILURE)
+        E(CL_MISALIGNED_SUB_BUFFER_OFFSET) E(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)
+        E(CL_COMPILE_PROGRAM_FAILURE) E(CL_LINKER_NOT_AVAILABLE) E(CL_LINK_PROGRAM_FAILURE)
+        E(CL_DEVICE_PARTITION_FAILED) E(CL_KERNEL_ARG_INFO_NOT_AVAILABLE) E(CL_INVALID_VALUE)
+        E(CL_INVALID_DEVICE_TYPE) E(CL_INVALID_PLATFORM) E(CL_INVALID_DEVICE) E(CL_INVALID_CONTEXT)
+        E(CL_INVALID_QUEUE_PROPERTIES) E(CL_INVALID_COMMAND_QUEUE) E(CL_INVALID_HOST_PTR)
+        E(CL_INVALID_MEM_OBJECT) E(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR) E(CL_INVALID_IMAGE_SIZE)
+        E(CL_INVALID_SAMPLER) E(CL_INVALID_BINARY) E(CL_INVALID_BUILD_OPTIONS) E(CL_INVALID_PROGRAM)
+        E(CL_INVALID_PROGRAM_EXECUTABLE) E(CL_INVALID_KERNEL_NAME) E(CL_INVALID_KERNEL_DEFINITION)
+        E(CL_INVALID_KERNEL) E(CL_INVALID_ARG_INDEX) E(CL_INVALID_ARG_VALUE) E(CL_INVALID_ARG_SIZE)
+        E(CL_INVALID_KERNEL_ARGS) E(CL_INVALID_WORK_DIMENSION) E(CL_INVALID_WORK_GROUP_SIZE)
+        E(CL_INVALID_WORK_ITEM_SIZE) E(CL_INVALID_GLOBAL_OFFSET) E(CL_INVALID_EVENT_WAIT_LIST)
+        E(CL_INVALID_EVENT) E(CL_INVALID_OPERATION) E(CL_INVALID_GL_OBJECT) E(CL_INVALID_BUFFER_SIZE)
+        E(CL_INVALID_MIP_LEVEL) E(CL_INVALID_GLOBAL_WORK_SIZE) E(CL_INVALID_PROPERTY)
+        E(CL_INVALID_IMAGE_DESCRIPTOR) E(CL_INVALID_COMPILER_OPTIONS) E(CL_INVALID_LINKER_OPTIONS)
+        E(CL_INVALID_DEVICE_PARTITION_COUNT)
+#undef E
+    case CL_PLATFORM_NOT_FOUND_KHR: return "CL_PLATFORM_NOT_FOUND_KHR";
+    }
+    static _Thread_local char buf[32];
+    snprintf(buf, sizeof buf, "error %d", (int)code);
+    return buf;
+}
+
+const char *clrt_type_name(cl_device_type t)
+{
+    if (t & CL_DEVICE_TYPE_GPU) return "GPU";
+    if (t & CL_DEVICE_TYPE_CPU) return "CPU";
+    if (t & CL_DEVICE_TYPE_ACCELERATOR) return "accelerator";
+    if (t & CL_DEVICE_TYPE_CUSTOM) return "custom";
+    return "other";
+}
+
+/* ---- devices ---------------------------------------------------------------- */
+
+static void info_str(cl_device_id d, cl_device_info what, char *buf, size_t n)
+{
+    buf[0] = 0;
+    if (clGetDeviceInfo(d, what, n, buf, NULL) != CL_SUCCESS) buf[0] = 0;
+    buf[n - 1] = 0;
+    /* some drivers pad names with spaces */
+    size_t l = strlen(buf);
+    while (l && isspace((unsigned char)buf[l - 1])) buf[--l] = 0;
+}
+
+static void fill_device(clrt_device *o, cl_platform_id p, cl_device_id d, int index)
+{
+    memset(o, 0, sizeof *o);
+    o->index = index;
+    o->platform = p;
+    o->id = d;
+    clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof o->platform_name, o->platform_name, NULL);
+    clGetPlatformInfo(p, CL_PLATFORM_VERSION, sizeof o->platform_version, o->platform_version, NULL);
+    o->platform_name[sizeof o->platform_name - 1] = 0;
+    o->platform_version[sizeof o->platform_version - 1] = 0;
+    info_str(d, CL_DEVICE_NAME, o->name, sizeof o->name);
+    info_str(d, CL_DEVICE_VENDOR, o->vendor, sizeof o->vendor);
+    info_str(d, CL_DRIVER_VERSION, o->driver, sizeof o->driver);
+    info_str(d, CL_DEVICE_OPENCL_C_VERSION, o->c_version, sizeof o->c_version);
+    cl_ulong u = 0;
+    cl_uint v = 0;
+    cl_bool b = CL_FALSE;
+    clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof o->type, &o->type, NULL);
+    if (clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof u, &u, NULL) == CL_SUCCESS) o->global_mem = u;
+    u = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof u, &u, NULL) == CL_SUCCESS) o->max_alloc = u;
+    if (clGetDeviceInfo(d, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof v, &v, NULL) == CL_SUCCESS) o->base_align = v / 8;
+    if (o->base_align < 4) o->base_align = 4;
+    v = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof v, &v, NULL) == CL_SUCCESS) o->compute_units = v;
+    size_t wg = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) == CL_SUCCESS) o->max_wg = wg;
+    if (o->max_wg < 1) o->max_wg = 1;
+    clGetDeviceInfo(d, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof b, &b, NULL);
+    o->unified = b == CL_TRUE || (o->type & CL_DEVICE_TYPE_CPU);
+}
+
+static int no_platform(char *err, size_t errn, cl_int rc)
+{
+    snprintf(err, errn,
+             "no OpenCL platform found (%s): no OpenCL driver (ICD) is installed or visible. "
+             "Install one (e.g. the Debian package pocl-opencl-icd, or your GPU vendor's OpenCL "
+             "driver), or use --backend cpu",
+             clrt_strerror(rc));
+    return -1;
+}
+
+int clrt_devices(clrt_device **out, int *n, char *err, size_t errn)
+{
+    *out = NULL;
+    *n = 0;
+    cl_uint np = 0;
+    cl_int rc = clGetPlatformIDs(0, NULL, &np);
+    if (rc != CL_SUCCESS || np == 0) return no_platform(err, errn, rc == CL_SUCCESS ? CL_PLATFORM_NOT_FOUND_KHR : rc);
+    cl_platform_id plats[MAX_PLATFORMS];
+    if (np > MAX_PLATFORMS) np = MAX_PLATFORMS;
+    rc = clGetPlatformIDs(np, plats, NULL);
+    if (rc != CL_SUCCESS) return no_platform(err, errn, rc);
+    clrt_device *devs = calloc((size_t)np * MAX_DEVICES, sizeof *devs);
+    if (!devs) {
+        snprintf(err, errn, "out of memory");
+        return -1;
+    }
+    int count = 0;
+    for (cl_uint p = 0; p < np; p++) {
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0) continue;
+        cl_device_id ids[MAX_DEVICES];
+        if (nd > MAX_DEVICES) nd = MAX_DEVICES;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, ids, NULL) != CL_SUCCESS) continue;
+        for (cl_uint d = 0; d < nd; d++, count++) fill_device(&devs[count], plats[p], ids[d], count);
+    }
+    if (count == 0) {
+        free(devs);
+        snprintf(err, errn, "OpenCL is installed (%u platform%s) but offers no device", np, np == 1 ? "" : "s");
+        return -1;
+    }
+    *out = devs;
+    *n = count;
+    return 0;
+}
+
+int clrt_pick(const clrt_device *devs, int n, const char *want, char *err, size_t errn)
+{
+    const char *src = "--device";
+    if (!want || !*want) {
+        want = getenv("DS4CL_DEVICE");
+        src = "DS4CL_DEVICE";
+    }
+    if (!want || !*want) {
+        for (int i = 0; i < n; i++)
+            if (devs[i].type & CL_DEVICE_TYPE_GPU) return i;
+        if (n > 0) return 0;
+        snprintf(err, errn, "no OpenCL device");
+        return -1;
+    }
+    char *end = NULL;
+    long idx = strtol(want, &end, 10);
+    if (end != want && *end == 0) {
+        if (idx >= 0 && idx < n) return (int)idx;
+        snprintf(err, errn, "%s=%s: no OpenCL device has index %ld (there %s %d; see ds4cl --list-devices)", src,
+                 want, idx, n == 1 ? "is" : "are", n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (strcasestr(devs[i].name, want)) return i;
+    snprintf(err, errn, "%s=%s: no OpenCL device name contains \"%s\" (see ds4cl --list-devices)", src, want, want);
+    return -1;
+}
+
+/* ---- runtime ---------------------------------------------------------------- */
+
+typedef struct {
+    char name[64];
+    cl_program prog;
+} program_entry;
+
+typedef struct {
+    int prog;
+    char name[64];
+    cl_kernel k;
+} kernel_entry;
+
+struct clrt {
+    clrt_device dev;
+    cl_context ctx;
+    cl_command_queue q;
+    char options[256];
+    char cache_dir[PATH_MAX]; /* "" = no cache */
+    const struct embedded_file *sources;
+    program_entry *progs;
+    int n_progs, cap_progs;
+    kernel_entry *kernels;
+    int n_kernels, cap_kernels;
+    clrt_stats stats;
+    char err[4096];
+};
+
+int clrt_fail(clrt *rt, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rt->err, sizeof rt->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int clrt_fail_cl(clrt *rt, cl_int code, const char *what)
+{
+    if (code == CL_MEM_OBJECT_ALLOCATION_FAILURE || code == CL_OUT_OF_RESOURCES)
+        return clrt_fail(rt, "%s: %s (the OpenCL device %s is out of memory or resources)", what,
+                         clrt_strerror(code), rt->dev.name);
+    return clrt_fail(rt, "%s: %s", what, clrt_strerror(code));
+}
+
+const char *clrt_error(const clrt *rt) { return rt->err; }
+const clrt_device *clrt_dev(const clrt *rt) { return &rt->dev; }
+cl_context clrt_context(const clrt *rt) { return rt->ctx; }
+cl_command_queue clrt_queue(const clrt *rt) { return rt->q; }
+clrt_stats clrt_get_stats(const clrt *rt) { return rt->stats; }
+
+static void set_cache_dir(clrt *rt, const char *override)
+{
+    rt->cache_dir[0] = 0;
+    char base[PATH_MAX];
+    if (override) {
+        if (!*override) return;
+        snprintf(base, sizeof base, "%s/ds4cl", override);
+    } else if (!xdg_dir(XDG_CACHE, base, sizeof base)) {
+        return;
+    }
+    char dir[PATH_MAX];
+    if ((size_t)snprintf(dir, sizeof dir, "%s/cl", base) >= sizeof dir) return;
+    if (mkdir_p(dir, 0700) != 0) return; /* no cache: build every time */
+    snprintf(rt->cache_dir, sizeof rt->cache_dir, "%s", dir);
+}
+
+clrt *clrt_open(const clrt_options *o, char *err, size_t errn)
+{
+    clrt_device *devs;
+    int n;
+    if (clrt_devices(&devs, &n, err, errn) != 0) return NULL;
+    int pick = clrt_pick(devs, n, o ? o->device : NULL, err, errn);
+    if (pick < 0) {
+        free(devs);
+        return NULL;
+    }
+    clrt *rt = calloc(1, sizeof *rt);
+    if (!rt) {
+        free(devs);
+        snprintf(err, errn, "out of memory");
+        return NULL;
+    }
+    rt->dev = devs[pick];
+    free(devs);
+
+    cl_int rc;
+    cl_context_properties props[] = { CL_CONTEXT_PLATFORM, (cl_context_properties)rt->dev.platform, 0 };
+    rt->ctx = clCreateContext(props, 1, &rt->dev.id, NULL, NULL, &rc);
+    if (!rt->ctx) {
+        snprintf(err, errn, "cannot create an OpenCL context on %s: %s", rt->dev.name, clrt_strerror(rc));
+        clrt_close(rt);
+        return NULL;
+    }
+    /* OpenCL 1.2 entry point: the targeted API level of this build */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    rt->q = clCreateCommandQueue(rt->ctx, rt->dev.id, 0, &rc);
+#pragma GCC diagnostic pop
+    if (!rt->q) {
+        snprintf(err, errn, "cannot create an OpenCL queue on %s: %s", rt->dev.name, clrt_strerror(rc));
+        clrt_close(rt);
+        return NULL;
+    }
+    cl_device_fp_config fp = 0;
+    clGetDeviceInfo(rt->dev.id, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    snprintf(rt->options, sizeof rt->options, "-DCLRT_CPU=%d%s", (rt->dev.type & CL_DEVICE_TYPE_CPU) ? 1 : 0,
+             (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) ? " -cl-fp32-correctly-rounded-divide-sqrt" : "");
+    set_cache_dir(rt, o ? o->cache_dir : NULL);
+    rt->sources = o && o->sources ? o->sources : cl_sources;
+    return rt;
+}
+
+void clrt_close(clrt *rt)
+{
+    if (!rt) return;
+    if (rt->q) clFinish(rt->q);
+    for (int i = 0; i < rt->n_kernels; i++) clReleaseKernel(rt->kernels[i].k);
+    for (int i = 0; i < rt->n_progs; i++)
+        if (rt->progs[i].prog) clReleaseProgram(rt->progs[i].prog);
+    free(rt->kernels);
+    free(rt->progs);
+    if (rt->q) clReleaseCommandQueue(rt->q);
+    if (rt->ctx) clReleaseContext(rt->ctx);
+    free(rt);
+}
+
+int clrt_finish(clrt *rt)
+{
+    cl_int rc = clFinish(rt->q);
+    return rc == CL_SUCCESS ? 0 : clrt_fail_cl(rt, rc, "waiting for the OpenCL queue");
+}
+
+/* ---- programs ----------------------------------------------------------------- */
+
+/* common.cl, then NAME.cl; NULL when NAME is not an embedded program. */
+static char *program_source(const clrt *rt, const char *name, size_t *len)
+{
+    if (!strcmp(name, "common")) return NULL;
+    const struct embedded_file *body = embedded_find(rt->sources, name);
+    if (!body) return NULL;
+    const struct embedded_file *common = embedded_find(rt->sources, "common");
+    strbuf b = { 0 };
+    if (common) {
+        sb_append(&b, common->data, common->len);
+        sb_putc(&b, '\n');
+    }
+    sb_printf(&b, "#line 1 \"%s.cl\"\n", name);
+    sb_append(&b, body->data, body->len);
+    *len = b.len;
+    return sb_take(&b);
+}
+
+static void sha256_hex(const void *const *parts, const size_t *lens, int n, char out[65])
+{
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned dl = 0;
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    for (int i = 0; i < n; i++) {
+        /* lengths first, so no two different part lists hash alike */
+        uint64_t l = lens[i];
+        EVP_DigestUpdate(md, &l, sizeof l);
+        EVP_DigestUpdate(md, parts[i], lens[i]);
+    }
+    EVP_DigestFinal_ex(md, d, &dl);
+    EVP_MD_CTX_free(md);
+    for (unsigned i = 0; i < 32 && i < dl; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+    out[64] = 0;
+}
+
+static void cache_key(const clrt *rt, const char *src, size_t len, char out[65])
+{
+    const clrt_device *d = &rt->dev;
+    const void *parts[] = { d->name, d->vendor, d->driver, d->platform_version, rt->options, src };
+    size_t lens[] = { strlen(d->name), strlen(d->vendor), strlen(d->driver), strlen(d->platform_version),
+                      strlen(rt->options), len };
+    sha256_hex(parts, lens, 6, out);
+}
+
+static const char cache_magic[8] = { 'D', 'S', '4', 'C', 'L', 'B', 'I', 'N' };
+
+const char *clrt_cache_path(clrt *rt, const char *program, char *buf, size_t n)
+{
+    buf[0] = 0;
+    if (!rt->cache_dir[0]) return buf;
+    size_t len;
+    char *src = program_source(rt, program, &len);
+    if (!src) return buf;
+    char key[65];
+    cache_key(rt, src, len, key);
+    free(src);
+    snprintf(buf, n, "%s/%s.bin", rt->cache_dir, key);
+    return buf;
+}
+
+/* The binary in a cache file, or NULL when absent or damaged (counted). */
+static unsigned char *cache_read(clrt *rt, const char *path, size_t *bin_len)
+{
+    size_t len;
+    unsigned char *f = (unsigned char *)file_read_all(path, &len);
+    if (!f) return NULL;
+    size_t head = sizeof cache_magic + 64;
+    char sum[65];
+    if (len > head && !memcmp(f, cache_magic, sizeof cache_magic)) {
+        const void *parts[] = { f + head };
+        size_t lens[] = { len - head };
+        sha256_hex(parts, lens, 1, sum);
+        if (!memcmp(sum, f + sizeof cache_magic, 64)) {
+            memmove(f, f + head, len - head);
+            *bin_len = len - head;
+            return f;
+        }
+    }
+    free(f);
+    rt->stats.cache_rejects++;
+    return NULL;
+}
+
+static void cache_write(const char *path, cl_program p)
+{
+    size_t size = 0;
+    if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0) return;
+    size_t head = sizeof cache_magic + 64;
+    unsigned char *buf = malloc(head + size);
+    if (!buf) return;
+    unsigned char *bin = buf + head;
+    if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
+        memcpy(buf, cache_magic, sizeof cache_magic);
+        char sum[65];
+        const void *parts[] = { bin };
+        size_t lens[] = { size };
+        sha256_hex(parts, lens, 1, sum);
+        memcpy(buf + sizeof cache_magic, sum, 64);
+        char e[256];
+        /* a cache that cannot be written only costs build time */
+        (void)file_write_atomic(path, buf, head + size, 0600, true, e, sizeof e);
+    }
+    free(buf);
+}
+
+static cl_program build_from_binary(clrt *rt, const unsigned char *bin, size_t len)
+{
+    cl_int rc, st;
+    cl_program p = clCreateProgramWithBinary(rt->ctx, 1, &rt->dev.id, &len, &bin, &st, &rc);
+    if (!p) return NULL;
+    if (rc != CL_SUCCESS || st != CL_SUCCESS || clBuildProgram(p, 1, &rt->dev.id, rt->options, NULL, NULL) != CL_SUCCESS) {
+        clReleaseProgram(p);
+        return NULL;
+    }
+    return p;
+}
+
+static cl_program build_from_source(clrt *rt, const char *name, const char *src, size_t len)
+{
+    cl_int rc;
+    cl_program p = clCreateProgramWithSource(rt->ctx, 1, &src, &len, &rc);
+    if (!p) {
+        clrt_fail(rt, "OpenCL program %s: %s", name, clrt_strerror(rc));
+        return NULL;
+    }
+    rc = clBuildProgram(p, 1, &rt->dev.id, rt->options, NULL, NULL);
+    if (rc != CL_SUCCESS) {
+        size_t ll = 0;
+        clGetProgramBuildInfo(p, rt->dev.id, CL_PROGRAM_BUILD_LOG, 0, NULL, &ll);
+        char *log = malloc(ll + 1);
+        if (log) {
+            log[0] = 0;
+            clGetProgramBuildInfo(p, rt->dev.id, CL_PROGRAM_BUILD_LOG, ll, log, NULL);
+            log[ll] = 0;
+        }
+        clrt_fail(rt, "building OpenCL program %s for %s failed (%s):\n%s", name, rt->dev.name, clrt_strerror(rc),
+                  log && *log ? log : "(no build log)");
+        free(log);
+        clReleaseProgram(p);
+        return NULL;
+    }
+    return p;
+}
+
+static int program_index(clrt *rt, const char *name)
+{
+    for (int i = 0; i < rt->n_progs; i++)
+        if (!strcmp(rt->progs[i].name, name)) return i;
+    size_t len;
+    char *src = program_source(rt, name, &len);
+    if (!src) {
+        clrt_fail(rt, "no OpenCL program named %s (opencl/kernels/%s.cl) in this build", name, name);
+        return -1;
+    }
+    char path[PATH_MAX + 80] = "";
+    if (rt->cache_dir[0]) {
+        char key[65];
+        cache_key(rt, src, len, key);
+        snprintf(path, sizeof path, "%s/%s.bin", rt->cache_dir, key);
+    }
+    cl_program p = NULL;
+    if (path[0]) {
+        size_t bl;
+        unsigned char *bin = cache_read(rt, path, &bl);
+        if (bin) {
+            p = build_from_binary(rt, bin, bl);
+            if (p) rt->stats.cache_hits++;
+            else rt->stats.cache_rejects++;
+            free(bin);
+        }
+    }
+    if (!p) {
+        p = build_from_source(rt, name, src, len);
+        if (p) {
+            rt->stats.builds++;
+            if (path[0]) cache_write(path, p);
+        }
+    }
+    free(src);
+    if (!p) return -1; /* recorded; a later use tries again */
+    if (rt->n_progs == rt->cap_progs) {
+        int cap = rt->cap_progs ? 2 * rt->cap_progs : 16;
+        program_entry *np = realloc(rt->progs, (size_t)cap * sizeof *np);
+        if (!np) {
+            clReleaseProgram(p);
+            clrt_fail(rt, "out of memory");
+            return -1;
+        }
+        rt->progs = np;
+        rt->cap_progs = cap;
+    }
+    program_entry *e = &rt->progs[rt->n_progs++];
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->prog = p;
+    return rt->n_progs - 1;
+}
+
+cl_kernel clrt_kernel(clrt *rt, const char *program, const char *kernel)
+{
+    for (int i = 0; i < rt->n_kernels; i++)
+        if (!strcmp(rt->kernels[i].name, kernel) && !strcmp(rt->progs[rt->kernels[i].prog].name, program))
+            return rt->kernels[i].k;
+    int pi = program_index(rt, program);
+    if (pi < 0) return NULL;
+    cl_int rc;
+    cl_kernel k = clCreateKernel(rt->progs[pi].prog, kernel, &rc);
+    if (!k) {
+        clrt_fail(rt, "OpenCL kernel %s in program %s: %s", kernel, program, clrt_strerror(rc));
+        return NULL;
+    }
+    if (rt->n_kernels == rt->cap_kernels) {
+        int cap = rt->cap_kernels ? 2 * rt->cap_kernels : 32;
+        kernel_entry *nk = realloc(rt->kernels, (size_t)cap * sizeof *nk);
+        if (!nk) {
+            clReleaseKernel(k);
+            clrt_fail(rt, "out of memory");
+            return NULL;
+        }
+        rt->kernels = nk;
+        rt->cap_kernels = cap;
+    }
+    kernel_entry *e = &rt->kernels[rt->n_kernels++];
+    e->prog = pi;
+    snprintf(e->name, sizeof e->name, "%s", kernel);
+    e->k = k;
+    return k;
+}
+
+/* ---- launches ------------------------------------------------------------------ */
+
+clrt_call clrt_begin(clrt *rt, cl_kernel k)
+{
+    clrt_call c = { .rt = rt, .k = k, .n = 0, .err = k ? CL_SUCCESS : CL_INVALID_KERNEL };
+    return c;
+}
+
+void clrt_arg(clrt_call *c, size_t size, const void *value)
+{
+    if (c->err == CL_SUCCESS) {
+        cl_int rc = clSetKernelArg(c->k, c->n, size, value);
+        if (rc != CL_SUCCESS) {
+            c->err = rc;
+            c->err_arg = c->n;
+        }
+    }
+    c->n++;
+}
+
+static void kernel_name(cl_kernel k, char *buf, size_t n)
+{
+    buf[0] = 0;
+    if (k && clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, n, buf, NULL) != CL_SUCCESS) buf[0] = 0;
+    buf[n - 1] = 0;
+}
+
+int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t *local)
+{
+    char name[64];
+    if (c->err != CL_SUCCESS) {
+        if (!c->k) return -1; /* clrt_kernel recorded why */
+        kernel_name(c->k, name, sizeof name);
+        return clrt_fail(c->rt, "OpenCL kernel %s, argument %u: %s", name, c->err_arg, clrt_strerror(c->err));
+    }
+    size_t g[3];
+    for (cl_uint i = 0; i < dims; i++) {
+        if (global[i] == 0) return 0;
+        g[i] = local ? (global[i] + local[i] - 1) / local[i] * local[i] : global[i];
+    }
+    cl_int rc = clEnqueueNDRangeKernel(c->rt->q, c->k, dims, NULL, g, local, 0, NULL, NULL);
+    if (rc != CL_SUCCESS) {
+        kernel_name(c->k, name, sizeof name);
+        char what[128];
+        snprintf(what, sizeof what, "launching OpenCL kernel %s", name);
+        return clrt_fail_cl(c->rt, rc, what);
+    }
+    return 0;
+}

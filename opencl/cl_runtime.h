@@ -1,0 +1,169 @@
+/* cl_runtime.h — the OpenCL runtime under the OpenCL backend: device
+ * discovery and selection, one context with an in-order queue, kernel
+ * programs built from the embedded sources with an on-disk binary cache,
+ * kernel lookup by name, and a small launch helper.
+ *
+ * ---- Devices --------------------------------------------------------------
+ * clrt_devices() lists every device of every platform in ICD enumeration
+ * order; the position in that list is the device index of `--device N` and
+ * $DS4CL_DEVICE. clrt_pick() applies the selection rule of engine/ds4.h: a
+ * number is an index, other text a case-insensitive substring of the device
+ * name, NULL or "" means $DS4CL_DEVICE, else the first GPU, else the first
+ * device. This is the one implementation of that rule (the memory planner
+ * and `ds4cl --list-devices` use it too).
+ *
+ * ---- Programs and kernels -------------------------------------------------
+ * Every opencl/kernels/NAME.cl except common.cl is one program, "NAME". It
+ * is compiled as common.cl followed by NAME.cl, so the helpers of common.cl
+ * (quant block access, f16 loads, FP_CONTRACT off) are visible in every
+ * program. Build options: -DCLRT_CPU=1 on CPU devices (else 0), and
+ * -cl-fp32-correctly-rounded-divide-sqrt where the device supports it, so
+ * that divisions and square roots round like the host's. Never fast-math:
+ * the kernels must reproduce the CPU backend's f32 arithmetic.
+ *
+ * An op file gets a kernel by program and kernel name; the program is built
+ * on first use and kept, with its kernels, for the runtime's lifetime:
+ *
+ *     cl_kernel k = clrt_kernel(rt, "basic", "add_f32");
+ *     if (!k) return -1;                       // message in clrt_error(rt)
+ *     clrt_call call = clrt_begin(rt, k);
+ *     clrt_arg_mem(&call, a);  clrt_arg_long(&call, n);  ...
+ *     size_t global = n;
+ *     return clrt_enqueue(&call, 1, &global, NULL);
+ *
+ * A kernel object is shared by every caller of that name: set its
+ * arguments and enqueue it with nothing in between (a runtime is used by
+ * one thread at a time). Adding kernels therefore only means adding a .cl
+ * file (and calling clrt_kernel with its base name).
+ *
+ * ---- Binary cache ---------------------------------------------------------
+ * Built programs are stored under <cache>/ds4cl/cl/<key>.bin with <cache> =
+ * $XDG_CACHE_HOME or ~/.cache (or clrt_options.cache_dir), the key being the
+ * SHA-256 of the device name, vendor, driver version, platform version,
+ * build options and the full source. Files are written atomically (temp +
+ * rename) and carry a checksum; an entry that is unreadable, corrupt, or
+ * that the driver refuses is ignored, rebuilt from source and replaced.
+ *
+ * ---- Queue discipline ------------------------------------------------------
+ * All work goes to one in-order queue and nothing here waits for it, except
+ * clrt_finish() and blocking reads, which only the memory ops use.
+ */
+#ifndef DS4CL_CL_RUNTIME_H
+#define DS4CL_CL_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <CL/cl.h>
+
+/* ---- devices --------------------------------------------------------------- */
+
+typedef struct {
+    int index;                 /* over all platforms' devices */
+    cl_platform_id platform;
+    cl_device_id id;
+    char platform_name[128];
+    char platform_version[128];
+    char name[128];
+    char vendor[128];
+    char driver[64];           /* CL_DRIVER_VERSION */
+    char c_version[64];        /* CL_DEVICE_OPENCL_C_VERSION, e.g. "OpenCL C 1.2 pocl" */
+    cl_device_type type;
+    uint64_t global_mem;       /* CL_DEVICE_GLOBAL_MEM_SIZE */
+    uint64_t max_alloc;        /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    uint32_t base_align;       /* CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes */
+    uint32_t compute_units;
+    size_t max_wg;             /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    bool unified;              /* shares host memory (host-unified, or a CPU device) */
+} clrt_device;
+
+/* All devices into a malloc'd array (*n entries). Returns 0, or -1 with a
+ * message in err (no platform / ICD installed, or no device at all). */
+int clrt_devices(clrt_device **out, int *n, char *err, size_t errn);
+
+/* Index into devs of the device `want` selects (rule above), or -1 with a
+ * message in err. */
+int clrt_pick(const clrt_device *devs, int n, const char *want, char *err, size_t errn);
+
+/* "GPU", "CPU", "accelerator", … */
+const char *clrt_type_name(cl_device_type t);
+
+/* Name of an OpenCL error code ("CL_OUT_OF_RESOURCES"), or "error N". */
+const char *clrt_strerror(cl_int code);
+
+/* ---- runtime ----------------------------------------------------------------- */
+
+typedef struct clrt clrt;
+
+struct embedded_file;
+
+typedef struct {
+    const char *device;    /* selection (rule above) */
+    const char *cache_dir; /* program cache root instead of the XDG cache
+                              dir ("<dir>/ds4cl/cl"); "" disables the cache */
+    const struct embedded_file *sources; /* programs (prompts/embedded.h);
+                                            NULL = the built-in cl_sources */
+} clrt_options;
+
+/* A context and queue on the selected device; NULL with a message in err. */
+clrt *clrt_open(const clrt_options *o, char *err, size_t errn);
+void clrt_close(clrt *rt);
+
+const clrt_device *clrt_dev(const clrt *rt);
+cl_context clrt_context(const clrt *rt);
+cl_command_queue clrt_queue(const clrt *rt);
+
+/* Message of the last failure of anything using this runtime. */
+const char *clrt_error(const clrt *rt);
+/* Records a message (returns -1, so `return clrt_fail(rt, …);` works). */
+int clrt_fail(clrt *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Records "what: CL_ERROR_NAME" for a failed call; returns -1. */
+int clrt_fail_cl(clrt *rt, cl_int code, const char *what);
+
+/* The kernel `kernel` of program `program` (built on first use, see above);
+ * NULL with the message (and build log) recorded. */
+cl_kernel clrt_kernel(clrt *rt, const char *program, const char *kernel);
+
+/* Cache statistics since open: programs loaded from the cache, built from
+ * source, and cache entries found corrupt or refused. */
+typedef struct {
+    int cache_hits, builds, cache_rejects;
+} clrt_stats;
+clrt_stats clrt_get_stats(const clrt *rt);
+/* The cache file a program would use (for tests); "" when caching is off. */
+const char *clrt_cache_path(clrt *rt, const char *program, char *buf, size_t n);
+
+/* ---- launches ----------------------------------------------------------------- */
+
+/* Argument setter: arguments are numbered in call order, the first error
+ * is kept and reported by clrt_enqueue. */
+typedef struct {
+    clrt *rt;
+    cl_kernel k;
+    cl_uint n;
+    cl_int err;
+    cl_uint err_arg;
+} clrt_call;
+
+clrt_call clrt_begin(clrt *rt, cl_kernel k);
+void clrt_arg(clrt_call *c, size_t size, const void *value);
+static inline void clrt_arg_mem(clrt_call *c, cl_mem m) { clrt_arg(c, sizeof m, &m); }
+static inline void clrt_arg_int(clrt_call *c, cl_int v) { clrt_arg(c, sizeof v, &v); }
+static inline void clrt_arg_uint(clrt_call *c, cl_uint v) { clrt_arg(c, sizeof v, &v); }
+static inline void clrt_arg_long(clrt_call *c, cl_long v) { clrt_arg(c, sizeof v, &v); }
+static inline void clrt_arg_ulong(clrt_call *c, cl_ulong v) { clrt_arg(c, sizeof v, &v); }
+static inline void clrt_arg_float(clrt_call *c, cl_float v) { clrt_arg(c, sizeof v, &v); }
+/* Local memory of `bytes` (a __local pointer argument). */
+static inline void clrt_arg_local(clrt_call *c, size_t bytes) { clrt_arg(c, bytes, NULL); }
+
+/* Enqueues the kernel over `global` work-items (dims ≤ 3). With `local`,
+ * each global size is rounded up to a multiple of it (kernels check their
+ * bounds); with NULL the implementation picks the work-group size. A zero
+ * global size enqueues nothing. Returns 0, or -1 recorded. Never waits. */
+int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t *local);
+
+/* Waits for everything queued; -1 recorded on failure. */
+int clrt_finish(clrt *rt);
+
+#endif

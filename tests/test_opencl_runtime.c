@@ -1,0 +1,297 @@
+/* test_opencl_runtime.c — the OpenCL runtime and backend plumbing: device
+ * listing and selection, the program binary cache (hit, corrupt entry),
+ * build and lookup errors, weights (zero-copy, uploaded, split), and the
+ * command line's device list. Skips where no OpenCL device exists. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/ds4.h"
+#include "engine/mkmodel.h"
+#include "engine/quant.h"
+#include "opencl/cl_ops.h"
+#include "opencl/cl_runtime.h"
+#include "prompts/embedded.h"
+#include "tests/opencl_util.h"
+#include "tests/test.h"
+
+static clrt_device *devices(int *n)
+{
+    oclt_require_device();
+    clrt_device *d;
+    char err[1024];
+    CHECK_MSG(clrt_devices(&d, n, err, sizeof err) == 0, "%s", err);
+    return d;
+}
+
+TEST(opencl_runtime, devices_and_selection_rule)
+{
+    int n;
+    clrt_device *d = devices(&n);
+    CHECK(n >= 1);
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ_INT(d[i].index, i);
+        CHECK(d[i].name[0] && d[i].global_mem > 0 && d[i].max_alloc > 0 && d[i].base_align >= 4);
+        CHECK_CONTAINS(d[i].c_version, "OpenCL C");
+    }
+    char err[512];
+    unsetenv("DS4CL_DEVICE");
+    int def = clrt_pick(d, n, NULL, err, sizeof err);
+    int first_gpu = -1;
+    for (int i = n - 1; i >= 0; i--)
+        if (d[i].type & CL_DEVICE_TYPE_GPU) first_gpu = i;
+    CHECK_EQ_INT(def, first_gpu >= 0 ? first_gpu : 0);
+    CHECK_EQ_INT(clrt_pick(d, n, "", err, sizeof err), def);
+    /* by index, and by a case-changed piece of the name */
+    CHECK_EQ_INT(clrt_pick(d, n, test_printf("%d", n - 1), err, sizeof err), n - 1);
+    char *part = test_strdup(d[n - 1].name + (strlen(d[n - 1].name) > 4 ? 2 : 0));
+    part[strlen(part) > 5 ? 5 : strlen(part)] = 0;
+    for (char *p = part; *p; p++) *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+    int by_name = clrt_pick(d, n, part, err, sizeof err);
+    CHECK(by_name >= 0 && strcasestr(d[by_name].name, part));
+    CHECK_EQ_INT(clrt_pick(d, n, "999", err, sizeof err), -1);
+    CHECK_CONTAINS(err, "no OpenCL device has index 999");
+    CHECK_EQ_INT(clrt_pick(d, n, "no-such-device-xyz", err, sizeof err), -1);
+    CHECK_CONTAINS(err, "no-such-device-xyz");
+    /* the environment applies only when nothing is given */
+    setenv("DS4CL_DEVICE", "no-such-device-xyz", 1);
+    CHECK_EQ_INT(clrt_pick(d, n, NULL, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "DS4CL_DEVICE");
+    CHECK_EQ_INT(clrt_pick(d, n, "0", err, sizeof err), 0);
+    unsetenv("DS4CL_DEVICE");
+    free(d);
+}
+
+TEST(opencl_runtime, program_cache_hit_and_corrupt_entry_rebuilt)
+{
+    oclt_require_device();
+    const char *root = test_tmpdir();
+    char err[4096];
+    clrt_options o = { .cache_dir = root };
+    clrt *rt = clrt_open(&o, err, sizeof err);
+    CHECK_MSG(rt != NULL, "%s", err);
+    char path[4096];
+    clrt_cache_path(rt, "basic", path, sizeof path);
+    CHECK_CONTAINS(path, test_printf("%s/ds4cl/cl/", root));
+    CHECK(clrt_kernel(rt, "basic", "add_f32") != NULL);
+    CHECK(clrt_kernel(rt, "basic", "argmax_f32") != NULL); /* the same program */
+    clrt_stats st = clrt_get_stats(rt);
+    CHECK_EQ_INT(st.builds, 1);
+    CHECK_EQ_INT(st.cache_hits, 0);
+    clrt_close(rt);
+    struct stat sb;
+    CHECK_MSG(stat(path, &sb) == 0 && sb.st_size > 72, "no cache entry %s", path);
+
+    /* the second runtime loads the binary */
+    rt = clrt_open(&o, err, sizeof err);
+    CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
+    st = clrt_get_stats(rt);
+    CHECK_EQ_INT(st.cache_hits, 1);
+    CHECK_EQ_INT(st.builds, 0);
+    clrt_close(rt);
+
+    /* a damaged entry is ignored, rebuilt and replaced */
+    size_t len;
+    char *bytes = test_read_file(path, &len);
+    CHECK(bytes && len > 100);
+    bytes[len / 2] ^= 0x5a;
+    test_write_file(path, bytes, len);
+    rt = clrt_open(&o, err, sizeof err);
+    CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
+    st = clrt_get_stats(rt);
+    CHECK_EQ_INT(st.cache_rejects, 1);
+    CHECK_EQ_INT(st.builds, 1);
+    clrt_close(rt);
+    test_write_file(path, "DS4", 3); /* truncated */
+    rt = clrt_open(&o, err, sizeof err);
+    CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
+    CHECK_EQ_INT(clrt_get_stats(rt).builds, 1);
+    clrt_close(rt);
+    rt = clrt_open(&o, err, sizeof err);
+    CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
+    CHECK_EQ_INT(clrt_get_stats(rt).cache_hits, 1);
+    clrt_close(rt);
+}
+
+TEST(opencl_runtime, build_and_lookup_errors_are_explained)
+{
+    oclt_require_device();
+    static const char broken[] = "__kernel void k(__global float *x) { x[0] = undeclared_thing; }\n";
+    static const char fine[] = "__kernel void k(__global float *x) { x[0] = 1.0f; }\n";
+    const struct embedded_file table[] = {
+        { "broken", broken, sizeof broken - 1 },
+        { "fine", fine, sizeof fine - 1 },
+        { NULL, NULL, 0 },
+    };
+    char err[4096];
+    clrt_options o = { .cache_dir = "", .sources = table };
+    clrt *rt = clrt_open(&o, err, sizeof err);
+    CHECK_MSG(rt != NULL, "%s", err);
+    CHECK(clrt_kernel(rt, "broken", "k") == NULL);
+    CHECK_CONTAINS(clrt_error(rt), "building OpenCL program broken");
+    CHECK_CONTAINS(clrt_error(rt), "undeclared_thing"); /* the build log */
+    CHECK(clrt_kernel(rt, "nothing", "k") == NULL);
+    CHECK_CONTAINS(clrt_error(rt), "no OpenCL program named nothing");
+    CHECK(clrt_kernel(rt, "fine", "other") == NULL);
+    CHECK_CONTAINS(clrt_error(rt), "CL_INVALID_KERNEL_NAME");
+    CHECK(clrt_kernel(rt, "fine", "k") != NULL);
+    /* a wrong argument is reported at launch with the kernel's name */
+    clrt_call call = clrt_begin(rt, clrt_kernel(rt, "fine", "k"));
+    clrt_arg_float(&call, 1.0f);
+    size_t g = 1;
+    CHECK_EQ_INT(clrt_enqueue(&call, 1, &g, NULL), -1);
+    CHECK_CONTAINS(clrt_error(rt), "OpenCL kernel k, argument 0");
+    clrt_close(rt);
+
+    CHECK(clrt_open(&(clrt_options){ .device = "no-such-device-xyz" }, err, sizeof err) == NULL);
+    CHECK_CONTAINS(err, "no OpenCL device name contains");
+}
+
+typedef struct {
+    int calls;
+    double last;
+    bool monotonic;
+} progress_seen;
+
+static void on_progress(void *ud, double fraction, const char *what)
+{
+    progress_seen *p = ud;
+    if (fraction < p->last || !what || !*what) p->monotonic = false;
+    p->last = fraction;
+    p->calls++;
+}
+
+/* Weights: zero-copy where the device shares memory, uploaded on request,
+ * split when the per-buffer limit is small; the embedding still reads the
+ * right rows across the split. */
+TEST(opencl_runtime, weights_zero_copy_upload_and_split)
+{
+    oclt *f = oclt_open(NULL);
+    cl_ops_weight_info wi;
+    cl_ops_weights(f->ctx[OCLT_CL], &wi);
+    uint64_t total = 0;
+    for (size_t i = 0; i < gguf_n_tensors(f->g); i++) total += gguf_tensor_at(f->g, i)->nbytes;
+    CHECK_EQ_INT(wi.bytes, total);
+    CHECK_EQ_INT(wi.split, 0);
+    bool unified = clrt_dev(cl_ops_runtime(f->ctx[OCLT_CL]))->unified;
+    CHECK_EQ_INT(wi.uploaded, unified ? 0 : total);
+    oclt_close(f);
+
+    progress_seen seen = { 0, 0.0, true };
+    cl_ops_options up = { .copy_weights = true, .progress = on_progress, .progress_ud = &seen };
+    f = oclt_open_with(NULL, &up);
+    cl_ops_weights(f->ctx[OCLT_CL], &wi);
+    CHECK_EQ_INT(wi.uploaded, total);
+    CHECK(seen.calls > 10 && seen.monotonic && seen.last == 1.0);
+    {
+        /* ops read the uploaded copies */
+        int32_t ids[3] = { 5, 300, 42 };
+        oclt_buf tok = oclt_ints(f, ids, 3), S = oclt_zeros(f, 3 * (size_t)f->hp->hc_dim * 4);
+        OCLT_BOTH(f, OPS->embed(CTX, &f->m->token_embd, BUF(tok), 3, BUF(S)));
+        OCLT_SAME(f, S, S.bytes);
+        oclt_buf x = oclt_floats(f, 3 * (size_t)f->hp->n_embd, -1, 1);
+        OCLT_BOTH(f, OPS->rmsnorm(CTX, BUF(x), &f->m->output_norm, 3, f->hp->n_embd, BUF(x)));
+        OCLT_CLOSE(f, x, 3 * (size_t)f->hp->n_embd, (size_t)f->hp->n_embd, 2e-6);
+    }
+    oclt_close(f);
+
+    /* 40 KiB buffers: the tiny embedding (311 rows of 512 B) takes several */
+    cl_ops_options small = { .max_alloc = 40 << 10 };
+    f = oclt_open_with(NULL, &small);
+    cl_ops_weights(f->ctx[OCLT_CL], &wi);
+    CHECK(wi.split > 0 && wi.buffers > (int)gguf_n_tensors(f->g));
+    const ds4_tensor *tab = &f->m->token_embd;
+    int T = 9;
+    int32_t ids[9] = { 0, 310, 80, 79, 160, 1, 309, 240, 80 };
+    oclt_buf tok = oclt_ints(f, ids, (size_t)T);
+    oclt_buf S = oclt_zeros(f, (size_t)T * (size_t)f->hp->hc_dim * 4);
+    OCLT_BOTH(f, OPS->embed(CTX, tab, BUF(tok), T, BUF(S)));
+    OCLT_SAME(f, S, S.bytes);
+    oclt_close(f);
+
+    /* a limit below one row of the largest tensor is refused clearly */
+    ds4_error err = { "" };
+    mk_spec s;
+    mk_spec_tiny(&s);
+    void *file;
+    size_t len;
+    CHECK(mk_write_memory(&s, &file, &len, &err) == 0);
+    gguf_file *g = gguf_open_memory(file, len, &err);
+    ds4_model *m = g ? model_bind(g, &err) : NULL;
+    CHECK(m != NULL);
+    cl_ops_options tiny = { .max_alloc = 256, .cache_dir = oclt_cache_dir() };
+    void *ctx = cl_ops_new(m, &tiny, &err);
+    CHECK(ctx == NULL);
+    CHECK_CONTAINS(err.msg, "is larger than the largest buffer");
+    /* weights to upload that exceed the device's memory: refused with both sizes */
+    cl_ops_options short_mem = { .copy_weights = true, .device_mem = 8 << 20, .cache_dir = oclt_cache_dir() };
+    CHECK(cl_ops_new(m, &short_mem, &err) == NULL);
+    CHECK_CONTAINS(err.msg, test_printf("the model's weights need %.1f MiB of device memory", (double)total / 1048576.0));
+    CHECK_CONTAINS(err.msg, "has 8.0 MiB");
+    model_free(m);
+    gguf_close(g);
+    free(file);
+}
+
+TEST(opencl_runtime, list_devices_command)
+{
+    oclt_require_device();
+    unsetenv("DS4CL_DEVICE");
+    char *out;
+    int rc = test_runf(&out, "%s/ds4cl --list-devices", test_bindir());
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_CONTAINS(out, "Platform: ");
+    CHECK_CONTAINS(out, "[0]");
+    CHECK_CONTAINS(out, "(default)");
+    CHECK_CONTAINS(out, "max allocation");
+    CHECK_CONTAINS(out, "OpenCL C");
+    rc = test_runf(&out, "DS4CL_DEVICE=0 %s/ds4cl --list-devices", test_bindir());
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, "[0] (selected)");
+    rc = test_runf(&out, "%s/ds4cl --list-devices --device no-such-device-xyz", test_bindir());
+    CHECK_EQ_INT(rc, 1);
+    CHECK_CONTAINS(out, "no OpenCL device name contains \"no-such-device-xyz\"");
+}
+
+/* The backend opens through the engine, names its device and plans its
+ * session memory; a device that does not exist is refused by name. */
+TEST(opencl_runtime, engine_opens_on_the_backend)
+{
+    oclt_require_device();
+    mk_spec s;
+    mk_spec_tiny(&s);
+    ds4_error err = { "" };
+    const char *path = test_tmp_path("tiny.gguf");
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .device = "0" };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    ds4_model_info info;
+    ds4_engine_info(e, &info);
+    CHECK_STR_EQ(info.backend_name, "opencl");
+    int n;
+    clrt_device *d = devices(&n);
+    CHECK_CONTAINS(info.device_name, d[0].name);
+    CHECK_CONTAINS(info.device_name, "OpenCL");
+    free(d);
+    uint64_t a = ds4_session_bytes_estimate(e, 256), b = ds4_session_bytes_estimate(e, 4096);
+    CHECK(a > 0 && b > a);
+    ds4_engine_close(e);
+    o.device = "no-such-device-xyz";
+    CHECK(ds4_engine_open(&o, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "no-such-device-xyz");
+}
+
+/* Without any OpenCL driver (an empty ICD vendor directory) the failure
+ * says what is missing; runs without a device too. */
+TEST(opencl_runtime, no_platform_is_a_clear_error)
+{
+    const char *empty = test_tmp_path("icd");
+    CHECK(mkdir(empty, 0700) == 0);
+    char *out;
+    int rc = test_runf(&out, "OCL_ICD_VENDORS=%s %s/ds4cl --list-devices", empty, test_bindir());
+    CHECK_EQ_INT(rc, 1);
+    CHECK_CONTAINS(out, "no OpenCL platform found");
+    CHECK_CONTAINS(out, "--backend cpu");
+}
