@@ -1,8 +1,11 @@
 #!/bin/sh
-# bench.sh BINDIR — the benchmarks of bench/README.md, CSV on stdout.
+# bench.sh BINDIR — the benchmarks of bench/README.md, CSV on stdout (each
+# table after a "# name" line).
 #
-# Engine speed on a generated flash-width model (DeepSeek V4 Flash widths,
-# 2 layers, random weights), cached in build/bench/. Environment:
+# On a generated flash-width model (DeepSeek V4 Flash widths, 2 layers,
+# random weights), cached in build/bench/: engine speed, the time to open
+# the model, and the tokenizer against the npm reference. Environment:
+#   BENCH_SUITES     which of "speed open tokenizer" to run (default all)
 #   BENCH_BACKENDS   backends to run, default "cpu" (e.g. "cpu opencl")
 #   BENCH_THREADS    CPU threads (default: all cores)
 #   BENCH_CTX_START, BENCH_CTX_MAX, BENCH_STEP, BENCH_GEN   the sweep
@@ -26,11 +29,32 @@ if [ ! -s "$prompt" ]; then
     cat README.md doc/*.1 engine/*.h engine/*.c > "$prompt"
 fi
 threads=${BENCH_THREADS:+--threads $BENCH_THREADS}
-first=1
-for backend in ${BENCH_BACKENDS:-cpu}; do
-    # shellcheck disable=SC2086
-    "$bin/ds4cl-bench" -m "$model" --prompt-file "$prompt" --backend "$backend" $threads \
-        --ctx-start "${BENCH_CTX_START:-256}" --ctx-max "${BENCH_CTX_MAX:-1024}" \
-        --step "${BENCH_STEP:-256}" --gen-tokens "${BENCH_GEN:-16}" > "$dir/$backend.csv"
-    if [ $first = 1 ]; then cat "$dir/$backend.csv"; first=0; else tail -n +2 "$dir/$backend.csv"; fi
+for suite in ${BENCH_SUITES:-speed open tokenizer}; do
+    case $suite in
+    speed)
+        echo "# speed"
+        first=1
+        for backend in ${BENCH_BACKENDS:-cpu}; do
+            # shellcheck disable=SC2086
+            "$bin/ds4cl-bench" -m "$model" --prompt-file "$prompt" --backend "$backend" $threads \
+                --ctx-start "${BENCH_CTX_START:-256}" --ctx-max "${BENCH_CTX_MAX:-1024}" \
+                --step "${BENCH_STEP:-256}" --gen-tokens "${BENCH_GEN:-16}" > "$dir/$backend.csv"
+            if [ $first = 1 ]; then cat "$dir/$backend.csv"; first=0; else tail -n +2 "$dir/$backend.csv"; fi
+        done
+        ;;
+    open)
+        echo "# open"
+        "$bin/ds4cl-bench" --open-bench -m "$model" --runs 3 > "$dir/open.csv"
+        cat "$dir/open.csv"
+        ;;
+    tokenizer)
+        echo "# tokenizer"
+        "$bin/ds4cl-bench" --tokenizer-bench "$prompt" -m "$model" --runs 5 > "$dir/tokenizer.csv"
+        cat "$dir/tokenizer.csv"
+        ;;
+    *)
+        echo "bench: unknown suite '$suite' (speed, open, tokenizer)" >&2
+        exit 2
+        ;;
+    esac
 done

@@ -6,6 +6,7 @@
 #include "cli/bench_attn.h"
 #include "cli/bench_engine.h"
 #include "cli/bench_opencl.h"
+#include "cli/bench_open.h"
 #include "cli/bench_quant.h"
 #include "cli/bench_search.h"
 #include "cli/bench_tokenizer.h"
@@ -27,6 +28,9 @@ static void help(void)
           "                   CSV: OpenCL matmul/moe kernels at Flash shapes, GB/s and GFLOP/s\n"
           "                   vs an OpenCL streaming-read roof and FMA peak\n"
           "       ds4cl-bench --tokenizer-bench FILE -m MODEL [--runs N]\n"
+          "                   tokenizer MB/s against the npm reference tokenizer\n"
+          "       ds4cl-bench --open-bench -m MODEL [--runs N]\n"
+          "                   seconds to open the model, stage by stage, cold and warm\n"
           "       ds4cl-bench --attn-bench [--backend cpu|opencl|both] [--rows LIST] [--ctx LIST] [--f32]\n"
           "                   attention and indexer cost per decode step at long context\n"
           "       ds4cl-bench --search-bench DIR [--runs N] [--query [literal:|icase:|regex:]TEXT]...\n"
@@ -42,6 +46,7 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "--cl-bench")) return bench_opencl(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--tokenizer-bench")) return bench_tokenizer_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--search-bench")) return bench_search_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--open-bench")) return bench_open_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--attn-bench")) return bench_attn(argc - 2, argv + 2);

@@ -130,30 +130,11 @@ static inline void dec_q8_0(const uint8_t *row, int64_t k, __m512 *lo, __m512 *h
 {
     const block_q8_0 *b = (const block_q8_0 *)(const void *)row + (k >> 5);
     __m512 d = _mm512_set1_ps(f16s(&b->d));
-    __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
-    *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d);
-    *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);
-}
-
-/* The four values a 2-bit quant can take in a 16-weight group, dl·q − ml,
- * looked up per lane (dl·q is exact, so the fused multiply-add rounds as
- * the reference's subtraction does). */
-static inline __m512 q2_table(float d, float dmin, uint8_t sc)
-{
-    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
-    return _mm512_fmadd_ps(_mm512_set1_ps(d * (float)(sc & 15)), q, _mm512_set1_ps(-(dmin * (float)(sc >> 4))));
-}
-
-static inline void dec_q2_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
-{
-    const block_q2_K *b = (const block_q2_K *)(const void *)row + (k >> 8);
-    int e = (int)(k & 255), h = e >> 7, sh = ((e & 127) >> 5) * 2;
-    float d = f16s(&b->d), dmin = f16s(&b->dmin);
-    __m256i bytes = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h));
-    bytes = _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(sh)), _mm256_set1_epi8(3));
-    __m512i i0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes)), i1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1));
-    *lo = _mm512_permutexvar_ps(i0, q2_table(d, dmin, b->scales[e >> 4]));
-    *hi = _mm512_permutexvar_ps(i1, q2_table(d, dmin, b->scales[(e >> 4) + 1]));
+    /* two 16-byte loads the sign extension takes as memory operands */
+    __m128i q0 = _mm_loadu_si128((const __m128i *)(const void *)b->qs);
+    __m128i q1 = _mm_loadu_si128((const __m128i *)(const void *)(b->qs + 16));
+    *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+    *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
 }
 
 static inline void dec_q4_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
@@ -171,16 +152,6 @@ static inline void dec_q4_K(const uint8_t *row, int64_t k, __m512 *lo, __m512 *h
     *hi = _mm512_fmadd_ps(dl, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1))), nml);
 }
 
-/* The IQ2_XXS grid as floats: two grid rows load as one vector without an
- * int→float conversion (8 KB, stays in L1). */
-static float iq2_gridf[256][8];
-
-__attribute__((constructor)) static void iq2_gridf_init(void)
-{
-    for (int i = 0; i < 256; i++)
-        for (int j = 0; j < 8; j++) iq2_gridf[i][j] = (float)(uint8_t)(quant_iq2xxs_grid[i] >> (8 * j));
-}
-
 /* The 32 sign bits of a group: bit 7 of each selector byte is its parity. */
 static inline uint32_t iq2_signs(uint32_t s)
 {
@@ -196,28 +167,34 @@ static inline uint32_t iq2_signs(uint32_t s)
 #endif
 }
 
-static inline __m512 iq2_pair(const uint8_t *idx)
+/* Streaming four rows at once defeats the hardware prefetcher: each row
+ * group starts three cold streams, and a row of a 2-bit format is shorter
+ * than a page. While a group is multiplied, the same offsets of the next
+ * group's rows are prefetched, so they arrive one group ahead (a few KB
+ * to a few tens of KB, well inside L2). Only loads move; the arithmetic is
+ * untouched. */
+typedef struct {
+    const uint8_t *const *next; /* the next group's ROWS rows, or NULL */
+    int64_t bytes_per_256;      /* row bytes per 256 elements */
+    int64_t step_mask;          /* prefetch on steps of 32 elements with (k/32) & mask == 0 */
+} prefetch_plan;
+
+/* always inlined: a call whose only effect is a prefetch counts as pure and
+ * would be dropped */
+static inline __attribute__((always_inline)) void prefetch_next(const prefetch_plan *pf, int64_t k)
 {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(iq2_gridf[idx[0]])), _mm256_loadu_ps(iq2_gridf[idx[1]]), 1);
+    int64_t off = (k * pf->bytes_per_256) >> 8;
+    for (int r = 0; r < ROWS; r++) _mm_prefetch((const char *)(pf->next[r] + off), _MM_HINT_T0);
 }
 
-static inline void dec_iq2_xxs(const uint8_t *row, int64_t k, __m512 *lo, __m512 *hi)
+static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uint8_t *const *next)
 {
-    const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)row + (k >> 8);
-    const uint8_t *idx = (const uint8_t *)b->qs + 8 * ((k & 255) >> 5);
-    uint32_t w = quant_rd32(idx + 4), sg = iq2_signs(w);
-    float db = f16s(&b->d) * (0.5f + (float)(w >> 28)) * 0.25f;
-    /* grid bytes are 8, 25 or 43: lanes look up db·8, db·25, db·43 at
-     * indices 8, 9 and 11 (the byte mod 16) — the products the buffered
-     * path computes */
-    const __m512 mags = _mm512_setr_ps(0, 0, 0, 0, 0, 0, 0, 0, 8, 25, 0, 43, 0, 0, 0, 0);
-    __m512 tbl = _mm512_mul_ps(_mm512_set1_ps(db), mags);
-    __m128i g0 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[1]], (long long)quant_iq2xxs_grid[idx[0]]);
-    __m128i g1 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[3]], (long long)quant_iq2xxs_grid[idx[2]]);
-    __m512 v0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(g0), tbl);
-    __m512 v1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(g1), tbl);
-    *lo = _mm512_mask_sub_ps(v0, (__mmask16)sg, _mm512_setzero_ps(), v0);
-    *hi = _mm512_mask_sub_ps(v1, (__mmask16)(sg >> 16), _mm512_setzero_ps(), v1);
+    pf->next = next;
+    pf->bytes_per_256 = (int64_t)w->row_bytes * 256 / (w->n > 0 ? w->n : 1);
+    /* one prefetch per 64 bytes or less: every 2^j steps of 32 elements */
+    int64_t steps = pf->bytes_per_256 > 0 ? 64 * 8 / pf->bytes_per_256 : 1, p2 = 1;
+    while (p2 * 2 <= steps) p2 *= 2;
+    pf->step_mask = p2 - 1;
 }
 
 /* acc[r][t] += row_r · x_t over n (a multiple of 32) for 4 rows, NT
@@ -231,7 +208,7 @@ static inline void dec_iq2_xxs(const uint8_t *row, int64_t k, __m512 *lo, __m512
     } while (0)
 #define FUSED_FN(NAME, DEC, NT)                                                                          \
     static void fused_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,       \
-                                    vf acc[ROWS][TOKS])                                                  \
+                                    vf acc[ROWS][TOKS], const prefetch_plan *pf)                         \
     {                                                                                                    \
         vf a0[NT], a1[NT], a2[NT], a3[NT];                                                               \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
@@ -241,6 +218,7 @@ static inline void dec_iq2_xxs(const uint8_t *row, int64_t k, __m512 *lo, __m512
             a3[t] = acc[3][t];                                                                           \
         }                                                                                                \
         for (int64_t k = 0; k < n; k += 32) {                                                            \
+            if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                          \
             vf x0[NT], x1[NT];                                                                           \
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                       \
                 x0[t] = _mm512_loadu_ps(x[t] + k);                                                       \
@@ -263,11 +241,155 @@ FUSED_TYPE(f32, dec_f32)
 FUSED_TYPE(f16, dec_f16)
 FUSED_TYPE(bf16, dec_bf16)
 FUSED_TYPE(q8_0, dec_q8_0)
-FUSED_TYPE(q2_K, dec_q2_K)
 FUSED_TYPE(q4_K, dec_q4_K)
-FUSED_TYPE(iq2_xxs, dec_iq2_xxs)
 
-typedef void (*fused_fn)(const uint8_t *const *, int64_t, const float *const *, vf[ROWS][TOKS]);
+/* ---- 2-bit formats, a 256-element block at a time ---------------------------------
+ *
+ * The scales, and for IQ2_XXS the sign bits with their parity, are
+ * computed once per block and row with vector instructions into a small
+ * state; each 32-element step then only looks its lanes up. Every value is
+ * the reference dequantization's product, rounded as it rounds. */
+
+typedef struct {
+    const uint8_t *qs; /* the block's indices and sign words */
+    uint32_t sg[8];    /* sign bits of elements 32j … 32j+31 */
+    float db[8];       /* scale of each 32-element group */
+} iq2_blk;
+
+static inline void iq2_setup(const uint8_t *row, int64_t k0, iq2_blk *s)
+{
+    const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)row + (k0 >> 8);
+    s->qs = (const uint8_t *)b->qs;
+    float d = f16s(&b->d);
+#if defined(__AVX512VBMI__) && defined(__AVX512BITALG__)
+    /* group g is qword g: four index bytes, then 4 × 7 sign bits and a 4-bit scale */
+    static const uint8_t pick[64] = { 0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
+                                      32, 33, 34, 35, 40, 41, 42, 43, 48, 49, 50, 51, 56, 57, 58, 59 };
+    __m512i q = _mm512_loadu_si512(b->qs);
+    __m512i f = _mm512_and_si512(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720), q), _mm512_set1_epi8(0x7f));
+    /* bit 7 of a sign byte is the parity of its seven bits */
+    __m512i par = _mm512_and_si512(_mm512_popcnt_epi8(f), _mm512_set1_epi8(1));
+    f = _mm512_or_si512(f, _mm512_slli_epi16(par, 7));
+    __m512i packed = _mm512_permutexvar_epi8(_mm512_loadu_si512(pick), f);
+    _mm256_storeu_si256((__m256i *)(void *)s->sg, _mm512_castsi512_si256(packed));
+    __m256 ls = _mm512_cvtepu64_ps(_mm512_srli_epi64(q, 60));
+    __m256 db = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_add_ps(_mm256_set1_ps(0.5f), ls)), _mm256_set1_ps(0.25f));
+    _mm256_storeu_ps(s->db, db);
+#else
+    for (int g = 0; g < 8; g++) {
+        uint32_t w = quant_rd32(s->qs + 8 * g + 4);
+        s->sg[g] = iq2_signs(w);
+        s->db[g] = d * (0.5f + (float)(w >> 28)) * 0.25f;
+    }
+#endif
+}
+
+static inline void dec_iq2_blk(const iq2_blk *s, int j, __m512 *lo, __m512 *hi)
+{
+    const uint8_t *idx = s->qs + 8 * j;
+    uint32_t sg = s->sg[j];
+    /* grid bytes are 8, 25 or 43: lanes look up db·8, db·25, db·43 at
+     * indices 8, 9 and 11 (the byte mod 16), the reference's products */
+    const __m512 mags = _mm512_setr_ps(0, 0, 0, 0, 0, 0, 0, 0, 8, 25, 0, 43, 0, 0, 0, 0);
+    __m512 tbl = _mm512_mul_ps(_mm512_set1_ps(s->db[j]), mags);
+    __m128i g0 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[1]], (long long)quant_iq2xxs_grid[idx[0]]);
+    __m128i g1 = _mm_set_epi64x((long long)quant_iq2xxs_grid[idx[3]], (long long)quant_iq2xxs_grid[idx[2]]);
+    __m512 v0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(g0), tbl);
+    __m512 v1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(g1), tbl);
+    *lo = _mm512_mask_sub_ps(v0, (__mmask16)sg, _mm512_setzero_ps(), v0);
+    *hi = _mm512_mask_sub_ps(v1, (__mmask16)(sg >> 16), _mm512_setzero_ps(), v1);
+}
+
+typedef struct {
+    const uint8_t *qs;
+    __m512 dl, nml; /* d·(scale & 15) and −dmin·(scale >> 4) of the 16 sub-blocks */
+} q2k_blk;
+
+static inline void q2k_setup(const uint8_t *row, int64_t k0, q2k_blk *s)
+{
+    const block_q2_K *b = (const block_q2_K *)(const void *)row + (k0 >> 8);
+    s->qs = b->qs;
+    __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)b->scales));
+    __m512 lo4 = _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15)));
+    __m512 hi4 = _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4));
+    s->dl = _mm512_mul_ps(_mm512_set1_ps(f16s(&b->d)), lo4);
+    /* an exact negation, −0 included, as the scalar minus gives */
+    s->nml = _mm512_xor_ps(_mm512_mul_ps(_mm512_set1_ps(f16s(&b->dmin)), hi4), _mm512_set1_ps(-0.0f));
+}
+
+/* The four values a 2-bit quant of sub-block i can take, dl·q − ml, looked
+ * up per lane (dl·q is exact, so the fused multiply-add rounds as the
+ * reference's subtraction does). */
+static inline __m512 q2k_table(const q2k_blk *s, int i)
+{
+    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+    __m512i lane = _mm512_set1_epi32(i);
+    return _mm512_fmadd_ps(_mm512_permutexvar_ps(lane, s->dl), q, _mm512_permutexvar_ps(lane, s->nml));
+}
+
+static inline void dec_q2k_blk(const q2k_blk *s, int j, __m512 *lo, __m512 *hi)
+{
+    int h = j >> 2, sh = (j & 3) * 2;
+    __m256i bytes = _mm256_loadu_si256((const __m256i *)(const void *)(s->qs + 32 * h));
+    bytes = _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(sh)), _mm256_set1_epi8(3));
+    __m512i i0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes)), i1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1));
+    *lo = _mm512_permutexvar_ps(i0, q2k_table(s, 2 * j));
+    *hi = _mm512_permutexvar_ps(i1, q2k_table(s, 2 * j + 1));
+}
+
+#define BLK_ROW_STEP(R, DEC, NT)                                                                    \
+    do {                                                                                            \
+        vf w0, w1;                                                                                  \
+        DEC(&s##R, j, &w0, &w1);                                                                    \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w0, x0[t], a##R[t]); \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w1, x1[t], a##R[t]); \
+    } while (0)
+#define FUSED_BLK_FN(NAME, STATE, SETUP, DEC, NT)                                                        \
+    static void fused_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,       \
+                                    vf acc[ROWS][TOKS], const prefetch_plan *pf)                         \
+    {                                                                                                    \
+        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                               \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
+            a0[t] = acc[0][t];                                                                           \
+            a1[t] = acc[1][t];                                                                           \
+            a2[t] = acc[2][t];                                                                           \
+            a3[t] = acc[3][t];                                                                           \
+        }                                                                                                \
+        for (int64_t k0 = 0; k0 < n; k0 += 256) {                                                        \
+            STATE s0, s1, s2, s3;                                                                        \
+            SETUP(rows[0], k0, &s0);                                                                     \
+            SETUP(rows[1], k0, &s1);                                                                     \
+            SETUP(rows[2], k0, &s2);                                                                     \
+            SETUP(rows[3], k0, &s3);                                                                     \
+            for (int j = 0; j < 8; j++) {                                                                \
+                int64_t k = k0 + 32 * j;                                                                 \
+                if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                      \
+                vf x0[NT], x1[NT];                                                                       \
+                _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                   \
+                    x0[t] = _mm512_loadu_ps(x[t] + k);                                                   \
+                    x1[t] = _mm512_loadu_ps(x[t] + k + 16);                                              \
+                }                                                                                        \
+                BLK_ROW_STEP(0, DEC, NT);                                                                \
+                BLK_ROW_STEP(1, DEC, NT);                                                                \
+                BLK_ROW_STEP(2, DEC, NT);                                                                \
+                BLK_ROW_STEP(3, DEC, NT);                                                                \
+            }                                                                                            \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
+            acc[0][t] = a0[t];                                                                           \
+            acc[1][t] = a1[t];                                                                           \
+            acc[2][t] = a2[t];                                                                           \
+            acc[3][t] = a3[t];                                                                           \
+        }                                                                                                \
+    }
+#define FUSED_BLK_TYPE(NAME, STATE, SETUP, DEC)                                                          \
+    FUSED_BLK_FN(NAME, STATE, SETUP, DEC, 1)                                                             \
+    FUSED_BLK_FN(NAME, STATE, SETUP, DEC, 2)                                                             \
+    FUSED_BLK_FN(NAME, STATE, SETUP, DEC, 3) FUSED_BLK_FN(NAME, STATE, SETUP, DEC, 4)
+FUSED_BLK_TYPE(q2_K, q2k_blk, q2k_setup, dec_q2k_blk)
+FUSED_BLK_TYPE(iq2_xxs, iq2_blk, iq2_setup, dec_iq2_blk)
+
+typedef void (*fused_fn)(const uint8_t *const *, int64_t, const float *const *, vf[ROWS][TOKS], const prefetch_plan *);
 #define FUSED_ROW(NAME) { fused_##NAME##_1, fused_##NAME##_2, fused_##NAME##_3, fused_##NAME##_4 }
 
 static const fused_fn *fused_for(uint32_t type)
@@ -304,10 +426,25 @@ static bool dequant_fast(uint32_t type, const uint8_t *row, int64_t n, float *bu
         DQ(GGML_TYPE_F16, dec_f16)
         DQ(GGML_TYPE_BF16, dec_bf16)
         DQ(GGML_TYPE_Q8_0, dec_q8_0)
-        DQ(GGML_TYPE_Q2_K, dec_q2_K)
         DQ(GGML_TYPE_Q4_K, dec_q4_K)
-        DQ(GGML_TYPE_IQ2_XXS, dec_iq2_xxs)
 #undef DQ
+#define DQ_BLK(T, STATE, SETUP, DEC)                              \
+    case T:                                                       \
+        if (n % 256) return false;                                \
+        for (int64_t k0 = 0; k0 < n; k0 += 256) {                 \
+            STATE s;                                              \
+            SETUP(row, k0, &s);                                   \
+            for (int j = 0; j < 8; j++) {                         \
+                __m512 lo, hi;                                    \
+                DEC(&s, j, &lo, &hi);                             \
+                _mm512_storeu_ps(buf + k0 + 32 * j, lo);          \
+                _mm512_storeu_ps(buf + k0 + 32 * j + 16, hi);     \
+            }                                                     \
+        }                                                         \
+        return true;
+        DQ_BLK(GGML_TYPE_Q2_K, q2k_blk, q2k_setup, dec_q2k_blk)
+        DQ_BLK(GGML_TYPE_IQ2_XXS, iq2_blk, iq2_setup, dec_iq2_blk)
+#undef DQ_BLK
     default: return false;
     }
 }
@@ -410,8 +547,8 @@ static void store(int64_t r0, int nr, int t0, int nt, vf acc[ROWS][TOKS], float 
 
 /* Up to TOKS tokens: pieces of the row group in L1, all accumulators in
  * registers. */
-static void group_few(const cpu_weight *w, const uint8_t *const *rows, int nr, int64_t r0, int T,
-                      const float *const *x, float *const *y, float *buf)
+static void group_few(const cpu_weight *w, const uint8_t *const *rows, const uint8_t *const *next, int nr,
+                      int64_t r0, int T, const float *const *x, float *const *y, float *buf)
 {
     vf acc[ROWS][TOKS];
     for (int r = 0; r < ROWS; r++)
@@ -420,10 +557,14 @@ static void group_few(const cpu_weight *w, const uint8_t *const *rows, int nr, i
     const fused_fn *ff = w->n % 32 == 0 ? fused_for(w->type) : NULL;
     if (ff) {
         (void)buf;
-        ff[T - 1](rows, w->n, x, acc);
+        prefetch_plan pf;
+        prefetch_plan_init(&pf, w, next);
+        ff[T - 1](rows, w->n, x, acc, &pf);
         store(r0, nr, 0, T, acc, y);
         return;
     }
+#else
+    (void)next;
 #endif
     int64_t step = block_elems(w->type) > PIECE ? block_elems(w->type) : PIECE;
     for (int64_t k = 0; k < w->n; k += step) {
@@ -471,11 +612,15 @@ void cpu_mm_rows(const cpu_weight *w, int64_t r0, int64_t r1, int T, const float
         int nt = T - t0 < tb ? T - t0 : (int)tb;
         for (int64_t r = r0; r < r1; r += ROWS) {
             int nr = r1 - r < ROWS ? (int)(r1 - r) : ROWS;
-            const uint8_t *rows[ROWS];
+            const uint8_t *rows[ROWS], *next[ROWS];
             /* a short group repeats its last row; the extra results are dropped */
             for (int i = 0; i < ROWS; i++) rows[i] = w->data + (size_t)(r + (i < nr ? i : nr - 1)) * w->row_bytes;
+            int64_t rn = r + ROWS;
+            int nn = r1 - rn < ROWS ? (int)(r1 - rn) : ROWS;
+            for (int i = 0; i < ROWS && nn > 0; i++)
+                next[i] = w->data + (size_t)(rn + (i < nn ? i : nn - 1)) * w->row_bytes;
             if (nt <= TOKS)
-                group_few(w, rows, nr, r, nt, x + t0, y + t0, scratch);
+                group_few(w, rows, nn > 0 ? next : NULL, nr, r, nt, x + t0, y + t0, scratch);
             else
                 group_many(w, rows, nr, r, nt, x + t0, y + t0, scratch);
         }

@@ -136,6 +136,13 @@ static int read_hparams(binder *b, ds4_hparams *hp)
         return ds4_error_set(b->err, "model: metadata key '" K("expert_weights_norm") "' has type %s, expected BOOL",
                              gguf_type_name(gguf_kv_type(f, (size_t)ki)));
 
+    /* The tokenizer's ids index the embedding and the logits: one entry per row. */
+    gguf_array toks;
+    if (gguf_get_array(f, "tokenizer.ggml.tokens", &toks) && toks.n != (uint64_t)hp->n_vocab)
+        return ds4_error_set(b->err, "model: tokenizer.ggml.tokens has %llu entries but " K("vocab_size") " is %d "
+                             "(at byte %llu)", (unsigned long long)toks.n, hp->n_vocab,
+                             (unsigned long long)gguf_kv_offset(f, (size_t)gguf_find_key(f, "tokenizer.ggml.tokens")));
+
     /* Consistency of the shape. */
     if (hp->value_dim != hp->head_dim)
         return ds4_error_set(b->err, "model: attention.value_length %d differs from key_length %d "

@@ -596,3 +596,64 @@ TEST(mkmodel, default_vocabulary_is_the_npm_tokenizer)
     model_free(m);
     gguf_close(f);
 }
+
+/* Runs the CPU engine over n tokens of a generated file: every logit is
+ * finite, each position's logits spread out (not flat), and they change
+ * from position to position. */
+static void check_runs(const mk_spec *s, int n, const char *what)
+{
+    const char *path = test_tmp_path("run-%s.gguf", what);
+    ds4_error err = { { 0 } };
+    CHECK_MSG(mk_write_file(s, path, NULL, NULL, &err) == 0, "%s: %s", what, err.msg);
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_CPU, .threads = 2 };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s: %s", what, err.msg);
+    ds4_session *ss = ds4_session_open(e, n + 8, &err);
+    CHECK_MSG(ss != NULL, "%s: %s", what, err.msg);
+    int V = ds4_vocab_size(ds4_engine_tokenizer(e));
+    float *prev = test_alloc((size_t)V * 4);
+    int changed = 0, argmaxes[2] = { -1, -1 }, distinct_argmax = 0;
+    for (int p = 0; p < n; p++) {
+        int32_t id = (int32_t)((p * 37 + 11) % (V < 256 ? V : 256));
+        CHECK_MSG(ds4_session_eval(ss, id, NULL, &err) == DS4_OK, "%s: %s", what, err.msg);
+        const float *lg = ds4_session_logits(ss);
+        double mean = 0, sq = 0;
+        int am = 0;
+        for (int v = 0; v < V; v++) {
+            CHECK_MSG(isfinite(lg[v]), "%s: logit %d at position %d is %g", what, v, p, lg[v]);
+            mean += lg[v];
+            if (lg[v] > lg[am]) am = v;
+        }
+        mean /= V;
+        for (int v = 0; v < V; v++) sq += (lg[v] - mean) * (lg[v] - mean);
+        double sd = sqrt(sq / V);
+        CHECK_MSG(sd > 0.1 && sd < 1e3, "%s: logits at position %d have a spread of %g", what, p, sd);
+        if (p > 0 && memcmp(prev, lg, (size_t)V * 4) != 0) changed++;
+        memcpy(prev, lg, (size_t)V * 4);
+        if (am != argmaxes[0] && am != argmaxes[1]) distinct_argmax++;
+        argmaxes[p % 2] = am;
+    }
+    CHECK_EQ_INT(changed, n - 1);
+    CHECK_MSG(distinct_argmax > 1, "%s: the greedy choice never changes", what);
+    ds4_session_close(ss);
+    ds4_engine_close(e);
+}
+
+TEST(mkmodel, generated_models_run_with_finite_varying_logits)
+{
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.seed = 7;
+    check_runs(&s, 40, "tiny");
+    /* another shape and the q4 experts, past the window and a ratio-16 row */
+    mk_spec_tiny(&s);
+    s.n_layer = 4;
+    s.ratios[0] = 0;
+    s.ratios[1] = 4;
+    s.ratios[2] = 128;
+    s.ratios[3] = 16;
+    s.n_expert = 8;
+    s.n_hash_layer = 1;
+    CHECK(mk_set_quant(&s, "q4") == 0);
+    check_runs(&s, 40, "q4");
+}

@@ -391,3 +391,19 @@ TEST(model, rejects_overflowing_derived_dimensions)
     patch_u32(buf + find_record(buf, len, "deepseek4.attention.value_length") + 4, 65536);
     expect_bind_error(buf, len, "derived dimensions overflow");
 }
+
+/* Token ids index the embedding and the logits: a tokenizer with more or
+ * fewer entries than vocab_size is refused before anything reads a row. */
+TEST(model, rejects_tokenizer_that_disagrees_with_vocab_size)
+{
+    size_t len;
+    uint8_t *buf = golden_copy(&len);
+    size_t at = find_record(buf, len, "deepseek4.vocab_size");
+    uint32_t type;
+    memcpy(&type, buf + at, 4);
+    CHECK_EQ_INT(type, GGUF_TYPE_UINT32);
+    patch_u32(buf + at + 4, 312);
+    expect_bind_error(buf, len, "tokenizer.ggml.tokens has 311 entries but deepseek4.vocab_size is 312");
+    patch_u32(buf + at + 4, 300);
+    expect_bind_error(buf, len, "tokenizer.ggml.tokens has 311 entries but deepseek4.vocab_size is 300");
+}

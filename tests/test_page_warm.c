@@ -2,6 +2,7 @@
  * progress up to the whole file, every page in memory afterwards, pages
  * already there skipped, and clear errors. */
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>

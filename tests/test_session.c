@@ -8,6 +8,7 @@
 #include "engine/backend.h"
 #include "engine/cpu_ops.h"
 #include "engine/forward.h"
+#include "engine/mkmodel.h"
 #include "tests/fwd_util.h"
 #include "tests/test.h"
 
@@ -81,6 +82,104 @@ TEST(session_snapshot, f16_snapshot_loads_into_an_f32_session)
     ds4_tokens_free(&ids);
     ds4_engine_close(full);
     ds4_engine_close(none);
+}
+
+static uint32_t crc32_of(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    while (n--) {
+        c ^= *p++;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    }
+    return ~c;
+}
+
+/* Refuses the restore with a message containing want and leaves the
+ * session exactly as it was. */
+static void refused(ds4_session *s, const void *buf, size_t len, const char *want, const float *logits_before)
+{
+    size_t n = ds4_session_n_tokens(s);
+    ds4_error err = { "" };
+    CHECK_MSG(ds4_session_restore(s, buf, len, &err) != 0, "accepted a snapshot that should say '%s'", want);
+    CHECK_CONTAINS(err.msg, want);
+    CHECK_EQ_INT(ds4_session_n_tokens(s), n);
+    CHECK(memcmp(ds4_session_logits(s), logits_before, V * 4) == 0);
+}
+
+/* A snapshot of another model (same shape, other weights), one too long
+ * for the context, of another format version, or damaged anywhere is
+ * refused with a message saying which, and the session goes on as before. */
+TEST(session_snapshot, refuses_other_models_versions_and_damage)
+{
+    ds4_engine *e = fwd_test_engine(DS4_QSIM_FULL, 1);
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, 41, V, 19);
+    ds4_session *a = open_session(e, 100);
+    sync_ok(a, &ids, 40);
+    void *snap;
+    size_t len;
+    ds4_error err = { "" };
+    CHECK(ds4_session_snapshot(a, &snap, &len, &err) == 0);
+    unsigned char *bad = test_alloc(len);
+
+    /* the target session holds other tokens; each refusal must keep them */
+    ds4_session *b = open_session(e, 100);
+    sync_ok(b, &ids, 10);
+    float *before = test_alloc(V * 4);
+    memcpy(before, ds4_session_logits(b), V * 4);
+
+    memcpy(bad, snap, len);
+    bad[0] ^= 1;
+    refused(b, bad, len, "bad magic", before);
+    memcpy(bad, snap, len);
+    bad[20] ^= 1; /* inside the identity, header checksum not updated */
+    refused(b, bad, len, "header is damaged", before);
+    memcpy(bad, snap, len);
+    bad[8] = 2; /* version 2 with a valid header checksum */
+    uint32_t crc = crc32_of(bad, 52);
+    for (int i = 0; i < 4; i++) bad[52 + i] = (unsigned char)(crc >> (8 * i));
+    refused(b, bad, len, "version 2 is not supported", before);
+    memcpy(bad, snap, len);
+    bad[len - 3] ^= 0x40; /* a byte of the state */
+    refused(b, bad, len, "damaged", before);
+    refused(b, snap, len - 1, "truncated", before);
+    refused(b, snap, 10, "bad magic", before);
+
+    /* 40 tokens into a context of 30 */
+    ds4_session *small = open_session(e, 30);
+    sync_ok(small, &ids, 10);
+    refused(small, snap, len, "more than this session's context of 30", ds4_session_logits(b));
+
+    /* the same shape with other weights is another model */
+    mk_spec sp;
+    mk_spec_tiny(&sp);
+    sp.seed = 12345;
+    const char *other = test_tmp_path("other.gguf");
+    CHECK_MSG(mk_write_file(&sp, other, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = other, .backend = DS4_BACKEND_CPU, .threads = 1 };
+    ds4_engine *e2 = ds4_engine_open(&o, &err);
+    CHECK_MSG(e2 != NULL, "%s", err.msg);
+    ds4_session *c = open_session(e2, 100);
+    sync_ok(c, &ids, 10);
+    float *before_c = test_alloc(V * 4);
+    memcpy(before_c, ds4_session_logits(c), V * 4);
+    refused(c, snap, len, "belongs to another model", before_c);
+
+    /* and the untouched snapshot still restores exactly */
+    CHECK_MSG(ds4_session_restore(b, snap, len, &err) == 0, "%s", err.msg);
+    CHECK(memcmp(ds4_session_logits(b), ds4_session_logits(a), V * 4) == 0);
+    sync_ok(a, &ids, 41);
+    sync_ok(b, &ids, 41);
+    CHECK_EQ_INT(ds4_session_last_prefilled(b), 1);
+    CHECK(memcmp(ds4_session_logits(b), ds4_session_logits(a), V * 4) == 0);
+    free(snap);
+    ds4_session_close(a);
+    ds4_session_close(b);
+    ds4_session_close(small);
+    ds4_session_close(c);
+    ds4_engine_close(e2);
+    ds4_tokens_free(&ids);
+    ds4_engine_close(e);
 }
 
 /* Rewinding into the kept margin costs nothing and is exact. */

@@ -11,6 +11,7 @@
 #include "engine/npm_vocab.h"
 #include "engine/pretok.h"
 #include "engine/tokenizer.h"
+#include "tests/gguf_util.h"
 #include "tests/test.h"
 #include "tests/tok_corpus.h"
 #include "tests/tok_util.h"
@@ -602,4 +603,42 @@ TEST(tokenizer, npm_vocab_errors_and_cache)
     test_write_file(json, "{}", 2);
     CHECK_EQ_INT(npm_tokenizer_json_path(path, sizeof path, &err), 0);
     CHECK_STR_EQ(path, json);
+}
+
+/* The vocabulary arrays must be arrays of strings, and both must exist. */
+TEST(tokenizer, vocabulary_arrays_of_other_types_are_refused)
+{
+    static const char *const cases[][3] = {
+        /* tokens type, merges present, expected message */
+        { "int", "yes", "tokenizer.ggml.tokens is an array of INT32, not of strings" },
+        { "str", "no", "the model has no tokenizer.ggml.merges" },
+    };
+    for (int c = 0; c < 2; c++) {
+        gbuf b = { 0 };
+        bool merges = !strcmp(cases[c][1], "yes");
+        gb_header(&b, 3, 0, merges ? 2 : 1);
+        gb_key(&b, "tokenizer.ggml.tokens", 9);
+        if (!strcmp(cases[c][0], "int")) {
+            gb_u32(&b, 5);
+            gb_u64(&b, 2);
+            gb_u32(&b, 1);
+            gb_u32(&b, 2);
+        } else {
+            gb_u32(&b, 8);
+            gb_u64(&b, 1);
+            gb_str(&b, "a");
+        }
+        if (merges) {
+            gb_key(&b, "tokenizer.ggml.merges", 9);
+            gb_u32(&b, 8);
+            gb_u64(&b, 0);
+        }
+        const char *path = test_tmp_path("types-%d.gguf", c);
+        test_write_file(path, b.p, b.n);
+        gb_free(&b);
+        ds4_error err = { { 0 } };
+        CHECK(ds4_tokenizer_open(path, &err) == NULL);
+        CHECK_CONTAINS(err.msg, cases[c][2]);
+        CHECK_CONTAINS(err.msg, path);
+    }
 }

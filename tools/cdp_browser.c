@@ -154,11 +154,14 @@ static _Noreturn void watchdog_main(int lifeline_rd, int devnull, const char *ex
 }
 
 /* Processes whose command line mentions dir (the crash handler leaves the
- * group); killed so nothing holds the profile or outlives the agent. */
-static void sweep_stragglers(const char *dir)
+ * group); killed so nothing holds the profile or outlives the agent.
+ * Returns how many were still alive (a dying process keeps its command line
+ * until its memory is gone). */
+static int sweep_stragglers(const char *dir)
 {
     DIR *d = opendir("/proc");
-    if (!d) return;
+    if (!d) return 0;
+    int alive = 0;
     pid_t self = getpid();
     size_t dlen = strlen(dir);
     struct dirent *e;
@@ -177,9 +180,13 @@ static void sweep_stragglers(const char *dir)
         for (ssize_t i = 0; i < n; i++)
             if (!buf[i]) buf[i] = ' ';
         buf[n] = 0;
-        if (memmem(buf, (size_t)n, dir, dlen)) kill((pid_t)pid, SIGKILL);
+        if (memmem(buf, (size_t)n, dir, dlen)) {
+            kill((pid_t)pid, SIGKILL);
+            alive++;
+        }
     }
     closedir(d);
+    return alive;
 }
 
 void cdp_browser_close(cdp_browser *b)
@@ -202,7 +209,10 @@ void cdp_browser_close(cdp_browser *b)
     }
     if (b->pidfd >= 0) close(b->pidfd);
     if (b->dir) {
-        sweep_stragglers(b->dir);
+        /* SIGKILL takes effect asynchronously: wait until the browser's
+         * processes are really gone, so none outlives this call. */
+        double until = now_ms() + 3000;
+        while (sweep_stragglers(b->dir) > 0 && now_ms() < until) usleep(5000);
         rm_rf(b->dir);
         free(b->dir);
     }

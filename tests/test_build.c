@@ -1,0 +1,77 @@
+/* The Makefile as users drive it: `make test` fails when a test fails, and
+ * `make install` puts the programs and the man page under DESTDIR/PREFIX.
+ * Each runs a nested make on the variant under test (the one already
+ * built), so nothing is compiled here. */
+#include "tests/test.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* make with the given environment, without the outer make's job server,
+ * on this test run's variant. */
+static const char *make_cmd(const char *env)
+{
+    const char *v = getenv("DS4CL_VARIANT");
+    const char *flag = v && !strcmp(v, "san") ? "SAN=1" : v && !strcmp(v, "tsan") ? "TSAN=1" : "";
+    return test_printf("cd '%s' && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL %s make -s --no-print-directory %s",
+                       test_root(), env, flag);
+}
+
+static void need_make(void)
+{
+    if (!test_have_program("make")) SKIP("make is not installed");
+    char *path = test_printf("%s/Makefile", test_root());
+    if (access(path, R_OK) != 0) SKIP("no Makefile at %s (DS4CL_ROOT)", test_root());
+}
+
+static const char *last_line(char *out)
+{
+    size_t n = strlen(out);
+    while (n && out[n - 1] == '\n') out[--n] = 0;
+    char *nl = strrchr(out, '\n');
+    return nl ? nl + 1 : out;
+}
+
+TEST(build, make_test_fails_when_a_test_fails)
+{
+    need_make();
+    char *out;
+    int rc = test_runf(&out, "%s test T=selftest.deliberate_failure", make_cmd("DS4CL_TEST_SELFTEST=1"));
+    CHECK_MSG(rc != 0, "make test exited 0 on a failing test:\n%s", out);
+    CHECK_CONTAINS(out, "FAIL selftest.deliberate_failure");
+    CHECK_CONTAINS(out, "0 passed, 1 failed");
+    /* the same command on a passing test succeeds: the status is the runner's */
+    rc = test_runf(&out, "%s test T=selftest.deliberate_pass", make_cmd("DS4CL_TEST_SELFTEST=1"));
+    CHECK_MSG(rc == 0, "make test exited %d on a passing test:\n%s", rc, out);
+    CHECK_STR_EQ(last_line(out), "1 passed, 0 failed");
+}
+
+TEST(build, make_install_honours_destdir_and_prefix)
+{
+    need_make();
+    const char *dest = test_tmp_path("root");
+    char *out;
+    int rc = test_runf(&out, "%s install DESTDIR='%s' PREFIX=/usr", make_cmd(""), dest);
+    CHECK_MSG(rc == 0, "make install exited %d:\n%s", rc, out);
+    static const char *const programs[] = { "ds4cl", "ds4cl-bench", "ds4cl-mkmodel" };
+    for (int i = 0; i < 3; i++) {
+        const char *p = test_printf("%s/usr/bin/%s", dest, programs[i]);
+        struct stat st;
+        CHECK_MSG(stat(p, &st) == 0, "%s not installed", p);
+        CHECK_MSG((st.st_mode & 0111) == 0111, "%s is not executable by all", p);
+        rc = test_runf(&out, "'%s' --version", p);
+        CHECK_EQ_INT(rc, 0);
+        CHECK_CONTAINS(out, DS4CL_VERSION);
+    }
+    size_t n;
+    char *man = test_read_file(test_printf("%s/usr/share/man/man1/ds4cl.1", dest), &n);
+    CHECK_MSG(man != NULL, "man page not installed");
+    CHECK_CONTAINS(man, ".TH DS4CL 1");
+    /* nothing outside DESTDIR/PREFIX */
+    rc = test_runf(&out, "cd '%s' && find . -type f | sort", dest);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR_EQ(out, "./usr/bin/ds4cl\n./usr/bin/ds4cl-bench\n./usr/bin/ds4cl-mkmodel\n"
+                      "./usr/share/man/man1/ds4cl.1\n");
+}
