@@ -108,7 +108,7 @@ int cmd_interactive(const ds4cl_options *o)
     cfg.tools.search_url = o->search_url;
 
     agent *a = NULL;
-    char err[512] = "";
+    char err[1024] = "";
     if (sess) {
         a = session_start_agent(sess, &cfg, err, sizeof err);
     } else {
