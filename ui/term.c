@@ -17,6 +17,7 @@
 #include "base/base.h"
 
 #define STDERR_TAIL_BYTES 4096
+#define STDERR_LOG_MAX (1 << 20)
 
 static bool g_active, g_started, g_color, g_256;
 static SCREEN *g_screen;
@@ -161,6 +162,7 @@ static void stderr_to_log(void)
     if (fd < 0) return;
     struct stat st;
     g_log_start = fstat(fd, &st) == 0 ? st.st_size : 0;
+    if (g_log_start > STDERR_LOG_MAX && ftruncate(fd, 0) == 0) g_log_start = 0;
     fflush(stderr);
     g_saved_stderr = dup(STDERR_FILENO);
     if (g_saved_stderr < 0 || dup2(fd, STDERR_FILENO) < 0) {
