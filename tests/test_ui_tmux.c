@@ -598,7 +598,7 @@ TEST(ui_tmux, sessions_new_switch_and_resume_picker)
     send(&t, "/new");
     tmux_wait(&t, "New session", WAIT_MS);
     const char *second = session_on_screen(&t);
-    CHECK(strcmp(first, second) != 0);
+    CHECK_MSG(strcmp(first, second) != 0, "still %s after /new:\n%s", first, tmux_screen(&t));
     send(&t, "second session request");
     wait_in_transcript(&t, "\xe2\x80\xba second session request");
     tmux_wait(&t, "Answered.", WAIT_MS);

@@ -375,6 +375,7 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
     app.ed = editor_new(&app.hist);
     app.think = cfg->base->think;
     app.starting = true;
+    app.resuming = cfg->resumed;
     app.st.state = AGENT_PREFILL;
     app.confirm_timeout_ms = confirm_timeout_ms();
     if (cfg->base->trace_path) {

@@ -33,6 +33,7 @@ typedef struct ui_app {
 
     agent_status st;
     bool starting;          /* the system prompt is still being read */
+    bool resuming;          /* … and a saved conversation after it */
     char tool[64];          /* the tool the model called last */
     ds4_think think;
     char *trace_path;       /* /trace's file, NULL when off */

@@ -219,13 +219,21 @@ static int run_session_cmd(ui_app *app, const sessions_command *sc, const char *
         return refuse(app, "`/%s` needs the model to be idle: wait, or press Esc to interrupt it.", sc->name);
     sessions_ctx c = { app->cfg->s, app->cfg->a, app->cfg->base };
     char *out = NULL;
-    agent *before = app_agent(app);
     int rc = sc->run(&c, args, &out);
-    bool moved = app_agent(app) != before;
-    if (moved) app_agent_replaced(app);
+    /* These restart the agent, even when they fail after stopping it (the
+     * current session is started again); a new agent may well live at
+     * the old one's address, so the command says it, not the pointer. */
+    bool restarts = !sc->busy_ok;
+    if (restarts && rc == 0) {
+        app_agent_replaced(app);
+        app->resuming = strcmp(sc->name, "new") != 0;
+    } else if (restarts) {
+        app->starting = true;
+        if (!app_agent(app)) app_agent_replaced(app);
+    }
     if (out && *out) doc_adds(app->doc, rc == 0 ? DOC_INFO : DOC_ERROR, out);
     free(out);
-    if (moved && rc == 0 && strcmp(sc->name, "new")) app_replay_history(app, HISTORY_DEFAULT, true);
+    if (restarts && rc == 0 && strcmp(sc->name, "new")) app_replay_history(app, HISTORY_DEFAULT, true);
     return rc == 0 ? 1 : 2;
 }
 

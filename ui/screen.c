@@ -223,7 +223,7 @@ void screen_draw(ui_app *app)
         row += q_h;
     }
     ui_status_in in = {
-        .st = app->st, .starting = app->starting, .tool = app->tool, .queued = queued, .think = app->think,
+        .st = app->st, .starting = app->starting, .resumed = app->resuming, .tool = app->tool, .queued = queued, .think = app->think,
         .model = app->cfg->model, .device = app->cfg->device, .frame = app->frame,
     };
     ui_line status = { 0 };

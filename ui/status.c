@@ -62,7 +62,8 @@ static void state_part(const ui_status_in *in, ui_line *l)
         ui_line_adds(l, b, (ui_style)(UI_C_ERROR | UI_BOLD | UI_REVERSE));
         return;
     case AGENT_PREFILL: {
-        snprintf(b, sizeof b, "%s %s ", spin, in->starting ? "reading the system prompt" : "reading");
+        snprintf(b, sizeof b, "%s %s ", spin,
+                 !in->starting ? "reading" : in->resumed ? "reading the conversation" : "reading the system prompt");
         ui_line_adds(l, b, (ui_style)(base | UI_BOLD));
         int done = st->prefill_done, total = st->prefill_total;
         if (total <= 0) return;

@@ -16,6 +16,7 @@
 typedef struct {
     agent_status st;
     bool starting;        /* the system prompt is being read */
+    bool resumed;         /* … with a saved conversation after it */
     const char *tool;     /* the tool that runs (AGENT_TOOL) */
     size_t queued;        /* messages waiting to be sent */
     ds4_think think;

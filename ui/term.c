@@ -284,9 +284,11 @@ void term_draw_line(const ui_line *l)
 
 /* ---- start and stop ------------------------------------------------------------------ */
 
+/* Only the character type: numbers must keep being read and written the
+ * C way everywhere else in the process. */
 static void select_utf8(void)
 {
-    setlocale(LC_ALL, "");
+    setlocale(LC_CTYPE, "");
     const char *cs = nl_langinfo(CODESET);
     if (cs && (!strcmp(cs, "UTF-8") || !strcmp(cs, "utf8"))) return;
     /* the interface speaks UTF-8 whatever the environment says */
