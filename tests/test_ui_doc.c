@@ -28,10 +28,10 @@ static int style_of(const ui_line *l, const char *needle)
 /* All lines of the document joined by '\n' (runner-owned). */
 static const char *doc_text(ui_doc *d, int width)
 {
-    size_t n = doc_layout(d, width);
+    size_t n = ui_doc_layout(d, width);
     strbuf b = { 0 };
     for (size_t i = 0; i < n; i++) {
-        const ui_line *l = doc_line(d, i);
+        const ui_line *l = ui_doc_line(d, i);
         CHECK_MSG(l->width <= width, "line %zu is %d columns wide (limit %d): %s", i, l->width, width, l->text);
         CHECK_EQ_INT(l->width, ui_text_width(l->text, l->len));
         CHECK_MSG(!strchr(l->text, '\x1b') && !strchr(l->text, '\r') && !strchr(l->text, '\n'),
@@ -47,16 +47,16 @@ static const char *doc_text(ui_doc *d, int width)
 /* The first line containing needle. */
 static const ui_line *find_line(ui_doc *d, int width, const char *needle)
 {
-    size_t n = doc_layout(d, width);
+    size_t n = ui_doc_layout(d, width);
     for (size_t i = 0; i < n; i++)
-        if (strstr(doc_line(d, i)->text, needle)) return doc_line(d, i);
+        if (strstr(ui_doc_line(d, i)->text, needle)) return ui_doc_line(d, i);
     FAIL("no line contains \"%s\" in:\n%s", needle, doc_text(d, width));
 }
 
 static void ev(ui_doc *d, agent_event_type type, const char *text)
 {
     agent_event e = { .type = type, .text = (char *)text, .len = text ? strlen(text) : 0 };
-    doc_event(d, &e);
+    ui_doc_event(d, &e);
 }
 
 static void tool_ev(ui_doc *d, agent_event_type type, int call, const char *tool, const char *name, const char *text)
@@ -68,7 +68,7 @@ static void tool_ev(ui_doc *d, agent_event_type type, int call, const char *tool
         e.text = NULL;
         e.len = 0;
     }
-    doc_event(d, &e);
+    ui_doc_event(d, &e);
 }
 
 TEST(ui_doc, utf8_decoding_never_fails)
@@ -215,7 +215,7 @@ TEST(ui_doc, markdown_blocks)
 TEST(ui_doc, reasoning_streams_then_folds)
 {
     utf8_locale();
-    ui_doc *d = doc_new();
+    ui_doc *d = ui_doc_new();
     ev(d, AGENT_EV_USER, "explain");
     ev(d, AGENT_EV_THINKING, "\nfirst thought\n");
     ev(d, AGENT_EV_THINKING, "second thought");
@@ -228,17 +228,17 @@ TEST(ui_doc, reasoning_streams_then_folds)
     CHECK(!strstr(t, "second thought"));
     CHECK_CONTAINS(t, "Thought for 2 lines");
     CHECK_CONTAINS(t, "The answer.");
-    doc_set_show_thinking(d, true);
+    ui_doc_set_show_thinking(d, true);
     t = doc_text(d, 60);
     CHECK_CONTAINS(t, "second thought");
-    CHECK_EQ_INT(doc_blocks(d), 3);
-    doc_free(d);
+    CHECK_EQ_INT(ui_doc_blocks(d), 3);
+    ui_doc_free(d);
 }
 
 TEST(ui_doc, tool_calls_drawn_while_they_stream)
 {
     utf8_locale();
-    ui_doc *d = doc_new();
+    ui_doc *d = ui_doc_new();
     ev(d, AGENT_EV_USER, "fix it");
     ev(d, AGENT_EV_TEXT, "Reading it.");
     tool_ev(d, AGENT_EV_TOOL_START, 0, "read", NULL, NULL);
@@ -258,7 +258,7 @@ TEST(ui_doc, tool_calls_drawn_while_they_stream)
     agent_event r = { .type = AGENT_EV_TOOL_RESULT, .text = "src/main.c: lines 10-20 of 40\n10\tint main", .tool = "read",
                       .call_index = 0 };
     r.len = strlen(r.text);
-    doc_event(d, &r);
+    ui_doc_event(d, &r);
     const char *t = doc_text(d, 80);
     CHECK_CONTAINS(t, "Read src/main.c 10:20\n");
     CHECK_CONTAINS(t, "src/main.c: lines 10-20 of 40 (+1 lines)");
@@ -268,13 +268,13 @@ TEST(ui_doc, tool_calls_drawn_while_they_stream)
     t = doc_text(d, 80);
     CHECK_CONTAINS(t, "not run: interrupted");
     CHECK_EQ_INT(UI_ROLE(style_of(find_line(d, 80, "Editing"), "\xe2\x97\x8f")), UI_C_ERROR);
-    doc_free(d);
+    ui_doc_free(d);
 }
 
 TEST(ui_doc, bash_shows_the_command_and_a_live_tail)
 {
     utf8_locale();
-    ui_doc *d = doc_new();
+    ui_doc *d = ui_doc_new();
     tool_ev(d, AGENT_EV_TOOL_START, 0, "bash", NULL, NULL);
     tool_ev(d, AGENT_EV_TOOL_PARAM, 0, "bash", "command", "make test");
     tool_ev(d, AGENT_EV_TOOL_CALL, 0, "bash", NULL, "{\"command\":\"make test\"}");
@@ -288,40 +288,40 @@ TEST(ui_doc, bash_shows_the_command_and_a_live_tail)
     CHECK(!strstr(t, "line 12\n"));
     agent_event c = { .type = AGENT_EV_CONFIRM, .text = "bash: make test", .tool = "bash", .call_index = 0 };
     c.len = strlen(c.text);
-    doc_event(d, &c);
+    ui_doc_event(d, &c);
     CHECK_CONTAINS(doc_text(d, 80), "waiting for your answer");
     agent_event r = { .type = AGENT_EV_TOOL_RESULT, .text = "job 1: exit status 2 after 0.3 s\nboom", .tool = "bash",
                       .call_index = 0 };
     r.len = strlen(r.text);
-    doc_event(d, &r);
+    ui_doc_event(d, &r);
     t = doc_text(d, 80);
     CHECK(!strstr(t, "waiting for your answer"));
     CHECK_EQ_INT(UI_ROLE(style_of(find_line(d, 80, "exit status 2"), "job")), UI_C_ERROR);
     sb_free(&out);
-    doc_free(d);
+    ui_doc_free(d);
 }
 
 TEST(ui_doc, history_replay_of_a_raw_reply)
 {
     utf8_locale();
-    ui_doc *d = doc_new();
+    ui_doc *d = ui_doc_new();
     const char *raw = "let me look</think>\n\nI will read it.\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9ctool_calls>\n<...";
-    doc_add_reply(d, raw, strlen(raw));
-    doc_add_tool(d, "read", "{\"path\":\"a.c\"}", "a.c: 3 lines", false, false);
-    doc_add_tool(d, "write", "{\"path\":\"b.c\",\"content\":\"x\"}", "Tool error: denied", true, true);
+    ui_doc_add_reply(d, raw, strlen(raw));
+    ui_doc_add_tool(d, "read", "{\"path\":\"a.c\"}", "a.c: 3 lines", false, false);
+    ui_doc_add_tool(d, "write", "{\"path\":\"b.c\",\"content\":\"x\"}", "Tool error: denied", true, true);
     const char *t = doc_text(d, 80);
     CHECK_CONTAINS(t, "Thought for 1 line");
     CHECK_CONTAINS(t, "I will read it.\n");
     CHECK(!strstr(t, "DSML"));
     CHECK_CONTAINS(t, "Read a.c 1:500");
     CHECK_CONTAINS(t, "denied: denied");
-    doc_free(d);
+    ui_doc_free(d);
 }
 
 TEST(ui_doc, every_line_fits_any_width)
 {
     utf8_locale();
-    ui_doc *d = doc_new();
+    ui_doc *d = ui_doc_new();
     ev(d, AGENT_EV_USER, "\xe8\xaf\xb7\xe8\xa7\xa3\xe9\x87\x8a\xe8\xbf\x99\xe4\xb8\xaa\xe5\x87\xbd\xe6\x95\xb0 please");
     ev(d, AGENT_EV_TEXT, "Emoji \xf0\x9f\x98\x80\xf0\x9f\x9a\x80 and **\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e** "
                          "`code \xe2\x86\x92 arrow` in a paragraph long enough to need several lines.\n```\n"
@@ -330,8 +330,8 @@ TEST(ui_doc, every_line_fits_any_width)
     ev(d, AGENT_EV_NOTICE, "a notice\nwith two lines");
     for (int w = 8; w <= 50; w++) (void)doc_text(d, w);
     /* the layout follows appended text */
-    size_t before = doc_layout(d, 30);
+    size_t before = ui_doc_layout(d, 30);
     ev(d, AGENT_EV_ERROR, "boom");
-    CHECK(doc_layout(d, 30) > before);
-    doc_free(d);
+    CHECK(ui_doc_layout(d, 30) > before);
+    ui_doc_free(d);
 }

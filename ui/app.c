@@ -18,7 +18,7 @@
 #define MIN_DRAW_MS 30    /* streaming output is drawn at most this often */
 #define HINT_MS 4000
 
-void str_list_push(str_list *l, const char *s)
+void ui_str_list_push(str_list *l, const char *s)
 {
     char **grown = realloc(l->v, (l->n + 1) * sizeof *grown);
     if (!grown) abort();
@@ -28,7 +28,7 @@ void str_list_push(str_list *l, const char *s)
     l->n++;
 }
 
-void str_list_clear(str_list *l)
+void ui_str_list_clear(str_list *l)
 {
     for (size_t i = 0; i < l->n; i++) free(l->v[i]);
     free(l->v);
@@ -36,7 +36,7 @@ void str_list_clear(str_list *l)
     l->n = 0;
 }
 
-char *str_list_join(const str_list *l)
+char *ui_str_list_join(const str_list *l)
 {
     strbuf b = { 0 };
     for (size_t i = 0; i < l->n; i++) {
@@ -46,14 +46,14 @@ char *str_list_join(const str_list *l)
     return sb_take(&b);
 }
 
-agent *app_agent(ui_app *app) { return *app->cfg->a; }
+agent *ui_app_agent(ui_app *app) { return *app->cfg->a; }
 
-bool app_busy(const ui_app *app)
+bool ui_app_busy(const ui_app *app)
 {
     return app->st.state != AGENT_IDLE && app->st.state != AGENT_ERROR;
 }
 
-void app_hint(ui_app *app, const char *fmt, ...)
+void ui_app_hint(ui_app *app, const char *fmt, ...)
 {
     strbuf b = { 0 };
     va_list ap;
@@ -66,7 +66,7 @@ void app_hint(ui_app *app, const char *fmt, ...)
     app->dirty = true;
 }
 
-void app_banner(ui_app *app)
+void ui_app_banner(ui_app *app)
 {
     ui_config *c = app->cfg;
     strbuf b = { 0 };
@@ -77,15 +77,15 @@ void app_banner(ui_app *app)
     if (c->s && *c->s) sb_printf(&b, "Session `%s` in `%s`\n", session_id(*c->s), c->base->workspace);
     else sb_printf(&b, "In `%s` (this conversation is not saved)\n", c->base->workspace);
     sb_puts(&b, "Type a request and press Enter. `/help` lists commands and keys; Ctrl+D quits.");
-    doc_add(app->doc, DOC_BANNER, b.s, b.len);
+    ui_doc_add(app->doc, DOC_BANNER, b.s, b.len);
     sb_free(&b);
 }
 
-void app_replay_history(ui_app *app, int max_user, bool header)
+void ui_app_replay_history(ui_app *app, int max_user, bool header)
 {
     session *s = app->cfg->s ? *app->cfg->s : NULL;
     if (!s) {
-        doc_adds(app->doc, DOC_ERROR, "There is no session to show the history of.");
+        ui_doc_adds(app->doc, DOC_ERROR, "There is no session to show the history of.");
         return;
     }
     session_turn *v;
@@ -96,40 +96,40 @@ void app_replay_history(ui_app *app, int max_user, bool header)
         char h[128];
         snprintf(h, sizeof h, n ? "History: the last %d request%s" : "History: nothing yet", users,
                  users == 1 ? "" : "s");
-        doc_adds(app->doc, DOC_INFO, h);
+        ui_doc_adds(app->doc, DOC_INFO, h);
     }
     for (size_t i = 0; i < n; i++) {
         const session_turn *t = &v[i];
         switch (t->kind) {
-        case AGENT_TURN_USER: doc_add(app->doc, DOC_USER, t->text, t->len); break;
-        case AGENT_TURN_ASSISTANT: doc_add_reply(app->doc, t->text, t->len); break;
+        case AGENT_TURN_USER: ui_doc_add(app->doc, DOC_USER, t->text, t->len); break;
+        case AGENT_TURN_ASSISTANT: ui_doc_add_reply(app->doc, t->text, t->len); break;
         case AGENT_TURN_TOOL:
             for (size_t k = 0; k < t->n_calls; k++)
-                doc_add_tool(app->doc, t->calls[k].name, t->calls[k].args_json, t->calls[k].result,
+                ui_doc_add_tool(app->doc, t->calls[k].name, t->calls[k].args_json, t->calls[k].result,
                              t->calls[k].is_error, t->calls[k].denied);
             break;
         case AGENT_TURN_REBUILD:
-            if (t->len) doc_add(app->doc, DOC_COMPACTION, t->text, t->len);
+            if (t->len) ui_doc_add(app->doc, DOC_COMPACTION, t->text, t->len);
             break;
         case AGENT_TURN_SYSTEM: break;
         }
     }
     session_turns_free(v, n);
-    if (header && n) doc_adds(app->doc, DOC_INFO, "*End of the history.*");
+    if (header && n) ui_doc_adds(app->doc, DOC_INFO, "*End of the history.*");
     app->scroll = 0;
     app->dirty = true;
 }
 
-void app_agent_replaced(ui_app *app)
+void ui_app_agent_replaced(ui_app *app)
 {
     app->starting = true;
-    str_list_clear(&app->steered);
+    ui_str_list_clear(&app->steered);
     free(app->confirm_text);
     app->confirm_text = NULL;
     app->confirm_open = false;
     memset(&app->st, 0, sizeof app->st);
     app->st.state = AGENT_PREFILL;
-    agent *a = app_agent(app);
+    agent *a = ui_app_agent(app);
     if (a) {
         agent_get_status(a, &app->st);
     } else {
@@ -137,8 +137,8 @@ void app_agent_replaced(ui_app *app)
         app->st.state = AGENT_ERROR;
         snprintf(app->st.error, sizeof app->st.error, "no agent is running");
     }
-    doc_clear(app->doc);
-    app_banner(app);
+    ui_doc_clear(app->doc);
+    ui_app_banner(app);
     app->scroll = 0;
     app->dirty = true;
 }
@@ -147,19 +147,19 @@ void app_agent_replaced(ui_app *app)
 
 static void send_text(ui_app *app, const char *text)
 {
-    agent *a = app_agent(app);
+    agent *a = ui_app_agent(app);
     if (!a) {
-        doc_adds(app->doc, DOC_ERROR, "No agent is running: `/new` or `/switch` starts one, `/quit` leaves.");
+        ui_doc_adds(app->doc, DOC_ERROR, "No agent is running: `/new` or `/switch` starts one, `/quit` leaves.");
         return;
     }
     /* Order is kept: once something waits here, the rest waits too. */
     if (!app->starting && !app->held.n) {
-        if (!app_busy(app) && agent_submit(a, text) == 0) {
+        if (!ui_app_busy(app) && agent_submit(a, text) == 0) {
             app->st.state = AGENT_PREFILL;
             return;
         }
-        if (app_busy(app) && agent_steer(a, text) == 0) {
-            str_list_push(&app->steered, text);
+        if (ui_app_busy(app) && agent_steer(a, text) == 0) {
+            ui_str_list_push(&app->steered, text);
             return;
         }
         if (agent_submit(a, text) == 0) {
@@ -167,12 +167,12 @@ static void send_text(ui_app *app, const char *text)
             return;
         }
     }
-    str_list_push(&app->held, text);
+    ui_str_list_push(&app->held, text);
 }
 
-void app_submit(ui_app *app)
+void ui_app_submit(ui_app *app)
 {
-    const char *t = editor_text(app->ed);
+    const char *t = ui_editor_text(app->ed);
     bool blank = true;
     for (const char *p = t; *p && blank; p++) blank = *p == ' ' || *p == '\n' || *p == '\t';
     if (blank) return;
@@ -180,11 +180,11 @@ void app_submit(ui_app *app)
     if (t[0] == '/') {
         char *line = strdup(t);
         if (!line) abort();
-        int rc = commands_run(app, line);
+        int rc = ui_commands_run(app, line);
         if (rc == 1) {
-            if (history_add(&app->hist, line, err, sizeof err) != 0) app_hint(app, "history not saved: %s", err);
+            if (ui_history_add(&app->hist, line, err, sizeof err) != 0) ui_app_hint(app, "history not saved: %s", err);
             /* the command may have left text to edit (e.g. a completion) */
-            if (!strcmp(editor_text(app->ed), line)) free(editor_take(app->ed));
+            if (!strcmp(ui_editor_text(app->ed), line)) free(ui_editor_take(app->ed));
         }
         free(line);
         if (rc != 0) {
@@ -192,17 +192,17 @@ void app_submit(ui_app *app)
             return;
         }
     }
-    char *text = editor_take(app->ed);
-    if (history_add(&app->hist, text, err, sizeof err) != 0) app_hint(app, "history not saved: %s", err);
+    char *text = ui_editor_take(app->ed);
+    if (ui_history_add(&app->hist, text, err, sizeof err) != 0) ui_app_hint(app, "history not saved: %s", err);
     send_text(app, text);
     free(text);
     app->scroll = 0;
     app->dirty = true;
 }
 
-void app_interrupt(ui_app *app, bool send_queue)
+void ui_app_interrupt(ui_app *app, bool send_queue)
 {
-    agent *a = app_agent(app);
+    agent *a = ui_app_agent(app);
     if (!a) return;
     if (!send_queue) {
         /* taken back before the interrupt: an interrupted turn sends it */
@@ -215,23 +215,23 @@ void app_interrupt(ui_app *app, bool send_queue)
             sb_puts(&b, app->held.v[i]);
         }
         if (b.len) {
-            if (!editor_empty(app->ed)) {
+            if (!ui_editor_empty(app->ed)) {
                 sb_puts(&b, "\n");
-                sb_puts(&b, editor_text(app->ed));
+                sb_puts(&b, ui_editor_text(app->ed));
             }
-            editor_set(app->ed, sb_str(&b));
+            ui_editor_set(app->ed, sb_str(&b));
         }
         sb_free(&b);
-        str_list_clear(&app->steered);
-        str_list_clear(&app->held);
+        ui_str_list_clear(&app->steered);
+        ui_str_list_clear(&app->held);
     }
     agent_interrupt(a);
     app->dirty = true;
 }
 
-void app_answer_confirm(ui_app *app, tool_confirm answer)
+void ui_app_answer_confirm(ui_app *app, tool_confirm answer)
 {
-    agent *a = app_agent(app);
+    agent *a = ui_app_agent(app);
     if (a && app->confirm_open) agent_confirm(a, answer);
     app->confirm_open = false;
     free(app->confirm_text);
@@ -239,7 +239,7 @@ void app_answer_confirm(ui_app *app, tool_confirm answer)
     app->dirty = true;
 }
 
-void app_ctrl_c(ui_app *app)
+void ui_app_ctrl_c(ui_app *app)
 {
     double now = now_ms();
     bool twice = now - app->ctrl_c_ms < UI_DOUBLE_PRESS_MS;
@@ -248,15 +248,15 @@ void app_ctrl_c(ui_app *app)
         app->quit = true;
         return;
     }
-    if (app->confirm_open) app_answer_confirm(app, TOOL_CONFIRM_NO);
-    if (app_busy(app) || app->held.n) {
-        app_interrupt(app, false);
-        app_hint(app, "Interrupting. Ctrl+C again quits.");
-    } else if (!editor_empty(app->ed)) {
-        editor_set(app->ed, "");
-        app_hint(app, "Input cleared (Ctrl+_ brings it back). Ctrl+C again quits.");
+    if (app->confirm_open) ui_app_answer_confirm(app, TOOL_CONFIRM_NO);
+    if (ui_app_busy(app) || app->held.n) {
+        ui_app_interrupt(app, false);
+        ui_app_hint(app, "Interrupting. Ctrl+C again quits.");
+    } else if (!ui_editor_empty(app->ed)) {
+        ui_editor_set(app->ed, "");
+        ui_app_hint(app, "Input cleared (Ctrl+_ brings it back). Ctrl+C again quits.");
     } else {
-        app_hint(app, "Press Ctrl+C again or Ctrl+D to quit.");
+        ui_app_hint(app, "Press Ctrl+C again or Ctrl+D to quit.");
     }
 }
 
@@ -300,13 +300,13 @@ static void handle_event(ui_app *app, const agent_event *e)
     default:
         break;
     }
-    doc_event(app->doc, e);
+    ui_doc_event(app->doc, e);
     app->dirty = true;
 }
 
 static void tick(ui_app *app)
 {
-    agent *a = app_agent(app);
+    agent *a = ui_app_agent(app);
     if (a) {
         agent_event *ev;
         size_t n = agent_drain(a, &ev);
@@ -316,11 +316,11 @@ static void tick(ui_app *app)
         agent_get_status(a, &app->st);
         if (memcmp(&old, &app->st, sizeof old)) app->dirty = true;
     }
-    if (app->starting && !app_busy(app)) app->starting = false;
-    if (a && !app->starting && !app_busy(app) && app->held.n) {
-        char *text = str_list_join(&app->held);
+    if (app->starting && !ui_app_busy(app)) app->starting = false;
+    if (a && !app->starting && !ui_app_busy(app) && app->held.n) {
+        char *text = ui_str_list_join(&app->held);
         if (agent_submit(a, text) == 0) {
-            str_list_clear(&app->held);
+            ui_str_list_clear(&app->held);
             app->st.state = AGENT_PREFILL;
         }
         free(text);
@@ -331,8 +331,8 @@ static void tick(ui_app *app)
             char msg[160];
             snprintf(msg, sizeof msg, "No answer in %d s: the %s call was denied.", app->confirm_timeout_ms / 1000,
                      app->confirm_tool);
-            app_answer_confirm(app, TOOL_CONFIRM_NO);
-            doc_adds(app->doc, DOC_NOTICE, msg);
+            ui_app_answer_confirm(app, TOOL_CONFIRM_NO);
+            ui_doc_adds(app->doc, DOC_NOTICE, msg);
         } else if (!app->st.confirm_pending) {
             /* answered elsewhere: the turn was interrupted */
             app->confirm_open = false;
@@ -361,7 +361,7 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
     ui_app app;
     memset(&app, 0, sizeof app);
     app.cfg = cfg;
-    app.doc = doc_new();
+    app.doc = ui_doc_new();
     char hpath[4096];
     const char *hp = cfg->history_path;
     if (!hp) {
@@ -371,8 +371,8 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
             hp = hpath;
         }
     }
-    history_open(&app.hist, hp);
-    app.ed = editor_new(&app.hist);
+    ui_history_open(&app.hist, hp);
+    app.ed = ui_editor_new(&app.hist);
     app.think = cfg->base->think;
     app.starting = true;
     app.resuming = cfg->resumed;
@@ -384,33 +384,33 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
         cfg->base->trace_path = app.trace_path;
     }
     ui_exit rc = UI_EXIT_QUIT;
-    if (term_start(cfg->no_color, msg, msglen) != 0) {
+    if (ui_term_start(cfg->no_color, msg, msglen) != 0) {
         rc = UI_EXIT_ERROR;
         goto done;
     }
-    app_banner(&app);
-    for (size_t i = 0; i < cfg->n_notes; i++) doc_adds(app.doc, DOC_NOTICE, cfg->notes[i]);
-    if (cfg->resumed) app_replay_history(&app, 3, true);
+    ui_app_banner(&app);
+    for (size_t i = 0; i < cfg->n_notes; i++) ui_doc_adds(app.doc, DOC_NOTICE, cfg->notes[i]);
+    if (cfg->resumed) ui_app_replay_history(&app, 3, true);
     app.dirty = true;
 
     double last_draw = 0, last_frame = now_ms();
     while (!app.quit) {
-        agent *a = app_agent(&app);
+        agent *a = ui_app_agent(&app);
         struct pollfd p[3];
         int np = 0;
         p[np++] = (struct pollfd){ STDIN_FILENO, POLLIN, 0 };
-        if (term_signal_fd() >= 0) p[np++] = (struct pollfd){ term_signal_fd(), POLLIN, 0 };
+        if (ui_term_signal_fd() >= 0) p[np++] = (struct pollfd){ ui_term_signal_fd(), POLLIN, 0 };
         if (a) p[np++] = (struct pollfd){ agent_wake_fd(a), POLLIN, 0 };
-        bool animated = app_busy(&app) || app.confirm_open || app.hint || app.held.n;
+        bool animated = ui_app_busy(&app) || app.confirm_open || app.hint || app.held.n;
         double now = now_ms();
         int timeout = animated ? FRAME_MS : 1000;
         if (app.dirty) timeout = (int)(last_draw + MIN_DRAW_MS - now) > 0 ? (int)(last_draw + MIN_DRAW_MS - now) : 0;
         if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR) break;
 
         int s;
-        while ((s = term_take_signal()) != 0) {
+        while ((s = ui_term_take_signal()) != 0) {
             if (s == SIGINT) {
-                app_ctrl_c(&app);
+                ui_app_ctrl_c(&app);
             } else {
                 app.quit = true;
                 app.quit_signal = s;
@@ -420,7 +420,7 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
         int r;
         wint_t wc;
         while (!app.quit && (r = get_wch(&wc)) != ERR) {
-            keys_handle(&app, r, wc);
+            ui_keys_handle(&app, r, wc);
             keyed = true;
         }
         tick(&app);
@@ -431,12 +431,12 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
             app.dirty = true;
         }
         if (app.dirty && (keyed || now - last_draw >= MIN_DRAW_MS)) {
-            screen_draw(&app);
+            ui_screen_draw(&app);
             last_draw = now;
             app.dirty = false;
         }
     }
-    term_stop();
+    ui_term_stop();
     if (app.quit_signal) {
         rc = UI_EXIT_SIGNAL;
         *sig = app.quit_signal;
@@ -446,11 +446,11 @@ done:
     free(app.trace_path);
     free(app.hint);
     free(app.confirm_text);
-    str_list_clear(&app.held);
-    str_list_clear(&app.steered);
+    ui_str_list_clear(&app.held);
+    ui_str_list_clear(&app.steered);
     sb_free(&app.paste_buf);
-    editor_free(app.ed);
-    history_close(&app.hist);
-    doc_free(app.doc);
+    ui_editor_free(app.ed);
+    ui_history_close(&app.hist);
+    ui_doc_free(app.doc);
     return rc;
 }

@@ -20,10 +20,10 @@ typedef struct {
     size_t n;
 } str_list;
 
-void str_list_push(str_list *l, const char *s);
-void str_list_clear(str_list *l);
+void ui_str_list_push(str_list *l, const char *s);
+void ui_str_list_clear(str_list *l);
 /* The texts joined by blank lines (malloc'd). */
-char *str_list_join(const str_list *l);
+char *ui_str_list_join(const str_list *l);
 
 typedef struct ui_app {
     ui_config *cfg;
@@ -70,41 +70,41 @@ typedef struct ui_app {
 
 /* ---- app.c ---------------------------------------------------------------------- */
 
-agent *app_agent(ui_app *app);
-bool app_busy(const ui_app *app);
+agent *ui_app_agent(ui_app *app);
+bool ui_app_busy(const ui_app *app);
 /* Sends what the user typed: a message (queued while busy) or a command. */
-void app_submit(ui_app *app);
+void ui_app_submit(ui_app *app);
 /* Ctrl+C / Esc while busy: stop the turn; with send_queue the queued
  * text runs next, otherwise it comes back into the input line. */
-void app_interrupt(ui_app *app, bool send_queue);
+void ui_app_interrupt(ui_app *app, bool send_queue);
 /* Ctrl+C (or SIGINT): interrupt, or clear the input; twice quits. */
-void app_ctrl_c(ui_app *app);
-void app_hint(ui_app *app, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void app_banner(ui_app *app);
+void ui_app_ctrl_c(ui_app *app);
+void ui_app_hint(ui_app *app, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ui_app_banner(ui_app *app);
 /* The agent changed (/switch, /new, /fork): start the picture over. */
-void app_agent_replaced(ui_app *app);
-void app_answer_confirm(ui_app *app, tool_confirm answer);
+void ui_app_agent_replaced(ui_app *app);
+void ui_app_answer_confirm(ui_app *app, tool_confirm answer);
 /* The session's latest max_user turns drawn into the transcript. */
-void app_replay_history(ui_app *app, int max_user, bool header);
+void ui_app_replay_history(ui_app *app, int max_user, bool header);
 
 /* ---- keys.c ---------------------------------------------------------------------- */
 
 /* One key from get_wch: r is its return (OK or KEY_CODE_YES). */
-void keys_handle(ui_app *app, int r, wint_t wc);
+void ui_keys_handle(ui_app *app, int r, wint_t wc);
 
 /* ---- commands.c ------------------------------------------------------------------ */
 
 /* Runs text when it is a command: 0 when it is a message, 1 when the
  * command ran (the input is done with), 2 when it was refused or unknown
  * (the input stays for fixing). */
-int commands_run(ui_app *app, const char *text);
+int ui_commands_run(ui_app *app, const char *text);
 /* Tab: completes the command or session ID under the cursor. */
-void commands_complete(ui_app *app);
+void ui_commands_complete(ui_app *app);
 
 /* ---- screen.c -------------------------------------------------------------------- */
 
-void screen_draw(ui_app *app);
+void ui_screen_draw(ui_app *app);
 /* Lines the transcript pane shows (for paging). */
-int screen_pane_height(const ui_app *app);
+int ui_screen_pane_height(const ui_app *app);
 
 #endif

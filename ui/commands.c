@@ -23,14 +23,14 @@ static int refuse(ui_app *app, const char *fmt, const char *arg)
 {
     char msg[512];
     snprintf(msg, sizeof msg, fmt, arg);
-    doc_adds(app->doc, DOC_ERROR, msg);
+    ui_doc_adds(app->doc, DOC_ERROR, msg);
     return 2;
 }
 
 static agent *need_agent(ui_app *app)
 {
-    agent *a = app_agent(app);
-    if (!a) doc_adds(app->doc, DOC_ERROR, "No agent is running: `/new` or `/switch` starts one.");
+    agent *a = ui_app_agent(app);
+    if (!a) ui_doc_adds(app->doc, DOC_ERROR, "No agent is running: `/new` or `/switch` starts one.");
     return a;
 }
 
@@ -49,7 +49,7 @@ static int set_think(ui_app *app, ds4_think mode)
     else
         snprintf(msg, sizeof msg, "%s from the next request.",
                  mode == DS4_THINK_NONE ? "No thinking" : mode == DS4_THINK_MAX ? "Think Max" : "Thinking");
-    doc_adds(app->doc, DOC_NOTICE, msg);
+    ui_doc_adds(app->doc, DOC_NOTICE, msg);
     return 1;
 }
 
@@ -69,7 +69,7 @@ static int cmd_history(ui_app *app, const char *args)
             return refuse(app, "usage: `/history [N]` with N from 1 to 200, not `%s`", args);
         n = (int)v;
     }
-    app_replay_history(app, n, true);
+    ui_app_replay_history(app, n, true);
     return 1;
 }
 
@@ -78,10 +78,10 @@ static int request(ui_app *app, agent_request_kind kind, const char *what)
     agent *a = need_agent(app);
     if (!a) return 2;
     agent_request(a, kind);
-    if (app_busy(app)) {
+    if (ui_app_busy(app)) {
         char msg[160];
         snprintf(msg, sizeof msg, "%s after the current step.", what);
-        doc_adds(app->doc, DOC_NOTICE, msg);
+        ui_doc_adds(app->doc, DOC_NOTICE, msg);
     }
     return 1;
 }
@@ -96,7 +96,7 @@ static int cmd_uncompact(ui_app *app, const char *args)
 {
     (void)args;
     if (!app->st.can_uncompact) {
-        doc_adds(app->doc, DOC_NOTICE, "Nothing to uncompact: the context was not compacted in this run.");
+        ui_doc_adds(app->doc, DOC_NOTICE, "Nothing to uncompact: the context was not compacted in this run.");
         return 1;
     }
     return request(app, AGENT_REQ_UNCOMPACT, "Restoring the context from before the compaction");
@@ -114,8 +114,8 @@ static int cmd_clear(ui_app *app, const char *args)
     agent *a = need_agent(app);
     if (!a) return 2;
     agent_request(a, AGENT_REQ_CLEAR);
-    doc_clear(app->doc);
-    app_banner(app);
+    ui_doc_clear(app->doc);
+    ui_app_banner(app);
     app->scroll = 0;
     return 1;
 }
@@ -131,7 +131,7 @@ static int cmd_trace(ui_app *app, const char *args)
         char msg[4200];
         if (app->trace_path) snprintf(msg, sizeof msg, "Tracing to `%s`; `/trace off` stops it.", app->trace_path);
         else snprintf(msg, sizeof msg, "Tracing is off; `/trace FILE` appends a trace of tokens, tools and states.");
-        doc_adds(app->doc, DOC_INFO, msg);
+        ui_doc_adds(app->doc, DOC_INFO, msg);
         return 1;
     }
     agent *a = need_agent(app);
@@ -149,7 +149,7 @@ static int cmd_trace(ui_app *app, const char *args)
     char msg[4200];
     if (off) snprintf(msg, sizeof msg, "Tracing stopped.");
     else snprintf(msg, sizeof msg, "Tracing to %s from the next request.", path);
-    doc_adds(app->doc, DOC_NOTICE, msg);
+    ui_doc_adds(app->doc, DOC_NOTICE, msg);
     return 1;
 }
 
@@ -205,7 +205,7 @@ static int cmd_help(ui_app *app, const char *args)
               "is a no\n"
               "- A message that starts with `/` is a command; start it with a space to send it as text\n",
               app->confirm_timeout_ms / 1000);
-    doc_add(app->doc, DOC_INFO, b.s, b.len);
+    ui_doc_add(app->doc, DOC_INFO, b.s, b.len);
     sb_free(&b);
     return 1;
 }
@@ -215,7 +215,7 @@ static int cmd_help(ui_app *app, const char *args)
 static int run_session_cmd(ui_app *app, const sessions_command *sc, const char *args)
 {
     if (!app->cfg->s || !*app->cfg->s) return refuse(app, "Sessions are not available in this run%s.", "");
-    if (!sc->busy_ok && (app_busy(app) || app->starting))
+    if (!sc->busy_ok && (ui_app_busy(app) || app->starting))
         return refuse(app, "`/%s` needs the model to be idle: wait, or press Esc to interrupt it.", sc->name);
     sessions_ctx c = { app->cfg->s, app->cfg->a, app->cfg->base };
     char *out = NULL;
@@ -225,15 +225,15 @@ static int run_session_cmd(ui_app *app, const sessions_command *sc, const char *
      * the old one's address, so the command says it, not the pointer. */
     bool restarts = !sc->busy_ok;
     if (restarts && rc == 0) {
-        app_agent_replaced(app);
+        ui_app_agent_replaced(app);
         app->resuming = strcmp(sc->name, "new") != 0;
     } else if (restarts) {
         app->starting = true;
-        if (!app_agent(app)) app_agent_replaced(app);
+        if (!ui_app_agent(app)) ui_app_agent_replaced(app);
     }
-    if (out && *out) doc_adds(app->doc, rc == 0 ? DOC_INFO : DOC_ERROR, out);
+    if (out && *out) ui_doc_adds(app->doc, rc == 0 ? DOC_INFO : DOC_ERROR, out);
     free(out);
-    if (restarts && rc == 0 && strcmp(sc->name, "new")) app_replay_history(app, HISTORY_DEFAULT, true);
+    if (restarts && rc == 0 && strcmp(sc->name, "new")) ui_app_replay_history(app, HISTORY_DEFAULT, true);
     return rc == 0 ? 1 : 2;
 }
 
@@ -250,7 +250,7 @@ static size_t command_word(const char *text)
     return n - 1;
 }
 
-int commands_run(ui_app *app, const char *text)
+int ui_commands_run(ui_app *app, const char *text)
 {
     size_t n = command_word(text);
     if (!n) return 0;
@@ -259,7 +259,7 @@ int commands_run(ui_app *app, const char *text)
     while (*args == ' ') args++;
     for (size_t i = 0; i < N_CMDS; i++) {
         if (strlen(g_cmds[i].name) != n || strncmp(g_cmds[i].name, name, n)) continue;
-        if (!g_cmds[i].busy_ok && app_busy(app))
+        if (!g_cmds[i].busy_ok && ui_app_busy(app))
             return refuse(app, "`/%s` needs the model to be idle: wait, or press Esc to interrupt it.", g_cmds[i].name);
         return g_cmds[i].run(app, args);
     }
@@ -267,24 +267,24 @@ int commands_run(ui_app *app, const char *text)
     const sessions_command *sc = sessions_commands(&ns);
     for (size_t i = 0; i < ns; i++)
         if (strlen(sc[i].name) == n && !strncmp(sc[i].name, name, n)) return run_session_cmd(app, &sc[i], args);
-    app_hint(app, "Unknown command /%.*s: /help lists them (a leading space sends it as text).", (int)n, name);
+    ui_app_hint(app, "Unknown command /%.*s: /help lists them (a leading space sends it as text).", (int)n, name);
     return 2;
 }
 
-static void add_candidate(void *ud, const char *s) { str_list_push(ud, s); }
+static void add_candidate(void *ud, const char *s) { ui_str_list_push(ud, s); }
 
 /* Completes text[from, cur) among the candidates: the one, or their common
  * part with the list shown. */
 static void complete_among(ui_app *app, size_t from, size_t cur, const str_list *c, const char *lead, const char *tail)
 {
     if (!c->n) {
-        app_hint(app, "Nothing to complete.");
+        ui_app_hint(app, "Nothing to complete.");
         return;
     }
     strbuf b = { 0 };
     if (c->n == 1) {
         sb_printf(&b, "%s%s%s", lead, c->v[0], tail);
-        editor_replace(app->ed, from, cur, sb_str(&b));
+        ui_editor_replace(app->ed, from, cur, sb_str(&b));
         sb_free(&b);
         return;
     }
@@ -295,18 +295,18 @@ static void complete_among(ui_app *app, size_t from, size_t cur, const str_list 
         common = k;
     }
     sb_printf(&b, "%s%.*s", lead, (int)common, c->v[0]);
-    editor_replace(app->ed, from, cur, sb_str(&b));
+    ui_editor_replace(app->ed, from, cur, sb_str(&b));
     sb_clear(&b);
     for (size_t i = 0; i < c->n && i < HINT_CANDIDATES; i++) sb_printf(&b, "%s%s%s", i ? "  " : "", lead, c->v[i]);
     if (c->n > HINT_CANDIDATES) sb_printf(&b, "  (+%zu)", c->n - HINT_CANDIDATES);
-    app_hint(app, "%s", sb_str(&b));
+    ui_app_hint(app, "%s", sb_str(&b));
     sb_free(&b);
 }
 
-void commands_complete(ui_app *app)
+void ui_commands_complete(ui_app *app)
 {
-    const char *text = editor_text(app->ed);
-    size_t cur = editor_cursor(app->ed);
+    const char *text = ui_editor_text(app->ed);
+    size_t cur = ui_editor_cursor(app->ed);
     if (text[0] != '/' || memchr(text, '\n', cur)) return;
     const char *sp = memchr(text, ' ', cur);
     str_list c = { 0 };
@@ -315,11 +315,11 @@ void commands_complete(ui_app *app)
     if (!sp) {
         size_t n = cur - 1;
         for (size_t i = 0; i < N_CMDS; i++)
-            if (!strncmp(g_cmds[i].name, text + 1, n)) str_list_push(&c, g_cmds[i].name);
+            if (!strncmp(g_cmds[i].name, text + 1, n)) ui_str_list_push(&c, g_cmds[i].name);
         for (size_t i = 0; i < ns; i++)
-            if (!strncmp(sc[i].name, text + 1, n)) str_list_push(&c, sc[i].name);
+            if (!strncmp(sc[i].name, text + 1, n)) ui_str_list_push(&c, sc[i].name);
         complete_among(app, 0, cur, &c, "/", " ");
-        str_list_clear(&c);
+        ui_str_list_clear(&c);
         return;
     }
     size_t wl = (size_t)(sp - text) - 1;
@@ -331,7 +331,7 @@ void commands_complete(ui_app *app)
         snprintf(prefix, sizeof prefix, "%.*s", (int)(cur - from), text + from);
         sessions_complete(prefix, add_candidate, &c);
         complete_among(app, from, cur, &c, "", "");
-        str_list_clear(&c);
+        ui_str_list_clear(&c);
         return;
     }
 }

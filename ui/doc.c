@@ -34,7 +34,7 @@ struct ui_doc {
 
 static const ui_line g_empty_line = { (char *)"", 0, NULL, 0, 0, 0 };
 
-ui_doc *doc_new(void)
+ui_doc *ui_doc_new(void)
 {
     ui_doc *d = calloc(1, sizeof *d);
     if (!d) abort();
@@ -48,29 +48,29 @@ static void block_free(block *b)
     ui_lines_free(&b->lines);
 }
 
-void doc_clear(ui_doc *d)
+void ui_doc_clear(ui_doc *d)
 {
     for (size_t i = 0; i < d->n; i++) block_free(&d->b[i]);
     d->n = 0;
     d->total = 0;
 }
 
-void doc_free(ui_doc *d)
+void ui_doc_free(ui_doc *d)
 {
     if (!d) return;
-    doc_clear(d);
+    ui_doc_clear(d);
     free(d->b);
     free(d->off);
     free(d);
 }
 
-size_t doc_blocks(const ui_doc *d) { return d->n; }
+size_t ui_doc_blocks(const ui_doc *d) { return d->n; }
 
-doc_kind doc_block_kind(const ui_doc *d, size_t i) { return d->b[i].kind; }
+doc_kind ui_doc_block_kind(const ui_doc *d, size_t i) { return d->b[i].kind; }
 
-void doc_set_show_thinking(ui_doc *d, bool on) { d->show_thinking = on; }
+void ui_doc_set_show_thinking(ui_doc *d, bool on) { d->show_thinking = on; }
 
-bool doc_show_thinking(const ui_doc *d) { return d->show_thinking; }
+bool ui_doc_show_thinking(const ui_doc *d) { return d->show_thinking; }
 
 static block *push_block(ui_doc *d, doc_kind kind)
 {
@@ -144,7 +144,7 @@ static block *tool_block_or_new(ui_doc *d, const agent_event *e)
     return b;
 }
 
-void doc_add(ui_doc *d, doc_kind kind, const char *text, size_t len)
+void ui_doc_add(ui_doc *d, doc_kind kind, const char *text, size_t len)
 {
     close_open(d);
     block *b = push_block(d, kind);
@@ -152,12 +152,12 @@ void doc_add(ui_doc *d, doc_kind kind, const char *text, size_t len)
     if (!b->text.s) sb_puts(&b->text, "");
 }
 
-void doc_adds(ui_doc *d, doc_kind kind, const char *text)
+void ui_doc_adds(ui_doc *d, doc_kind kind, const char *text)
 {
-    doc_add(d, kind, text, text ? strlen(text) : 0);
+    ui_doc_add(d, kind, text, text ? strlen(text) : 0);
 }
 
-void doc_add_tool(ui_doc *d, const char *tool, const char *args_json, const char *result, bool is_error, bool denied)
+void ui_doc_add_tool(ui_doc *d, const char *tool, const char *args_json, const char *result, bool is_error, bool denied)
 {
     close_open(d);
     block *b = push_block(d, DOC_TOOL);
@@ -180,14 +180,14 @@ static const char *find_bytes(const char *s, size_t n, const char *needle)
     return NULL;
 }
 
-void doc_add_reply(ui_doc *d, const char *raw, size_t len)
+void ui_doc_add_reply(ui_doc *d, const char *raw, size_t len)
 {
     const char *end_think = find_bytes(raw, len, "</think>");
     const char *text = raw;
     if (end_think) {
         size_t tl = (size_t)(end_think - raw);
         while (tl && (raw[tl - 1] == '\n' || raw[tl - 1] == ' ')) tl--;
-        if (tl) doc_add(d, DOC_THINKING, raw, tl);
+        if (tl) ui_doc_add(d, DOC_THINKING, raw, tl);
         text = end_think + strlen("</think>");
     }
     size_t n = len - (size_t)(text - raw);
@@ -199,10 +199,10 @@ void doc_add_reply(ui_doc *d, const char *raw, size_t len)
     }
     while (n && (*text == '\n' || *text == ' ')) text++, n--;
     while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
-    if (n) doc_add(d, DOC_ANSWER, text, n);
+    if (n) ui_doc_add(d, DOC_ANSWER, text, n);
 }
 
-void doc_end_turn(ui_doc *d, const char *reason)
+void ui_doc_end_turn(ui_doc *d, const char *reason)
 {
     close_open(d);
     bool stopped = reason && !strcmp(reason, AGENT_END_INTERRUPTED);
@@ -221,16 +221,16 @@ void doc_end_turn(ui_doc *d, const char *reason)
         strcmp(reason, AGENT_END_ERROR)) {
         char msg[128];
         snprintf(msg, sizeof msg, "The turn ended: %s.", reason);
-        doc_adds(d, DOC_NOTICE, msg);
+        ui_doc_adds(d, DOC_NOTICE, msg);
     }
 }
 
-void doc_event(ui_doc *d, const agent_event *e)
+void ui_doc_event(ui_doc *d, const agent_event *e)
 {
     block *b;
     switch (e->type) {
     case AGENT_EV_USER:
-        doc_add(d, DOC_USER, e->text, e->len);
+        ui_doc_add(d, DOC_USER, e->text, e->len);
         break;
     case AGENT_EV_THINKING:
         append_text(open_text_block(d, DOC_THINKING), e->text, e->len);
@@ -279,17 +279,17 @@ void doc_event(ui_doc *d, const agent_event *e)
         b->version++;
         break;
     case AGENT_EV_NOTICE:
-        doc_add(d, DOC_NOTICE, e->text, e->len);
+        ui_doc_add(d, DOC_NOTICE, e->text, e->len);
         d->b[d->n - 1].is_error = e->is_error;
         break;
     case AGENT_EV_COMPACTION:
-        doc_add(d, DOC_COMPACTION, e->text, e->len);
+        ui_doc_add(d, DOC_COMPACTION, e->text, e->len);
         break;
     case AGENT_EV_ERROR:
-        doc_add(d, DOC_ERROR, e->text, e->len);
+        ui_doc_add(d, DOC_ERROR, e->text, e->len);
         break;
     case AGENT_EV_TURN_END:
-        doc_end_turn(d, e->text);
+        ui_doc_end_turn(d, e->text);
         break;
     }
 }
@@ -385,7 +385,7 @@ static void render_block(const ui_doc *d, block *b, int width)
     if (!out->n) ui_lines_push_text(out, "", 0);
 }
 
-size_t doc_layout(ui_doc *d, int width)
+size_t ui_doc_layout(ui_doc *d, int width)
 {
     if (width < 8) width = 8;
     if (d->cap_off < d->n) {
@@ -413,7 +413,7 @@ size_t doc_layout(ui_doc *d, int width)
     return total;
 }
 
-const ui_line *doc_line(const ui_doc *d, size_t i)
+const ui_line *ui_doc_line(const ui_doc *d, size_t i)
 {
     if (i >= d->total || !d->n) return &g_empty_line;
     size_t lo = 0, hi = d->n;
@@ -427,7 +427,7 @@ const ui_line *doc_line(const ui_doc *d, size_t i)
     return &b->lines.v[i - d->off[lo]];
 }
 
-void doc_render_markdown(const char *text, size_t len, int width, ui_line **out, size_t *n)
+void ui_doc_render_markdown(const char *text, size_t len, int width, ui_line **out, size_t *n)
 {
     line_list ls = { *out, *n, *n };
     ui_md_render(&ls, text, len, width, 0, false);

@@ -8,7 +8,7 @@
  * delimiters without a partner stay literal, so text that is still
  * streaming reads sensibly and settles once its closing marker arrives.
  * Reasoning is dim; a finished reasoning block folds to one line unless
- * reasoning is shown (doc_set_show_thinking). Tool calls are drawn from
+ * reasoning is shown (ui_doc_set_show_thinking). Tool calls are drawn from
  * their parameters as they stream: "Reading path 1:500…", an edit as
  * red and green diff lines, bash as "$ command" with a live tail of its
  * output, then the result's first lines.
@@ -41,44 +41,44 @@ typedef enum {
     DOC_KINDS
 } doc_kind;
 
-ui_doc *doc_new(void);
-void doc_free(ui_doc *d);
-void doc_clear(ui_doc *d);
+ui_doc *ui_doc_new(void);
+void ui_doc_free(ui_doc *d);
+void ui_doc_clear(ui_doc *d);
 
 /* Applies one agent event: text streams into the open block of its kind,
  * tool events into the block of their call. */
-void doc_event(ui_doc *d, const agent_event *e);
+void ui_doc_event(ui_doc *d, const agent_event *e);
 
 /* A finished block of the given kind (user, notice, error, info, banner,
  * answer, thinking). */
-void doc_add(ui_doc *d, doc_kind kind, const char *text, size_t len);
-void doc_adds(ui_doc *d, doc_kind kind, const char *text);
+void ui_doc_add(ui_doc *d, doc_kind kind, const char *text, size_t len);
+void ui_doc_adds(ui_doc *d, doc_kind kind, const char *text);
 /* A finished tool call (history replay): arguments as a JSON object. */
-void doc_add_tool(ui_doc *d, const char *tool, const char *args_json, const char *result, bool is_error,
+void ui_doc_add_tool(ui_doc *d, const char *tool, const char *args_json, const char *result, bool is_error,
                   bool denied);
 /* An assistant reply exactly as sampled (reasoning, "</think>", text,
  * DSML): reasoning and text become blocks, the DSML is dropped (the calls
  * come with the tool records). */
-void doc_add_reply(ui_doc *d, const char *raw, size_t len);
+void ui_doc_add_reply(ui_doc *d, const char *raw, size_t len);
 
 /* Ends the open reply: open blocks close (reasoning folds), tools that got
  * no result are marked as not run with the reason. */
-void doc_end_turn(ui_doc *d, const char *reason);
+void ui_doc_end_turn(ui_doc *d, const char *reason);
 
-void doc_set_show_thinking(ui_doc *d, bool on);
-bool doc_show_thinking(const ui_doc *d);
+void ui_doc_set_show_thinking(ui_doc *d, bool on);
+bool ui_doc_show_thinking(const ui_doc *d);
 
-size_t doc_blocks(const ui_doc *d);
-doc_kind doc_block_kind(const ui_doc *d, size_t i);
+size_t ui_doc_blocks(const ui_doc *d);
+doc_kind ui_doc_block_kind(const ui_doc *d, size_t i);
 
 /* Lays every block out for width columns (≥ 8); returns the number of
  * lines (blank lines between blocks included). */
-size_t doc_layout(ui_doc *d, int width);
+size_t ui_doc_layout(ui_doc *d, int width);
 /* Line i of the last layout (an empty line between blocks). */
-const ui_line *doc_line(const ui_doc *d, size_t i);
+const ui_line *ui_doc_line(const ui_doc *d, size_t i);
 
 /* Markdown of one block's text laid out alone (command output, tests):
  * appends the lines to *out (malloc'd array grown as needed). */
-void doc_render_markdown(const char *text, size_t len, int width, ui_line **out, size_t *n);
+void ui_doc_render_markdown(const char *text, size_t len, int width, ui_line **out, size_t *n);
 
 #endif

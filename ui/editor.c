@@ -30,7 +30,7 @@ struct ui_editor {
     bool last_insert;    /* typing coalesces into one undo step */
 };
 
-ui_editor *editor_new(ui_history *history)
+ui_editor *ui_editor_new(ui_history *history)
 {
     ui_editor *e = calloc(1, sizeof *e);
     if (!e) abort();
@@ -40,7 +40,7 @@ ui_editor *editor_new(ui_history *history)
     return e;
 }
 
-void editor_free(ui_editor *e)
+void ui_editor_free(ui_editor *e)
 {
     if (!e) return;
     sb_free(&e->buf);
@@ -50,10 +50,10 @@ void editor_free(ui_editor *e)
     free(e);
 }
 
-const char *editor_text(const ui_editor *e) { return sb_str(&e->buf); }
-size_t editor_len(const ui_editor *e) { return e->buf.len; }
-size_t editor_cursor(const ui_editor *e) { return e->cur; }
-bool editor_empty(const ui_editor *e) { return e->buf.len == 0; }
+const char *ui_editor_text(const ui_editor *e) { return sb_str(&e->buf); }
+size_t ui_editor_len(const ui_editor *e) { return e->buf.len; }
+size_t ui_editor_cursor(const ui_editor *e) { return e->cur; }
+bool ui_editor_empty(const ui_editor *e) { return e->buf.len == 0; }
 
 static void save_undo(ui_editor *e)
 {
@@ -96,7 +96,7 @@ static void clean(strbuf *out, const char *s, size_t n)
     }
 }
 
-void editor_insert(ui_editor *e, const char *s, size_t n)
+void ui_editor_insert(ui_editor *e, const char *s, size_t n)
 {
     strbuf c = { 0 };
     clean(&c, s, n);
@@ -112,7 +112,7 @@ void editor_insert(ui_editor *e, const char *s, size_t n)
     sb_free(&c);
 }
 
-void editor_set(ui_editor *e, const char *s)
+void ui_editor_set(ui_editor *e, const char *s)
 {
     save_undo(e);
     e->last_insert = false;
@@ -120,7 +120,7 @@ void editor_set(ui_editor *e, const char *s)
     e->goal_col = -1;
 }
 
-void editor_replace(ui_editor *e, size_t from, size_t to, const char *s)
+void ui_editor_replace(ui_editor *e, size_t from, size_t to, const char *s)
 {
     if (from > e->buf.len) from = e->buf.len;
     if (to > e->buf.len) to = e->buf.len;
@@ -178,7 +178,7 @@ static bool kill_range(ui_editor *e, size_t from, size_t to, bool append_front)
     return true;
 }
 
-bool editor_apply(ui_editor *e, editor_op op)
+bool ui_editor_apply(ui_editor *e, editor_op op)
 {
     size_t cur = e->cur, len = e->buf.len;
     const char *s = sb_str(&e->buf);
@@ -259,7 +259,7 @@ bool editor_apply(ui_editor *e, editor_op op)
     return changed;
 }
 
-bool editor_history(ui_editor *e, int dir)
+bool ui_editor_history(ui_editor *e, int dir)
 {
     ui_history *h = e->hist;
     if (!h) return false;
@@ -282,7 +282,7 @@ bool editor_history(ui_editor *e, int dir)
     return true;
 }
 
-char *editor_take(ui_editor *e)
+char *ui_editor_take(ui_editor *e)
 {
     char *t = strdup(sb_str(&e->buf));
     if (!t) abort();
@@ -301,7 +301,7 @@ char *editor_take(ui_editor *e)
 
 /* ---- rows ---------------------------------------------------------------------------- */
 
-size_t editor_layout(const ui_editor *e, int cols, ed_row **rows, int *crow, int *ccol)
+size_t ui_editor_layout(const ui_editor *e, int cols, ed_row **rows, int *crow, int *ccol)
 {
     if (cols < 1) cols = 1;
     const char *s = sb_str(&e->buf);
@@ -359,15 +359,15 @@ size_t editor_layout(const ui_editor *e, int cols, ed_row **rows, int *crow, int
     return n;
 }
 
-bool editor_vertical(ui_editor *e, int dir, int cols)
+bool ui_editor_vertical(ui_editor *e, int dir, int cols)
 {
     ed_row *rows;
     int crow, ccol;
-    size_t n = editor_layout(e, cols, &rows, &crow, &ccol);
+    size_t n = ui_editor_layout(e, cols, &rows, &crow, &ccol);
     int target = crow + dir;
     if (target < 0 || (size_t)target >= n) {
         free(rows);
-        return editor_history(e, dir);
+        return ui_editor_history(e, dir);
     }
     int goal = e->goal_col >= 0 ? e->goal_col : ccol;
     const char *s = sb_str(&e->buf);

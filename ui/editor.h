@@ -23,12 +23,12 @@ typedef struct {
 } ui_history;
 
 /* Loads path (missing is empty). path NULL keeps the history in memory. */
-void history_open(ui_history *h, const char *path);
+void ui_history_open(ui_history *h, const char *path);
 /* Appends text (blank text is ignored; an older identical entry moves to
  * the end). Returns -1 with err when the file cannot be written (the
  * entry is still kept in memory). */
-int history_add(ui_history *h, const char *text, char *err, size_t errlen);
-void history_close(ui_history *h);
+int ui_history_add(ui_history *h, const char *text, char *err, size_t errlen);
+void ui_history_close(ui_history *h);
 
 typedef enum {
     ED_LEFT = 0, ED_RIGHT, ED_WORD_LEFT, ED_WORD_RIGHT,
@@ -46,33 +46,33 @@ typedef enum {
 
 typedef struct ui_editor ui_editor;
 
-ui_editor *editor_new(ui_history *history);
-void editor_free(ui_editor *e);
+ui_editor *ui_editor_new(ui_history *history);
+void ui_editor_free(ui_editor *e);
 
-const char *editor_text(const ui_editor *e);
-size_t editor_len(const ui_editor *e);
-size_t editor_cursor(const ui_editor *e);
-bool editor_empty(const ui_editor *e);
+const char *ui_editor_text(const ui_editor *e);
+size_t ui_editor_len(const ui_editor *e);
+size_t ui_editor_cursor(const ui_editor *e);
+bool ui_editor_empty(const ui_editor *e);
 
 /* Inserts at the cursor (pasted text keeps its newlines; invalid UTF-8
  * becomes U+FFFD, other control characters but tab and newline are
  * dropped). */
-void editor_insert(ui_editor *e, const char *s, size_t n);
+void ui_editor_insert(ui_editor *e, const char *s, size_t n);
 /* Replaces the text, cursor at the end (undoable). */
-void editor_set(ui_editor *e, const char *s);
+void ui_editor_set(ui_editor *e, const char *s);
 /* Replaces bytes [from, to) with s, cursor after it (completion). */
-void editor_replace(ui_editor *e, size_t from, size_t to, const char *s);
+void ui_editor_replace(ui_editor *e, size_t from, size_t to, const char *s);
 /* Returns false when it changed nothing. */
-bool editor_apply(ui_editor *e, editor_op op);
+bool ui_editor_apply(ui_editor *e, editor_op op);
 
 /* Moves the cursor one wrapped row up (dir -1) or down (+1), keeping its
  * column; at the first or last row, walks the history instead (the
  * unsent text is kept as the newest entry). False when neither moved. */
-bool editor_vertical(ui_editor *e, int dir, int cols);
+bool ui_editor_vertical(ui_editor *e, int dir, int cols);
 /* History walking without rows (C-p / C-n). */
-bool editor_history(ui_editor *e, int dir);
+bool ui_editor_history(ui_editor *e, int dir);
 /* Takes the text for sending: resets the buffer and the history walk. */
-char *editor_take(ui_editor *e);
+char *ui_editor_take(ui_editor *e);
 
 typedef struct {
     size_t start, end;   /* bytes of the text on this row */
@@ -80,6 +80,6 @@ typedef struct {
 
 /* The text wrapped at cols columns (each line of the text starts a row).
  * *rows is malloc'd; the cursor's row and column are returned. */
-size_t editor_layout(const ui_editor *e, int cols, ed_row **rows, int *crow, int *ccol);
+size_t ui_editor_layout(const ui_editor *e, int cols, ed_row **rows, int *crow, int *ccol);
 
 #endif

@@ -66,14 +66,14 @@ static void load(ui_history *h)
     }
 }
 
-void history_open(ui_history *h, const char *path)
+void ui_history_open(ui_history *h, const char *path)
 {
     memset(h, 0, sizeof *h);
     if (path) h->path = xstrdup(path);
     load(h);
 }
 
-void history_close(ui_history *h)
+void ui_history_close(ui_history *h)
 {
     clear(h);
     free(h->v);
@@ -81,7 +81,7 @@ void history_close(ui_history *h)
     memset(h, 0, sizeof *h);
 }
 
-int history_add(ui_history *h, const char *text, char *err, size_t errlen)
+int ui_history_add(ui_history *h, const char *text, char *err, size_t errlen)
 {
     bool blank = true;
     for (const char *p = text; *p && blank; p++) blank = *p == ' ' || *p == '\n' || *p == '\t';

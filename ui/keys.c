@@ -23,28 +23,28 @@ static void insert_char(ui_app *app, wint_t wc)
 {
     char enc[4];
     size_t n = ui_utf8_encode((uint32_t)wc, enc);
-    editor_insert(app->ed, enc, n);
+    ui_editor_insert(app->ed, enc, n);
 }
 
 static void enter(ui_app *app)
 {
-    const char *t = editor_text(app->ed);
-    size_t len = editor_len(app->ed);
+    const char *t = ui_editor_text(app->ed);
+    size_t len = ui_editor_len(app->ed);
     /* a trailing backslash continues the message on a new line */
-    if (len && t[len - 1] == '\\' && editor_cursor(app->ed) == len) {
-        editor_apply(app->ed, ED_BACKSPACE);
-        editor_insert(app->ed, "\n", 1);
+    if (len && t[len - 1] == '\\' && ui_editor_cursor(app->ed) == len) {
+        ui_editor_apply(app->ed, ED_BACKSPACE);
+        ui_editor_insert(app->ed, "\n", 1);
         return;
     }
-    app_submit(app);
+    ui_app_submit(app);
 }
 
 static void escape(ui_app *app)
 {
-    if (app_busy(app)) {
+    if (ui_app_busy(app)) {
         bool queued = app->steered.n > 0;
-        app_interrupt(app, true);
-        app_hint(app, queued ? "Interrupted; the queued message goes next." : "Interrupted.");
+        ui_app_interrupt(app, true);
+        ui_app_hint(app, queued ? "Interrupted; the queued message goes next." : "Interrupted.");
     } else if (app->hint) {
         app->hint_until = 0;
     } else if (app->scroll) {
@@ -57,23 +57,23 @@ static void escape(ui_app *app)
 static void alt_key(ui_app *app, int r, wint_t wc)
 {
     if (r == KEY_CODE_YES) {
-        if (wc == KEY_BACKSPACE) editor_apply(app->ed, ED_KILL_WORD_BACK);
-        else if (wc == KEY_ENTER) editor_insert(app->ed, "\n", 1);
+        if (wc == KEY_BACKSPACE) ui_editor_apply(app->ed, ED_KILL_WORD_BACK);
+        else if (wc == KEY_ENTER) ui_editor_insert(app->ed, "\n", 1);
         return;
     }
     switch (wc) {
     case '\r':
-    case '\n': editor_insert(app->ed, "\n", 1); break;
+    case '\n': ui_editor_insert(app->ed, "\n", 1); break;
     case 'b':
-    case 'B': editor_apply(app->ed, ED_WORD_LEFT); break;
+    case 'B': ui_editor_apply(app->ed, ED_WORD_LEFT); break;
     case 'f':
-    case 'F': editor_apply(app->ed, ED_WORD_RIGHT); break;
+    case 'F': ui_editor_apply(app->ed, ED_WORD_RIGHT); break;
     case 'd':
-    case 'D': editor_apply(app->ed, ED_KILL_WORD_FWD); break;
+    case 'D': ui_editor_apply(app->ed, ED_KILL_WORD_FWD); break;
     case 127:
-    case 8: editor_apply(app->ed, ED_KILL_WORD_BACK); break;
-    case '<': editor_apply(app->ed, ED_TEXT_START); break;
-    case '>': editor_apply(app->ed, ED_TEXT_END); break;
+    case 8: ui_editor_apply(app->ed, ED_KILL_WORD_BACK); break;
+    case '<': ui_editor_apply(app->ed, ED_TEXT_START); break;
+    case '>': ui_editor_apply(app->ed, ED_TEXT_END); break;
     case '[':
     case 'O': {
         /* a sequence curses does not know (Alt+arrows, say): skip it */
@@ -95,7 +95,7 @@ static bool dialog_key(ui_app *app, int r, wint_t wc)
         case KEY_LEFT: app->confirm_choice = (app->confirm_choice + 2) % 3; break;
         case KEY_RIGHT:
         case KEY_BTAB: app->confirm_choice = (app->confirm_choice + 1) % 3; break;
-        case KEY_ENTER: app_answer_confirm(app, answers[app->confirm_choice]); break;
+        case KEY_ENTER: ui_app_answer_confirm(app, answers[app->confirm_choice]); break;
         case KEY_PPAGE:
         case KEY_NPAGE:
         case KEY_MOUSE:
@@ -107,28 +107,28 @@ static bool dialog_key(ui_app *app, int r, wint_t wc)
     }
     switch (wc) {
     case 'y':
-    case 'Y': app_answer_confirm(app, TOOL_CONFIRM_YES); break;
+    case 'Y': ui_app_answer_confirm(app, TOOL_CONFIRM_YES); break;
     case 'n':
     case 'N':
-    case 27: app_answer_confirm(app, TOOL_CONFIRM_NO); break;
+    case 27: ui_app_answer_confirm(app, TOOL_CONFIRM_NO); break;
     case 'a':
-    case 'A': app_answer_confirm(app, TOOL_CONFIRM_ALWAYS); break;
+    case 'A': ui_app_answer_confirm(app, TOOL_CONFIRM_ALWAYS); break;
     case '\t': app->confirm_choice = (app->confirm_choice + 1) % 3; break;
-    case '\r': app_answer_confirm(app, answers[app->confirm_choice]); break;
-    case 3: app_ctrl_c(app); break;
+    case '\r': ui_app_answer_confirm(app, answers[app->confirm_choice]); break;
+    case 3: ui_app_ctrl_c(app); break;
     default: break;
     }
     app->dirty = true;
     return true;
 }
 
-void keys_handle(ui_app *app, int r, wint_t wc)
+void ui_keys_handle(ui_app *app, int r, wint_t wc)
 {
     app->dirty = true;
     if (app->paste) {
         if (r == KEY_CODE_YES && wc == UI_KEY_PASTE_END) {
             app->paste = false;
-            editor_insert(app->ed, sb_str(&app->paste_buf), app->paste_buf.len);
+            ui_editor_insert(app->ed, sb_str(&app->paste_buf), app->paste_buf.len);
             sb_clear(&app->paste_buf);
         } else if (r == OK) {
             char enc[4];
@@ -146,19 +146,19 @@ void keys_handle(ui_app *app, int r, wint_t wc)
 
     if (r == KEY_CODE_YES) {
         switch (wc) {
-        case KEY_LEFT: editor_apply(app->ed, ED_LEFT); break;
-        case KEY_RIGHT: editor_apply(app->ed, ED_RIGHT); break;
-        case KEY_UP: editor_vertical(app->ed, -1, input_cols()); break;
-        case KEY_DOWN: editor_vertical(app->ed, 1, input_cols()); break;
-        case UI_KEY_CTRL_LEFT: editor_apply(app->ed, ED_WORD_LEFT); break;
-        case UI_KEY_CTRL_RIGHT: editor_apply(app->ed, ED_WORD_RIGHT); break;
-        case UI_KEY_CTRL_HOME: editor_apply(app->ed, ED_TEXT_START); break;
-        case UI_KEY_CTRL_END: editor_apply(app->ed, ED_TEXT_END); break;
-        case KEY_BACKSPACE: editor_apply(app->ed, ED_BACKSPACE); break;
-        case KEY_DC: editor_apply(app->ed, ED_DELETE); break;
+        case KEY_LEFT: ui_editor_apply(app->ed, ED_LEFT); break;
+        case KEY_RIGHT: ui_editor_apply(app->ed, ED_RIGHT); break;
+        case KEY_UP: ui_editor_vertical(app->ed, -1, input_cols()); break;
+        case KEY_DOWN: ui_editor_vertical(app->ed, 1, input_cols()); break;
+        case UI_KEY_CTRL_LEFT: ui_editor_apply(app->ed, ED_WORD_LEFT); break;
+        case UI_KEY_CTRL_RIGHT: ui_editor_apply(app->ed, ED_WORD_RIGHT); break;
+        case UI_KEY_CTRL_HOME: ui_editor_apply(app->ed, ED_TEXT_START); break;
+        case UI_KEY_CTRL_END: ui_editor_apply(app->ed, ED_TEXT_END); break;
+        case KEY_BACKSPACE: ui_editor_apply(app->ed, ED_BACKSPACE); break;
+        case KEY_DC: ui_editor_apply(app->ed, ED_DELETE); break;
         case KEY_ENTER: enter(app); break;
-        case KEY_PPAGE: scroll_by(app, screen_pane_height(app) - 2); break;
-        case KEY_NPAGE: scroll_by(app, -(screen_pane_height(app) - 2)); break;
+        case KEY_PPAGE: scroll_by(app, ui_screen_pane_height(app) - 2); break;
+        case KEY_NPAGE: scroll_by(app, -(ui_screen_pane_height(app) - 2)); break;
         case KEY_HOME: app->scroll = (size_t)-1 / 2; break;
         case KEY_END: app->scroll = 0; break;
         case KEY_MOUSE: {
@@ -174,36 +174,36 @@ void keys_handle(ui_app *app, int r, wint_t wc)
         return;
     }
     switch (wc) {
-    case 1: editor_apply(app->ed, ED_LINE_START); break;
-    case 2: editor_apply(app->ed, ED_LEFT); break;
-    case 3: app_ctrl_c(app); break;
+    case 1: ui_editor_apply(app->ed, ED_LINE_START); break;
+    case 2: ui_editor_apply(app->ed, ED_LEFT); break;
+    case 3: ui_app_ctrl_c(app); break;
     case 4:
-        if (editor_empty(app->ed)) app->quit = true;
-        else editor_apply(app->ed, ED_DELETE);
+        if (ui_editor_empty(app->ed)) app->quit = true;
+        else ui_editor_apply(app->ed, ED_DELETE);
         break;
-    case 5: editor_apply(app->ed, ED_LINE_END); break;
-    case 6: editor_apply(app->ed, ED_RIGHT); break;
+    case 5: ui_editor_apply(app->ed, ED_LINE_END); break;
+    case 6: ui_editor_apply(app->ed, ED_RIGHT); break;
     case 7: app->hint_until = 0; break;
     case 8:
-    case 127: editor_apply(app->ed, ED_BACKSPACE); break;
-    case '\t': commands_complete(app); break;
-    case '\n': editor_insert(app->ed, "\n", 1); break;
-    case 11: editor_apply(app->ed, ED_KILL_LINE_END); break;
+    case 127: ui_editor_apply(app->ed, ED_BACKSPACE); break;
+    case '\t': ui_commands_complete(app); break;
+    case '\n': ui_editor_insert(app->ed, "\n", 1); break;
+    case 11: ui_editor_apply(app->ed, ED_KILL_LINE_END); break;
     case 12: clearok(curscr, TRUE); break;
     case '\r': enter(app); break;
-    case 14: editor_history(app->ed, 1); break;
+    case 14: ui_editor_history(app->ed, 1); break;
     case 15:
-        doc_set_show_thinking(app->doc, !doc_show_thinking(app->doc));
-        app_hint(app, doc_show_thinking(app->doc) ? "Reasoning shown (Ctrl+O hides it)."
+        ui_doc_set_show_thinking(app->doc, !ui_doc_show_thinking(app->doc));
+        ui_app_hint(app, ui_doc_show_thinking(app->doc) ? "Reasoning shown (Ctrl+O hides it)."
                                                    : "Reasoning folded (Ctrl+O shows it).");
         break;
-    case 16: editor_history(app->ed, -1); break;
-    case 20: editor_apply(app->ed, ED_TRANSPOSE); break;
-    case 21: editor_apply(app->ed, ED_KILL_LINE_START); break;
-    case 23: editor_apply(app->ed, ED_KILL_SPACE_BACK); break;
-    case 25: editor_apply(app->ed, ED_YANK); break;
-    case 26: term_suspend(); break;
-    case 31: editor_apply(app->ed, ED_UNDO); break;
+    case 16: ui_editor_history(app->ed, -1); break;
+    case 20: ui_editor_apply(app->ed, ED_TRANSPOSE); break;
+    case 21: ui_editor_apply(app->ed, ED_KILL_LINE_START); break;
+    case 23: ui_editor_apply(app->ed, ED_KILL_SPACE_BACK); break;
+    case 25: ui_editor_apply(app->ed, ED_YANK); break;
+    case 26: ui_term_suspend(); break;
+    case 31: ui_editor_apply(app->ed, ED_UNDO); break;
     case 27: {
         wint_t c2;
         int r2 = get_wch(&c2);

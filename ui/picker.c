@@ -25,7 +25,7 @@ static void draw(const session_info *v, size_t n, size_t sel, size_t *first)
     ui_line_adds(&l, "Resume a session \xc2\xb7 Enter picks, Esc gives up", (ui_style)(UI_C_ACCENT | UI_BOLD));
     ui_line_truncate(&l, COLS);
     move(0, 0);
-    term_draw_line(&l);
+    ui_term_draw_line(&l);
     ui_line_free(&l);
     for (size_t i = *first; i < n + 1 && (int)(i - *first) < fit; i++) {
         int y = top + (int)(i - *first) * rows_per;
@@ -41,7 +41,7 @@ static void draw(const session_info *v, size_t n, size_t sel, size_t *first)
             ui_line_add(&l, text, nl ? (size_t)(nl - text) : strlen(text), mark);
             ui_line_truncate(&l, COLS);
             move(y, 0);
-            term_draw_line(&l);
+            ui_term_draw_line(&l);
             ui_line_clear(&l);
             if (nl && nl[1]) {
                 size_t k = strlen(nl + 1);
@@ -54,7 +54,7 @@ static void draw(const session_info *v, size_t n, size_t sel, size_t *first)
         }
         ui_line_truncate(&l, COLS);
         move(y, 0);
-        term_draw_line(&l);
+        ui_term_draw_line(&l);
         ui_line_clear(&l);
     }
     ui_line_free(&l);
@@ -65,16 +65,16 @@ static void draw(const session_info *v, size_t n, size_t sel, size_t *first)
 int ui_pick_session(const session_info *v, size_t n, bool no_color, char *id, size_t idsize, char *msg,
                     size_t msglen)
 {
-    if (term_start(no_color, msg, msglen) != 0) return -1;
+    if (ui_term_start(no_color, msg, msglen) != 0) return -1;
     size_t sel = n ? 1 : 0, first = 0;
     int result = -2;
     curs_set(0);
     while (result == -2) {
         draw(v, n, sel, &first);
-        struct pollfd p[2] = { { STDIN_FILENO, POLLIN, 0 }, { term_signal_fd(), POLLIN, 0 } };
-        poll(p, term_signal_fd() >= 0 ? 2 : 1, 1000);
+        struct pollfd p[2] = { { STDIN_FILENO, POLLIN, 0 }, { ui_term_signal_fd(), POLLIN, 0 } };
+        poll(p, ui_term_signal_fd() >= 0 ? 2 : 1, 1000);
         int s;
-        while ((s = term_take_signal()) != 0) result = -1;
+        while ((s = ui_term_take_signal()) != 0) result = -1;
         int r;
         wint_t wc;
         while (result == -2 && (r = get_wch(&wc)) != ERR) {
@@ -99,7 +99,7 @@ int ui_pick_session(const session_info *v, size_t n, bool no_color, char *id, si
         }
     }
     curs_set(1);
-    term_stop();
+    ui_term_stop();
     if (result == 1) snprintf(id, idsize, "%s", v[sel - 1].id);
     if (result == -1) snprintf(msg, msglen, "no session picked");
     return result;

@@ -17,7 +17,7 @@
 #define QUEUE_ROWS_MAX 3
 #define DIALOG_TEXT_ROWS 6
 
-int screen_pane_height(const ui_app *app)
+int ui_screen_pane_height(const ui_app *app)
 {
     return app->pane_h > 1 ? app->pane_h : 1;
 }
@@ -25,7 +25,7 @@ int screen_pane_height(const ui_app *app)
 static void draw_at(int row, int col, const ui_line *l)
 {
     move(row, col);
-    term_draw_line(l);
+    ui_term_draw_line(l);
 }
 
 /* A row filled with the style's background, then the line on it. */
@@ -33,7 +33,7 @@ static void draw_bar(int row, const ui_line *l, ui_style fill)
 {
     attr_t a;
     short p;
-    term_style(fill, &a, &p);
+    ui_term_style(fill, &a, &p);
     attr_set(a, p, NULL);
     mvhline(row, 0, ' ', COLS);
     attr_set(A_NORMAL, 0, NULL);
@@ -67,9 +67,9 @@ static void draw_input(ui_app *app, int row, int rows, int *cur_y, int *cur_x)
 {
     ed_row *v;
     int crow, ccol;
-    size_t n = editor_layout(app->ed, COLS - PROMPT_COLS, &v, &crow, &ccol);
+    size_t n = ui_editor_layout(app->ed, COLS - PROMPT_COLS, &v, &crow, &ccol);
     int first = crow >= rows ? crow - rows + 1 : 0;
-    const char *text = editor_text(app->ed);
+    const char *text = ui_editor_text(app->ed);
     for (int r = 0; r < rows && (size_t)(first + r) < n; r++) {
         ed_row *er = &v[first + r];
         ui_line l = { 0 };
@@ -87,9 +87,9 @@ static void draw_input(ui_app *app, int row, int rows, int *cur_y, int *cur_x)
         draw_at(row + r, 0, &l);
         ui_line_free(&l);
     }
-    if (editor_empty(app->ed)) {
+    if (ui_editor_empty(app->ed)) {
         ui_line l = { 0 };
-        ui_line_adds(&l, app_busy(app) ? "Type to queue a message for the model" : "Ask anything, or /help",
+        ui_line_adds(&l, ui_app_busy(app) ? "Type to queue a message for the model" : "Ask anything, or /help",
                      UI_C_MUTED);
         draw_at(row, PROMPT_COLS, &l);
         ui_line_free(&l);
@@ -164,12 +164,12 @@ static void draw_dialog(ui_app *app, int pane_h)
     for (size_t i = 0; i < rows.n && top + (int)i < LINES; i++) {
         move(top + (int)i, x);
         clrtoeol();
-        term_draw_line(&rows.v[i]);
+        ui_term_draw_line(&rows.v[i]);
     }
     ui_lines_free(&rows);
 }
 
-void screen_draw(ui_app *app)
+void ui_screen_draw(ui_app *app)
 {
     int H = LINES, W = COLS;
     erase();
@@ -180,7 +180,7 @@ void screen_draw(ui_app *app)
     }
     ed_row *v;
     int crow, ccol;
-    size_t nrows = editor_layout(app->ed, W - PROMPT_COLS, &v, &crow, &ccol);
+    size_t nrows = ui_editor_layout(app->ed, W - PROMPT_COLS, &v, &crow, &ccol);
     free(v);
     int in_h = (int)nrows, in_max = H / 3 > 1 ? H / 3 : 1;
     if (in_h > in_max) in_h = in_max;
@@ -197,14 +197,14 @@ void screen_draw(ui_app *app)
     app->pane_h = pane_h;
 
     /* the transcript: while scrolled back, new output does not move it */
-    size_t total = doc_layout(app->doc, W);
+    size_t total = ui_doc_layout(app->doc, W);
     if (app->scroll && total > app->last_total) app->scroll += total - app->last_total;
     app->last_total = total;
     size_t max_scroll = total > (size_t)pane_h ? total - (size_t)pane_h : 0;
     if (app->scroll > max_scroll) app->scroll = max_scroll;
     size_t bottom = total - app->scroll;
     size_t top = bottom > (size_t)pane_h ? bottom - (size_t)pane_h : 0;
-    for (size_t i = top; i < bottom; i++) draw_at((int)(i - top), 0, doc_line(app->doc, i));
+    for (size_t i = top; i < bottom; i++) draw_at((int)(i - top), 0, ui_doc_line(app->doc, i));
     if (app->scroll && pane_h > 0) {
         ui_line l = { 0 };
         char b[128];
@@ -214,7 +214,7 @@ void screen_draw(ui_app *app)
         ui_line_truncate(&l, W);
         move(pane_h - 1, 0);
         clrtoeol();
-        term_draw_line(&l);
+        ui_term_draw_line(&l);
         ui_line_free(&l);
     }
     int row = pane_h;

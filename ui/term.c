@@ -119,7 +119,7 @@ static void quit_signals(bool ours)
     sigaction(SIGINT, &sa, NULL);
     if (!ours) {
         g_term_pending = 0;
-        while (term_take_signal()) {
+        while (ui_term_take_signal()) {
         }
     }
 }
@@ -140,16 +140,16 @@ static void install_signals(void)
     for (size_t i = 0; i < sizeof crash / sizeof *crash; i++) sigaction(crash[i], &sa, NULL);
 }
 
-int term_signal_fd(void) { return g_sig_pipe[0]; }
+int ui_term_signal_fd(void) { return g_sig_pipe[0]; }
 
-int term_take_signal(void)
+int ui_term_take_signal(void)
 {
     unsigned char c;
     if (g_sig_pipe[0] >= 0 && read(g_sig_pipe[0], &c, 1) == 1) return c;
     return 0;
 }
 
-bool term_active(void) { return g_active; }
+bool ui_term_active(void) { return g_active; }
 
 /* ---- standard error while the screen is ours ---------------------------------------- */
 
@@ -232,7 +232,7 @@ static void init_colors(void)
     for (size_t i = 0; i < sizeof map / sizeof *map; i++) init_pair((short)map[i].role, map[i].fg, map[i].bg);
 }
 
-void term_style(ui_style st, attr_t *attr, short *pair)
+void ui_term_style(ui_style st, attr_t *attr, short *pair)
 {
     attr_t a = A_NORMAL;
     if (st & UI_BOLD) a |= A_BOLD;
@@ -270,12 +270,12 @@ void term_style(ui_style st, attr_t *attr, short *pair)
     *attr = a;
 }
 
-void term_draw_line(const ui_line *l)
+void ui_term_draw_line(const ui_line *l)
 {
     for (size_t s = 0; s < l->n_spans; s++) {
         attr_t a;
         short p;
-        term_style(l->spans[s].style, &a, &p);
+        ui_term_style(l->spans[s].style, &a, &p);
         attr_set(a, p, NULL);
         addnstr(l->text + l->spans[s].off, (int)l->spans[s].len);
     }
@@ -295,7 +295,7 @@ static void select_utf8(void)
     if (!setlocale(LC_CTYPE, "C.UTF-8")) setlocale(LC_CTYPE, "C.utf8");
 }
 
-int term_start(bool no_color, char *msg, size_t msglen)
+int ui_term_start(bool no_color, char *msg, size_t msglen)
 {
     if (g_active) return 0;
     if (g_started) {
@@ -355,7 +355,7 @@ int term_start(bool no_color, char *msg, size_t msglen)
     return 0;
 }
 
-void term_stop(void)
+void ui_term_stop(void)
 {
     if (!g_active) return;
     g_active = false;
@@ -367,12 +367,12 @@ void term_stop(void)
     quit_signals(false);
 }
 
-void term_suspend(void)
+void ui_term_suspend(void)
 {
     if (!g_active) return;
     def_prog_mode();
-    term_stop();
+    ui_term_stop();
     raise(SIGTSTP);
     /* continued */
-    term_start(!g_color, NULL, 0);
+    ui_term_start(!g_color, NULL, 0);
 }

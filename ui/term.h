@@ -21,25 +21,25 @@
 
 /* Starts curses on the process's terminal (a UTF-8 locale is selected
  * first). 0, or -1 with msg when there is no usable terminal. Calling it
- * again after term_stop resumes. */
-int term_start(bool no_color, char *msg, size_t msglen);
+ * again after ui_term_stop resumes. */
+int ui_term_start(bool no_color, char *msg, size_t msglen);
 /* Restores the terminal (idempotent) and brings standard error back,
  * printing what was written to it meanwhile (its last lines). */
-void term_stop(void);
-bool term_active(void);
+void ui_term_stop(void);
+bool ui_term_active(void);
 
-/* Readable when SIGTERM, SIGHUP or SIGINT arrived; term_take_signal
+/* Readable when SIGTERM, SIGHUP or SIGINT arrived; ui_term_take_signal
  * returns them one by one (0: none left). */
-int term_signal_fd(void);
-int term_take_signal(void);
+int ui_term_signal_fd(void);
+int ui_term_take_signal(void);
 
 /* The curses attributes and colour pair of a style. */
-void term_style(ui_style st, attr_t *attr, short *pair);
+void ui_term_style(ui_style st, attr_t *attr, short *pair);
 /* Draws a styled line at the cursor. */
-void term_draw_line(const ui_line *l);
+void ui_term_draw_line(const ui_line *l);
 
 /* Ctrl+Z: gives the terminal back and stops the process until it is
  * continued. */
-void term_suspend(void);
+void ui_term_suspend(void);
 
 #endif
