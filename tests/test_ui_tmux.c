@@ -388,6 +388,7 @@ TEST(ui_tmux, slash_commands)
     tmux_wait(&t, "Tracing to", WAIT_MS);
     send(&t, "/nothink");
     tmux_wait(&t, "No thinking from the next request.", WAIT_MS);
+    wait_in_transcript(&t, "\xe2\x80\xba /nothink"); /* the command stays in view */
     send(&t, "second");
     tmux_wait(&t, "Without thinking.", WAIT_MS);
     tmux_wait(&t, "no thinking", WAIT_MS); /* the status bar */

@@ -257,17 +257,25 @@ int ui_commands_run(ui_app *app, const char *text)
     const char *name = text + 1;
     const char *args = text + 1 + n;
     while (*args == ' ') args++;
+    bool known = false;
+    for (size_t i = 0; i < N_CMDS && !known; i++) known = strlen(g_cmds[i].name) == n && !strncmp(g_cmds[i].name, name, n);
+    size_t ns;
+    const sessions_command *sc = sessions_commands(&ns);
+    for (size_t i = 0; i < ns && !known; i++) known = strlen(sc[i].name) == n && !strncmp(sc[i].name, name, n);
+    if (!known) {
+        ui_app_hint(app, "Unknown command /%.*s: /help lists them (a leading space sends it as text).", (int)n, name);
+        return 2;
+    }
+    /* the command stays in the transcript, apart from what the model read */
+    ui_doc_adds(app->doc, DOC_COMMAND, text);
     for (size_t i = 0; i < N_CMDS; i++) {
         if (strlen(g_cmds[i].name) != n || strncmp(g_cmds[i].name, name, n)) continue;
         if (!g_cmds[i].busy_ok && ui_app_busy(app))
             return refuse(app, "`/%s` needs the model to be idle: wait, or press Esc to interrupt it.", g_cmds[i].name);
         return g_cmds[i].run(app, args);
     }
-    size_t ns;
-    const sessions_command *sc = sessions_commands(&ns);
     for (size_t i = 0; i < ns; i++)
         if (strlen(sc[i].name) == n && !strncmp(sc[i].name, name, n)) return run_session_cmd(app, &sc[i], args);
-    ui_app_hint(app, "Unknown command /%.*s: /help lists them (a leading space sends it as text).", (int)n, name);
     return 2;
 }
 

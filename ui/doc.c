@@ -369,6 +369,9 @@ static void render_block(const ui_doc *d, block *b, int width)
     case DOC_ERROR:
         plain_lines(out, t, n, width, "\xe2\x9c\x97 ", "  ", UI_C_ERROR | UI_BOLD, UI_C_ERROR);
         break;
+    case DOC_COMMAND:
+        plain_lines(out, t, n, width, "\xe2\x80\xba ", "  ", UI_C_MUTED, UI_C_MUTED);
+        break;
     case DOC_COMPACTION:
         if (folded(d, b)) {
             ui_lines_push_text(out, "\xe2\x9f\xb3 Context compacted \xc2\xb7 Ctrl+O shows the summary",

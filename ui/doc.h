@@ -38,6 +38,7 @@ typedef enum {
     DOC_ERROR,
     DOC_COMPACTION,  /* text: the summary (folds like reasoning) */
     DOC_INFO,        /* command output (markdown) */
+    DOC_COMMAND,     /* a slash command the user ran (not sent to the model) */
     DOC_KINDS
 } doc_kind;
 

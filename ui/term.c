@@ -302,6 +302,7 @@ int ui_term_start(bool no_color, char *msg, size_t msglen)
         stderr_to_log();
         quit_signals(true);
         reset_prog_mode();
+        clearok(curscr, TRUE); /* what the terminal shows now is unknown */
         fputs("\033[?2004h", stdout);
         fflush(stdout);
         refresh();
