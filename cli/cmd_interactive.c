@@ -41,8 +41,9 @@ static session_open_status pick(const char *ws, bool no_color, session **out, ch
 
 int cmd_interactive(const ds4cl_options *o)
 {
-    if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) {
-        fprintf(stderr, "ds4cl: the interactive mode needs a terminal; -p TEXT runs one task without one\n");
+    char terr[256];
+    if (ui_terminal_check(terr, sizeof terr) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", terr);
         return EXIT_USAGE;
     }
     if (o->backend == DS4_BACKEND_SCRIPT && !o->model_path) {

@@ -633,3 +633,22 @@ TEST(ui_tmux, sessions_new_switch_and_resume_picker)
     CHECK(strstr(s, "first session request") || strstr(s, "second session request"));
     quit_and_check(&t);
 }
+
+TEST(ui_tmux, refuses_without_a_usable_terminal)
+{
+    const char *model = agent_test_model();
+    char *out;
+    /* standard input from /dev/null: no terminal, nothing loaded */
+    int rc = test_runf(&out, "'%s/ds4cl' -m '%s' --engine 'script:%s' 2>&1", test_bindir(), model,
+                       test_tmp_path("none.jsonl"));
+    CHECK_EQ_INT(rc, 2);
+    CHECK_CONTAINS(out, "the interactive mode needs a terminal; -p TEXT runs one task without one");
+    CHECK(!strstr(out, "loading model"));
+    /* a terminal that cannot place its cursor */
+    tmux_t t;
+    tmux_start(&t, 80, 24, "TERM=dumb");
+    tmux_run_ds4cl(&t, test_printf("-m '%s' --engine 'script:%s'", model, test_tmp_path("none.jsonl")));
+    const char *s = tmux_wait(&t, "EXIT=2", WAIT_MS);
+    CHECK_CONTAINS(s, "cannot place its cursor");
+    tmux_kill(&t);
+}

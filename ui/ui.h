@@ -59,6 +59,11 @@ typedef enum {
 
 ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen);
 
+/* Whether this process can run the interface (standard input and output
+ * on a terminal that can place its cursor): 0, or -1 with msg. Cheap, so
+ * it comes before the model is loaded. */
+int ui_terminal_check(char *msg, size_t msglen);
+
 /* --resume without an ID: the user picks from the list. Returns 1 with
  * the ID, 0 for a new session, -1 when the user gave up or there is no
  * terminal (msg says so). */
