@@ -17,6 +17,9 @@
 #define FRAME_MS 100      /* spinner, progress and countdown refresh */
 #define MIN_DRAW_MS 30    /* streaming output is drawn at most this often */
 #define HINT_MS 4000
+/* Idle wake-ups: SIGWINCH may land on the worker thread and so not cut
+ * the poll short; the resize is then seen at the next wake-up. */
+#define IDLE_MS 250
 
 void ui_str_list_push(str_list *l, const char *s)
 {
@@ -403,7 +406,7 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
         if (a) p[np++] = (struct pollfd){ agent_wake_fd(a), POLLIN, 0 };
         bool animated = ui_app_busy(&app) || app.confirm_open || app.hint || app.held.n;
         double now = now_ms();
-        int timeout = animated ? FRAME_MS : 1000;
+        int timeout = animated ? FRAME_MS : IDLE_MS;
         if (app.dirty) timeout = (int)(last_draw + MIN_DRAW_MS - now) > 0 ? (int)(last_draw + MIN_DRAW_MS - now) : 0;
         if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR) break;
 
