@@ -269,6 +269,19 @@ TEST(ui_doc, tool_calls_drawn_while_they_stream)
     CHECK_CONTAINS(t, "not run: interrupted");
     CHECK_EQ_INT(UI_ROLE(style_of(find_line(d, 80, "Editing"), "\xe2\x97\x8f")), UI_C_ERROR);
     ui_doc_free(d);
+
+    /* a malformed block: its calls will not run */
+    d = ui_doc_new();
+    ev(d, AGENT_EV_USER, "search");
+    tool_ev(d, AGENT_EV_TOOL_START, 0, "search", NULL, NULL);
+    tool_ev(d, AGENT_EV_TOOL_PARAM, 0, "search", "query", "main(");
+    agent_event bad = { .type = AGENT_EV_NOTICE, .text = "incomplete DSML tool call", .is_error = true };
+    bad.len = strlen(bad.text);
+    ui_doc_event(d, &bad);
+    t = doc_text(d, 80);
+    CHECK_CONTAINS(t, "Search main(");
+    CHECK_CONTAINS(t, "not run: the call was malformed");
+    ui_doc_free(d);
 }
 
 TEST(ui_doc, bash_shows_the_command_and_a_live_tail)

@@ -202,21 +202,28 @@ void ui_doc_add_reply(ui_doc *d, const char *raw, size_t len)
     if (n) ui_doc_add(d, DOC_ANSWER, text, n);
 }
 
-void ui_doc_end_turn(ui_doc *d, const char *reason)
+/* Calls of the current request that got no result will not get one. */
+static void mark_not_run(ui_doc *d, const char *why)
 {
-    close_open(d);
-    bool stopped = reason && !strcmp(reason, AGENT_END_INTERRUPTED);
     for (size_t i = d->n; i-- > 0;) {
         block *b = &d->b[i];
         if (b->kind == DOC_USER) break;
         if (b->kind != DOC_TOOL || b->tool.done || b->tool.not_run) continue;
-        char why[96];
-        snprintf(why, sizeof why, "not run: %s", stopped ? "interrupted" : reason ? reason : "the turn ended");
         b->tool.not_run = strdup(why);
         if (!b->tool.not_run) abort();
         b->tool.asking = false;
         b->version++;
     }
+}
+
+void ui_doc_end_turn(ui_doc *d, const char *reason)
+{
+    close_open(d);
+    bool stopped = reason && !strcmp(reason, AGENT_END_INTERRUPTED);
+    bool plain = !reason || !strcmp(reason, AGENT_END_DONE);
+    char why[96];
+    snprintf(why, sizeof why, "not run%s%s", plain ? "" : ": ", plain ? "" : stopped ? "interrupted" : reason);
+    mark_not_run(d, why);
     if (reason && strcmp(reason, AGENT_END_DONE) && strcmp(reason, AGENT_END_INTERRUPTED) &&
         strcmp(reason, AGENT_END_ERROR)) {
         char msg[128];
@@ -279,6 +286,9 @@ void ui_doc_event(ui_doc *d, const agent_event *e)
         b->version++;
         break;
     case AGENT_EV_NOTICE:
+        /* a problem reported while calls stream (a malformed block): they
+         * will not run */
+        if (e->is_error) mark_not_run(d, "not run: the call was malformed");
         ui_doc_add(d, DOC_NOTICE, e->text, e->len);
         d->b[d->n - 1].is_error = e->is_error;
         break;

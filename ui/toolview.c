@@ -202,7 +202,7 @@ static void header_generic(ui_line *h, const tool_view *t)
 {
     const char *name = t->tool ? t->tool : "tool";
     const char *v;
-    if (!strcmp(name, "search") && (v = ui_tool_param_get(t, "pattern"))) {
+    if (!strcmp(name, "search") && (v = ui_tool_param_get(t, "query"))) {
         ui_line_adds(h, "Search ", UI_BOLD);
         add_value(h, v, UI_C_CODE, 200);
         const char *p = ui_tool_param_get(t, "path");
@@ -210,6 +210,15 @@ static void header_generic(ui_line *h, const tool_view *t)
             ui_line_adds(h, " in ", 0);
             add_value(h, p, UI_C_PATH, 200);
         }
+        return;
+    }
+    if ((!strcmp(name, "bash_status") || !strcmp(name, "bash_stop")) && (v = ui_tool_param_get(t, "job"))) {
+        ui_line_adds(h, !strcmp(name, "bash_stop") ? "Stop job " : "Job ", UI_BOLD);
+        add_value(h, v, UI_C_NUMBER, 40);
+        return;
+    }
+    if (!strcmp(name, "more")) {
+        ui_line_adds(h, "More of the last read", UI_BOLD);
         return;
     }
     if (!strcmp(name, "list")) {
