@@ -35,15 +35,21 @@ static void quit_and_check(tmux_t *t)
     tmux_kill(t);
 }
 
-/* The last line with text: the input line (runner-owned). */
+/* The input line: the last one starting with the prompt (a hint may
+ * follow it), runner-owned. */
 static const char *input_line(tmux_t *t)
 {
     const char *s = tmux_screen(t);
-    size_t n = strlen(s);
-    while (n && (s[n - 1] == '\n' || s[n - 1] == ' ')) n--;
-    size_t b = n;
-    while (b && s[b - 1] != '\n') b--;
-    return test_printf("%.*s", (int)(n - b), s + b);
+    const char *found = NULL;
+    for (const char *p = s; p && *p;) {
+        if (!strncmp(p, "\xe2\x80\xba ", 4)) found = p;
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    if (!found) return "";
+    size_t n = strcspn(found, "\n");
+    while (n && found[n - 1] == ' ') n--;
+    return test_printf("%.*s", (int)n, found);
 }
 
 /* Waits until text shows in the transcript (not only in the input line). */
@@ -249,10 +255,16 @@ TEST(ui_tmux, ctrl_c_during_generation_keeps_what_was_written)
     send(&t, "write a lot");
     tmux_wait(&t, "Partial words more more", WAIT_MS);
     tmux_wait(&t, "writing", WAIT_MS);
+    /* a queued message comes back to the input line instead of being sent */
+    send(&t, "queued words");
+    tmux_wait(&t, "queued: queued words", WAIT_MS);
     tmux_keys(&t, "C-c");
     const char *s = tmux_wait(&t, "Stopped by user.", WAIT_MS);
     CHECK_CONTAINS(s, "Partial words");
     tmux_wait(&t, "ready", WAIT_MS);
+    CHECK_STR_EQ(input_line(&t), "\xe2\x80\xba queued words");
+    CHECK(!strstr(tmux_screen(&t), "queued: queued words"));
+    tmux_keys(&t, "C-u");
     quit_and_check(&t);
 }
 
