@@ -727,13 +727,14 @@ void agent_request(agent *a, agent_request_kind kind)
     pthread_mutex_unlock(&a->mu);
 }
 
-void agent_set_think(agent *a, ds4_think mode)
+ds4_think agent_set_think(agent *a, ds4_think mode)
 {
     pthread_mutex_lock(&a->mu);
     a->think_req = mode;
     a->think_req_set = true;
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
+    return ds4_think_for_context(mode, a->n_ctx);
 }
 
 int agent_set_trace(agent *a, const char *path, char *err, size_t errlen)

@@ -242,8 +242,9 @@ typedef enum {
 void agent_request(agent *a, agent_request_kind kind);
 /* Applies from the next user turn; THINK_MAX only when the context allows
  * it (ds4_think_for_context), and switching to or from it re-reads the
- * transcript (its prefix sits right after BOS). */
-void agent_set_think(agent *a, ds4_think mode);
+ * transcript (its prefix sits right after BOS). Returns the mode that
+ * applies. */
+ds4_think agent_set_think(agent *a, ds4_think mode);
 /* Starts appending the trace (see --trace) to path, or stops it (NULL).
  * The file is opened here, so a bad path is an error at once (-1 with
  * err); the worker switches to it before its next turn or request. */

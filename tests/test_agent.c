@@ -1042,9 +1042,9 @@ TEST(agent, think_mode_changes_apply_to_the_next_turn)
     ev_log log = { 0 };
     run_turn(a, "one", &log);
     CHECK_STR_EQ(sb_str(&log.thinking), "t");
-    agent_set_think(a, DS4_THINK_NONE);
+    CHECK_EQ_INT(agent_set_think(a, DS4_THINK_NONE), DS4_THINK_NONE);
     /* Think Max needs a context of 384K: with 8192 it stays plain thinking */
-    agent_set_think(a, DS4_THINK_MAX);
+    CHECK_EQ_INT(agent_set_think(a, DS4_THINK_MAX), DS4_THINK_HIGH);
     agent_set_think(a, DS4_THINK_NONE);
     log.ended = false;
     run_turn(a, "two", &log);
