@@ -38,8 +38,7 @@ static int set_think(ui_app *app, ds4_think mode)
 {
     agent *a = need_agent(app);
     if (!a) return 2;
-    ds4_think got = ds4_think_for_context(mode, app->cfg->base->n_ctx);
-    agent_set_think(a, got);
+    ds4_think got = agent_set_think(a, mode);
     app->think = got;
     app->cfg->base->think = got;
     char msg[256];
