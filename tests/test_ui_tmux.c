@@ -279,12 +279,12 @@ TEST(ui_tmux, queued_message_is_read_after_the_tool_round)
     start(&t, lines, "--yes", NULL);
     send(&t, "sleep a bit");
     tmux_wait(&t, "running bash", WAIT_MS);
-    send(&t, "and then this");
-    const char *s = tmux_wait(&t, "queued: and then this", WAIT_MS);
+    send(&t, "and then this \xe2\x80\x94 \xe6\x97\xa5\xe6\x9c\xac");
+    const char *s = tmux_wait(&t, "queued: and then this \xe2\x80\x94 \xe6\x97\xa5\xe6\x9c\xac", WAIT_MS);
     CHECK_CONTAINS(s, "1 queued");
     s = tmux_wait(&t, "Got the follow-up.", WAIT_MS);
     CHECK(!strstr(s, "queued: and then this"));
-    CHECK_CONTAINS(s, "\xe2\x80\xba and then this");
+    CHECK_CONTAINS(s, "\xe2\x80\xba and then this \xe2\x80\x94 \xe6\x97\xa5\xe6\x9c\xac");
     quit_and_check(&t);
 }
 

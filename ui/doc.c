@@ -127,7 +127,8 @@ static block *tool_block(ui_doc *d, int call)
             if (b->tool.call == call) return b;
             continue;
         }
-        if (b->kind != DOC_NOTICE && b->kind != DOC_ERROR) break;
+        /* notices and what commands printed meanwhile lie in between */
+        if (b->kind != DOC_NOTICE && b->kind != DOC_ERROR && b->kind != DOC_COMMAND && b->kind != DOC_INFO) break;
     }
     return NULL;
 }

@@ -53,8 +53,12 @@ static void draw_queue(ui_app *app, int row, int rows)
             ui_line_adds(&l, more, UI_C_ACCENT | UI_BOLD);
         } else {
             ui_line_adds(&l, "\xe2\xa7\x97 queued: ", UI_C_ACCENT | UI_BOLD);
-            /* one row: newlines shown as spaces */
-            for (const char *p = t; *p; p++) ui_line_add(&l, *p == '\n' ? " " : p, 1, UI_C_ACCENT);
+            /* one row of it (enough for any width), newlines as spaces */
+            char row_text[1024];
+            size_t n = strlen(t) < sizeof row_text - 1 ? strlen(t) : sizeof row_text - 1;
+            while (n && n < strlen(t) && ((unsigned char)t[n] & 0xc0) == 0x80) n--;
+            for (size_t k = 0; k < n; k++) row_text[k] = t[k] == '\n' ? ' ' : t[k];
+            ui_line_add(&l, row_text, n, UI_C_ACCENT);
         }
         ui_line_truncate(&l, COLS);
         draw_at(row + (int)shown, 0, &l);
