@@ -136,7 +136,7 @@ bench: $(PROGRAMS)
 FUZZ_SECONDS ?= 60
 FUZZ_SRCS    := $(sort $(wildcard tests/fuzz/*.c))
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRCS))
-FUZZ_LIB_SRCS := $(filter-out $(wildcard ui/*.c),$(LIB_SRCS))
+FUZZ_LIB_SRCS := $(filter-out $(wildcard ui/*.c) cli/cmd_interactive.c,$(LIB_SRCS))
 
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRCS) $(GEN_SRCS)
 	@mkdir -p build/fuzz

@@ -377,14 +377,30 @@ static void *worker_main(void *arg)
     finish_busy(a);
     for (;;) {
         pthread_mutex_lock(&a->mu);
-        while (!a->stop && !a->mailbox && !a->requests && !a->think_req_set) pthread_cond_wait(&a->cv, &a->mu);
+        while (!a->stop && !a->mailbox && !a->requests && !a->think_req_set && !a->trace_req_set)
+            pthread_cond_wait(&a->cv, &a->mu);
         if (a->stop) {
             pthread_mutex_unlock(&a->mu);
             break;
         }
         char *text = a->mailbox;
         a->mailbox = NULL;
+        /* Only this thread writes the trace, so it swaps files here,
+         * between turns, never under a writer. */
+        trace *old_trace = NULL;
+        bool trace_swapped = a->trace_req_set;
+        if (trace_swapped) {
+            old_trace = a->tr;
+            a->tr = a->trace_req;
+            a->trace_req = NULL;
+            a->trace_req_set = false;
+        }
         pthread_mutex_unlock(&a->mu);
+        if (trace_swapped) {
+            trace_line(old_trace, "trace stop");
+            trace_close(old_trace);
+            trace_line(a->tr, "agent trace start ctx=%d tokens=%zu", a->n_ctx, a->tx.n);
+        }
         apply_think(a);
         if (text) {
             const char *why = agent_run_turn(a, text);
@@ -476,6 +492,7 @@ static void agent_free(agent *a)
     sb_free(&a->reply);
     sb_free(&a->last_calls);
     trace_close(a->tr);
+    trace_close(a->trace_req);
     if (a->wake_r >= 0) close(a->wake_r);
     if (a->wake_w >= 0) close(a->wake_w);
     agent_events_free(a->ev, a->n_ev);
@@ -699,6 +716,11 @@ int agent_steer(agent *a, const char *text)
     return 0;
 }
 
+char *agent_unsteer(agent *a)
+{
+    return agent_take_steer(a);
+}
+
 void agent_interrupt(agent *a)
 {
     atomic_store(&a->interrupt, true);
@@ -726,13 +748,31 @@ void agent_request(agent *a, agent_request_kind kind)
     pthread_mutex_unlock(&a->mu);
 }
 
-void agent_set_think(agent *a, ds4_think mode)
+ds4_think agent_set_think(agent *a, ds4_think mode)
 {
     pthread_mutex_lock(&a->mu);
     a->think_req = mode;
     a->think_req_set = true;
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
+    return ds4_think_for_context(mode, a->n_ctx);
+}
+
+int agent_set_trace(agent *a, const char *path, char *err, size_t errlen)
+{
+    trace *t = NULL;
+    if (path) {
+        t = trace_open(path, err, errlen);
+        if (!t) return -1;
+    }
+    pthread_mutex_lock(&a->mu);
+    trace *dropped = a->trace_req;
+    a->trace_req = t;
+    a->trace_req_set = true;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    trace_close(dropped);
+    return 0;
 }
 
 int agent_wake_fd(agent *a) { return a->wake_r; }

@@ -223,6 +223,12 @@ int agent_submit(agent *a, const char *text);
  * given before they are read are joined. Returns -1 when no turn runs
  * (submit it instead). */
 int agent_steer(agent *a, const char *text);
+/* Takes back the text given with agent_steer that the model has not read
+ * yet (malloc'd; NULL when there is none): a front end that interrupts
+ * and lets the user edit that text instead of sending it. Call it before
+ * agent_interrupt, since an interrupted turn turns the text into the next
+ * turn as soon as it ends. */
+char *agent_unsteer(agent *a);
 /* Cooperative interrupt: the worker stops at the next safe point (a
  * prefill chunk, a token, a tool's poll); the turn ends with TURN_END
  * "interrupted" and the transcript stays consistent. Not for signal
@@ -244,8 +250,13 @@ typedef enum {
 void agent_request(agent *a, agent_request_kind kind);
 /* Applies from the next user turn; THINK_MAX only when the context allows
  * it (ds4_think_for_context), and switching to or from it re-reads the
- * transcript (its prefix sits right after BOS). */
-void agent_set_think(agent *a, ds4_think mode);
+ * transcript (its prefix sits right after BOS). Returns the mode that
+ * applies. */
+ds4_think agent_set_think(agent *a, ds4_think mode);
+/* Starts appending the trace (see --trace) to path, or stops it (NULL).
+ * The file is opened here, so a bad path is an error at once (-1 with
+ * err); the worker switches to it before its next turn or request. */
+int agent_set_trace(agent *a, const char *path, char *err, size_t errlen);
 
 /* Readable when events or a new status are available; the front end
  * polls it and then calls agent_drain. */

@@ -87,6 +87,8 @@ struct agent {
     unsigned requests;    /* 1 << agent_request_kind */
     bool think_req_set;
     ds4_think think_req;
+    bool trace_req_set;   /* trace_req replaces tr before the next turn */
+    trace *trace_req;     /* NULL: stop tracing */
     agent_event *ev;
     size_t n_ev, cap_ev;
     agent_status st;

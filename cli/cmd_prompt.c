@@ -32,6 +32,7 @@
 #include "base/base.h"
 #include "cli/commands.h"
 #include "cli/model_open.h"
+#include "cli/workspace.h"
 #include "sessions/sessions.h"
 
 #pragma weak tools_all
@@ -305,20 +306,11 @@ int cmd_prompt(const ds4cl_options *o)
         free(prompt);
         return EXIT_USAGE;
     }
-    char cwd[PATH_MAX], ws[PATH_MAX];
-    const char *wsarg = o->workspace;
-    if (!wsarg) {
-        if (!getcwd(cwd, sizeof cwd)) {
-            fprintf(stderr, "ds4cl: cannot get the current directory: %s\n", strerror(errno));
-            free(prompt);
-            return EXIT_ERROR;
-        }
-        wsarg = cwd;
-    }
-    if (!realpath(wsarg, ws)) {
-        fprintf(stderr, "ds4cl: workspace %s: %s\n", wsarg, strerror(errno));
+    char ws[PATH_MAX];
+    int wrc = workspace_resolve(o, ws);
+    if (wrc != 0) {
         free(prompt);
-        return EXIT_USAGE;
+        return wrc;
     }
 
     /* The session first: a resumed one brings its context size. */

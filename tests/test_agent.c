@@ -1734,3 +1734,70 @@ TEST(agent, a_reply_that_fills_the_context_still_leaves_room_to_compact)
     agent_stop(a);
     ev_log_free(&log);
 }
+
+/* ---- front-end additions: taking queued text back, tracing on demand ----------- */
+
+TEST(agent, unsteer_takes_back_text_the_model_has_not_read)
+{
+    const char *lines[] = {
+        script_line(test_printf("s</think>%s", dsml_block("sleep", "ms", "=400", NULL)), NULL),
+        script_line("ok</think>Finished without the queued text.", NULL),
+        NULL,
+    };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, 5000);
+    CHECK(agent_unsteer(a) == NULL);
+    CHECK_EQ_INT(agent_submit(a, "sleep a little"), 0);
+    double t0 = test_now_ms();
+    agent_status st;
+    do {
+        usleep(5000);
+        agent_get_status(a, &st);
+    } while (st.state != AGENT_TOOL && test_now_ms() - t0 < 5000);
+    CHECK_EQ_INT(agent_steer(a, "first"), 0);
+    CHECK_EQ_INT(agent_steer(a, "second"), 0);
+    char *back = agent_unsteer(a);
+    CHECK(back != NULL);
+    CHECK_STR_EQ(back, "first\n\nsecond");
+    free(back);
+    CHECK(agent_unsteer(a) == NULL);
+    run_to_end(a, &log, 5000, NULL, NULL);
+    CHECK_STR_EQ(log.end, AGENT_END_DONE);
+    /* one user turn only: the text taken back was never read */
+    CHECK_STR_EQ(sb_str(&log.seq), "USER THINKING TOOL_START TOOL_PARAM TOOL_CALL(sleep) TOOL_PROGRESS TOOL_RESULT(sleep) "
+                                   "THINKING TEXT TURN_END(done) ");
+    agent_stop(a);
+    ev_log_free(&log);
+}
+
+TEST(agent, trace_can_start_and_stop_while_running)
+{
+    const char *lines[] = { script_line("a</think>One.", NULL), script_line("b</think>Two.", NULL),
+                            script_line("c</think>Three.", NULL), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    agent_config cfg = test_config(e, 8192);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    run_turn(a, "untraced request", &log);
+    const char *path = test_tmp_path("later.trace");
+    char err[256] = "";
+    CHECK_EQ_INT(agent_set_trace(a, test_tmp_path("no/such/dir/x.trace"), err, sizeof err), -1);
+    CHECK_CONTAINS(err, "no/such/dir/x.trace");
+    CHECK_EQ_INT(agent_set_trace(a, path, err, sizeof err), 0);
+    log.ended = false;
+    run_turn(a, "traced request", &log);
+    CHECK_EQ_INT(agent_set_trace(a, NULL, err, sizeof err), 0);
+    log.ended = false;
+    run_turn(a, "untraced again", &log);
+    agent_stop(a);
+    char *t = test_read_file(path, NULL);
+    CHECK(t != NULL);
+    CHECK_CONTAINS(t, "agent trace start ctx=8192");
+    CHECK_CONTAINS(t, "user=\"traced request\"");
+    CHECK_CONTAINS(t, "trace stop");
+    CHECK(strstr(t, "untraced") == NULL);
+    ev_log_free(&log);
+}
