@@ -17,6 +17,7 @@
 
 #include "agent/agent.h"
 #include "base/base.h"
+#include "cli/agent_setup.h"
 #include "cli/commands.h"
 #include "cli/model_open.h"
 #include "cli/workspace.h"
@@ -87,26 +88,7 @@ int cmd_interactive(const ds4cl_options *o)
     }
 
     agent_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.engine = e;
-    cfg.n_ctx = n_ctx;
-    cfg.sampling = o->sampling;
-    if (!o->seed_given) cfg.sampling.seed = (uint64_t)wall_time_s() ^ ((uint64_t)getpid() << 32);
-    cfg.max_tokens = o->max_tokens;
-    cfg.think = o->think;
-    cfg.max_tool_rounds = o->max_tool_rounds;
-    cfg.workspace = ws;
-    cfg.system_extra = o->system_extra;
-    cfg.trace_path = o->trace_path;
-    cfg.tools.workspace = ws;
-    cfg.tools.yes_to_all = o->yes;
-    cfg.tools.allow = o->n_allow ? o->allow : NULL;
-    cfg.tools.rules_path = o->rules_path;
-    cfg.tools.interactive = true;
-    cfg.tools.sandbox = !o->no_sandbox;
-    cfg.tools.cdp_url = o->cdp_url;
-    cfg.tools.browser_path = o->browser_path;
-    cfg.tools.search_url = o->search_url;
+    agent_setup_config(&cfg, o, e, n_ctx, ws, true);
 
     agent *a = NULL;
     char err[1024] = "";

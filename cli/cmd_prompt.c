@@ -30,6 +30,7 @@
 
 #include "agent/agent.h"
 #include "base/base.h"
+#include "cli/agent_setup.h"
 #include "cli/commands.h"
 #include "cli/model_open.h"
 #include "cli/workspace.h"
@@ -369,27 +370,8 @@ int cmd_prompt(const ds4cl_options *o)
     sigaction(SIGTERM, &sa, NULL);
 
     agent_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.engine = e;
-    cfg.n_ctx = n_ctx;
-    cfg.sampling = o->sampling;
-    if (!o->seed_given) cfg.sampling.seed = (uint64_t)wall_time_s() ^ ((uint64_t)getpid() << 32);
-    cfg.max_tokens = o->max_tokens;
-    cfg.think = o->think;
-    cfg.max_tool_rounds = o->max_tool_rounds;
-    cfg.workspace = ws;
-    cfg.system_extra = o->system_extra;
-    cfg.trace_path = o->trace_path;
+    agent_setup_config(&cfg, o, e, n_ctx, ws, false);
     cfg.session_id = o->session_id;
-    cfg.tools.workspace = ws;
-    cfg.tools.yes_to_all = o->yes;
-    cfg.tools.allow = o->n_allow ? o->allow : NULL;
-    cfg.tools.rules_path = o->rules_path;
-    cfg.tools.interactive = false;
-    cfg.tools.sandbox = !o->no_sandbox;
-    cfg.tools.cdp_url = o->cdp_url;
-    cfg.tools.browser_path = o->browser_path;
-    cfg.tools.search_url = o->search_url;
 
     ds4_error err = { "" };
     double t0 = now_ms();

@@ -1,0 +1,19 @@
+/* agent_setup.h — the agent configuration both front ends (the interactive
+ * UI and -p) derive from the command line, so that a flag means the same
+ * thing in either mode. */
+#ifndef DS4CL_AGENT_SETUP_H
+#define DS4CL_AGENT_SETUP_H
+
+#include <stdbool.h>
+
+#include "agent/agent.h"
+#include "cli/options.h"
+
+/* Fills *cfg (zeroed first) for the engine e with a context of n_ctx tokens
+ * working in ws. Strings point into o and ws, which must outlive the agent.
+ * Without --seed every run samples differently. `interactive`: permission
+ * questions go to the user instead of the non-interactive policy. */
+void agent_setup_config(agent_config *cfg, const ds4cl_options *o, ds4_engine *e, int n_ctx, const char *ws,
+                        bool interactive);
+
+#endif
