@@ -533,8 +533,19 @@ TEST(web_browser, cancel_during_start)
     const char *t = take(&r);
     CHECK_CONTAINS(t, "cancelled");
     CHECK_MSG(reaction < 100, "cancel took %.1f ms", reaction);
+    CHECK(web_count_processes(test_tmpdir()) >= 1);
+    /* the browser went on starting, and the next call uses it */
+    web_server fx;
+    web_fixture_start(&fx);
+    tool_call_ctx plain = { 0 };
+    CHECK_EQ_INT(web_visit_page(ws, test_printf("%s/static", fx.base), &plain, &r), 0);
+    CHECK_CONTAINS(take(&r), "# Static heading");
+    web_timing tm;
+    web_last_timing(ws, &tm);
+    CHECK(!tm.started_browser);
     web_state_free(ws);
     CHECK_EQ_INT(web_count_processes(test_tmpdir()), 0);
+    web_server_stop(&fx);
 }
 
 /* ---- pages in a real browser ------------------------------------------------------------------- */

@@ -221,6 +221,17 @@ int tu_my_zombies(void)
     return z;
 }
 
+bool tu_wait_no_zombies(int ms)
+{
+    double until = test_now_ms() + ms;
+    for (;;) {
+        if (tu_my_zombies() == 0) return true;
+        if (test_now_ms() > until) return false;
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
 void tu_hide_landlock(void)
 {
     /* landlock_create_ruleset, _add_rule, _restrict_self: the same numbers

@@ -47,6 +47,10 @@ int tu_procs_with(const char *marker, int *zombies);
 bool tu_wait_gone(const char *marker, int ms);
 /* Zombie children of this process. */
 int tu_my_zombies(void);
+/* Waits up to ms for this process to have no zombie children; true when
+ * none is left. A job's supervisor that has just exited is a zombie until
+ * the thread that waits for it runs, which a loaded machine may delay. */
+bool tu_wait_no_zombies(int ms);
 
 /* Makes this test process (and what it starts) see a kernel without
  * Landlock: its system calls fail with ENOSYS (a seccomp filter). Skips

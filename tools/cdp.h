@@ -64,10 +64,23 @@ typedef struct {
  * naming what was tried when there is none. */
 char *cdp_find_browser(const char *explicit_path, char *err, size_t errlen);
 
+/* Starts the browser and waits until its DevTools endpoint answers: NULL
+ * with a message when it cannot, or when cancelled (the browser is then
+ * closed first). */
 cdp_browser *cdp_browser_launch(const cdp_launch_opts *opts, const cdp_cancel *cancel,
                                 char *err, size_t errlen);
 
-/* "http://127.0.0.1:PORT" of the DevTools HTTP endpoint. */
+/* The two halves of cdp_browser_launch, for a caller that must not wait
+ * for a browser's teardown when a start is cancelled. cdp_browser_start
+ * spawns the browser and returns at once (NULL with a message when it
+ * cannot). cdp_browser_wait_ready waits, bounded by start_timeout_ms from
+ * each call, until the endpoint answers; after CDP_CANCELLED the browser
+ * goes on starting and may be waited for again, after another failure it
+ * is only good for cdp_browser_close. */
+cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, char *err, size_t errlen);
+int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, char *err, size_t errlen);
+
+/* "http://127.0.0.1:PORT" of the DevTools HTTP endpoint, once known. */
 const char *cdp_browser_http_url(const cdp_browser *b);
 /* The throwaway directory (profile, logs); removed by cdp_browser_close. */
 const char *cdp_browser_dir(const cdp_browser *b);

@@ -45,6 +45,8 @@ struct cdp_browser {
     int lifeline;   /* write end; closing it makes the watchdog kill the group */
     bool exited;
     char *dir;
+    char *exe;      /* for messages */
+    int start_timeout_ms;
     char http_url[64];
 };
 
@@ -216,6 +218,7 @@ void cdp_browser_close(cdp_browser *b)
         rm_rf(b->dir);
         free(b->dir);
     }
+    free(b->exe);
     free(b);
 }
 
@@ -295,12 +298,10 @@ static void free_strv(char **v)
     free(v);
 }
 
-cdp_browser *cdp_browser_launch(const cdp_launch_opts *opts, const cdp_cancel *cancel,
-                                char *err, size_t errlen)
+cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, char *err, size_t errlen)
 {
     cdp_launch_opts none = {0};
     if (!opts) opts = &none;
-    int timeout_ms = opts->start_timeout_ms > 0 ? opts->start_timeout_ms : 20000;
     char *exe = cdp_find_browser(opts->executable, err, errlen);
     if (!exe) return NULL;
 
@@ -323,6 +324,8 @@ cdp_browser *cdp_browser_launch(const cdp_launch_opts *opts, const cdp_cancel *c
     cdp_browser *b = calloc(1, sizeof *b);
     if (!b) abort();
     b->dir = sb_take(&tmpl);
+    b->exe = exe;
+    b->start_timeout_ms = opts->start_timeout_ms > 0 ? opts->start_timeout_ms : 20000;
     b->lifeline = -1;
     b->pidfd = -1;
     b->watchdog = -1;
@@ -399,17 +402,21 @@ cdp_browser *cdp_browser_launch(const cdp_launch_opts *opts, const cdp_cancel *c
     posix_spawnattr_destroy(&attr);
     for (int i = 0; i < argc; i++) free(argv[i]);
     free_strv(envp);
+    sb_free(&p);
     if (!ok) {
         snprintf(err, errlen, "cannot start %s: %s", exe, strerror(saved));
-        free(exe);
-        sb_free(&p);
         cdp_browser_close(b);
         return NULL;
     }
+    return b;
+}
 
-    sb_clear(&p);
+int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, char *err, size_t errlen)
+{
+    const char *exe = b->exe;
+    strbuf p = {0};
     sb_printf(&p, "%s/profile/DevToolsActivePort", b->dir);
-    double deadline = now_ms() + timeout_ms;
+    double deadline = now_ms() + b->start_timeout_ms;
     int port = 0, rc = CDP_OK;
     for (;;) {
         port = read_port_file(p.s);
@@ -431,7 +438,7 @@ cdp_browser *cdp_browser_launch(const cdp_launch_opts *opts, const cdp_cancel *c
             char tail[300];
             log_tail(b->dir, tail, sizeof tail);
             snprintf(err, errlen, "the browser %s did not open its DevTools port within %.0f s%s%s",
-                     exe, timeout_ms / 1e3, tail[0] ? ": " : "", tail);
+                     exe, b->start_timeout_ms / 1e3, tail[0] ? ": " : "", tail);
             rc = CDP_TIMEOUT;
             break;
         }
@@ -444,10 +451,16 @@ cdp_browser *cdp_browser_launch(const cdp_launch_opts *opts, const cdp_cancel *c
         if (left < 1000) left = 1000;
         rc = cdp_version(b->http_url, left, cancel, NULL, NULL, NULL, err, errlen);
     }
-    free(exe);
-    if (rc != CDP_OK) {
+    return rc;
+}
+
+cdp_browser *cdp_browser_launch(const cdp_launch_opts *opts, const cdp_cancel *cancel,
+                                char *err, size_t errlen)
+{
+    cdp_browser *b = cdp_browser_start(opts, err, errlen);
+    if (b && cdp_browser_wait_ready(b, cancel, err, errlen) != CDP_OK) {
         cdp_browser_close(b);
-        return NULL;
+        b = NULL;
     }
     return b;
 }

@@ -327,20 +327,39 @@ static int ensure_browser(web_state *ws, const tool_call_ctx *ctx, const cdp_can
         return CDP_OK;
     }
     if (ws->browser && !cdp_browser_alive(ws->browser)) forget_browser(ws);
-    if (ws->browser) return CDP_OK;
-    progress(ctx, "starting the browser");
-    cdp_launch_opts opts = { ws->browser_path, ws->state_dir, ws->lim.start_ms };
-    ws->browser = cdp_browser_launch(&opts, cancel, err, errlen);
-    if (!ws->browser) return ctx_cancelled((void *)ctx) ? CDP_CANCELLED : CDP_ERROR;
-    ws->timing.started_browser = true;
-    ws->endpoint = strdup(cdp_browser_http_url(ws->browser));
-    if (!ws->endpoint) abort();
-    int rc = open_browser_session(ws, cancel, e2, sizeof e2);
-    if (rc != CDP_OK) {
-        snprintf(err, errlen, "the browser started but its DevTools session failed: %s", e2);
-        forget_browser(ws);
+    if (!ws->browser) {
+        progress(ctx, "starting the browser");
+        cdp_launch_opts opts = { ws->browser_path, ws->state_dir, ws->lim.start_ms };
+        ws->browser = cdp_browser_start(&opts, err, errlen);
+        if (!ws->browser) return CDP_ERROR;
+        ws->timing.started_browser = true;
     }
-    return rc;
+    /* A call cancelled while the browser starts leaves it starting, for the
+     * next call to use: tearing a browser down takes longer than a
+     * cancellation may. */
+    if (!ws->endpoint) {
+        int rc = cdp_browser_wait_ready(ws->browser, cancel, err, errlen);
+        if (rc != CDP_OK && (rc == CDP_CANCELLED || ctx_cancelled((void *)ctx))) return CDP_CANCELLED;
+        if (rc != CDP_OK) {
+            forget_browser(ws);
+            return CDP_ERROR;
+        }
+        ws->endpoint = strdup(cdp_browser_http_url(ws->browser));
+        if (!ws->endpoint) abort();
+    }
+    if (!ws->browser_conn) {
+        int rc = open_browser_session(ws, cancel, e2, sizeof e2);
+        if (rc != CDP_OK && (rc == CDP_CANCELLED || ctx_cancelled((void *)ctx))) {
+            snprintf(err, errlen, "cancelled");
+            return CDP_CANCELLED;
+        }
+        if (rc != CDP_OK) {
+            snprintf(err, errlen, "the browser started but its DevTools session failed: %s", e2);
+            forget_browser(ws);
+            return rc;
+        }
+    }
+    return CDP_OK;
 }
 
 typedef struct {
