@@ -34,8 +34,8 @@ ds4_engine *fwd_test_engine(ds4_quant_sim qs, int threads);
 /* Skips the test unless backend b is in the build and can run here (for
  * OpenCL: a device exists). Call it before allocating anything. */
 void fwd_require_backend(ds4_backend b);
-/* The same on another backend; skips when it is not in the build or
- * cannot open here (no device). */
+/* The same on another backend; skips as fwd_require_backend, and fails
+ * when the backend exists here but does not open. */
 ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads);
 
 /* Decisions recorded by a traced run: experts [n_pos][n_layer][k] (sorted
