@@ -52,6 +52,12 @@ typedef struct {
  * into out [n][n_vocab]. With routing non-NULL, records the decisions. */
 void fwd_teacher_force(ds4_engine *e, const ds4_tokens *ids, float *out, fwd_routing *routing);
 
+/* Checks a traced run of the whole set (g loaded with routing) against
+ * routing.json: the expert set at every (position, layer) and the
+ * indexer's selection wherever the reference had more compressed rows than
+ * it keeps (and no ranking where it had fewer). */
+void fwd_check_routing(const golden_set *g, const fwd_routing *r);
+
 typedef struct {
     double max, median, p90;
     int argmax_equal, argmax_exempt_misses, n;
