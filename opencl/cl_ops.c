@@ -449,20 +449,3 @@ const ds4_ops cl_ops = {
     .moe = clo_moe,
     .argmax = clo_argmax,
 };
-
-/* Stub markers (CL_OP_STUB in the op files): present while an op is unwritten. */
-#define STUB(op) extern const char cl_stub_##op[] __attribute__((weak));
-STUB(embed) STUB(hc_pre) STUB(hc_post) STUB(hc_head) STUB(rmsnorm) STUB(matmul) STUB(swiglu) STUB(add) STUB(rope)
-STUB(sim) STUB(store_rows) STUB(compress) STUB(indexer) STUB(attention) STUB(router) STUB(moe) STUB(argmax)
-#undef STUB
-
-const char *cl_ops_first_stub(void)
-{
-    const char *const marks[] = { cl_stub_embed,    cl_stub_hc_pre,   cl_stub_hc_post, cl_stub_hc_head, cl_stub_rmsnorm,
-                                  cl_stub_matmul,   cl_stub_swiglu,   cl_stub_add,     cl_stub_rope,    cl_stub_sim,
-                                  cl_stub_store_rows, cl_stub_compress, cl_stub_indexer, cl_stub_attention,
-                                  cl_stub_router,   cl_stub_moe,      cl_stub_argmax };
-    for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++)
-        if (marks[i]) return marks[i];
-    return NULL;
-}

@@ -66,8 +66,4 @@ void cl_ops_weights(void *ctx, cl_ops_weight_info *out);
 /* Device bytes of the context's own scratch for chunks of T tokens. */
 uint64_t cl_ops_scratch_estimate(const ds4_model *m, int T);
 
-/* The first op of the table that is still a stub in this build, or NULL
- * when every op is implemented. */
-const char *cl_ops_first_stub(void);
-
 #endif

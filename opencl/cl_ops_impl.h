@@ -23,9 +23,7 @@
  * quantized weights use elem = 1, i.e. bytes).
  *
  * Ops only enqueue: no clFinish, no blocking transfers (ops.h design
- * rules). A stub op returns -1 with "opencl: <op> not implemented" and is
- * marked with CL_OP_STUB(<op>) in its file; delete the marker with the
- * stub (cl_ops_first_stub() looks for the markers).
+ * rules).
  */
 #ifndef DS4CL_CL_OPS_IMPL_H
 #define DS4CL_CL_OPS_IMPL_H
@@ -107,9 +105,6 @@ int clo_arg_weight(clo_ctx *c, clrt_call *call, const ds4_tensor *t, size_t offs
  * kept when it grows); NULL (recorded) on failure. Growing releases the
  * old buffer, which OpenCL keeps alive for work already queued on it. */
 cl_mem clo_scratch(clo_ctx *c, int slot, size_t bytes);
-
-/* Marks an op whose function in this file is still a stub. */
-#define CL_OP_STUB(op) const char cl_stub_##op[] = #op
 
 /* ---- the compute ops (signatures of ds4_ops) ------------------------------ */
 

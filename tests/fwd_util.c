@@ -9,7 +9,7 @@
 
 #include "engine/backend.h"
 #include "engine/forward.h"
-#include "opencl/cl_ops.h"
+#include "tests/opencl_util.h"
 #include "tests/test.h"
 
 static void ids_from(json_object *arr, ds4_tokens *out)
@@ -76,13 +76,9 @@ void fwd_require_backend(ds4_backend b)
 {
     if (b != DS4_BACKEND_OPENCL) return;
     if (!&ds4_backend_opencl) SKIP("no OpenCL backend in this build");
-    /* while ops of the OpenCL backend are still being written */
-    if (cl_ops_first_stub()) SKIP("OpenCL backend incomplete: %s not implemented", cl_ops_first_stub());
-    clrt_device *devs;
-    int n;
-    char err[1024];
-    if (clrt_devices(&devs, &n, err, sizeof err) != 0) SKIP("no OpenCL device: %s", err);
-    free(devs);
+    /* kernel programs from the tests' cache, not the user's */
+    setenv("XDG_CACHE_HOME", oclt_cache_dir(), 1);
+    oclt_require_device();
 }
 
 ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads)
@@ -92,7 +88,8 @@ ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads)
     ds4_engine_options o = { .model_path = golden_model(), .backend = b, .threads = threads, .quant_sim = qs };
     ds4_error err = { "" };
     ds4_engine *e = ds4_engine_open(&o, &err);
-    if (!e) SKIP("backend unavailable here: %s", err.msg);
+    /* a device exists (checked above), so failing to open is a failure */
+    CHECK_MSG(e != NULL, "engine on backend %d: %s", (int)b, err.msg);
     return e;
 }
 
@@ -161,6 +158,63 @@ void fwd_teacher_force(ds4_engine *e, const ds4_tokens *ids, float *out, fwd_rou
     }
     if (routing) fwd_set_trace(f, NULL, NULL);
     ds4_session_close(s);
+}
+
+void fwd_check_routing(const golden_set *g, const fwd_routing *r)
+{
+    CHECK(g->routing != NULL);
+    json_object *rt = g->routing;
+    int checked_experts = 0, checked_sel = 0, exp_diff = 0, sel_diff = 0;
+    for (size_t i = 0; i < json_object_array_length(rt); i++) {
+        json_object *pe = json_object_array_get_idx(rt, i), *v, *layers;
+        CHECK(json_object_object_get_ex(pe, "pos", &v));
+        int pos = json_object_get_int(v);
+        CHECK(pos >= 0 && pos < r->n_pos);
+        CHECK(json_object_object_get_ex(pe, "layers", &layers));
+        for (size_t k = 0; k < json_object_array_length(layers); k++) {
+            json_object *le = json_object_array_get_idx(layers, k), *ex, *sel, *nc;
+            CHECK(json_object_object_get_ex(le, "layer", &v));
+            int l = json_object_get_int(v);
+            size_t at = (size_t)pos * (size_t)r->n_layer + (size_t)l;
+            CHECK(json_object_object_get_ex(le, "experts", &ex));
+            int32_t want[64];
+            int n = (int)json_object_array_length(ex);
+            CHECK_EQ_INT(n, r->k);
+            for (int j = 0; j < n; j++) want[j] = json_object_get_int(json_object_array_get_idx(ex, j));
+            for (int a = 0; a < n; a++)
+                for (int b = a + 1; b < n; b++)
+                    if (want[b] < want[a]) {
+                        int32_t t = want[a];
+                        want[a] = want[b];
+                        want[b] = t;
+                    }
+            if (memcmp(want, r->experts + at * (size_t)r->k, (size_t)n * 4) != 0) {
+                if (exp_diff++ < 5) fprintf(stderr, "experts differ at position %d layer %d\n", pos, l);
+            }
+            checked_experts++;
+            if (!json_object_object_get_ex(le, "indexer_selected", &sel)) continue;
+            CHECK(json_object_object_get_ex(le, "n_comp", &nc));
+            int n_comp = json_object_get_int(nc), ns = (int)json_object_array_length(sel);
+            if (n_comp <= r->top_k) {
+                /* everything visible is used; the engine does not rank */
+                CHECK_EQ_INT(ns, n_comp);
+                CHECK(!r->has_sel[at]);
+                continue;
+            }
+            CHECK_MSG(r->has_sel[at], "indexer did not rank at position %d layer %d", pos, l);
+            CHECK_EQ_INT(ns, r->top_k);
+            const int32_t *mine = r->sel + at * (size_t)r->top_k;
+            bool same = true;
+            for (int j = 0; j < ns; j++) same &= mine[j] == json_object_get_int(json_object_array_get_idx(sel, j));
+            if (!same && sel_diff++ < 5) fprintf(stderr, "indexer selection differs at position %d layer %d\n", pos, l);
+            checked_sel++;
+        }
+    }
+    fprintf(stderr, "compared %d expert sets, %d indexer selections\n", checked_experts, checked_sel);
+    CHECK(checked_experts == (int)g->all.n * r->n_layer);
+    CHECK(checked_sel > 100);
+    CHECK_EQ_INT(exp_diff, 0);
+    CHECK_EQ_INT(sel_diff, 0);
 }
 
 int32_t fwd_argmax(const float *v, int n)

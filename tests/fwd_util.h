@@ -34,8 +34,8 @@ ds4_engine *fwd_test_engine(ds4_quant_sim qs, int threads);
 /* Skips the test unless backend b is in the build and can run here (for
  * OpenCL: a device exists). Call it before allocating anything. */
 void fwd_require_backend(ds4_backend b);
-/* The same on another backend; skips when it is not in the build or
- * cannot open here (no device). */
+/* The same on another backend; skips as fwd_require_backend, and fails
+ * when the backend exists here but does not open. */
 ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads);
 
 /* Decisions recorded by a traced run: experts [n_pos][n_layer][k] (sorted
@@ -51,6 +51,12 @@ typedef struct {
 /* Feeds ids one at a time (teacher forcing), writing the logits after each
  * into out [n][n_vocab]. With routing non-NULL, records the decisions. */
 void fwd_teacher_force(ds4_engine *e, const ds4_tokens *ids, float *out, fwd_routing *routing);
+
+/* Checks a traced run of the whole set (g loaded with routing) against
+ * routing.json: the expert set at every (position, layer) and the
+ * indexer's selection wherever the reference had more compressed rows than
+ * it keeps (and no ranking where it had fewer). */
+void fwd_check_routing(const golden_set *g, const fwd_routing *r);
 
 typedef struct {
     double max, median, p90;

@@ -52,58 +52,7 @@ TEST(golden_nosim, routing_and_indexer_choices_match)
     golden_load(&g, "A-f32-nosim", "prefix_logits.f32", true);
     fwd_routing r = { 0 };
     run_teacher_forced(&g, DS4_QSIM_NONE, &r);
-    json_object *rt = g.routing;
-    int checked_experts = 0, checked_sel = 0, exp_diff = 0, sel_diff = 0;
-    for (size_t i = 0; i < json_object_array_length(rt); i++) {
-        json_object *pe = json_object_array_get_idx(rt, i), *v, *layers;
-        CHECK(json_object_object_get_ex(pe, "pos", &v));
-        int pos = json_object_get_int(v);
-        CHECK(pos >= 0 && pos < r.n_pos);
-        CHECK(json_object_object_get_ex(pe, "layers", &layers));
-        for (size_t k = 0; k < json_object_array_length(layers); k++) {
-            json_object *le = json_object_array_get_idx(layers, k), *ex, *sel, *nc;
-            CHECK(json_object_object_get_ex(le, "layer", &v));
-            int l = json_object_get_int(v);
-            size_t at = (size_t)pos * (size_t)r.n_layer + (size_t)l;
-            CHECK(json_object_object_get_ex(le, "experts", &ex));
-            int32_t want[64];
-            int n = (int)json_object_array_length(ex);
-            CHECK_EQ_INT(n, r.k);
-            for (int j = 0; j < n; j++) want[j] = json_object_get_int(json_object_array_get_idx(ex, j));
-            for (int a = 0; a < n; a++)
-                for (int b = a + 1; b < n; b++)
-                    if (want[b] < want[a]) {
-                        int32_t t = want[a];
-                        want[a] = want[b];
-                        want[b] = t;
-                    }
-            if (memcmp(want, r.experts + at * (size_t)r.k, (size_t)n * 4) != 0) {
-                if (exp_diff++ < 5) fprintf(stderr, "experts differ at position %d layer %d\n", pos, l);
-            }
-            checked_experts++;
-            if (!json_object_object_get_ex(le, "indexer_selected", &sel)) continue;
-            CHECK(json_object_object_get_ex(le, "n_comp", &nc));
-            int n_comp = json_object_get_int(nc), ns = (int)json_object_array_length(sel);
-            if (n_comp <= r.top_k) {
-                /* everything visible is used; the engine does not rank */
-                CHECK_EQ_INT(ns, n_comp);
-                CHECK(!r.has_sel[at]);
-                continue;
-            }
-            CHECK_MSG(r.has_sel[at], "indexer did not rank at position %d layer %d", pos, l);
-            CHECK_EQ_INT(ns, r.top_k);
-            const int32_t *mine = r.sel + at * (size_t)r.top_k;
-            bool same = true;
-            for (int j = 0; j < ns; j++) same &= mine[j] == json_object_get_int(json_object_array_get_idx(sel, j));
-            if (!same && sel_diff++ < 5) fprintf(stderr, "indexer selection differs at position %d layer %d\n", pos, l);
-            checked_sel++;
-        }
-    }
-    fprintf(stderr, "compared %d expert sets, %d indexer selections\n", checked_experts, checked_sel);
-    CHECK(checked_experts == (int)g.all.n * r.n_layer);
-    CHECK(checked_sel > 100);
-    CHECK_EQ_INT(exp_diff, 0);
-    CHECK_EQ_INT(sel_diff, 0);
+    fwd_check_routing(&g, &r);
     golden_free(&g);
 }
 

@@ -24,6 +24,40 @@ TEST(golden_opencl, nosim_teacher_forced_logits)
     golden_free(&g);
 }
 
+TEST(golden_opencl, f16kv_teacher_forced_logits)
+{
+    fwd_require_backend(DS4_BACKEND_OPENCL);
+    golden_set g;
+    golden_load(&g, "A-f32-nosim", "variants/prefix_logits_f16kv.f32", false);
+    ds4_engine *e = fwd_test_engine_on(DS4_BACKEND_OPENCL, DS4_QSIM_F16KV, 1);
+    float *mine = test_alloc(g.all.n * (size_t)g.n_vocab * 4);
+    fwd_teacher_force(e, &g.all, mine, NULL);
+    ds4_engine_close(e);
+    CHECK_EQ_INT(g.n_rows, g.all.n);
+    fwd_stats st;
+    fwd_compare(mine, g.ref, g.n_rows, g.n_vocab, 1e-3, &st);
+    CHECK_MSG(st.max <= 2e-3, "rel %.3g at position %d", st.max, st.worst_pos);
+    CHECK_MSG(st.median <= 5e-4, "median rel %.3g", st.median);
+    CHECK_EQ_INT(st.argmax_exempt_misses, 0);
+    golden_free(&g);
+}
+
+/* The decisions the device makes (router top-k, indexer top-k) are the
+ * reference's at every position and layer. */
+TEST(golden_opencl, routing_and_indexer_choices_match)
+{
+    fwd_require_backend(DS4_BACKEND_OPENCL);
+    golden_set g;
+    golden_load(&g, "A-f32-nosim", "prefix_logits.f32", true);
+    ds4_engine *e = fwd_test_engine_on(DS4_BACKEND_OPENCL, DS4_QSIM_NONE, 1);
+    float *mine = test_alloc(g.all.n * (size_t)g.n_vocab * 4);
+    fwd_routing r = { 0 };
+    fwd_teacher_force(e, &g.all, mine, &r);
+    ds4_engine_close(e);
+    fwd_check_routing(&g, &r);
+    golden_free(&g);
+}
+
 TEST(golden_opencl, full_numerics_statistics)
 {
     fwd_require_backend(DS4_BACKEND_OPENCL);
