@@ -206,17 +206,27 @@ static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uin
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w0, x0[t], a##R[t]); \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w1, x1[t], a##R[t]); \
     } while (0)
+/* The four rows' accumulators live in registers for the whole row pass. */
+#define FUSED_ACC_LOAD(NT)                                                                               \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
+        a0[t] = acc[0][t];                                                                               \
+        a1[t] = acc[1][t];                                                                               \
+        a2[t] = acc[2][t];                                                                               \
+        a3[t] = acc[3][t];                                                                               \
+    }
+#define FUSED_ACC_STORE(NT)                                                                              \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
+        acc[0][t] = a0[t];                                                                               \
+        acc[1][t] = a1[t];                                                                               \
+        acc[2][t] = a2[t];                                                                               \
+        acc[3][t] = a3[t];                                                                               \
+    }
 #define FUSED_FN(NAME, DEC, NT)                                                                          \
     static void fused_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,       \
                                     vf acc[ROWS][TOKS], const prefetch_plan *pf)                         \
     {                                                                                                    \
         vf a0[NT], a1[NT], a2[NT], a3[NT];                                                               \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
-            a0[t] = acc[0][t];                                                                           \
-            a1[t] = acc[1][t];                                                                           \
-            a2[t] = acc[2][t];                                                                           \
-            a3[t] = acc[3][t];                                                                           \
-        }                                                                                                \
+        FUSED_ACC_LOAD(NT);                                                                              \
         for (int64_t k = 0; k < n; k += 32) {                                                            \
             if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                          \
             vf x0[NT], x1[NT];                                                                           \
@@ -229,12 +239,7 @@ static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uin
             FUSED_ROW_STEP(2, DEC, NT);                                                                  \
             FUSED_ROW_STEP(3, DEC, NT);                                                                  \
         }                                                                                                \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
-            acc[0][t] = a0[t];                                                                           \
-            acc[1][t] = a1[t];                                                                           \
-            acc[2][t] = a2[t];                                                                           \
-            acc[3][t] = a3[t];                                                                           \
-        }                                                                                                \
+        FUSED_ACC_STORE(NT);                                                                             \
     }
 #define FUSED_TYPE(NAME, DEC) FUSED_FN(NAME, DEC, 1) FUSED_FN(NAME, DEC, 2) FUSED_FN(NAME, DEC, 3) FUSED_FN(NAME, DEC, 4)
 FUSED_TYPE(f32, dec_f32)
@@ -349,12 +354,7 @@ static inline void dec_q2k_blk(const q2k_blk *s, int j, __m512 *lo, __m512 *hi)
                                     vf acc[ROWS][TOKS], const prefetch_plan *pf)                         \
     {                                                                                                    \
         vf a0[NT], a1[NT], a2[NT], a3[NT];                                                               \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
-            a0[t] = acc[0][t];                                                                           \
-            a1[t] = acc[1][t];                                                                           \
-            a2[t] = acc[2][t];                                                                           \
-            a3[t] = acc[3][t];                                                                           \
-        }                                                                                                \
+        FUSED_ACC_LOAD(NT);                                                                              \
         for (int64_t k0 = 0; k0 < n; k0 += 256) {                                                        \
             STATE s0, s1, s2, s3;                                                                        \
             SETUP(rows[0], k0, &s0);                                                                     \
@@ -375,12 +375,7 @@ static inline void dec_q2k_blk(const q2k_blk *s, int j, __m512 *lo, __m512 *hi)
                 BLK_ROW_STEP(3, DEC, NT);                                                                \
             }                                                                                            \
         }                                                                                                \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                           \
-            acc[0][t] = a0[t];                                                                           \
-            acc[1][t] = a1[t];                                                                           \
-            acc[2][t] = a2[t];                                                                           \
-            acc[3][t] = a3[t];                                                                           \
-        }                                                                                                \
+        FUSED_ACC_STORE(NT);                                                                             \
     }
 #define FUSED_BLK_TYPE(NAME, STATE, SETUP, DEC)                                                          \
     FUSED_BLK_FN(NAME, STATE, SETUP, DEC, 1)                                                             \
