@@ -18,6 +18,22 @@ static bool dense_type(uint32_t t)
 
 /* ---- compress ------------------------------------------------------------------------------ */
 
+/* comp_pool and comp_store open with the same arguments: the chunk's two
+ * projections, the position embedding and the frontier ring. */
+static int comp_common_args(clo_ctx *c, clrt_call *k, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_buf *front,
+                            int64_t front_rows, int R)
+{
+    clo_arg_buf(k, a, F4);
+    clo_arg_buf(k, b, F4);
+    if (clo_arg_weight(c, k, ape, 0, (size_t)ape->nbytes, 1)) return -1;
+    clrt_arg_int(k, (cl_int)ape->type);
+    clrt_arg_ulong(k, ape->row_bytes);
+    clo_arg_buf(k, front, F4);
+    clrt_arg_long(k, front_rows);
+    clrt_arg_int(k, R);
+    return 0;
+}
+
 int clo_compress(void *ctx, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_buf *front, int64_t front_rows, int R,
                  int lanes, int d, int64_t pos0, int T, ds4_buf *pooled)
 {
@@ -41,14 +57,7 @@ int clo_compress(void *ctx, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_b
         return -1;
     if (n_emit > 0) {
         clrt_call k = clrt_begin(c->rt, clo_kernel(c, "attn_comp", "comp_pool"));
-        clo_arg_buf(&k, a, F4);
-        clo_arg_buf(&k, b, F4);
-        if (clo_arg_weight(c, &k, ape, 0, (size_t)ape->nbytes, 1)) return -1;
-        clrt_arg_int(&k, (cl_int)ape->type);
-        clrt_arg_ulong(&k, ape->row_bytes);
-        clo_arg_buf(&k, front, F4);
-        clrt_arg_long(&k, front_rows);
-        clrt_arg_int(&k, R);
+        if (comp_common_args(c, &k, a, b, ape, front, front_rows, R)) return -1;
         clrt_arg_int(&k, lanes);
         clrt_arg_int(&k, d);
         clrt_arg_long(&k, pos0);
@@ -60,14 +69,7 @@ int clo_compress(void *ctx, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_b
     }
     /* the chunk joins the ring only after the pooling (in-order queue) */
     clrt_call k = clrt_begin(c->rt, clo_kernel(c, "attn_comp", "comp_store"));
-    clo_arg_buf(&k, a, F4);
-    clo_arg_buf(&k, b, F4);
-    if (clo_arg_weight(c, &k, ape, 0, (size_t)ape->nbytes, 1)) return -1;
-    clrt_arg_int(&k, (cl_int)ape->type);
-    clrt_arg_ulong(&k, ape->row_bytes);
-    clo_arg_buf(&k, front, F4);
-    clrt_arg_long(&k, front_rows);
-    clrt_arg_int(&k, R);
+    if (comp_common_args(c, &k, a, b, ape, front, front_rows, R)) return -1;
     clrt_arg_int(&k, W);
     clrt_arg_long(&k, pos0);
     clrt_arg_int(&k, T);
