@@ -31,6 +31,18 @@ static size_t find_ticks(const char *s, size_t n, size_t i, size_t k)
     return n;
 }
 
+/* Code spans hide delimiters: when a span opens at *j and closes, moves
+ * *j to its last backtick and says so. */
+static bool skip_code_span(const char *s, size_t n, size_t *j)
+{
+    size_t k = 0;
+    while (*j + k < n && s[*j + k] == '`') k++;
+    size_t c = find_ticks(s, n, *j + k, k);
+    if (c >= n) return false;
+    *j = c + k - 1;
+    return true;
+}
+
 /* The partner of a two-character delimiter dd at i (i is past it). */
 static size_t find_double(const char *s, size_t n, size_t i, char d)
 {
@@ -39,16 +51,7 @@ static size_t find_double(const char *s, size_t n, size_t i, char d)
             j++;
             continue;
         }
-        if (s[j] == '`') {
-            /* code spans hide delimiters */
-            size_t k = 0;
-            while (j + k < n && s[j + k] == '`') k++;
-            size_t c = find_ticks(s, n, j + k, k);
-            if (c < n) {
-                j = c + k - 1;
-                continue;
-            }
-        }
+        if (s[j] == '`' && skip_code_span(s, n, &j)) continue;
         if (s[j] == d && s[j + 1] == d && j > i && !is_space(s[j - 1])) return j;
     }
     return n;
@@ -61,15 +64,7 @@ static size_t find_single(const char *s, size_t n, size_t i, char d)
             j++;
             continue;
         }
-        if (s[j] == '`') {
-            size_t k = 0;
-            while (j + k < n && s[j + k] == '`') k++;
-            size_t c = find_ticks(s, n, j + k, k);
-            if (c < n) {
-                j = c + k - 1;
-                continue;
-            }
-        }
+        if (s[j] == '`' && skip_code_span(s, n, &j)) continue;
         if (s[j] != d) continue;
         if (j + 1 < n && s[j + 1] == d) {
             j++; /* a double one belongs to bold */
