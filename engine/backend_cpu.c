@@ -12,22 +12,12 @@ static int cpu_open(ds4_engine *e, ds4_error *err)
 {
     void *ctx = cpu_ops_new(e->model, e->opt.threads, err);
     if (!ctx) return -1;
-    fwd_engine *f = fwd_open(e->model, &cpu_ops, ctx, e->opt.quant_sim, NULL, err);
-    if (!f) {
-        cpu_ops_free(ctx);
-        return -1;
-    }
-    e->impl = f;
-    return 0;
+    return fwd_backend_open(e, &cpu_ops, ctx, cpu_ops_free, err);
 }
 
 static void cpu_close(ds4_engine *e)
 {
-    fwd_engine *f = e->impl;
-    void *ctx = fwd_ops_ctx(f);
-    fwd_close(f);
-    cpu_ops_free(ctx);
-    e->impl = NULL;
+    fwd_backend_close(e, cpu_ops_free);
 }
 
 static void cpu_describe(const ds4_engine *e, ds4_model_info *info)

@@ -75,6 +75,13 @@ void fwd_set_trace(fwd_engine *f, fwd_trace_fn fn, void *ud);
 
 /* ---- ds4_backend_ops members for forward-based backends ----------------- */
 
+/* open()/close() of a forward-based backend: a forward engine over ops and
+ * the backend's ops context ctx, stored in e->impl. ctx belongs to the
+ * forward engine from here on, freed with free_ctx on failure and at
+ * fwd_backend_close. */
+int fwd_backend_open(ds4_engine *e, const ds4_ops *ops, void *ctx, void (*free_ctx)(void *), ds4_error *err);
+void fwd_backend_close(ds4_engine *e, void (*free_ctx)(void *));
+
 void *fwd_backend_state_new(ds4_engine *e, int n_ctx, ds4_error *err);
 void fwd_backend_state_free(void *st);
 long fwd_backend_eval(void *st, const int32_t *tokens, size_t pos, size_t n, float *logits, const ds4_callbacks *cb,

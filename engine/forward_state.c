@@ -194,6 +194,26 @@ static void release_all(fwd_state *st)
     free(st->L);
 }
 
+int fwd_backend_open(ds4_engine *e, const ds4_ops *ops, void *ctx, void (*free_ctx)(void *), ds4_error *err)
+{
+    fwd_engine *f = fwd_open(e->model, ops, ctx, e->opt.quant_sim, NULL, err);
+    if (!f) {
+        free_ctx(ctx);
+        return -1;
+    }
+    e->impl = f;
+    return 0;
+}
+
+void fwd_backend_close(ds4_engine *e, void (*free_ctx)(void *))
+{
+    fwd_engine *f = e->impl;
+    void *ctx = fwd_ops_ctx(f);
+    fwd_close(f);
+    free_ctx(ctx);
+    e->impl = NULL;
+}
+
 void *fwd_backend_state_new(ds4_engine *e, int n_ctx, ds4_error *err)
 {
     fwd_engine *f = fwd_of(e);

@@ -11,22 +11,12 @@ static int ocl_open(ds4_engine *e, ds4_error *err)
     cl_ops_options o = { .device = e->opt.device, .progress = e->opt.load_progress, .progress_ud = e->opt.load_ud };
     void *ctx = cl_ops_new(e->model, &o, err);
     if (!ctx) return -1;
-    fwd_engine *f = fwd_open(e->model, &cl_ops, ctx, e->opt.quant_sim, NULL, err);
-    if (!f) {
-        cl_ops_free(ctx);
-        return -1;
-    }
-    e->impl = f;
-    return 0;
+    return fwd_backend_open(e, &cl_ops, ctx, cl_ops_free, err);
 }
 
 static void ocl_close(ds4_engine *e)
 {
-    fwd_engine *f = e->impl;
-    void *ctx = fwd_ops_ctx(f);
-    fwd_close(f);
-    cl_ops_free(ctx);
-    e->impl = NULL;
+    fwd_backend_close(e, cl_ops_free);
 }
 
 static void ocl_describe(const ds4_engine *e, ds4_model_info *info)
