@@ -195,6 +195,34 @@ TEST(prompt, exit_codes)
     sb_free(&big);
 }
 
+/* A --ctx that the model or the agent cannot use is a usage error found
+ * before any work, naming the flag and what would do. */
+TEST(prompt, unusable_context_sizes_are_usage_errors)
+{
+    const char *script = write_script((const char *[]){ script_line("x", NULL), NULL });
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 2000 -p hi", test_tmpdir(),
+                       test_bindir(), agent_test_model(), script);
+    CHECK_MSG(rc == 2, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "--ctx 2000 is too small: the system prompt and the room the agent needs take at least ");
+    /* the smallest it names works */
+    const char *at = strstr(out, "at least ");
+    CHECK(at != NULL);
+    int need = atoi(at + 9);
+    CHECK(need > 2000);
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx %d -p hi", test_tmpdir(),
+                   test_bindir(), agent_test_model(), script, need);
+    CHECK_MSG(rc == 0, "--ctx %d: exit %d:\n%s", need, rc, out);
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx %d -p hi", test_tmpdir(),
+                   test_bindir(), agent_test_model(), script, need - 1);
+    CHECK_MSG(rc == 2, "--ctx %d: exit %d:\n%s", need - 1, rc, out);
+    /* the real engine knows the model's limit */
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --ctx 2000000000 -p hi", test_tmpdir(), test_bindir(),
+                   agent_test_model());
+    CHECK_MSG(rc == 2, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "--ctx 2000000000 is beyond the model's limit");
+}
+
 TEST(prompt, sigint_interrupts_cooperatively)
 {
     strbuf slow = { 0 };
