@@ -657,10 +657,13 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         agent_free(a);
         return NULL;
     }
+    if (a->env && tools_sandbox_active && tools_sandbox_status) {
+        a->sandboxed = tools_sandbox_active(a->env);
+        snprintf(a->sandbox_why, sizeof a->sandbox_why, "%s", tools_sandbox_status(a->env));
+    }
     /* Said once, at the start: without Landlock every command asks. */
-    if (a->env && cfg->tools.sandbox && tools_sandbox_active && tools_sandbox_status &&
-        !tools_sandbox_active(a->env))
-        agent_notice(a, "%s", tools_sandbox_status(a->env));
+    if (a->env && cfg->tools.sandbox && !a->sandboxed && a->sandbox_why[0])
+        agent_notice(a, "%s", a->sandbox_why);
     if (a->dschema && !cfg->no_dsml_mask) {
         int32_t control[] = { a->t_bos, a->t_user, a->t_assistant, a->t_think, a->t_think_end };
         a->dvocab = dsml_vocab_new(a->n_vocab, vocab_bytes, (void *)a->tok, a->t_eos, a->t_dsml, control, 5);
@@ -861,4 +864,10 @@ void agent_get_status(agent *a, agent_status *out)
         out->confirm_left_ms = left < 0 && a->confirm_deadline > 0 ? 0 : (int)left;
     }
     pthread_mutex_unlock(&a->mu);
+}
+
+bool agent_sandbox(agent *a, const char **why)
+{
+    if (why) *why = a->sandbox_why;
+    return a->sandboxed;
 }

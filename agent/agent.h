@@ -272,6 +272,10 @@ int agent_wake_fd(agent *a);
 size_t agent_drain(agent *a, agent_event **events);
 void agent_events_free(agent_event *events, size_t n);
 void agent_get_status(agent *a, agent_status *out);
+/* How bash commands are confined, as decided at start: true when they run
+ * in the sandbox; *why (when not NULL) gets the line that says so or why
+ * not ("" without the tool registry). Fixed for the agent's life. */
+bool agent_sandbox(agent *a, const char **why);
 
 /* TURN_END reasons. */
 #define AGENT_END_DONE "done"

@@ -50,6 +50,8 @@ struct agent {
     ds4_session *sess;
     ds4_sampler *sampler;
     tool_env *env;
+    bool sandboxed;                  /* set before the worker starts, then read-only */
+    char sandbox_why[256];
     char **schemas;
     size_t n_schemas;
     dsml_schema *dschema;

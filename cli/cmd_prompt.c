@@ -421,6 +421,12 @@ int cmd_prompt(const ds4cl_options *o)
         json_object_object_add(perm, "mode", json_object_new_string(o->yes ? "yes" : o->n_allow ? "allow" : "deny"));
         json_object_object_add(perm, "allow", string_array(o->n_allow ? o->allow : NULL));
         json_object_object_add(init, "permissions", perm);
+        const char *why = "";
+        bool sandboxed = agent_sandbox(a, &why);
+        struct json_object *sb = json_object_new_object();
+        json_object_object_add(sb, "active", json_object_new_boolean(sandboxed));
+        json_object_object_add(sb, "status", json_object_new_string(why));
+        json_object_object_add(init, "sandbox", sb);
         emit(init);
     }
     for (size_t i = 0; i < n_notes; i++) {

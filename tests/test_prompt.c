@@ -11,6 +11,7 @@
 #include "tests/agent_util.h"
 #include "tests/fwd_util.h"
 #include "tests/test.h"
+#include "tests/tools_util.h"
 
 /* Runs ds4cl -p with a script; extra flags appended. Returns the status. */
 static int run_prompt(char **out, const char *script, const char *flags)
@@ -134,6 +135,43 @@ TEST(prompt, stream_json_events_and_result)
     json_object_object_get_ex(r, "exit_code", &f);
     CHECK_EQ_INT(json_object_get_int(f), 0);
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}
+
+/* The init event's sandbox object from a run with these flags. */
+static void init_sandbox(const char *flags, bool *active, const char **status)
+{
+    char *out;
+    const char *script = write_script((const char *[]){ script_line("ok</think>Done.", NULL), NULL });
+    int rc = run_prompt(&out, script, test_printf("-p task --output-format stream-json %s 2>/dev/null", flags));
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    size_t n;
+    struct json_object **v = parse_lines(out, &n);
+    CHECK(n >= 1);
+    CHECK_STR_EQ(str_of(v[0], "type"), "init");
+    struct json_object *sb, *act;
+    CHECK_MSG(json_object_object_get_ex(v[0], "sandbox", &sb), "init has no sandbox: %s", out);
+    CHECK(json_object_object_get_ex(sb, "active", &act) && json_object_is_type(act, json_type_boolean));
+    *active = json_object_get_boolean(act);
+    *status = test_strdup(str_of(sb, "status") ? str_of(sb, "status") : "");
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}
+
+TEST(prompt, init_event_reports_the_sandbox)
+{
+    bool active;
+    const char *status;
+    init_sandbox("", &active, &status);
+    /* either confined, or it says why not */
+    if (active) CHECK_CONTAINS(status, "bash runs in a Landlock sandbox (ABI ");
+    else CHECK_CONTAINS(status, "Landlock is not available on this kernel");
+    init_sandbox("--no-sandbox", &active, &status);
+    CHECK(!active);
+    CHECK_CONTAINS(status, "the bash sandbox is off");
+    /* a kernel without Landlock (this process and its children) */
+    tu_hide_landlock();
+    init_sandbox("", &active, &status);
+    CHECK(!active);
+    CHECK_CONTAINS(status, "Landlock is not available on this kernel (not built in)");
 }
 
 TEST(prompt, prompt_from_stdin_and_from_a_file)
