@@ -486,6 +486,8 @@ static void agent_free(agent *a)
     ds4_sampler_free(a->sampler);
     ds4_session_close(a->sess);
     ds4_tokens_free(&a->tx);
+    free(a->sys_snap);
+    ds4_tokens_free(&a->sys_snap_tx);
     turn_log_clear(a->turns, &a->n_turns);
     free(a->turns);
     saved_state_free(&a->saved);
