@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -485,6 +486,8 @@ static void agent_free(agent *a)
     ds4_sampler_free(a->sampler);
     ds4_session_close(a->sess);
     ds4_tokens_free(&a->tx);
+    free(a->sys_snap);
+    ds4_tokens_free(&a->sys_snap_tx);
     turn_log_clear(a->turns, &a->n_turns);
     free(a->turns);
     saved_state_free(&a->saved);
@@ -544,6 +547,60 @@ static agent *agent_alloc(const agent_config *cfg)
     return a;
 }
 
+/* Context kept free beyond the compaction reserve when a conversation
+ * starts: its first user turn must fit somewhere. */
+#define START_MARGIN 64
+/* What a context needs beyond that to be usable at all: a short first
+ * request (with the session note) and the start of its answer. */
+#define FIRST_TURN_ROOM 1024
+
+/* The summary's share of the context: enough to be useful in a small one,
+ * never so much that a large one waits long for it. */
+static size_t summary_budget_for(int n_ctx)
+{
+    size_t b = n_ctx > 0 ? (size_t)n_ctx / 16 : 0;
+    return b < 96 ? 96 : b > 4096 ? 4096 : b;
+}
+
+/* The compaction request as the model reads it, with the longest reason. */
+static size_t compact_request_tokens(agent *a)
+{
+    char *req = agent_compact_request("tool result would exceed context (longest reason)");
+    ds4_tokens t = { 0 };
+    ds4_chat_user(a->tok, &t, req);
+    ds4_chat_assistant_prefix(a->tok, &t, DS4_THINK_NONE);
+    size_t n = t.n;
+    ds4_tokens_free(&t);
+    free(req);
+    return n;
+}
+
+/* The smallest context in which a conversation of `start` tokens still
+ * leaves compaction its room (the summary grows with the context). */
+static int min_ctx_for(size_t start, size_t request)
+{
+    size_t fixed = start + request + 16 + START_MARGIN;
+    size_t n = fixed + summary_budget_for(0);
+    while (n < fixed + summary_budget_for((int)(n < INT_MAX ? n : INT_MAX))) n = fixed + summary_budget_for((int)n);
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
+int agent_min_ctx(const agent_config *cfg, ds4_error *err)
+{
+    if (!cfg || !cfg->engine) return ds4_error_set(err, "no engine");
+    agent *a = agent_alloc(cfg);
+    int rc = setup_tools(a, err);
+    if (rc == 0) {
+        ds4_tokens sys = { 0 };
+        agent_render_system(a, &sys);
+        rc = min_ctx_for(sys.n + FIRST_TURN_ROOM, compact_request_tokens(a));
+        if (rc < AGENT_MIN_CTX) rc = AGENT_MIN_CTX;
+        ds4_tokens_free(&sys);
+    }
+    agent_free(a);
+    return rc;
+}
+
 int agent_system_prompt(const agent_config *cfg, ds4_tokens *out, ds4_error *err)
 {
     if (!cfg || !cfg->engine) return ds4_error_set(err, "no engine");
@@ -560,8 +617,9 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         ds4_error_set(err, "no engine");
         return NULL;
     }
-    if (cfg->n_ctx < 256) {
-        ds4_error_set(err, "a context of %d tokens is too small for the agent (at least 256)", cfg->n_ctx);
+    if (cfg->n_ctx < AGENT_MIN_CTX) {
+        ds4_error_set(err, "a context of %d tokens is too small for the agent (at least %d)", cfg->n_ctx,
+                      AGENT_MIN_CTX);
         return NULL;
     }
     agent *a = agent_alloc(cfg);
@@ -601,10 +659,13 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         agent_free(a);
         return NULL;
     }
+    if (a->env && tools_sandbox_active && tools_sandbox_status) {
+        a->sandboxed = tools_sandbox_active(a->env);
+        snprintf(a->sandbox_why, sizeof a->sandbox_why, "%s", tools_sandbox_status(a->env));
+    }
     /* Said once, at the start: without Landlock every command asks. */
-    if (a->env && cfg->tools.sandbox && tools_sandbox_active && tools_sandbox_status &&
-        !tools_sandbox_active(a->env))
-        agent_notice(a, "%s", tools_sandbox_status(a->env));
+    if (a->env && cfg->tools.sandbox && !a->sandboxed && a->sandbox_why[0])
+        agent_notice(a, "%s", a->sandbox_why);
     if (a->dschema && !cfg->no_dsml_mask) {
         int32_t control[] = { a->t_bos, a->t_user, a->t_assistant, a->t_think, a->t_think_end };
         a->dvocab = dsml_vocab_new(a->n_vocab, vocab_bytes, (void *)a->tok, a->t_eos, a->t_dsml, control, 5);
@@ -612,18 +673,8 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
     }
     a->parser = dsml_parser_new(a->dschema, a->think != DS4_THINK_NONE, agent_dsml_event, a);
     /* Room for a compaction to run at all: its request and its summary. */
-    a->summary_budget = (size_t)cfg->n_ctx / 16;
-    if (a->summary_budget < 96) a->summary_budget = 96;
-    if (a->summary_budget > 4096) a->summary_budget = 4096;
-    {
-        char *req = agent_compact_request("tool result would exceed context (longest reason)");
-        ds4_tokens t = { 0 };
-        ds4_chat_user(a->tok, &t, req);
-        ds4_chat_assistant_prefix(a->tok, &t, DS4_THINK_NONE);
-        a->compact_reserve = t.n + a->summary_budget + 16;
-        ds4_tokens_free(&t);
-        free(req);
-    }
+    a->summary_budget = summary_budget_for(cfg->n_ctx);
+    a->compact_reserve = compact_request_tokens(a) + a->summary_budget + 16;
 
     const agent_resume *rs = cfg->resume;
     if (rs && rs->n_tokens) {
@@ -651,9 +702,10 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         agent_render_system(a, &a->tx);
         a->sys_len = a->tx.n;
     }
-    if (a->tx.n + agent_compact_reserve(a) + 64 > (size_t)cfg->n_ctx) {
-        ds4_error_set(err, "the system prompt (%zu tokens) leaves no room in a context of %d tokens",
-                      a->sys_len, cfg->n_ctx);
+    if (a->tx.n + agent_compact_reserve(a) + START_MARGIN > (size_t)cfg->n_ctx) {
+        ds4_error_set(err, "the system prompt (%zu tokens) leaves no room in a context of %d tokens "
+                      "(it needs at least %d)", a->sys_len, cfg->n_ctx,
+                      min_ctx_for(a->tx.n + FIRST_TURN_ROOM, compact_request_tokens(a)));
         agent_free(a);
         return NULL;
     }
@@ -814,4 +866,10 @@ void agent_get_status(agent *a, agent_status *out)
         out->confirm_left_ms = left < 0 && a->confirm_deadline > 0 ? 0 : (int)left;
     }
     pthread_mutex_unlock(&a->mu);
+}
+
+bool agent_sandbox(agent *a, const char **why)
+{
+    if (why) *why = a->sandbox_why;
+    return a->sandboxed;
 }

@@ -205,7 +205,14 @@ typedef struct {
 #define AGENT_MAX_MALFORMED_IN_A_ROW 3
 #define AGENT_CONFIRM_TIMEOUT_MS 30000
 
+/* No context below this is worth starting with, whatever the prompt. */
+#define AGENT_MIN_CTX 256
+
 agent *agent_start(const agent_config *cfg, ds4_error *err);
+/* The smallest cfg->n_ctx agent_start(cfg) accepts for a new conversation:
+ * the system prompt, room for a short first turn and for compaction to run
+ * (never below AGENT_MIN_CTX); -1 with err on failure. */
+int agent_min_ctx(const agent_config *cfg, ds4_error *err);
 /* The system prompt agent_start(cfg) would begin with, rendered without
  * starting anything (for a front end that keeps its KV state on disk:
  * agent_resume with these tokens, system_len = their count). Replaces out. */
@@ -265,6 +272,10 @@ int agent_wake_fd(agent *a);
 size_t agent_drain(agent *a, agent_event **events);
 void agent_events_free(agent_event *events, size_t n);
 void agent_get_status(agent *a, agent_status *out);
+/* How bash commands are confined, as decided at start: true when they run
+ * in the sandbox; *why (when not NULL) gets the line that says so or why
+ * not ("" without the tool registry). Fixed for the agent's life. */
+bool agent_sandbox(agent *a, const char **why);
 
 /* TURN_END reasons. */
 #define AGENT_END_DONE "done"

@@ -50,6 +50,8 @@ struct agent {
     ds4_session *sess;
     ds4_sampler *sampler;
     tool_env *env;
+    bool sandboxed;                  /* set before the worker starts, then read-only */
+    char sandbox_why[256];
     char **schemas;
     size_t n_schemas;
     dsml_schema *dschema;
@@ -58,6 +60,12 @@ struct agent {
     dsml_parser *parser;
     ds4_tokens tx;        /* the transcript */
     size_t sys_len;       /* tokens of the system prompt */
+    /* The session's state right after the system prompt it was taken on
+     * (sys_snap_tx), so that a rebuilt transcript beginning with the same
+     * prompt goes on from there (see agent_sync). */
+    void *sys_snap;
+    size_t sys_snap_len;
+    ds4_tokens sys_snap_tx;
     turn_rec *turns;
     size_t n_turns, cap_turns;
     saved_state saved;    /* before the last compaction */

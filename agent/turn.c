@@ -17,6 +17,7 @@
 typedef struct {
     agent *a;
     double t0;
+    int base, total; /* a sync in two parts reports one progress */
 } sync_ctx;
 
 typedef struct {
@@ -36,7 +37,9 @@ static void on_progress(void *ud, int done, int total, double tps)
 {
     sync_ctx *c = ud;
     double secs = (now_ms() - c->t0) / 1000.0;
-    progress_upd u = { done, total, tps > 0 ? tps : secs > 0 ? done / secs : 0 };
+    (void)total;
+    done += c->base;
+    progress_upd u = { done, c->total, tps > 0 ? tps : secs > 0 ? done / secs : 0 };
     agent_status_update(c->a, set_progress, &u);
 }
 
@@ -59,12 +62,50 @@ static void add_prefill(agent_status *st, void *ud)
     st->prefill_ms += u->ms;
 }
 
+/* A state kept beyond this size costs more memory than re-reading saves. */
+#define SYS_SNAPSHOT_MAX (512ull << 20)
+
+static bool starts_with(const int32_t *tokens, size_t n, const ds4_tokens *prefix)
+{
+    return prefix->n <= n && (prefix->n == 0 || !memcmp(tokens, prefix->ids, prefix->n * sizeof *tokens));
+}
+
+/* Engines rewind only a short way cheaply (DS4's compressed KV cannot be
+ * shrunk further); going back further means reading everything again. A
+ * rebuilt transcript (compaction, /uncompact) goes back to just after the
+ * system prompt, so the state there is kept aside for the session to go
+ * on from (ds4_session_sync_from). Taken once the session holds exactly
+ * the system prompt. */
+static void keep_system_prompt(agent *a)
+{
+    size_t have = ds4_session_n_tokens(a->sess);
+    if (have != a->sys_len || have == 0 || ds4_session_kv_bytes(a->sess) > SYS_SNAPSHOT_MAX) return;
+    const ds4_tokens cur = { .ids = (int32_t *)ds4_session_tokens(a->sess), .n = have };
+    if (!starts_with(a->tx.ids, a->tx.n, &cur)) return;
+    void *buf = NULL;
+    size_t len = 0;
+    ds4_error err = { "" };
+    if (ds4_session_snapshot(a->sess, &buf, &len, &err) != 0) return;
+    free(a->sys_snap);
+    a->sys_snap = buf;
+    a->sys_snap_len = len;
+    a->sys_snap_tx.n = 0;
+    ds4_tokens_append(&a->sys_snap_tx, cur.ids, cur.n);
+}
+
 sync_result agent_sync(agent *a, const int32_t *tokens, size_t n, const char *label)
 {
     size_t have = ds4_session_n_tokens(a->sess), cached = 0;
     const int32_t *cur = ds4_session_tokens(a->sess);
     while (cached < have && cached < n && cur[cached] == tokens[cached]) cached++;
     if (cached == n && n == have && ds4_session_logits(a->sess)) return SYNC_OK;
+    /* The system prompt is about to be read (again): stop right after it
+     * to keep its state, unless the one kept is still that prompt. */
+    size_t first = n;
+    bool sys_kept = a->sys_snap && a->sys_snap_tx.n == a->sys_len && starts_with(a->tx.ids, a->tx.n, &a->sys_snap_tx);
+    if (!sys_kept && a->sys_len > cached && a->sys_len < n && a->sys_len <= a->tx.n &&
+        !memcmp(tokens, a->tx.ids, a->sys_len * sizeof *tokens))
+        first = a->sys_len;
     progress_upd u = { 0, (int)(n - cached), 0 };
     agent_status_update(a, set_progress, &u);
     agent_set_state(a, AGENT_PREFILL);
@@ -78,11 +119,24 @@ sync_result agent_sync(agent *a, const int32_t *tokens, size_t n, const char *la
             trace_token(a->tr, label, i, tokens[i], b, b ? len : 0);
         }
     }
-    sync_ctx c = { a, now_ms() };
+    sync_ctx c = { a, now_ms(), 0, (int)(n - cached) };
     ds4_callbacks cb = { .progress = on_progress, .cancel = on_cancel, .ud = &c };
     ds4_error err = { "" };
-    ds4_status rc = ds4_session_sync(a->sess, tokens, n, &cb, &err);
-    prefill_upd pu = { ds4_session_last_prefilled(a->sess), now_ms() - c.t0 };
+    size_t prefilled = 0;
+    ds4_status rc = DS4_OK;
+    if (first < n) {
+        rc = ds4_session_sync(a->sess, tokens, first, &cb, &err);
+        prefilled += ds4_session_last_prefilled(a->sess);
+        if (rc == DS4_OK) keep_system_prompt(a);
+        c.base = (int)prefilled;
+    }
+    if (rc == DS4_OK) {
+        const void *base = a->sys_snap && starts_with(tokens, n, &a->sys_snap_tx) ? a->sys_snap : NULL;
+        rc = ds4_session_sync_from(a->sess, tokens, n, base, base ? a->sys_snap_len : 0, &cb, &err);
+        prefilled += ds4_session_last_prefilled(a->sess);
+    }
+    if (rc == DS4_OK && n == a->sys_len) keep_system_prompt(a);
+    prefill_upd pu = { prefilled, now_ms() - c.t0 };
     agent_status_update(a, add_prefill, &pu);
     trace_line(a->tr, "prefill sync done rc=%d prefilled=%zu %.1f ms", (int)rc, pu.prefilled, pu.ms);
     if (rc == DS4_ERROR) {

@@ -1,10 +1,12 @@
 /* agent_setup.c — see agent_setup.h. */
 #include "cli/agent_setup.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/base.h"
+#include "cli/commands.h"
 
 void agent_setup_config(agent_config *cfg, const ds4cl_options *o, ds4_engine *e, int n_ctx, const char *ws,
                         bool interactive)
@@ -29,4 +31,15 @@ void agent_setup_config(agent_config *cfg, const ds4cl_options *o, ds4_engine *e
     cfg->tools.cdp_url = o->cdp_url;
     cfg->tools.browser_path = o->browser_path;
     cfg->tools.search_url = o->search_url;
+}
+
+int agent_setup_check_ctx(const agent_config *cfg, const ds4cl_options *o)
+{
+    if (o->ctx <= 0) return EXIT_DONE;
+    ds4_error err = { "" };
+    int need = agent_min_ctx(cfg, &err);
+    if (need < 0 || cfg->n_ctx >= need) return EXIT_DONE; /* agent_start reports other failures */
+    fprintf(stderr, "ds4cl: --ctx %d is too small: the system prompt and the room the agent needs take at least "
+                    "%d tokens\nTry 'ds4cl --help'.\n", o->ctx, need);
+    return EXIT_USAGE;
 }

@@ -16,4 +16,9 @@
 void agent_setup_config(agent_config *cfg, const ds4cl_options *o, ds4_engine *e, int n_ctx, const char *ws,
                         bool interactive);
 
+/* A context given with --ctx N that cannot hold the system prompt and the
+ * room the agent needs is a usage error: says so with the smallest that
+ * works and returns 2 (EXIT_USAGE); 0 when it is fine or was not given. */
+int agent_setup_check_ctx(const agent_config *cfg, const ds4cl_options *o);
+
 #endif

@@ -81,14 +81,21 @@ int cmd_interactive(const ds4cl_options *o)
     if (sess) session_get_info(sess, &sinfo);
 
     int n_ctx = 0;
-    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx);
+    int open_rc = EXIT_ERROR;
+    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc);
     if (!e) {
         session_close(sess);
-        return EXIT_ERROR;
+        return open_rc;
     }
 
     agent_config cfg;
     agent_setup_config(&cfg, o, e, n_ctx, ws, true);
+    int ctx_rc = agent_setup_check_ctx(&cfg, o);
+    if (ctx_rc != EXIT_DONE) {
+        session_close(sess);
+        ds4_engine_close(e);
+        return ctx_rc;
+    }
 
     agent *a = NULL;
     char err[1024] = "";

@@ -348,11 +348,12 @@ int cmd_prompt(const ds4cl_options *o)
     if (sess) session_get_info(sess, &sinfo);
 
     int n_ctx = 0;
-    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx);
+    int open_rc = EXIT_ERROR;
+    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc);
     if (!e) {
         session_close(sess);
         free(prompt);
-        return EXIT_ERROR;
+        return open_rc;
     }
 
     if (pipe2(g_sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -372,6 +373,13 @@ int cmd_prompt(const ds4cl_options *o)
     agent_config cfg;
     agent_setup_config(&cfg, o, e, n_ctx, ws, false);
     cfg.session_id = o->session_id;
+    int ctx_rc = agent_setup_check_ctx(&cfg, o);
+    if (ctx_rc != EXIT_DONE) {
+        ds4_engine_close(e);
+        session_close(sess);
+        free(prompt);
+        return ctx_rc;
+    }
 
     ds4_error err = { "" };
     double t0 = now_ms();
@@ -413,6 +421,12 @@ int cmd_prompt(const ds4cl_options *o)
         json_object_object_add(perm, "mode", json_object_new_string(o->yes ? "yes" : o->n_allow ? "allow" : "deny"));
         json_object_object_add(perm, "allow", string_array(o->n_allow ? o->allow : NULL));
         json_object_object_add(init, "permissions", perm);
+        const char *why = "";
+        bool sandboxed = agent_sandbox(a, &why);
+        struct json_object *sb = json_object_new_object();
+        json_object_object_add(sb, "active", json_object_new_boolean(sandboxed));
+        json_object_object_add(sb, "status", json_object_new_string(why));
+        json_object_object_add(init, "sandbox", sb);
         emit(init);
     }
     for (size_t i = 0; i < n_notes; i++) {

@@ -496,7 +496,7 @@ int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *de
     memplan_explain(&r, &in, requested, pl.what, pl.source, msg, sizeof msg);
     if (r.verdict == MEMPLAN_TOO_BIG) {
         fprintf(stderr, "ds4cl: %s\n%s\n", msg, override_hint);
-        return -1;
+        return requested > 0 && (requested > model_limit(&in) || r.largest_fit > 0) ? -2 : -1;
     }
     if (r.verdict == MEMPLAN_TIGHT) fprintf(stderr, "ds4cl: warning: %s\n", msg);
     else if (requested == -1 || (requested == 0 && r.n_ctx != default_ctx)) fprintf(stderr, "ds4cl: %s\n", msg);

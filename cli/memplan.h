@@ -151,7 +151,9 @@ int memplan_precheck_file(const char *model_path, ds4_backend backend);
  * (refused with the largest context that fits when too big; a warning when
  * tight), -1 is --ctx auto, 0 takes default_ctx or, when that is not
  * comfortable, the largest comfortable context below it. Prints refusals
- * and warnings on stderr; returns 0 with *n_ctx set, or -1. */
+ * and warnings on stderr; returns 0 with *n_ctx set, -2 when a requested
+ * context is refused that a smaller one would avoid (beyond the model's
+ * limit, or more than the memory holds while some context fits), else -1. */
 int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
                         int default_ctx, int *n_ctx);
 

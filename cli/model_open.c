@@ -30,8 +30,9 @@ static void warm_progress(void *ud, uint64_t done, uint64_t total)
     progress_update(ud, total ? (double)done / (double)total : 1.0, detail);
 }
 
-ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx)
+ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int *exit_code)
 {
+    if (exit_code) *exit_code = 1;
     bool scripted = o->backend == DS4_BACKEND_SCRIPT;
     char buf[PATH_MAX];
     const char *path = o->model_path;
@@ -74,7 +75,9 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx)
     if (ds4_engine_info) ds4_engine_info(e, &info);
     /* the context is decided before the weights are read: a refusal
      * should not cost minutes of disk reads */
-    if (memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, n_ctx) != 0) {
+    int planned = memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, n_ctx);
+    if (planned != 0) {
+        if (planned == -2 && exit_code) *exit_code = 2;
         ds4_engine_close(e);
         return NULL;
     }

@@ -2,8 +2,9 @@
  * find it, check it fits, load it with progress, pick the context.
  *
  *   int n_ctx;
- *   ds4_engine *e = model_open(o, 65536, &n_ctx);
- *   if (!e) return EXIT_ERROR;            // the reason is already on stderr
+ *   int rc;
+ *   ds4_engine *e = model_open(o, 65536, &n_ctx, &rc);
+ *   if (!e) return rc;                    // the reason is already on stderr
  *   ds4_session *s = ds4_session_open(e, n_ctx, &err);
  *
  * Steps: -m or the default model (model_path_resolve: explains how to
@@ -21,8 +22,10 @@
 #include "cli/options.h"
 #include "engine/ds4.h"
 
-/* NULL on failure, with the message printed on stderr. default_ctx is the
- * context used when the command line gives none (o->ctx == 0). */
-ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx);
+/* NULL on failure, with the message printed on stderr; *exit_code (when
+ * not NULL) is then 2 (usage) when --ctx N was refused as beyond the
+ * model's limit or the memory, else 1. default_ctx is the context used
+ * when the command line gives none (o->ctx == 0). */
+ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int *exit_code);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/agent.h"
 #include "tools/tools.h"
 
 /* The tool registry is a module of its own (weak: a build without it
@@ -228,7 +229,7 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
             o->max_tokens = (int)iv;
             break;
         case OPT_TEMP:
-            if (!parse_float(optarg, 0, 100, &fv)) return usage_error("--temp wants a number ≥ 0, not '%s'", optarg);
+            if (!parse_float(optarg, 0, 100, &fv)) return usage_error("--temp wants 0..100, not '%s'", optarg);
             o->sampling.temperature = (float)fv;
             break;
         case OPT_TOP_P:
@@ -247,7 +248,9 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
             char *end;
             errno = 0;
             unsigned long long s = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end) return usage_error("--seed wants a number, not '%s'", optarg);
+            /* strtoull takes "-1" as a huge number */
+            if (errno || end == optarg || *end || strchr(optarg, '-'))
+                return usage_error("--seed wants a number 0..18446744073709551615, not '%s'", optarg);
             o->sampling.seed = s;
             o->seed_given = true;
             break;
@@ -313,6 +316,11 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
     if (o->prompt && o->prompt_file) return usage_error("give either -p or --prompt-file%s", ", not both");
     if (o->mode == MODE_DUMP_TOKENS && !o->prompt && !o->prompt_file)
         return usage_error("--dump-tokens needs -p TEXT or --prompt-file F%s", "");
+    if ((o->mode == MODE_PROMPT || o->mode == MODE_INTERACTIVE) && o->ctx > 0 && o->ctx < AGENT_MIN_CTX) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "--ctx %d is too small for the agent (at least %d tokens)", o->ctx, AGENT_MIN_CTX);
+        return usage_error("%s", msg);
+    }
     if (o->mode == MODE_DOWNLOAD && o->n_allow) return usage_error("--allow makes no sense with download%s", "");
     (void)backend_given;
     return 0;

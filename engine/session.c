@@ -56,8 +56,26 @@ static void reset_state(ds4_session *s)
     s->logits_at = 0;
 }
 
+/* After a failed rewind: the state of the snapshot base when its tokens
+ * begin ids[0..n) (fewer than n), else nothing. Returns the tokens kept. */
+static size_t start_from_base(ds4_session *s, const int32_t *ids, size_t n, const void *base, size_t base_len)
+{
+    ds4_error ignored = { "" };
+    if (base && ds4_session_restore(s, base, base_len, &ignored) == 0 && s->toks.n < n &&
+        !memcmp(s->toks.ids, ids, s->toks.n * sizeof *ids))
+        return s->toks.n;
+    reset_state(s);
+    return 0;
+}
+
 ds4_status ds4_session_sync(ds4_session *s, const int32_t *ids, size_t n,
                             const ds4_callbacks *cb, ds4_error *err)
+{
+    return ds4_session_sync_from(s, ids, n, NULL, 0, cb, err);
+}
+
+ds4_status ds4_session_sync_from(ds4_session *s, const int32_t *ids, size_t n, const void *base, size_t base_len,
+                                 const ds4_callbacks *cb, ds4_error *err)
 {
     s->last_prefilled = 0;
     if (n > (size_t)s->n_ctx) {
@@ -82,10 +100,8 @@ ds4_status ds4_session_sync(ds4_session *s, const int32_t *ids, size_t n,
      * ends inside (or exactly at the end of) the cached one without them. */
     if (keep == n) keep = n - 1;
     if (keep < s->toks.n) {
-        if (!s->e->ops->rewind || s->e->ops->rewind(s->st, keep) != 0) {
-            reset_state(s);
-            keep = 0;
-        }
+        if (!s->e->ops->rewind || s->e->ops->rewind(s->st, keep) != 0)
+            keep = start_from_base(s, ids, n, base, base_len);
         s->toks.n = keep;
         if (s->logits_at > keep) s->logits_at = 0;
     }

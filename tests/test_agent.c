@@ -1637,6 +1637,68 @@ TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
     rec_free(&rec);
 }
 
+/* The last "prefill label=LABEL …" of a trace and the count the sync
+ * after it really computed; false when there is none. */
+static bool traced_prefill(const char *trace, const char *label, size_t *transcript, size_t *prefilled)
+{
+    const char *key = test_printf("prefill label=%s transcript=", label), *at = NULL;
+    for (const char *p = trace; (p = strstr(p, key)) != NULL; p++) at = p;
+    if (!at) return false;
+    *transcript = strtoull(at + strlen(key), NULL, 10);
+    const char *done = strstr(at, "prefill sync done rc=0 prefilled=");
+    if (!done) return false;
+    *prefilled = strtoull(done + strlen("prefill sync done rc=0 prefilled="), NULL, 10);
+    return true;
+}
+
+/* A compaction rebuilds the transcript on the same system prompt; the
+ * engine goes on from its state there instead of reading it again, even
+ * though the conversation it had read goes far beyond what the real
+ * engine can rewind. */
+TEST(agent, tiny_model_compaction_reads_only_the_summary_and_the_tail)
+{
+    ds4_engine *e = cpu_engine();
+    agent_config cfg = test_config(e, 16384);
+    cfg.think = DS4_THINK_NONE;
+    cfg.max_tokens = 8;
+    const char *trace_path = test_tmp_path("trace.txt");
+    cfg.trace_path = trace_path;
+    ds4_tokens sys = { 0 };
+    ds4_error err = { "" };
+    CHECK_MSG(agent_system_prompt(&cfg, &sys, &err) == 0, "%s", err.msg);
+    agent *a = test_agent(&cfg);
+    ev_log log = { 0 };
+    wait_idle(a, &log, engine_ms(120000));
+    /* a turn longer than the engine's cheap rewind */
+    strbuf big = { 0 };
+    sb_puts(&big, "Remember these words:");
+    for (int i = 0; i < 400; i++) sb_printf(&big, " w%d", i);
+    run_turn(a, sb_str(&big), &log);
+    log.ended = false;
+    agent_request(a, AGENT_REQ_COMPACT);
+    agent_status st;
+    double t0 = test_now_ms();
+    do {
+        usleep(1000);
+        agent_get_status(a, &st);
+    } while (st.state == AGENT_IDLE && st.compactions == 0 && test_now_ms() - t0 < 5000);
+    wait_idle(a, &log, engine_ms(120000));
+    agent_get_status(a, &st);
+    CHECK_MSG(st.compactions == 1, "not compacted: %s %s", sb_str(&log.notices), sb_str(&log.errors));
+    agent_stop(a);
+    char *trace = test_read_file(trace_path, NULL);
+    CHECK(trace != NULL);
+    size_t n = 0, prefilled = 0;
+    CHECK_MSG(traced_prefill(trace, "compaction_rebuild", &n, &prefilled), "no rebuild in the trace:\n%s", trace);
+    CHECK_EQ_INT((int)n, st.ctx_used);
+    CHECK_MSG(prefilled == n - sys.n, "the rebuild of %zu tokens read %zu; the system prompt has %zu", n, prefilled,
+              sys.n);
+    ds4_tokens_free(&sys);
+    sb_free(&big);
+    ds4_engine_close(e);
+    ev_log_free(&log);
+}
+
 TEST(agent, system_prompt_renders_the_registry_agents_md_and_extra_text)
 {
     if (!tools_all) SKIP("the tool registry is not part of this build yet");

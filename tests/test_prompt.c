@@ -11,6 +11,7 @@
 #include "tests/agent_util.h"
 #include "tests/fwd_util.h"
 #include "tests/test.h"
+#include "tests/tools_util.h"
 
 /* Runs ds4cl -p with a script; extra flags appended. Returns the status. */
 static int run_prompt(char **out, const char *script, const char *flags)
@@ -136,6 +137,43 @@ TEST(prompt, stream_json_events_and_result)
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
 }
 
+/* The init event's sandbox object from a run with these flags. */
+static void init_sandbox(const char *flags, bool *active, const char **status)
+{
+    char *out;
+    const char *script = write_script((const char *[]){ script_line("ok</think>Done.", NULL), NULL });
+    int rc = run_prompt(&out, script, test_printf("-p task --output-format stream-json %s 2>/dev/null", flags));
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    size_t n;
+    struct json_object **v = parse_lines(out, &n);
+    CHECK(n >= 1);
+    CHECK_STR_EQ(str_of(v[0], "type"), "init");
+    struct json_object *sb, *act;
+    CHECK_MSG(json_object_object_get_ex(v[0], "sandbox", &sb), "init has no sandbox: %s", out);
+    CHECK(json_object_object_get_ex(sb, "active", &act) && json_object_is_type(act, json_type_boolean));
+    *active = json_object_get_boolean(act);
+    *status = test_strdup(str_of(sb, "status") ? str_of(sb, "status") : "");
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}
+
+TEST(prompt, init_event_reports_the_sandbox)
+{
+    bool active;
+    const char *status;
+    init_sandbox("", &active, &status);
+    /* either confined, or it says why not */
+    if (active) CHECK_CONTAINS(status, "bash runs in a Landlock sandbox (ABI ");
+    else CHECK_CONTAINS(status, "Landlock is not available on this kernel");
+    init_sandbox("--no-sandbox", &active, &status);
+    CHECK(!active);
+    CHECK_CONTAINS(status, "the bash sandbox is off");
+    /* a kernel without Landlock (this process and its children) */
+    tu_hide_landlock();
+    init_sandbox("", &active, &status);
+    CHECK(!active);
+    CHECK_CONTAINS(status, "Landlock is not available on this kernel (not built in)");
+}
+
 TEST(prompt, prompt_from_stdin_and_from_a_file)
 {
     const char *lines[] = { script_line("</think>got it", "\"expect\": \"piped task text\""), NULL };
@@ -193,6 +231,34 @@ TEST(prompt, exit_codes)
     CHECK_EQ_INT(rc, 4);
     CHECK_CONTAINS(out, "\"stop_reason\":\"context full\"");
     sb_free(&big);
+}
+
+/* A --ctx that the model or the agent cannot use is a usage error found
+ * before any work, naming the flag and what would do. */
+TEST(prompt, unusable_context_sizes_are_usage_errors)
+{
+    const char *script = write_script((const char *[]){ script_line("x", NULL), NULL });
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 2000 -p hi", test_tmpdir(),
+                       test_bindir(), agent_test_model(), script);
+    CHECK_MSG(rc == 2, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "--ctx 2000 is too small: the system prompt and the room the agent needs take at least ");
+    /* the smallest it names works */
+    const char *at = strstr(out, "at least ");
+    CHECK(at != NULL);
+    int need = atoi(at + 9);
+    CHECK(need > 2000);
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx %d -p hi", test_tmpdir(),
+                   test_bindir(), agent_test_model(), script, need);
+    CHECK_MSG(rc == 0, "--ctx %d: exit %d:\n%s", need, rc, out);
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx %d -p hi", test_tmpdir(),
+                   test_bindir(), agent_test_model(), script, need - 1);
+    CHECK_MSG(rc == 2, "--ctx %d: exit %d:\n%s", need - 1, rc, out);
+    /* the real engine knows the model's limit */
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --ctx 2000000000 -p hi", test_tmpdir(), test_bindir(),
+                   agent_test_model());
+    CHECK_MSG(rc == 2, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "--ctx 2000000000 is beyond the model's limit");
 }
 
 TEST(prompt, sigint_interrupts_cooperatively)

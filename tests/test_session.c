@@ -232,6 +232,44 @@ TEST(session_rewind, far_rewind_recomputes_from_the_start)
     ds4_engine_close(e);
 }
 
+/* A far rewind with a snapshot of an earlier prefix goes on from that
+ * snapshot, exactly; a base that does not begin the tokens is ignored. */
+TEST(session_rewind, far_rewind_goes_on_from_a_base_snapshot)
+{
+    ds4_engine *e = fwd_test_engine(DS4_QSIM_FULL, 1);
+    fwd_set_chunk(fwd_of(e), 32);
+    ds4_tokens ids = { 0 }, alt = { 0 }, other = { 0 };
+    fwd_random_ids(&ids, 400, V, 31);
+    ds4_session *s = open_session(e, 800);
+    sync_ok(s, &ids, 90);
+    void *base;
+    size_t base_len;
+    ds4_error err = { "" };
+    CHECK_MSG(ds4_session_snapshot(s, &base, &base_len, &err) == 0, "%s", err.msg);
+    sync_ok(s, &ids, 400);
+    /* shares 100 tokens, the base holds the first 90 */
+    ds4_tokens_append(&alt, ids.ids, 100);
+    fwd_random_ids(&alt, 5, V, 77);
+    CHECK_EQ_INT(ds4_session_sync_from(s, alt.ids, alt.n, base, base_len, NULL, &err), DS4_OK);
+    CHECK_EQ_INT(ds4_session_last_prefilled(s), 15);
+    float *fresh = test_alloc(V * 4);
+    fwd_logits_after(e, 800, 0, alt.ids, alt.n, fresh);
+    CHECK(memcmp(ds4_session_logits(s), fresh, V * 4) == 0);
+    /* a base of other tokens: from the start, still exact */
+    sync_ok(s, &ids, 400);
+    fwd_random_ids(&other, 120, V, 5);
+    CHECK_EQ_INT(ds4_session_sync_from(s, other.ids, other.n, base, base_len, NULL, &err), DS4_OK);
+    CHECK_EQ_INT(ds4_session_last_prefilled(s), 120);
+    fwd_logits_after(e, 800, 0, other.ids, other.n, fresh);
+    CHECK(memcmp(ds4_session_logits(s), fresh, V * 4) == 0);
+    free(base);
+    ds4_session_close(s);
+    ds4_tokens_free(&ids);
+    ds4_tokens_free(&alt);
+    ds4_tokens_free(&other);
+    ds4_engine_close(e);
+}
+
 typedef struct {
     int polls, stop_after, progress_calls, last_done;
 } cancel_ctx;

@@ -49,6 +49,27 @@ TEST(tools_registry, lists_tools_in_prompt_order_with_valid_schemas)
     CHECK(tools_find(NULL) == NULL);
 }
 
+/* The design rule "one tool, one file": tools/<name>.c defines tool_<name>
+ * and no other tool. */
+TEST(tools_registry, one_source_file_per_tool)
+{
+    const char *dir = test_printf("%s/tools", test_root());
+    if (access(dir, R_OK) != 0) SKIP("no sources at %s (DS4CL_ROOT)", dir);
+    size_t n;
+    const tool_def *const *all = tools_all(&n);
+    for (size_t i = 0; i < n; i++) {
+        const char *path = test_printf("%s/%s.c", dir, all[i]->name);
+        char *src = test_read_file(path, NULL);
+        CHECK_MSG(src != NULL, "tool %s has no file %s", all[i]->name, path);
+        if (!src) continue;
+        const char *def = test_printf("const tool_def tool_%s =", all[i]->name);
+        CHECK_MSG(strstr(src, def) != NULL, "%s does not define tool_%s", path, all[i]->name);
+        size_t defs = 0;
+        for (const char *p = src; (p = strstr(p, "const tool_def tool_")) != NULL; p++) defs++;
+        CHECK_MSG(defs == 1, "%s defines %zu tools", path, defs);
+    }
+}
+
 TEST(tools_registry, unknown_tool_and_bad_json_are_results)
 {
     tool_env *env = tu_env();

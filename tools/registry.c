@@ -24,7 +24,7 @@ static const tool_def *const registry[] = {
     &tool_bash,
     &tool_bash_status,
     &tool_bash_stop,
-    /* ---- web tools (tools/web.c) ---- */
+    /* ---- web tools (tools/web_search.c, tools/visit_page.c) ---- */
     &tool_web_search,
     &tool_visit_page,
 };
