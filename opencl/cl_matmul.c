@@ -96,7 +96,10 @@ static int matmul_piece(clo_ctx *c, const ds4_tensor *W, int64_t r0, int64_t r1,
         size_t g = (size_t)(r1 - r0) * l;
         return clrt_enqueue(&call, 1, &g, &l);
     }
-    size_t g[3] = { up_div((size_t)rpg, tiles ? MM_RB : 4), tiles ? up_div((size_t)T, MM_TB) : 1, (size_t)n_g };
+    /* CPU devices: an expert-format tile takes every token block, so that
+     * its rows are dequantized once (matmul.cl, deq_first) */
+    size_t tb = !tiles || (cpu && expert_type(W->type)) ? 1 : up_div((size_t)T, MM_TB);
+    size_t g[3] = { up_div((size_t)rpg, tiles ? MM_RB : 4), tb, (size_t)n_g };
     size_t l[3] = { cpu ? clo_group(c, tiles ? 8 : 16) : clo_group(c, 64), 1, 1 };
     if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
     return clrt_enqueue(&call, 3, g, l);
@@ -250,13 +253,18 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
     cl_mem ys = clo_scratch(c, CLO_SCR_B, (size_t)P * (size_t)a->D * F4);
     cl_mem ws = clo_scratch(c, CLO_SCR_C, (1 + (size_t)E + (size_t)P + 3 * max_tiles) * 4);
     if (!mid || !ys || !ws) return -1;
-    const size_t l1 = clo_group(c, clo_is_cpu(c) ? 8 : 64);
+    const bool cpu = clo_is_cpu(c);
+    const size_t l1 = clo_group(c, cpu ? 8 : 64);
+    /* CPU devices: one tile per expert, so that a work-item dequantizes its
+     * rows once for all of the expert's pairs (matmul.cl, deq_first) */
+    const int tb = cpu ? P : MOE_TB;
+    const size_t n_tiles = cpu ? (size_t)(E < P ? E : P) : max_tiles;
 
     clrt_call call = clrt_begin(c->rt, clo_kernel(c, PROG, "moe_sort"));
     clo_arg_buf(&call, a->sel, 4);
     clrt_arg_int(&call, P);
     clrt_arg_int(&call, E);
-    clrt_arg_int(&call, MOE_TB);
+    clrt_arg_int(&call, tb);
     clrt_arg_mem(&call, ws);
     size_t one = 1;
     if (clrt_enqueue(&call, 1, &one, &one)) return -1;
@@ -272,7 +280,7 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
         clrt_arg_mem(&call, ws);
         clrt_arg_int(&call, P);
         clrt_arg_int(&call, E);
-        size_t g[2] = { up_div((size_t)a->F, MOE_GU_RB), max_tiles }, l[2] = { l1, 1 };
+        size_t g[2] = { up_div((size_t)a->F, MOE_GU_RB), n_tiles }, l[2] = { l1, 1 };
         if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     }
@@ -285,7 +293,7 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
         clrt_arg_mem(&call, ws);
         clrt_arg_int(&call, P);
         clrt_arg_int(&call, E);
-        size_t g[2] = { up_div((size_t)a->D, MOE_DN_RB), max_tiles }, l[2] = { l1, 1 };
+        size_t g[2] = { up_div((size_t)a->D, MOE_DN_RB), n_tiles }, l[2] = { l1, 1 };
         if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     }

@@ -13,7 +13,9 @@
  * Shapes. CPU devices (PoCL): decode runs a work-item per four rows a
  * quarter of the matrix apart (see rows_dot); prefill runs a work-item per
  * tile of MM_RB rows × MM_TB tokens, whose dequantized weights and x
- * values are reused from registers. GPUs run the decode products as a
+ * values are reused from registers; for the expert formats a work-item
+ * dequantizes its rows once into private memory and runs every token
+ * block over them (deq_first). GPUs run the decode products as a
  * work-group per row with a local reduction, and the prefill tiles as
  * above. The host (cl_matmul.c) mirrors the constants. bench/README.md
  * records what was measured on the way.
@@ -35,6 +37,8 @@
 #define MOE_TB 6    /* expert tiles: (token, slot) pairs per work-item */
 #define MAX_RB 6
 #define MAX_TB 6
+#define DEQ_MAX 4096 /* longest rows dequantized once per tile (CPU devices) */
+#define DEQ_BUF 1000 /* tile_dot's "type" for rows already dequantized */
 #define TILE_Q8_MAX 16384
 
 /* ---- IQ2_XXS tables: the engine's quant_iq2xxs_grid and quant_ksigns_iq2xs
@@ -657,7 +661,8 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
     if (TB > t) acc##r##t = fma(wv, xv##t, acc##r##t);
 #define TILE_ROW(r)                                                \
     if (RB > r) {                                                  \
-        float16 wv = deq16(type, w[r], c, HALF, ROW_D(r), sc##r);  \
+        float16 wv = type == DEQ_BUF ? vload16(2 * c + HALF, wbuf + r * n) \
+                                     : deq16(type, w[r], c, HALF, ROW_D(r), sc##r); \
         TILE_FMA(r, 0) TILE_FMA(r, 1) TILE_FMA(r, 2) TILE_FMA(r, 3) TILE_FMA(r, 4) TILE_FMA(r, 5) \
     }
 #define TILE_X(t)                                                  \
@@ -685,7 +690,7 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
     TILE_SUM(5, 0) TILE_SUM(5, 1) TILE_SUM(5, 2) TILE_SUM(5, 3) TILE_SUM(5, 4) TILE_SUM(5, 5)
 
 INL void tile_dot(const int type, const int RB, const int TB, const __global uchar *const *w,
-                  const __global float *const *x, int n, float out[MAX_RB][MAX_TB])
+                  const __global float *const *x, int n, float out[MAX_RB][MAX_TB], const float *wbuf)
 {
     float16 acc00 = 0.0f, acc01 = 0.0f, acc02 = 0.0f, acc03 = 0.0f, acc04 = 0.0f, acc05 = 0.0f;
     float16 acc10 = 0.0f, acc11 = 0.0f, acc12 = 0.0f, acc13 = 0.0f, acc14 = 0.0f, acc15 = 0.0f;
@@ -713,7 +718,47 @@ INL void tile_dot(const int type, const int RB, const int TB, const __global uch
 #undef TILE_D8
     for (int r = 0; r < RB; r++)
         for (int t = 0; t < TB; t++)
-            if (n & 31) out[r][t] += dot_tail(type, w[r], x[t], n);
+            if (type != DEQ_BUF && (n & 31)) out[r][t] += dot_tail(type, w[r], x[t], n);
+}
+
+/* Expert formats cost far more to dequantize than to multiply: on CPU
+ * devices a prefill tile dequantizes its rows once into private memory
+ * (the same values deq32 gives every other kernel) and runs all of its
+ * tokens over them, the products summed as in tile_dot. */
+/* A tile's rows dequantized up front where deq_first says so, then
+ * tile_dot over them or over the weights themselves. */
+#if CLRT_CPU
+#define DEQ_DECL(type, RB, w, n)                      \
+    float deq_buf[4 * DEQ_MAX];                       \
+    const bool deq_pre = RB <= 4 && deq_first(type, n); \
+    if (deq_pre) deq_rows(type, RB, w, n, deq_buf);
+#else
+#define DEQ_DECL(type, RB, w, n) \
+    const bool deq_pre = false;  \
+    float *deq_buf = 0;
+#endif
+#define DEQ_TILE(type, RB, TB, w, xt, n, out)                       \
+    if (deq_pre) tile_dot(DEQ_BUF, RB, TB, w, xt, n, out, deq_buf); \
+    else tile_dot(type, RB, TB, w, xt, n, out, deq_buf);
+
+INL bool deq_first(const int type, int n)
+{
+    return CLRT_CPU && (type == GGML_IQ2_XXS || type == GGML_Q2_K || type == GGML_Q4_K) && n <= DEQ_MAX;
+}
+
+INL void deq_rows(const int type, const int RB, const __global uchar *const *w, int n, float *buf)
+{
+    const int nc = n >> 5;
+    for (int r = 0; r < RB; r++) {
+        float sc[32];
+        for (int c = 0; c < nc; c++) {
+            if ((c & 7) == 0) sb_scales(type, w[r], c >> 3, sc);
+            float16 a, b;
+            deq32(type, w[r], c, 0.0f, sc, &a, &b);
+            vstore16(a, 2 * c, buf + r * n);
+            vstore16(b, 2 * c + 1, buf + r * n);
+        }
+    }
 }
 
 /* GPU shape: this lane's share (chunks lane, lane + L, …) of w·x. */
@@ -768,18 +813,23 @@ INL void mm_tile(const int type, const int RB, const int TB, const __global ucha
     if ((int)get_global_id(2) >= n_g) return;
     int g = g_lo + (int)get_global_id(2);
     int lo = max(g * rpg, p_lo), hi = min(g * rpg + rpg, p_hi);
-    int r0 = g * rpg + (int)get_global_id(0) * RB, t0 = (int)get_global_id(1) * TB;
-    if (r0 >= hi || r0 + RB <= lo || t0 >= T) return;
+    int r0 = g * rpg + (int)get_global_id(0) * RB, tb0 = (int)get_global_id(1) * TB;
+    if (r0 >= hi || r0 + RB <= lo || tb0 >= T) return;
     const __global uchar *w[MAX_RB];
     const __global float *xt[MAX_TB];
     for (int r = 0; r < RB; r++) w[r] = W + (ulong)(clamp(r0 + r, lo, hi - 1) - p_lo) * row_bytes;
-    for (int t = 0; t < TB; t++) xt[t] = x + (ulong)min(t0 + t, T - 1) * xs + (ulong)g * n;
-    float out[MAX_RB][MAX_TB];
-    tile_dot(type, RB, TB, w, xt, n, out);
-    for (int r = 0; r < RB; r++) {
-        int rr = r0 + r;
-        if (rr < lo || rr >= hi) continue;
-        for (int t = 0; t < TB && t0 + t < T; t++) y[(ulong)(t0 + t) * ys + rr] = out[r][t];
+    DEQ_DECL(type, RB, w, n)
+    /* token blocks tb0, tb0 + the grid's width, …: the host gives an
+     * expert format one block column on CPU devices */
+    for (int t0 = tb0; t0 < T; t0 += (int)get_global_size(1) * TB) {
+        for (int t = 0; t < TB; t++) xt[t] = x + (ulong)min(t0 + t, T - 1) * xs + (ulong)g * n;
+        float out[MAX_RB][MAX_TB];
+        DEQ_TILE(type, RB, TB, w, xt, n, out)
+        for (int r = 0; r < RB; r++) {
+            int rr = r0 + r;
+            if (rr < lo || rr >= hi) continue;
+            for (int t = 0; t < TB && t0 + t < T; t++) y[(ulong)(t0 + t) * ys + rr] = out[r][t];
+        }
     }
 }
 
@@ -863,25 +913,6 @@ INL float swiglu_w(float g, float u, float clamp, float w)
         u = u > clamp ? clamp : u < -clamp ? -clamp : u;
     }
     return g * sigmoid_stable(g) * u * w;
-}
-
-/* Gate and up rows r0 … r0+RB−1 (clamped to F) of one expert for TB pairs
- * whose x rows are xt; mid[mrow[t]][r] for the first nt of them. */
-INL void moe_gu(const int type, const int RB, const int TB, const __global uchar *G, const __global uchar *U,
-                ulong row_bytes, int D, int F, int r0, const __global float *const *xt, const float *wv,
-                const int *mrow, int nt, float clamp, __global float *mid)
-{
-    /* gate rows then up rows in one tile: every x load serves both */
-    const __global uchar *w[MAX_RB];
-    for (int r = 0; r < RB; r++) {
-        ulong at = (ulong)min(r0 + r, F - 1) * row_bytes;
-        w[r] = G + at;
-        w[RB + r] = U + at;
-    }
-    float o[MAX_RB][MAX_TB];
-    tile_dot(type, 2 * RB, TB, w, xt, D, o);
-    for (int r = 0; r < RB && r0 + r < F; r++)
-        for (int t = 0; t < nt; t++) mid[(ulong)mrow[t] * F + r0 + r] = swiglu_w(o[r][t], o[RB + r][t], clamp, wv[t]);
 }
 
 #define MOE_GU_ARGS                                                                                          \
@@ -981,25 +1012,41 @@ INL int ws_tiles(const __global int *ws) { return ws[0]; }
 INL const __global int *ws_order(const __global int *ws, int E) { return ws + 1 + E; }
 INL const __global int *ws_tile(const __global int *ws, int E, int P, int i) { return ws + 1 + E + P + 3 * i; }
 
+/* Gate rows r0 … r0+MOE_GU_RB−1 (clamped to F) and as many up rows in one
+ * tile, every x load serving both; the tile's pairs MOE_TB at a time;
+ * mid[sorted position][r] = SwiGLU(gate, up)·weight. */
 INL void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
 {
-    int r0 = (int)get_global_id(0) * MOE_GU_RB, ti = get_global_id(1);
+    const int RB = MOE_GU_RB;
+    int r0 = (int)get_global_id(0) * RB, ti = get_global_id(1);
     if (r0 >= F || ti >= ws_tiles(ws)) return;
     const __global int *tile = ws_tile(ws, E, P, ti), *order = ws_order(ws, E);
     int e = tile[0], q0 = tile[1], nt = tile[2];
     if (e < e_lo || e >= e_hi) return;
     ulong eoff = (ulong)(e - e_lo) * F * row_bytes;
-    const __global float *xt[MAX_TB];
-    float wv[MAX_TB];
-    int mrow[MAX_TB];
-    for (int t = 0; t < MOE_TB; t++) {
-        int q = q0 + min(t, nt - 1), p = order[q];
-        xt[t] = x + x_off + (ulong)(p / k) * D;
-        wv[t] = wt[wt_off + p];
-        mrow[t] = q;
+    const __global uchar *w[MAX_RB];
+    for (int r = 0; r < RB; r++) {
+        ulong at = eoff + (ulong)min(r0 + r, F - 1) * row_bytes;
+        w[r] = G + G_off + at;
+        w[RB + r] = U + U_off + at;
     }
-    moe_gu(type, MOE_GU_RB, MOE_TB, G + G_off + eoff, U + U_off + eoff, row_bytes, D, F, r0, xt, wv, mrow, nt, clamp,
-           mid);
+    DEQ_DECL(type, 2 * RB, w, D)
+    for (int u = 0; u < nt; u += MOE_TB) {
+        const int m = min(MOE_TB, nt - u);
+        const __global float *xt[MAX_TB];
+        float wv[MAX_TB];
+        int mrow[MAX_TB];
+        for (int t = 0; t < MOE_TB; t++) {
+            int q = q0 + u + min(t, m - 1), p = order[q];
+            xt[t] = x + x_off + (ulong)(p / k) * D;
+            wv[t] = wt[wt_off + p];
+            mrow[t] = q;
+        }
+        float o[MAX_RB][MAX_TB];
+        DEQ_TILE(type, 2 * RB, MOE_TB, w, xt, D, o)
+        for (int r = 0; r < RB && r0 + r < F; r++)
+            for (int t = 0; t < m; t++) mid[(ulong)mrow[t] * F + r0 + r] = swiglu_w(o[r][t], o[RB + r][t], clamp, wv[t]);
+    }
 }
 
 INL void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
@@ -1010,15 +1057,19 @@ INL void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
     int e = tile[0], q0 = tile[1], nt = tile[2];
     if (e < e_lo || e >= e_hi) return;
     const __global uchar *w[MAX_RB];
-    const __global float *xm[MAX_TB];
     for (int r = 0; r < MOE_DN_RB; r++)
         w[r] = Wd + Wd_off + ((ulong)(e - e_lo) * D + (ulong)min(r0 + r, D - 1)) * row_bytes;
-    for (int t = 0; t < MOE_TB; t++) xm[t] = mid + (ulong)(q0 + min(t, nt - 1)) * F;
-    float out[MAX_RB][MAX_TB];
-    tile_dot(type, MOE_DN_RB, MOE_TB, w, xm, F, out);
-    for (int t = 0; t < nt; t++) {
-        __global float *ys = y + y_off + (ulong)order[q0 + t] * D;
-        for (int r = 0; r < MOE_DN_RB && r0 + r < D; r++) ys[r0 + r] = out[r][t];
+    DEQ_DECL(type, MOE_DN_RB, w, F)
+    for (int u = 0; u < nt; u += MOE_TB) {
+        const int m = min(MOE_TB, nt - u);
+        const __global float *xm[MAX_TB];
+        for (int t = 0; t < MOE_TB; t++) xm[t] = mid + (ulong)(q0 + u + min(t, m - 1)) * F;
+        float out[MAX_RB][MAX_TB];
+        DEQ_TILE(type, MOE_DN_RB, MOE_TB, w, xm, F, out)
+        for (int t = 0; t < m; t++) {
+            __global float *ys = y + y_off + (ulong)order[q0 + u + t] * D;
+            for (int r = 0; r < MOE_DN_RB && r0 + r < D; r++) ys[r0 + r] = out[r][t];
+        }
     }
 }
 
