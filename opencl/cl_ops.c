@@ -82,15 +82,22 @@ int clo_arg_weight(clo_ctx *c, clrt_call *call, const ds4_tensor *t, size_t offs
     return 0;
 }
 
+static void use_changed(clo_ctx *c)
+{
+    uint64_t now = c->use.buffers + c->use.scratch;
+    if (now > c->use.peak) c->use.peak = now;
+}
+
 cl_mem clo_scratch(clo_ctx *c, int slot, size_t bytes)
 {
     if (bytes == 0) bytes = 4;
     if (c->scr_n[slot] >= bytes) return c->scr[slot];
     if (c->scr[slot]) clReleaseMemObject(c->scr[slot]);
+    c->use.scratch -= c->scr_n[slot];
     c->scr[slot] = NULL;
     c->scr_n[slot] = 0;
     /* grow in steps so a slowly growing need does not reallocate every call */
-    size_t want = bytes + bytes / 4;
+    size_t want = CLO_SCRATCH_SLACK(bytes);
     if (want > c->max_alloc) want = bytes;
     cl_int rc;
     c->scr[slot] = clCreateBuffer(clrt_context(c->rt), CL_MEM_READ_WRITE, want, NULL, &rc);
@@ -99,6 +106,8 @@ cl_mem clo_scratch(clo_ctx *c, int slot, size_t bytes)
         return NULL;
     }
     c->scr_n[slot] = want;
+    c->use.scratch += want;
+    use_changed(c);
     return c->scr[slot];
 }
 
@@ -264,7 +273,7 @@ void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err)
     c->zero_copy = d->unified && !(o && o->copy_weights);
     cl_kernel_shape shape = o ? o->shape : CL_SHAPE_AUTO;
     c->cpu_shaped = shape == CL_SHAPE_AUTO ? (d->type & CL_DEVICE_TYPE_CPU) != 0 : shape == CL_SHAPE_CPU;
-    if (m->file && place_file(c, o, err)) {
+    if (m->file && !(o && o->no_weights) && place_file(c, o, err)) {
         cl_ops_free(c);
         return NULL;
     }
@@ -286,14 +295,19 @@ void cl_ops_free(void *ctx)
 
 clrt *cl_ops_runtime(void *ctx) { return ((clo_ctx *)ctx)->rt; }
 
-uint64_t cl_ops_scratch_estimate(const ds4_model *m, int T)
+uint64_t cl_ops_scratch_estimate(void *ctx, int T, int n_ctx)
 {
-    const ds4_hparams *hp = &m->hp;
-    uint64_t t = (uint64_t)(T > 0 ? T : 1);
-    /* hyper-connection mixes, norms and coefficients; the largest slot set */
-    uint64_t hc = t * ((uint64_t)hp->mix_hc + 2 * (uint64_t)hp->n_hc + 1) * 4;
-    return hc + clo_moe_scratch_bytes(hp, T);
+    clo_ctx *c = ctx;
+    uint64_t need[CLO_SCR_SLOTS] = { 0 };
+    clo_hc_scratch_need(c, T, need);
+    clo_attn_scratch_need(c, T, n_ctx, need);
+    /* the MoE's slots are known only as a sum: counted beside the others */
+    uint64_t total = 0;
+    for (int s = 0; s < CLO_SCR_SLOTS; s++) total += CLO_SCRATCH_SLACK(need[s] > 4 ? need[s] : 4);
+    return total + CLO_SCRATCH_SLACK(clo_moe_scratch_bytes(c->hp, T)) + CLO_SCR_SLOTS;
 }
+
+void cl_ops_device_usage(void *ctx, cl_ops_device_use *out) { *out = ((clo_ctx *)ctx)->use; }
 
 /* ---- memory ops ------------------------------------------------------------------- */
 
@@ -324,6 +338,8 @@ static ds4_buf *cl_alloc(void *ctx, size_t bytes)
         return NULL;
     }
     b->n = bytes;
+    c->use.buffers += n;
+    use_changed(c);
     return b;
 }
 
@@ -343,8 +359,9 @@ static ds4_buf *cl_view(void *ctx, ds4_buf *base, size_t off, size_t bytes)
 
 static void cl_release(void *ctx, ds4_buf *b)
 {
-    (void)ctx;
+    clo_ctx *c = ctx;
     if (!b) return;
+    if (!b->is_view) c->use.buffers -= b->n ? b->n : 4;
     clReleaseMemObject(b->mem);
     free(b);
 }

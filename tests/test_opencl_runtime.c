@@ -7,12 +7,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/backend.h"
 #include "engine/ds4.h"
+#include "engine/forward.h"
 #include "engine/mkmodel.h"
 #include "engine/quant.h"
 #include "opencl/cl_ops.h"
 #include "opencl/cl_runtime.h"
 #include "prompts/embedded.h"
+#include "tests/fwd_util.h"
 #include "tests/opencl_util.h"
 #include "tests/test.h"
 
@@ -281,6 +284,51 @@ TEST(opencl_runtime, engine_opens_on_the_backend)
     o.device = "no-such-device-xyz";
     CHECK(ds4_engine_open(&o, &err) == NULL);
     CHECK_CONTAINS(err.msg, "no-such-device-xyz");
+}
+
+/* The memory planner sizes a session by ds4_session_bytes_estimate: the
+ * device memory a session really takes (its buffers and the context's
+ * scratch, at their peak) must stay within it, with the indexer ranking
+ * over a full context (its keys grow with it), prefill chunks of several
+ * lengths and decode steps (the most attention blocks per token). And the
+ * estimate must not be loose either: within twice the peak. */
+TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
+{
+    oclt_require_device();
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.seed = 4;
+    ds4_error err = { "" };
+    const char *path = test_tmp_path("tiny.gguf");
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .quant_sim = DS4_QSIM_NONE };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    void *ctx = fwd_ops_ctx(fwd_of(e));
+    const int n_ctx = 1200, decode = 6;
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, (size_t)n_ctx, e->n_vocab, 21);
+    uint64_t estimate = ds4_session_bytes_estimate(e, n_ctx);
+    ds4_session *ss = ds4_session_open(e, n_ctx, &err);
+    CHECK_MSG(ss != NULL, "%s", err.msg);
+    /* a short first sync, then whole chunks to the end, then decode */
+    CHECK_EQ_INT(ds4_session_sync(ss, ids.ids, 37, NULL, &err), DS4_OK);
+    CHECK_MSG(ds4_session_sync(ss, ids.ids, ids.n - decode, NULL, &err) == DS4_OK, "%s", err.msg);
+    for (size_t i = ids.n - decode; i < ids.n; i++) CHECK_EQ_INT(ds4_session_eval(ss, ids.ids[i], NULL, &err), DS4_OK);
+    cl_ops_device_use u;
+    cl_ops_device_usage(ctx, &u);
+    fprintf(stderr, "session of %d tokens: peak %.1f KiB (buffers %.1f, scratch %.1f), estimate %.1f KiB\n", n_ctx,
+            (double)u.peak / 1024, (double)u.buffers / 1024, (double)u.scratch / 1024, (double)estimate / 1024);
+    CHECK(u.buffers > 0 && u.scratch > 0);
+    CHECK_MSG(u.peak <= estimate, "peak %llu bytes above the estimate %llu", (unsigned long long)u.peak,
+              (unsigned long long)estimate);
+    CHECK_MSG(estimate <= 2 * u.peak, "estimate %llu bytes for a peak of %llu", (unsigned long long)estimate,
+              (unsigned long long)u.peak);
+    ds4_session_close(ss);
+    cl_ops_device_usage(ctx, &u);
+    CHECK_EQ_INT(u.buffers, 0);
+    ds4_tokens_free(&ids);
+    ds4_engine_close(e);
 }
 
 /* Without any OpenCL driver (an empty ICD vendor directory) the failure
