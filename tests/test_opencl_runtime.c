@@ -286,6 +286,44 @@ TEST(opencl_runtime, engine_opens_on_the_backend)
     CHECK_CONTAINS(err.msg, "no-such-device-xyz");
 }
 
+/* --model-info on the backend: the device the engine picks (by the same
+ * rule as everywhere), the session's device bytes the engine estimates,
+ * and no weights uploaded to say so. */
+TEST(opencl_runtime, model_info_on_the_backend)
+{
+    oclt_require_device();
+    unsetenv("DS4CL_DEVICE");
+    mk_spec s;
+    mk_spec_tiny(&s);
+    ds4_error err = { "" };
+    const char *path = test_tmp_path("tiny.gguf");
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .plan_only = true };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    double session = (double)ds4_session_bytes_estimate(e, 4096) / 1048576.0;
+    CHECK(ds4_session_open(e, 64, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "plan memory only");
+    ds4_engine_close(e);
+    int n;
+    clrt_device *d = devices(&n);
+    char *out;
+    int rc = test_runf(&out, "%s/ds4cl --model-info -m %s --backend opencl --ctx 4096 2>&1", test_bindir(), path);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_CONTAINS(out, "layers        6");
+    CHECK_CONTAINS(out, test_printf("on OpenCL device [0] %s", d[0].name));
+    CHECK_CONTAINS(out, d[0].unified ? "zero-copy over the mapped file" : "uploaded at load");
+    CHECK_CONTAINS(out, test_printf("session           %.2f MiB  (buffers and scratch for 4096 tokens)", session));
+    rc = test_runf(&out, "DS4CL_DEVICE=%d %s/ds4cl --model-info -m %s --backend opencl 2>&1", n - 1, test_bindir(), path);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, test_printf("on OpenCL device [%d] %s", n - 1, d[n - 1].name));
+    rc = test_runf(&out, "%s/ds4cl --model-info -m %s --backend opencl --device %d 2>&1", test_bindir(), path, n);
+    CHECK_EQ_INT(rc, 1);
+    CHECK_CONTAINS(out, test_printf("no OpenCL device has index %d", n));
+    CHECK(strstr(out, "layers") == NULL);
+    free(d);
+}
+
 /* The memory planner sizes a session by ds4_session_bytes_estimate: the
  * device memory a session really takes (its buffers and the context's
  * scratch, at their peak) must stay within it, with the indexer ranking
