@@ -592,5 +592,6 @@ int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t 
         snprintf(what, sizeof what, "launching OpenCL kernel %s", name);
         return clrt_fail_cl(c->rt, rc, what);
     }
+    c->rt->stats.launches++;
     return 0;
 }

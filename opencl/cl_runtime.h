@@ -125,10 +125,11 @@ int clrt_fail_cl(clrt *rt, cl_int code, const char *what);
  * NULL with the message (and build log) recorded. */
 cl_kernel clrt_kernel(clrt *rt, const char *program, const char *kernel);
 
-/* Cache statistics since open: programs loaded from the cache, built from
- * source, and cache entries found corrupt or refused. */
+/* Statistics since open: programs loaded from the cache, built from
+ * source, cache entries found corrupt or refused, and kernel launches. */
 typedef struct {
     int cache_hits, builds, cache_rejects;
+    uint64_t launches; /* kernels enqueued */
 } clrt_stats;
 clrt_stats clrt_get_stats(const clrt *rt);
 /* The cache file a program would use (for tests); "" when caching is off. */
