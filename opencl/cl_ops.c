@@ -398,11 +398,13 @@ static int cl_write(void *ctx, ds4_buf *dst, size_t off, const void *src, size_t
         clReleaseEvent(ev);
         if (rc != CL_SUCCESS) {
             /* cannot hand the copy over: wait for it instead */
+            clrt_count_wait(c->rt);
             clFinish(q);
             free(copy);
         }
         return 0;
     }
+    clrt_count_wait(c->rt);
     rc = clEnqueueWriteBuffer(q, dst->mem, CL_TRUE, dst->off + off, n, src, 0, NULL, NULL);
     return rc == CL_SUCCESS ? 0 : clrt_fail_cl(c->rt, rc, "writing an OpenCL buffer");
 }
@@ -412,6 +414,7 @@ static int cl_read(void *ctx, ds4_buf *src, size_t off, void *dst, size_t n)
     clo_ctx *c = ctx;
     if (clo_range(c, "read", src, off, n)) return -1;
     if (!n) return clrt_finish(c->rt);
+    clrt_count_wait(c->rt);
     cl_int rc = clEnqueueReadBuffer(clrt_queue(c->rt), src->mem, CL_TRUE, src->off + off, n, dst, 0, NULL, NULL);
     return rc == CL_SUCCESS ? 0 : clrt_fail_cl(c->rt, rc, "reading an OpenCL buffer (or work queued before it)");
 }

@@ -232,6 +232,8 @@ cl_context clrt_context(const clrt *rt) { return rt->ctx; }
 cl_command_queue clrt_queue(const clrt *rt) { return rt->q; }
 clrt_stats clrt_get_stats(const clrt *rt) { return rt->stats; }
 
+void clrt_count_wait(clrt *rt) { rt->stats.waits++; }
+
 static void set_cache_dir(clrt *rt, const char *override)
 {
     rt->cache_dir[0] = 0;
@@ -310,6 +312,7 @@ void clrt_close(clrt *rt)
 
 int clrt_finish(clrt *rt)
 {
+    rt->stats.waits++;
     cl_int rc = clFinish(rt->q);
     return rc == CL_SUCCESS ? 0 : clrt_fail_cl(rt, rc, "waiting for the OpenCL queue");
 }

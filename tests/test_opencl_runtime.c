@@ -329,7 +329,8 @@ TEST(opencl_runtime, model_info_on_the_backend)
  * scratch, at their peak) must stay within it, with the indexer ranking
  * over a full context (its keys grow with it), prefill chunks of several
  * lengths and decode steps (the most attention blocks per token). And the
- * estimate must not be loose either: within twice the peak. */
+ * estimate must not be loose either: within twice the peak. On the way:
+ * a decode step only queues work, and waits once, to read its logits. */
 TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
 {
     oclt_require_device();
@@ -352,7 +353,16 @@ TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
     /* a short first sync, then whole chunks to the end, then decode */
     CHECK_EQ_INT(ds4_session_sync(ss, ids.ids, 37, NULL, &err), DS4_OK);
     CHECK_MSG(ds4_session_sync(ss, ids.ids, ids.n - decode, NULL, &err) == DS4_OK, "%s", err.msg);
-    for (size_t i = ids.n - decode; i < ids.n; i++) CHECK_EQ_INT(ds4_session_eval(ss, ids.ids[i], NULL, &err), DS4_OK);
+    /* inside a decode step the host waits once: for the logits */
+    clrt *rt = cl_ops_runtime(ctx);
+    for (size_t i = ids.n - decode; i < ids.n; i++) {
+        clrt_stats before = clrt_get_stats(rt);
+        CHECK_EQ_INT(ds4_session_eval(ss, ids.ids[i], NULL, &err), DS4_OK);
+        clrt_stats after = clrt_get_stats(rt);
+        CHECK_EQ_INT(after.waits - before.waits, 1);
+        CHECK(after.launches - before.launches > 50);
+        CHECK_EQ_INT(after.builds, before.builds);
+    }
     cl_ops_device_use u;
     cl_ops_device_usage(ctx, &u);
     fprintf(stderr, "session of %d tokens: peak %.1f KiB (buffers %.1f, scratch %.1f), estimate %.1f KiB\n", n_ctx,
