@@ -10,6 +10,7 @@ static int ocl_open(ds4_engine *e, ds4_error *err)
 {
     cl_ops_options o = { .device = e->opt.device,
                          .no_weights = e->opt.plan_only,
+                         .build_all = !e->opt.plan_only,
                          .progress = e->opt.load_progress,
                          .progress_ud = e->opt.load_ud };
     void *ctx = cl_ops_new(e->model, &o, err);

@@ -247,6 +247,22 @@ void cl_ops_weights(void *ctx, cl_ops_weight_info *out) { *out = ((clo_ctx *)ctx
 
 /* ---- context ------------------------------------------------------------------ */
 
+/* The programs of the op files (cl_ops_impl.h lists which op is where). */
+static const char *const op_programs[] = { "basic", "hc", "rope", "matmul", "attn", "attn_comp", "attn_index", "router" };
+#define N_OP_PROGRAMS (sizeof op_programs / sizeof op_programs[0])
+
+/* At load the kernels are compiled, or read from the binary cache, so
+ * that the first token does not pay for it and a load reports it. */
+static int build_programs(clo_ctx *c, const cl_ops_options *o, ds4_error *err)
+{
+    for (size_t i = 0; i < N_OP_PROGRAMS; i++) {
+        if (o->progress) o->progress(o->progress_ud, (double)i / (double)N_OP_PROGRAMS, "building OpenCL programs");
+        if (clrt_build(c->rt, op_programs[i])) return ds4_error_set(err, "%s", clrt_error(c->rt));
+    }
+    if (o->progress) o->progress(o->progress_ud, 1.0, "OpenCL programs ready");
+    return 0;
+}
+
 void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err)
 {
     char msg[4096];
@@ -273,7 +289,7 @@ void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err)
     c->zero_copy = d->unified && !(o && o->copy_weights);
     cl_kernel_shape shape = o ? o->shape : CL_SHAPE_AUTO;
     c->cpu_shaped = shape == CL_SHAPE_AUTO ? (d->type & CL_DEVICE_TYPE_CPU) != 0 : shape == CL_SHAPE_CPU;
-    if (m->file && !(o && o->no_weights) && place_file(c, o, err)) {
+    if ((m->file && !(o && o->no_weights) && place_file(c, o, err)) || (o && o->build_all && build_programs(c, o, err))) {
         cl_ops_free(c);
         return NULL;
     }

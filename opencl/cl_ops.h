@@ -42,6 +42,8 @@ typedef struct {
     uint64_t device_mem;    /* device memory below the device's; 0 = the device's */
     bool no_weights;        /* give the model file's weights no device memory
                                (planning only: ops that read weights fail) */
+    bool build_all;         /* build every program the ops use now (a model
+                               load), not each at its first use */
     /* Progress of a weight upload (fraction 0..1, short label); may be NULL. */
     void (*progress)(void *ud, double fraction, const char *what);
     void *progress_ud;

@@ -517,6 +517,8 @@ static int program_index(clrt *rt, const char *name)
     return rt->n_progs - 1;
 }
 
+int clrt_build(clrt *rt, const char *program) { return program_index(rt, program) < 0 ? -1 : 0; }
+
 cl_kernel clrt_kernel(clrt *rt, const char *program, const char *kernel)
 {
     for (int i = 0; i < rt->n_kernels; i++)

@@ -125,6 +125,11 @@ int clrt_fail_cl(clrt *rt, cl_int code, const char *what);
  * NULL with the message (and build log) recorded. */
 cl_kernel clrt_kernel(clrt *rt, const char *program, const char *kernel);
 
+/* Builds (or loads from the cache) program `program` now rather than at
+ * its first kernel's use; 0, or -1 with the message (and build log)
+ * recorded. */
+int clrt_build(clrt *rt, const char *program);
+
 /* Statistics since open: programs loaded from the cache, built from
  * source, cache entries found corrupt or refused, kernel launches and
  * host waits. */

@@ -330,7 +330,8 @@ TEST(opencl_runtime, model_info_on_the_backend)
  * over a full context (its keys grow with it), prefill chunks of several
  * lengths and decode steps (the most attention blocks per token). And the
  * estimate must not be loose either: within twice the peak. On the way:
- * a decode step only queues work, and waits once, to read its logits. */
+ * a decode step only queues work, and waits once, to read its logits;
+ * the programs were all built when the engine opened. */
 TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
 {
     oclt_require_device();
@@ -344,6 +345,10 @@ TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
     ds4_engine *e = ds4_engine_open(&o, &err);
     CHECK_MSG(e != NULL, "%s", err.msg);
     void *ctx = fwd_ops_ctx(fwd_of(e));
+    clrt *rt = cl_ops_runtime(ctx);
+    /* every program is ready once the engine is open: none is built later */
+    clrt_stats at_open = clrt_get_stats(rt);
+    CHECK(at_open.builds + at_open.cache_hits >= 8);
     const int n_ctx = 1200, decode = 6;
     ds4_tokens ids = { 0 };
     fwd_random_ids(&ids, (size_t)n_ctx, e->n_vocab, 21);
@@ -354,7 +359,6 @@ TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
     CHECK_EQ_INT(ds4_session_sync(ss, ids.ids, 37, NULL, &err), DS4_OK);
     CHECK_MSG(ds4_session_sync(ss, ids.ids, ids.n - decode, NULL, &err) == DS4_OK, "%s", err.msg);
     /* inside a decode step the host waits once: for the logits */
-    clrt *rt = cl_ops_runtime(ctx);
     for (size_t i = ids.n - decode; i < ids.n; i++) {
         clrt_stats before = clrt_get_stats(rt);
         CHECK_EQ_INT(ds4_session_eval(ss, ids.ids[i], NULL, &err), DS4_OK);
@@ -363,6 +367,8 @@ TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
         CHECK(after.launches - before.launches > 50);
         CHECK_EQ_INT(after.builds, before.builds);
     }
+    clrt_stats at_end = clrt_get_stats(rt);
+    CHECK_EQ_INT(at_end.builds + at_end.cache_hits, at_open.builds + at_open.cache_hits);
     cl_ops_device_use u;
     cl_ops_device_usage(ctx, &u);
     fprintf(stderr, "session of %d tokens: peak %.1f KiB (buffers %.1f, scratch %.1f), estimate %.1f KiB\n", n_ctx,
