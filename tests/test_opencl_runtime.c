@@ -317,6 +317,15 @@ TEST(opencl_runtime, model_info_on_the_backend)
     rc = test_runf(&out, "DS4CL_DEVICE=%d %s/ds4cl --model-info -m %s --backend opencl 2>&1", n - 1, test_bindir(), path);
     CHECK_EQ_INT(rc, 0);
     CHECK_CONTAINS(out, test_printf("on OpenCL device [%d] %s", n - 1, d[n - 1].name));
+    char piece[8];
+    snprintf(piece, sizeof piece, "%.7s", d[0].name);
+    for (char *p = piece; *p; p++)
+        if (*p == '\'' || *p == ' ') *p = 0;
+    rc = test_runf(&out, "DS4CL_DEVICE=%d %s/ds4cl --model-info -m %s --backend opencl --device '%s' 2>&1", n, test_bindir(),
+                   path, piece);
+    CHECK_MSG(rc == 0, "--device %s (over a DS4CL_DEVICE that names no device): %s", piece, out);
+    CHECK_CONTAINS(out, "on OpenCL device [");
+    CHECK_CONTAINS(out, piece);
     rc = test_runf(&out, "%s/ds4cl --model-info -m %s --backend opencl --device %d 2>&1", test_bindir(), path, n);
     CHECK_EQ_INT(rc, 1);
     CHECK_CONTAINS(out, test_printf("no OpenCL device has index %d", n));
