@@ -58,14 +58,14 @@ static void print_split(const ds4_model *m, uint64_t max_alloc)
     if (split) printf("; %d tensor%s larger than one buffer, split", split, split == 1 ? "" : "s");
 }
 
-/* What the OpenCL backend would use: its device and a session's bytes
- * there. 0, or -1 after printing why the backend cannot open (before any
- * other output). */
+/* What the OpenCL backend would use: its device and a session's bytes there. */
 typedef struct {
     clrt_device dev;
     uint64_t session;
 } opencl_plan;
 
+/* 0, or -1 after printing why the backend cannot open: before any other
+ * output, so that a wrong --device is not lost below the model's details. */
 static int plan_opencl(const ds4cl_options *o, int n_ctx, opencl_plan *p)
 {
     clrt_device *devs;
