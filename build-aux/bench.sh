@@ -6,10 +6,11 @@
 # random weights), cached in build/bench/: engine speed, the time to open
 # the model, and the tokenizer against the npm reference. Environment:
 #   BENCH_SUITES     which of "speed open tokenizer" to run (default all)
-#   BENCH_BACKENDS   backends to run, default "cpu" (e.g. "cpu opencl")
+#   BENCH_BACKENDS   backends to run, default "cpu opencl" ("cpu" where
+#                    ds4cl --list-devices finds no OpenCL device)
 #   BENCH_THREADS    CPU threads (default: all cores)
 #   BENCH_CTX_START, BENCH_CTX_MAX, BENCH_STEP, BENCH_GEN   the sweep
-#                    (defaults 256, 1024, 256, 16)
+#                    (defaults 512, 2048, 512, 16)
 set -eu
 bin=${1:-.}
 dir=build/bench
@@ -29,16 +30,20 @@ if [ ! -s "$prompt" ]; then
     cat README.md doc/*.1 engine/*.h engine/*.c > "$prompt"
 fi
 threads=${BENCH_THREADS:+--threads $BENCH_THREADS}
+if [ -z "${BENCH_BACKENDS:-}" ]; then
+    BENCH_BACKENDS=cpu
+    if "$bin/ds4cl" --list-devices > /dev/null 2>&1; then BENCH_BACKENDS="cpu opencl"; fi
+fi
 for suite in ${BENCH_SUITES:-speed open tokenizer}; do
     case $suite in
     speed)
         echo "# speed"
         first=1
-        for backend in ${BENCH_BACKENDS:-cpu}; do
+        for backend in $BENCH_BACKENDS; do
             # shellcheck disable=SC2086
             "$bin/ds4cl-bench" -m "$model" --prompt-file "$prompt" --backend "$backend" $threads \
-                --ctx-start "${BENCH_CTX_START:-256}" --ctx-max "${BENCH_CTX_MAX:-1024}" \
-                --step "${BENCH_STEP:-256}" --gen-tokens "${BENCH_GEN:-16}" > "$dir/$backend.csv"
+                --ctx-start "${BENCH_CTX_START:-512}" --ctx-max "${BENCH_CTX_MAX:-2048}" \
+                --step "${BENCH_STEP:-512}" --gen-tokens "${BENCH_GEN:-16}" > "$dir/$backend.csv"
             if [ $first = 1 ]; then cat "$dir/$backend.csv"; first=0; else tail -n +2 "$dir/$backend.csv"; fi
         done
         ;;

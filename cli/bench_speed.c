@@ -11,7 +11,15 @@
  * used ones of each layer); decode_gbps is that at decode_tps, next to
  * ceiling_gbps, a streaming read of memory (twice the bytes of a decode
  * step, 256 MiB to 1 GiB) measured in the same process.
- * kv_bytes is the session state at the frontier. */
+ * kv_bytes is the session state at the frontier.
+ *
+ * Prefill is compute bound: prefill_gflops counts the arithmetic of the
+ * tokens added (2 per multiply-add: every matrix a token passes through,
+ * the routed experts it uses, attention over the rows it sees, indexer
+ * scores, and the output head once per chunk) per second, next to
+ * peak_gflops, an f32 FMA probe on the same hardware in the same run
+ * (host threads, or the OpenCL device). launches_per_token counts OpenCL
+ * kernels enqueued per decode step (empty on the CPU). */
 #include "cli/bench_engine.h"
 
 #include <errno.h>
@@ -20,10 +28,13 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "cli/bench_peak.h"
 #include "cli/bench_quant.h"
 #include "engine/backend.h"
 #include "engine/ds4.h"
+#include "engine/forward.h"
 #include "engine/threadpool.h"
+#include "opencl/cl_ops.h"
 
 typedef struct {
     const char *model, *prompt_file;
@@ -110,6 +121,59 @@ static uint64_t decode_weight_bytes(const ds4_model *m)
     return b;
 }
 
+static double elems(const ds4_tensor *t)
+{
+    if (!ds4_tensor_present(t) || t->n_dims < 2) return 0;
+    return (double)t->ne[0] * (double)t->ne[1] * (double)(t->n_dims > 2 ? t->ne[2] : 1);
+}
+
+/* Multiply-adds of the matrices one token passes through (output head
+ * apart: it runs once per chunk). */
+static double token_macs(const ds4_model *m)
+{
+    const ds4_hparams *hp = &m->hp;
+    double n = elems(&m->output_hc_fn);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const ds4_layer *L = &m->layers[l];
+        const ds4_tensor *all[] = { &L->hc_attn_fn, &L->attn_q_a, &L->attn_q_b, &L->attn_kv, &L->attn_output_a,
+                                    &L->attn_output_b, &L->comp_kv, &L->comp_gate, &L->idx_q_b, &L->idx_proj,
+                                    &L->idx_comp_kv, &L->idx_comp_gate, &L->hc_ffn_fn, &L->ffn_gate_inp,
+                                    &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp };
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) n += elems(all[i]);
+        const ds4_tensor *ex[] = { &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps };
+        for (int k = 0; k < 3; k++) n += elems(ex[k]) * hp->n_expert_used / hp->n_expert;
+    }
+    return n;
+}
+
+/* FLOP of prefilling positions [a, b) (see the file comment). */
+static double prefill_flop(const ds4_model *m, long a, long b)
+{
+    const ds4_hparams *hp = &m->hp;
+    double f = 2 * token_macs(m) * (double)(b - a);
+    f += 2 * elems(&m->output) * (double)((b - a + FWD_DEFAULT_CHUNK - 1) / FWD_DEFAULT_CHUNK);
+    const double per_row = 4.0 * hp->n_head * hp->head_dim, per_score = 2.0 * hp->n_indexer_head * hp->indexer_head_dim;
+    for (long p = a; p < b; p++)
+        for (int l = 0; l < hp->n_layer; l++) {
+            const int R = hp->compress_ratio[l];
+            double rows = (double)(p + 1 < hp->n_swa ? p + 1 : hp->n_swa);
+            if (R == 4) {
+                rows += (double)(p / 4 < hp->indexer_top_k ? p / 4 : hp->indexer_top_k);
+                f += per_score * (double)(p / 4);
+            } else if (R > 0) {
+                rows += (double)(p / R);
+            }
+            f += per_row * rows;
+        }
+    return f;
+}
+
+static uint64_t cl_launches(const ds4_engine *e)
+{
+    if (e->opt.backend != DS4_BACKEND_OPENCL) return 0;
+    return clrt_get_stats(cl_ops_runtime(fwd_ops_ctx(fwd_of(e)))).launches;
+}
+
 static int32_t argmax(const float *v, int n)
 {
     int32_t b = 0;
@@ -160,9 +224,11 @@ int bench_speed_main(int argc, char **argv)
     /* well past the caches, up to 1 GiB */
     uint64_t probe = 2 * wbytes < (256u << 20) ? (256u << 20) : 2 * wbytes > (1u << 30) ? (1u << 30) : 2 * wbytes;
     double ceiling = bench_read_ceiling_gbps((size_t)probe, threads);
-    fprintf(stderr, "ds4cl-bench: %s on %s, %.2f GB read per decode token\n", info.name, info.device_name,
-            (double)wbytes / 1e9);
-    puts("backend,frontier,prefill_tps,decode_tps,weights_bytes_per_token,decode_gbps,ceiling_gbps,kv_bytes");
+    double peak = o.backend == DS4_BACKEND_OPENCL ? bench_cl_fma_gflops(NULL) : bench_host_fma_gflops(threads);
+    fprintf(stderr, "ds4cl-bench: %s on %s, %.2f GB read per decode token, %.2f GFLOP per prefill token\n",
+            info.name, info.device_name, (double)wbytes / 1e9, e->model ? 2 * token_macs(e->model) / 1e9 : 0.0);
+    puts("backend,frontier,prefill_tps,decode_tps,weights_bytes_per_token,decode_gbps,ceiling_gbps,kv_bytes,"
+         "decode_pct_ceiling,prefill_gflops,peak_gflops,prefill_pct_peak,launches_per_token");
     fflush(stdout);
     long prev = 0;
     for (long f = o.ctx_start; f <= o.ctx_max; f += o.step) {
@@ -170,16 +236,24 @@ int bench_speed_main(int argc, char **argv)
         if (ds4_session_sync(s, ids.ids, (size_t)f, NULL, &err) != DS4_OK) goto fail;
         double prefill_s = (now_ms() - t0) / 1000.0;
         uint64_t kv = ds4_session_kv_bytes(s);
+        uint64_t launches0 = cl_launches(e);
         double t1 = now_ms();
         for (long g = 0; g < o.gen; g++) {
             int32_t next = argmax(ds4_session_logits(s), info.n_vocab);
             if (ds4_session_eval(s, next, NULL, &err) != DS4_OK) goto fail;
         }
         double decode_s = (now_ms() - t1) / 1000.0;
+        uint64_t launches = cl_launches(e) - launches0;
         double ptps = prefill_s > 0 ? (double)(f - prev) / prefill_s : 0;
         double dtps = decode_s > 0 ? (double)o.gen / decode_s : 0;
-        printf("%s,%ld,%.2f,%.3f,%llu,%.2f,%.2f,%llu\n", info.backend_name, f, ptps, dtps, (unsigned long long)wbytes,
-               (double)wbytes * dtps / 1e9, ceiling, (unsigned long long)kv);
+        double gbps = (double)wbytes * dtps / 1e9;
+        double gflops = e->model && prefill_s > 0 ? prefill_flop(e->model, prev, f) / prefill_s / 1e9 : 0;
+        char per_token[32] = "";
+        if (o.backend == DS4_BACKEND_OPENCL && o.gen > 0)
+            snprintf(per_token, sizeof per_token, "%.0f", (double)launches / (double)o.gen);
+        printf("%s,%ld,%.2f,%.3f,%llu,%.2f,%.2f,%llu,%.1f,%.2f,%.2f,%.1f,%s\n", info.backend_name, f, ptps, dtps,
+               (unsigned long long)wbytes, gbps, ceiling, (unsigned long long)kv, ceiling > 0 ? 100 * gbps / ceiling : 0,
+               gflops, peak, peak > 0 ? 100 * gflops / peak : 0, per_token);
         fflush(stdout);
         prev = f;
     }

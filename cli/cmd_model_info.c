@@ -1,14 +1,19 @@
 /* cmd_model_info.c — `ds4cl --model-info -m FILE [--ctx N]`: what a DS4
  * GGUF holds (shape, layer kinds, tensor bytes per type) and the memory a
  * session of N tokens needs. Opens and binds the file exactly as the engine
- * does, so a file this accepts is one the engine can load. */
+ * does, so a file this accepts is one the engine can load. With
+ * `--backend opencl` also the device the engine would pick and what the
+ * model and the session take there: the engine is opened to plan only, so
+ * no weights are uploaded. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
+#include "opencl/cl_runtime.h"
 
 #define DEFAULT_INFO_CTX 32768
 
@@ -45,6 +50,73 @@ static const char *expert_types(const ds4_model *m, char *buf, size_t size)
     return buf;
 }
 
+static void print_split(const ds4_model *m, uint64_t max_alloc)
+{
+    const gguf_file *f = m->file;
+    int split = 0;
+    for (size_t i = 0; i < gguf_n_tensors(f); i++) split += gguf_tensor_at(f, i)->nbytes > max_alloc;
+    if (split) printf("; %d tensor%s larger than one buffer, split", split, split == 1 ? "" : "s");
+}
+
+/* What the OpenCL backend would use: its device and a session's bytes there. */
+typedef struct {
+    clrt_device dev;
+    uint64_t session;
+} opencl_plan;
+
+/* 0, or -1 after printing why the backend cannot open: before any other
+ * output, so that a wrong --device is not lost below the model's details. */
+static int plan_opencl(const ds4cl_options *o, int n_ctx, opencl_plan *p)
+{
+    clrt_device *devs;
+    int n;
+    char msg[1024];
+    if (clrt_devices(&devs, &n, msg, sizeof msg) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", msg);
+        return -1;
+    }
+    int pick = clrt_pick(devs, n, o->device, msg, sizeof msg);
+    if (pick >= 0) p->dev = devs[pick];
+    free(devs);
+    if (pick < 0) {
+        fprintf(stderr, "ds4cl: %s\n", msg);
+        return -1;
+    }
+    ds4_engine_options eo = { .model_path = o->model_path, .backend = DS4_BACKEND_OPENCL, .device = o->device,
+                              .quant_sim = o->quant_sim, .plan_only = true };
+    ds4_error err = { { 0 } };
+    ds4_engine *e = ds4_engine_open(&eo, &err);
+    if (!e) {
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
+        return -1;
+    }
+    p->session = ds4_session_bytes_estimate(e, n_ctx);
+    ds4_engine_close(e);
+    return 0;
+}
+
+static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx)
+{
+    const clrt_device *d = &p->dev;
+    printf("\non OpenCL device [%d] %s (%s, %s)\n", d->index, d->name, clrt_type_name(d->type), d->platform_name);
+    printf("  device memory     ");
+    print_bytes(d->global_mem);
+    printf("%s, largest buffer ", d->unified ? " (shared with the host)" : "");
+    print_bytes(d->max_alloc);
+    printf("\n  weights           ");
+    print_bytes(m->weights_bytes);
+    printf(d->unified ? " zero-copy over the mapped file" : " uploaded at load");
+    print_split(m, d->max_alloc);
+    printf("\n  session           ");
+    print_bytes(p->session);
+    printf("  (buffers and scratch for %d tokens)\n", n_ctx);
+    uint64_t need = p->session + (d->unified ? 0 : m->weights_bytes);
+    printf("  on the device     ");
+    print_bytes(need);
+    if (need > d->global_mem) printf("  (more than the device has)");
+    printf("\n");
+}
+
 int cmd_model_info(const ds4cl_options *o)
 {
     if (!o->model_path) {
@@ -61,6 +133,12 @@ int cmd_model_info(const ds4cl_options *o)
     ds4_model *m = model_bind(f, &err);
     if (!m) {
         fprintf(stderr, "ds4cl: %s: %s\n", o->model_path, err.msg);
+        gguf_close(f);
+        return EXIT_ERROR;
+    }
+    opencl_plan clp;
+    if (o->backend == DS4_BACKEND_OPENCL && plan_opencl(o, n_ctx, &clp) != 0) {
+        model_free(m);
         gguf_close(f);
         return EXIT_ERROR;
     }
@@ -123,6 +201,7 @@ int cmd_model_info(const ds4cl_options *o)
     printf("  total             ");
     print_bytes(m->weights_bytes + ctx_bytes);
     printf("\n");
+    if (o->backend == DS4_BACKEND_OPENCL) print_opencl(&clp, m, n_ctx);
     model_free(m);
     gguf_close(f);
     return EXIT_DONE;

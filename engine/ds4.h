@@ -66,6 +66,10 @@ typedef struct {
     const char *device;      /* OpenCL device: index or name substring; NULL = $DS4CL_DEVICE or first GPU */
     int threads;             /* CPU worker threads; 0 = one per core */
     ds4_quant_sim quant_sim;
+    /* Open to plan only (ds4cl --model-info): the backend picks its device
+     * and sizes sessions, but the weights get no device memory and no
+     * session can be opened. */
+    bool plan_only;
     /* Optional load progress (0..1) with a short label; may be NULL. */
     void (*load_progress)(void *ud, double fraction, const char *what);
     void *load_ud;

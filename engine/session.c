@@ -25,6 +25,10 @@ ds4_session *ds4_session_open(ds4_engine *e, int n_ctx, ds4_error *err)
         ds4_error_set(err, "context size must be positive (got %d)", n_ctx);
         return NULL;
     }
+    if (e->opt.plan_only) {
+        ds4_error_set(err, "this engine was opened to plan memory only; it cannot run a session");
+        return NULL;
+    }
     ds4_session *s = calloc(1, sizeof *s);
     if (!s) abort();
     s->e = e;

@@ -8,7 +8,11 @@
 
 static int ocl_open(ds4_engine *e, ds4_error *err)
 {
-    cl_ops_options o = { .device = e->opt.device, .progress = e->opt.load_progress, .progress_ud = e->opt.load_ud };
+    cl_ops_options o = { .device = e->opt.device,
+                         .no_weights = e->opt.plan_only,
+                         .build_all = !e->opt.plan_only,
+                         .progress = e->opt.load_progress,
+                         .progress_ud = e->opt.load_ud };
     void *ctx = cl_ops_new(e->model, &o, err);
     if (!ctx) return -1;
     return fwd_backend_open(e, &cl_ops, ctx, cl_ops_free, err);
@@ -30,7 +34,7 @@ static uint64_t ocl_session_bytes(const ds4_engine *e, int n_ctx)
 {
     fwd_engine *f = e->impl;
     int T = fwd_chunk(f) < n_ctx ? fwd_chunk(f) : n_ctx;
-    return fwd_session_buffers_bytes(f, n_ctx) + cl_ops_scratch_estimate(e->model, T);
+    return fwd_session_buffers_bytes(f, n_ctx) + cl_ops_scratch_estimate(fwd_ops_ctx(f), T, n_ctx);
 }
 
 const ds4_backend_ops ds4_backend_opencl = {

@@ -160,6 +160,18 @@ int clo_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cach
 /* ATTN_HG and ATTN_SB as in attn.cl */
 enum { ATTN_HG = 8, ATTN_SB = 32, ATTN_MIN_BLOCK = 64 };
 
+/* Blocks per token that would fill the device for T tokens; the rows
+ * then set the block length, which can only lower the count. */
+static int64_t attn_blocks_wanted(const clo_ctx *c, int T)
+{
+    const int H = c->hp->n_head;
+    const bool cpu = clo_is_cpu(c);
+    const int64_t groups = (int64_t)T * (cpu ? (H + ATTN_HG - 1) / ATTN_HG : H);
+    const int64_t cu = clrt_dev(c->rt)->compute_units ? clrt_dev(c->rt)->compute_units : 1;
+    const int64_t target = cpu ? 16 * cu : 8 * cu;
+    return groups >= target ? 1 : (target + groups - 1) / groups;
+}
+
 int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_t raw_rows, ds4_buf *comp, int R,
                   ds4_buf *sel, int sel_stride, const ds4_tensor *sinks, int64_t pos0, int T, ds4_buf *o)
 {
@@ -200,11 +212,8 @@ int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
     const bool cpu = clo_is_cpu(c);
     const size_t L = cpu ? 1 : clo_group(c, 64);
     const int64_t n_max = (pos0 + T < n_swa ? pos0 + T : n_swa) + n_comp;
-    const int64_t groups = (int64_t)T * (cpu ? (H + ATTN_HG - 1) / ATTN_HG : H);
-    const int64_t cu = clrt_dev(c->rt)->compute_units ? clrt_dev(c->rt)->compute_units : 1;
-    const int64_t target = cpu ? 16 * cu : 8 * cu;
     const int64_t sub = cpu ? ATTN_SB : (int64_t)L;
-    int64_t nb = groups >= target ? 1 : (target + groups - 1) / groups;
+    int64_t nb = attn_blocks_wanted(c, T);
     int64_t rb = (n_max + nb - 1) / nb;
     rb = (rb + sub - 1) / sub * sub;
     if (rb < ATTN_MIN_BLOCK) rb = ATTN_MIN_BLOCK;
@@ -267,4 +276,34 @@ int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
     clo_arg_buf(&k, o, F4);
     size_t g2[2] = { (size_t)H, (size_t)T }, l2[2] = { clo_group(c, 8), 1 };
     return clrt_enqueue(&k, 2, g2, l2);
+}
+
+/* ---- scratch ------------------------------------------------------------------------------- */
+
+static void at_least(uint64_t *slot, uint64_t bytes)
+{
+    if (*slot < bytes) *slot = bytes;
+}
+
+void clo_attn_scratch_need(const clo_ctx *c, int T, int n_ctx, uint64_t need[CLO_SCR_SLOTS])
+{
+    const ds4_hparams *hp = c->hp;
+    const uint64_t H = (uint64_t)hp->n_head, hd = (uint64_t)hp->head_dim;
+    /* attention block partials and their (max, sum) pairs: the most over
+     * every chunk length up to T (fewer tokens, more blocks each) */
+    for (int t = 1; t <= T; t++) {
+        const uint64_t nb = (uint64_t)attn_blocks_wanted(c, t);
+        if (nb < 2) continue;
+        at_least(&need[CLO_SCR_A], (uint64_t)t * H * nb * hd * F4);
+        at_least(&need[CLO_SCR_B], (uint64_t)t * H * nb * 2 * F4);
+    }
+    /* indexer: keys of every visible compressed row per token, and the
+     * padded transposed queries, on the ratio-4 layers once they rank */
+    bool indexed = false;
+    for (int l = 0; l < hp->n_layer; l++) indexed |= hp->compress_ratio[l] == 4;
+    const uint64_t max_vis = (uint64_t)(n_ctx > 0 ? n_ctx : 1) / 4;
+    if (!indexed || max_vis <= (uint64_t)hp->indexer_top_k || T < 1) return;
+    const uint64_t nhp = ((uint64_t)hp->n_indexer_head + IDX_HEADS - 1) / IDX_HEADS * IDX_HEADS;
+    at_least(&need[CLO_SCR_A], (uint64_t)T * max_vis * 4);
+    at_least(&need[CLO_SCR_B], ((uint64_t)T * (uint64_t)hp->indexer_head_dim * nhp + (uint64_t)T * nhp) * F4);
 }

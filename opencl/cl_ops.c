@@ -82,15 +82,22 @@ int clo_arg_weight(clo_ctx *c, clrt_call *call, const ds4_tensor *t, size_t offs
     return 0;
 }
 
+static void use_changed(clo_ctx *c)
+{
+    uint64_t now = c->use.buffers + c->use.scratch;
+    if (now > c->use.peak) c->use.peak = now;
+}
+
 cl_mem clo_scratch(clo_ctx *c, int slot, size_t bytes)
 {
     if (bytes == 0) bytes = 4;
     if (c->scr_n[slot] >= bytes) return c->scr[slot];
     if (c->scr[slot]) clReleaseMemObject(c->scr[slot]);
+    c->use.scratch -= c->scr_n[slot];
     c->scr[slot] = NULL;
     c->scr_n[slot] = 0;
     /* grow in steps so a slowly growing need does not reallocate every call */
-    size_t want = bytes + bytes / 4;
+    size_t want = CLO_SCRATCH_SLACK(bytes);
     if (want > c->max_alloc) want = bytes;
     cl_int rc;
     c->scr[slot] = clCreateBuffer(clrt_context(c->rt), CL_MEM_READ_WRITE, want, NULL, &rc);
@@ -99,6 +106,8 @@ cl_mem clo_scratch(clo_ctx *c, int slot, size_t bytes)
         return NULL;
     }
     c->scr_n[slot] = want;
+    c->use.scratch += want;
+    use_changed(c);
     return c->scr[slot];
 }
 
@@ -238,6 +247,22 @@ void cl_ops_weights(void *ctx, cl_ops_weight_info *out) { *out = ((clo_ctx *)ctx
 
 /* ---- context ------------------------------------------------------------------ */
 
+/* The programs of the op files (cl_ops_impl.h lists which op is where). */
+static const char *const op_programs[] = { "basic", "hc", "rope", "matmul", "attn", "attn_comp", "attn_index", "router" };
+#define N_OP_PROGRAMS (sizeof op_programs / sizeof op_programs[0])
+
+/* At load the kernels are compiled, or read from the binary cache, so
+ * that the first token does not pay for it and a load reports it. */
+static int build_programs(clo_ctx *c, const cl_ops_options *o, ds4_error *err)
+{
+    for (size_t i = 0; i < N_OP_PROGRAMS; i++) {
+        if (o->progress) o->progress(o->progress_ud, (double)i / (double)N_OP_PROGRAMS, "building OpenCL programs");
+        if (clrt_build(c->rt, op_programs[i])) return ds4_error_set(err, "%s", clrt_error(c->rt));
+    }
+    if (o->progress) o->progress(o->progress_ud, 1.0, "OpenCL programs ready");
+    return 0;
+}
+
 void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err)
 {
     char msg[4096];
@@ -264,7 +289,7 @@ void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err)
     c->zero_copy = d->unified && !(o && o->copy_weights);
     cl_kernel_shape shape = o ? o->shape : CL_SHAPE_AUTO;
     c->cpu_shaped = shape == CL_SHAPE_AUTO ? (d->type & CL_DEVICE_TYPE_CPU) != 0 : shape == CL_SHAPE_CPU;
-    if (m->file && place_file(c, o, err)) {
+    if ((m->file && !(o && o->no_weights) && place_file(c, o, err)) || (o && o->build_all && build_programs(c, o, err))) {
         cl_ops_free(c);
         return NULL;
     }
@@ -286,14 +311,19 @@ void cl_ops_free(void *ctx)
 
 clrt *cl_ops_runtime(void *ctx) { return ((clo_ctx *)ctx)->rt; }
 
-uint64_t cl_ops_scratch_estimate(const ds4_model *m, int T)
+uint64_t cl_ops_scratch_estimate(void *ctx, int T, int n_ctx)
 {
-    const ds4_hparams *hp = &m->hp;
-    uint64_t t = (uint64_t)(T > 0 ? T : 1);
-    /* hyper-connection mixes, norms and coefficients; the largest slot set */
-    uint64_t hc = t * ((uint64_t)hp->mix_hc + 2 * (uint64_t)hp->n_hc + 1) * 4;
-    return hc + clo_moe_scratch_bytes(hp, T);
+    clo_ctx *c = ctx;
+    uint64_t need[CLO_SCR_SLOTS] = { 0 };
+    clo_hc_scratch_need(c, T, need);
+    clo_attn_scratch_need(c, T, n_ctx, need);
+    /* the MoE's slots are known only as a sum: counted beside the others */
+    uint64_t total = 0;
+    for (int s = 0; s < CLO_SCR_SLOTS; s++) total += CLO_SCRATCH_SLACK(need[s] > 4 ? need[s] : 4);
+    return total + CLO_SCRATCH_SLACK(clo_moe_scratch_bytes(c->hp, T)) + CLO_SCR_SLOTS;
 }
+
+void cl_ops_device_usage(void *ctx, cl_ops_device_use *out) { *out = ((clo_ctx *)ctx)->use; }
 
 /* ---- memory ops ------------------------------------------------------------------- */
 
@@ -324,6 +354,8 @@ static ds4_buf *cl_alloc(void *ctx, size_t bytes)
         return NULL;
     }
     b->n = bytes;
+    c->use.buffers += n;
+    use_changed(c);
     return b;
 }
 
@@ -343,8 +375,9 @@ static ds4_buf *cl_view(void *ctx, ds4_buf *base, size_t off, size_t bytes)
 
 static void cl_release(void *ctx, ds4_buf *b)
 {
-    (void)ctx;
+    clo_ctx *c = ctx;
     if (!b) return;
+    if (!b->is_view) c->use.buffers -= b->n ? b->n : 4;
     clReleaseMemObject(b->mem);
     free(b);
 }
@@ -381,11 +414,13 @@ static int cl_write(void *ctx, ds4_buf *dst, size_t off, const void *src, size_t
         clReleaseEvent(ev);
         if (rc != CL_SUCCESS) {
             /* cannot hand the copy over: wait for it instead */
+            clrt_count_wait(c->rt);
             clFinish(q);
             free(copy);
         }
         return 0;
     }
+    clrt_count_wait(c->rt);
     rc = clEnqueueWriteBuffer(q, dst->mem, CL_TRUE, dst->off + off, n, src, 0, NULL, NULL);
     return rc == CL_SUCCESS ? 0 : clrt_fail_cl(c->rt, rc, "writing an OpenCL buffer");
 }
@@ -395,6 +430,7 @@ static int cl_read(void *ctx, ds4_buf *src, size_t off, void *dst, size_t n)
     clo_ctx *c = ctx;
     if (clo_range(c, "read", src, off, n)) return -1;
     if (!n) return clrt_finish(c->rt);
+    clrt_count_wait(c->rt);
     cl_int rc = clEnqueueReadBuffer(clrt_queue(c->rt), src->mem, CL_TRUE, src->off + off, n, dst, 0, NULL, NULL);
     return rc == CL_SUCCESS ? 0 : clrt_fail_cl(c->rt, rc, "reading an OpenCL buffer (or work queued before it)");
 }

@@ -40,6 +40,10 @@ typedef struct {
     bool copy_weights;      /* upload even where zero-copy is possible */
     uint64_t max_alloc;     /* per-buffer limit below the device's; 0 = the device's */
     uint64_t device_mem;    /* device memory below the device's; 0 = the device's */
+    bool no_weights;        /* give the model file's weights no device memory
+                               (planning only: ops that read weights fail) */
+    bool build_all;         /* build every program the ops use now (a model
+                               load), not each at its first use */
     /* Progress of a weight upload (fraction 0..1, short label); may be NULL. */
     void (*progress)(void *ud, double fraction, const char *what);
     void *progress_ud;
@@ -63,7 +67,19 @@ typedef struct {
 } cl_ops_weight_info;
 void cl_ops_weights(void *ctx, cl_ops_weight_info *out);
 
-/* Device bytes of the context's own scratch for chunks of T tokens. */
-uint64_t cl_ops_scratch_estimate(const ds4_model *m, int T);
+/* Device bytes the context's own scratch reaches for chunks of up to T
+ * tokens in a session of n_ctx: every op's scratch (hyper-connections,
+ * the indexer's keys and transposed queries, attention block partials,
+ * the MoE's), with the slack clo_scratch grows by. An upper bound: the
+ * memory planner adds it to the session's buffers. */
+uint64_t cl_ops_scratch_estimate(void *ctx, int T, int n_ctx);
+
+/* Device memory the context holds besides the weights: session buffers
+ * (ds4_ops alloc) and scratch, now and at most so far. */
+typedef struct {
+    uint64_t buffers, scratch; /* now */
+    uint64_t peak;             /* largest buffers + scratch held at once */
+} cl_ops_device_use;
+void cl_ops_device_usage(void *ctx, cl_ops_device_use *out);
 
 #endif

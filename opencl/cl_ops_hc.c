@@ -149,3 +149,14 @@ int clo_hc_post(void *ctx, ds4_buf *S_in, ds4_buf *F, ds4_buf *post, ds4_buf *co
     size_t g[3] = { (size_t)(by8 ? D / 8 : D), (size_t)nh, (size_t)T }, l[3] = { clo_group(c, by8 ? 8 : 64), 1, 1 };
     return clrt_enqueue(&k, 3, g, l);
 }
+
+void clo_hc_scratch_need(const clo_ctx *c, int T, uint64_t need[CLO_SCR_SLOTS])
+{
+    const ds4_hparams *hp = c->hp;
+    const uint64_t t = (uint64_t)(T > 0 ? T : 1);
+    const uint64_t n_mix = (uint64_t)(hp->mix_hc > hp->n_hc ? hp->mix_hc : hp->n_hc);
+    const uint64_t want[CLO_SCR_SLOTS] = { [CLO_SCR_A] = t * F4, [CLO_SCR_B] = t * n_mix * F4,
+                                           [CLO_SCR_C] = t * (uint64_t)hp->n_hc * F4 };
+    for (int s = 0; s < CLO_SCR_SLOTS; s++)
+        if (need[s] < want[s]) need[s] = want[s];
+}

@@ -69,6 +69,7 @@ typedef struct {
     uint64_t device_mem;
     cl_mem scr[CLO_SCR_SLOTS];
     size_t scr_n[CLO_SCR_SLOTS];
+    cl_ops_device_use use; /* see cl_ops_device_usage */
 } clo_ctx;
 
 /* Records a message for last_error(); returns -1. */
@@ -102,8 +103,11 @@ const clo_piece *clo_weight(const clo_ctx *c, const void *p, size_t bytes);
 int clo_arg_weight(clo_ctx *c, clrt_call *call, const ds4_tensor *t, size_t offset, size_t bytes, size_t elem);
 
 /* A device buffer of at least `bytes` for a scratch slot (contents not
- * kept when it grows); NULL (recorded) on failure. Growing releases the
- * old buffer, which OpenCL keeps alive for work already queued on it. */
+ * kept when it grows, by a quarter more than asked, CLO_SCRATCH_SLACK);
+ * NULL (recorded) on failure. Growing releases the old buffer, which
+ * OpenCL keeps alive for work already queued on it. Every op's use of a
+ * slot must be counted in cl_ops_scratch_estimate (cl_ops.c). */
+#define CLO_SCRATCH_SLACK(bytes) ((bytes) + (bytes) / 4)
 cl_mem clo_scratch(clo_ctx *c, int slot, size_t bytes);
 
 /* ---- the compute ops (signatures of ds4_ops) ------------------------------ */
@@ -119,6 +123,8 @@ int clo_argmax(void *ctx, ds4_buf *x, int64_t n, ds4_buf *out);
 int clo_hc_pre(void *ctx, const ds4_hc_site *w, ds4_buf *S, int T, ds4_buf *x, ds4_buf *post, ds4_buf *comb);
 int clo_hc_post(void *ctx, ds4_buf *S_in, ds4_buf *F, ds4_buf *post, ds4_buf *comb, int T, ds4_buf *S_out);
 int clo_hc_head(void *ctx, const ds4_hc_site *w, ds4_buf *S, int T, ds4_buf *y);
+/* The same for the hyper-connection ops. */
+void clo_hc_scratch_need(const clo_ctx *c, int T, uint64_t need[CLO_SCR_SLOTS]);
 
 /* cl_ops_rope.c */
 int clo_rope(void *ctx, ds4_buf *x, int64_t n_rows, int n_heads, int dim, const ds4_rope *rope, int64_t pos0,
@@ -141,6 +147,9 @@ int clo_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cach
                 ds4_buf *sel);
 int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_t raw_rows, ds4_buf *comp, int R,
                   ds4_buf *sel, int sel_stride, const ds4_tensor *sinks, int64_t pos0, int T, ds4_buf *o);
+/* Raises need[slot] to the scratch bytes the attention family asks of
+ * each slot for chunks of up to T tokens in a session of n_ctx. */
+void clo_attn_scratch_need(const clo_ctx *c, int T, int n_ctx, uint64_t need[CLO_SCR_SLOTS]);
 
 /* cl_router.c */
 int clo_router(void *ctx, ds4_buf *logits, const ds4_tensor *bias, const ds4_tensor *tid2eid, ds4_buf *tokens, int T,

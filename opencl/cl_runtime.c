@@ -232,6 +232,8 @@ cl_context clrt_context(const clrt *rt) { return rt->ctx; }
 cl_command_queue clrt_queue(const clrt *rt) { return rt->q; }
 clrt_stats clrt_get_stats(const clrt *rt) { return rt->stats; }
 
+void clrt_count_wait(clrt *rt) { rt->stats.waits++; }
+
 static void set_cache_dir(clrt *rt, const char *override)
 {
     rt->cache_dir[0] = 0;
@@ -310,6 +312,7 @@ void clrt_close(clrt *rt)
 
 int clrt_finish(clrt *rt)
 {
+    rt->stats.waits++;
     cl_int rc = clFinish(rt->q);
     return rc == CL_SUCCESS ? 0 : clrt_fail_cl(rt, rc, "waiting for the OpenCL queue");
 }
@@ -514,6 +517,8 @@ static int program_index(clrt *rt, const char *name)
     return rt->n_progs - 1;
 }
 
+int clrt_build(clrt *rt, const char *program) { return program_index(rt, program) < 0 ? -1 : 0; }
+
 cl_kernel clrt_kernel(clrt *rt, const char *program, const char *kernel)
 {
     for (int i = 0; i < rt->n_kernels; i++)
@@ -592,5 +597,6 @@ int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t 
         snprintf(what, sizeof what, "launching OpenCL kernel %s", name);
         return clrt_fail_cl(c->rt, rc, what);
     }
+    c->rt->stats.launches++;
     return 0;
 }

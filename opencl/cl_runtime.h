@@ -125,10 +125,18 @@ int clrt_fail_cl(clrt *rt, cl_int code, const char *what);
  * NULL with the message (and build log) recorded. */
 cl_kernel clrt_kernel(clrt *rt, const char *program, const char *kernel);
 
-/* Cache statistics since open: programs loaded from the cache, built from
- * source, and cache entries found corrupt or refused. */
+/* Builds (or loads from the cache) program `program` now rather than at
+ * its first kernel's use; 0, or -1 with the message (and build log)
+ * recorded. */
+int clrt_build(clrt *rt, const char *program);
+
+/* Statistics since open: programs loaded from the cache, built from
+ * source, cache entries found corrupt or refused, kernel launches and
+ * host waits. */
 typedef struct {
     int cache_hits, builds, cache_rejects;
+    uint64_t launches; /* kernels enqueued */
+    uint64_t waits;    /* times the host waited for the device (clrt_finish, clrt_count_wait) */
 } clrt_stats;
 clrt_stats clrt_get_stats(const clrt *rt);
 /* The cache file a program would use (for tests); "" when caching is off. */
@@ -165,5 +173,7 @@ int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t 
 
 /* Waits for everything queued; -1 recorded on failure. */
 int clrt_finish(clrt *rt);
+/* Counts a wait made some other way (a blocking transfer). */
+void clrt_count_wait(clrt *rt);
 
 #endif

@@ -24,7 +24,8 @@ const char *oclt_cache_dir(void)
 
 void oclt_require_device(void)
 {
-    oclt_cache_dir();
+    /* engines opened by the test build into the tests' cache, not the user's */
+    setenv("XDG_CACHE_HOME", oclt_cache_dir(), 1);
     clrt_device *devs;
     int n;
     char err[1024];

@@ -57,7 +57,8 @@ typedef struct {
 
 /* The cache root the OpenCL tests use (build/test-cache). */
 const char *oclt_cache_dir(void);
-/* Skips the test (with the reason) when no OpenCL device is present. */
+/* Skips the test (with the reason) when no OpenCL device is present;
+ * points XDG_CACHE_HOME at the tests' cache. */
 void oclt_require_device(void);
 
 /* A fixture on spec (NULL: mk_spec_tiny) with both contexts; o adds

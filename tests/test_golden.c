@@ -4,6 +4,7 @@
  * statistical agreement under the model's release numerics. Teacher
  * forced: the prompt, then the reference's fed tokens, one at a time. */
 #include <json-c/json.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,9 +165,22 @@ TEST(golden_bench, speed_sweep_writes_one_csv_row_per_frontier)
                              " --threads 1 2>/dev/null",
                        test_bindir(), golden_model(), prompt);
     CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", out);
-    CHECK_CONTAINS(out, "backend,frontier,prefill_tps,decode_tps,weights_bytes_per_token,decode_gbps,ceiling_gbps,kv_bytes\n");
+    CHECK_CONTAINS(out, "backend,frontier,prefill_tps,decode_tps,weights_bytes_per_token,decode_gbps,ceiling_gbps,kv_bytes,"
+                        "decode_pct_ceiling,prefill_gflops,peak_gflops,prefill_pct_peak,launches_per_token\n");
     int rows = 0;
-    for (const char *p = out; (p = strstr(p, "\ncpu,")); p++) rows++;
+    for (const char *p = out; (p = strstr(p, "\ncpu,")); p++) {
+        rows++;
+        /* the rates are positive, the ratios follow from them, no launches on the CPU */
+        double v[11];
+        int n = sscanf(p + 5, "%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                       &v[6], &v[7], &v[8], &v[9], &v[10]);
+        CHECK_EQ_INT(n, 11);
+        CHECK(v[1] > 0 && v[2] > 0 && v[5] > 0 && v[8] > 0 && v[9] > 0);
+        CHECK(fabs(v[7] - 100 * v[4] / v[5]) < 0.1 + 1e-3 * v[7]);
+        CHECK(fabs(v[10] - 100 * v[8] / v[9]) < 0.1 + 1e-3 * v[10]);
+        const char *eol = strchr(p + 1, '\n');
+        CHECK(eol && eol[-1] == ',');
+    }
     CHECK_EQ_INT(rows, 3); /* frontiers 8, 24, 40 */
     CHECK_CONTAINS(out, "\ncpu,24,");
     rc = test_runf(&out, "%s/ds4cl-bench -m %s --prompt-file %s --ctx-start 9 --ctx-max 4 --step 1 --gen-tokens 1",

@@ -6,7 +6,8 @@
  * compressed rows). Compared at every position: the last layer's residual
  * streams (what the output head reads) and the logits wherever the
  * engine produces them, all within rel 1e-4 (the requirement: 1e-3); the expert sets and indexer
- * selections identical. Session snapshots resume on the other backend. */
+ * selections identical. Session snapshots resume on the other backend,
+ * and the OpenCL session's device memory stays within the estimate. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "engine/backend.h"
 #include "engine/forward.h"
 #include "engine/mkmodel.h"
+#include "opencl/cl_ops.h"
 #include "tests/fwd_util.h"
 #include "tests/test.h"
 
@@ -111,6 +113,14 @@ static void run_plan(ds4_engine *e, const plan *p, outcome *out)
     }
     fwd_set_trace(f, NULL, NULL);
     ds4_session_close(s);
+    if (e->opt.backend == DS4_BACKEND_OPENCL) {
+        /* the device memory it took stayed within what the planner is told */
+        cl_ops_device_use u;
+        cl_ops_device_usage(fwd_ops_ctx(f), &u);
+        uint64_t estimate = ds4_session_bytes_estimate(e, N);
+        CHECK_MSG(u.peak > 0 && u.peak <= estimate, "device memory peak %llu bytes, estimate %llu",
+                  (unsigned long long)u.peak, (unsigned long long)estimate);
+    }
 }
 
 /* Worst rel over rows of n floats; -1 when a row is missing on either side. */

@@ -7,12 +7,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/backend.h"
 #include "engine/ds4.h"
+#include "engine/forward.h"
 #include "engine/mkmodel.h"
 #include "engine/quant.h"
 #include "opencl/cl_ops.h"
 #include "opencl/cl_runtime.h"
 #include "prompts/embedded.h"
+#include "tests/fwd_util.h"
 #include "tests/opencl_util.h"
 #include "tests/test.h"
 
@@ -281,6 +284,114 @@ TEST(opencl_runtime, engine_opens_on_the_backend)
     o.device = "no-such-device-xyz";
     CHECK(ds4_engine_open(&o, &err) == NULL);
     CHECK_CONTAINS(err.msg, "no-such-device-xyz");
+}
+
+/* --model-info on the backend: the device the engine picks (by the same
+ * rule as everywhere), the session's device bytes the engine estimates,
+ * and no weights uploaded to say so. */
+TEST(opencl_runtime, model_info_on_the_backend)
+{
+    oclt_require_device();
+    unsetenv("DS4CL_DEVICE");
+    mk_spec s;
+    mk_spec_tiny(&s);
+    ds4_error err = { "" };
+    const char *path = test_tmp_path("tiny.gguf");
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .plan_only = true };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    double session = (double)ds4_session_bytes_estimate(e, 4096) / 1048576.0;
+    CHECK(ds4_session_open(e, 64, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "plan memory only");
+    ds4_engine_close(e);
+    int n;
+    clrt_device *d = devices(&n);
+    char *out;
+    int rc = test_runf(&out, "%s/ds4cl --model-info -m %s --backend opencl --ctx 4096 2>&1", test_bindir(), path);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_CONTAINS(out, "layers        6");
+    CHECK_CONTAINS(out, test_printf("on OpenCL device [0] %s", d[0].name));
+    CHECK_CONTAINS(out, d[0].unified ? "zero-copy over the mapped file" : "uploaded at load");
+    CHECK_CONTAINS(out, test_printf("session           %.2f MiB  (buffers and scratch for 4096 tokens)", session));
+    rc = test_runf(&out, "DS4CL_DEVICE=%d %s/ds4cl --model-info -m %s --backend opencl 2>&1", n - 1, test_bindir(), path);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, test_printf("on OpenCL device [%d] %s", n - 1, d[n - 1].name));
+    char piece[8];
+    snprintf(piece, sizeof piece, "%.7s", d[0].name);
+    for (char *p = piece; *p; p++)
+        if (*p == '\'' || *p == ' ') *p = 0;
+    rc = test_runf(&out, "DS4CL_DEVICE=%d %s/ds4cl --model-info -m %s --backend opencl --device '%s' 2>&1", n, test_bindir(),
+                   path, piece);
+    CHECK_MSG(rc == 0, "--device %s (over a DS4CL_DEVICE that names no device): %s", piece, out);
+    CHECK_CONTAINS(out, "on OpenCL device [");
+    CHECK_CONTAINS(out, piece);
+    rc = test_runf(&out, "%s/ds4cl --model-info -m %s --backend opencl --device %d 2>&1", test_bindir(), path, n);
+    CHECK_EQ_INT(rc, 1);
+    CHECK_CONTAINS(out, test_printf("no OpenCL device has index %d", n));
+    CHECK(strstr(out, "layers") == NULL);
+    free(d);
+}
+
+/* The memory planner sizes a session by ds4_session_bytes_estimate: the
+ * device memory a session really takes (its buffers and the context's
+ * scratch, at their peak) must stay within it, with the indexer ranking
+ * over a full context (its keys grow with it), prefill chunks of several
+ * lengths and decode steps (the most attention blocks per token). And the
+ * estimate must not be loose either: within twice the peak. On the way:
+ * a decode step only queues work, and waits once, to read its logits;
+ * the programs were all built when the engine opened. */
+TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
+{
+    oclt_require_device();
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.seed = 4;
+    ds4_error err = { "" };
+    const char *path = test_tmp_path("tiny.gguf");
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .quant_sim = DS4_QSIM_NONE };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    void *ctx = fwd_ops_ctx(fwd_of(e));
+    clrt *rt = cl_ops_runtime(ctx);
+    /* every program is ready once the engine is open: none is built later */
+    clrt_stats at_open = clrt_get_stats(rt);
+    CHECK(at_open.builds + at_open.cache_hits >= 8);
+    const int n_ctx = 1200, decode = 6;
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, (size_t)n_ctx, e->n_vocab, 21);
+    uint64_t estimate = ds4_session_bytes_estimate(e, n_ctx);
+    ds4_session *ss = ds4_session_open(e, n_ctx, &err);
+    CHECK_MSG(ss != NULL, "%s", err.msg);
+    /* a short first sync, then whole chunks to the end, then decode */
+    CHECK_EQ_INT(ds4_session_sync(ss, ids.ids, 37, NULL, &err), DS4_OK);
+    CHECK_MSG(ds4_session_sync(ss, ids.ids, ids.n - decode, NULL, &err) == DS4_OK, "%s", err.msg);
+    /* inside a decode step the host waits once: for the logits */
+    for (size_t i = ids.n - decode; i < ids.n; i++) {
+        clrt_stats before = clrt_get_stats(rt);
+        CHECK_EQ_INT(ds4_session_eval(ss, ids.ids[i], NULL, &err), DS4_OK);
+        clrt_stats after = clrt_get_stats(rt);
+        CHECK_EQ_INT(after.waits - before.waits, 1);
+        CHECK(after.launches - before.launches > 50);
+        CHECK_EQ_INT(after.builds, before.builds);
+    }
+    clrt_stats at_end = clrt_get_stats(rt);
+    CHECK_EQ_INT(at_end.builds + at_end.cache_hits, at_open.builds + at_open.cache_hits);
+    cl_ops_device_use u;
+    cl_ops_device_usage(ctx, &u);
+    fprintf(stderr, "session of %d tokens: peak %.1f KiB (buffers %.1f, scratch %.1f), estimate %.1f KiB\n", n_ctx,
+            (double)u.peak / 1024, (double)u.buffers / 1024, (double)u.scratch / 1024, (double)estimate / 1024);
+    CHECK(u.buffers > 0 && u.scratch > 0);
+    CHECK_MSG(u.peak <= estimate, "peak %llu bytes above the estimate %llu", (unsigned long long)u.peak,
+              (unsigned long long)estimate);
+    CHECK_MSG(estimate <= 2 * u.peak, "estimate %llu bytes for a peak of %llu", (unsigned long long)estimate,
+              (unsigned long long)u.peak);
+    ds4_session_close(ss);
+    cl_ops_device_usage(ctx, &u);
+    CHECK_EQ_INT(u.buffers, 0);
+    ds4_tokens_free(&ids);
+    ds4_engine_close(e);
 }
 
 /* Without any OpenCL driver (an empty ICD vendor directory) the failure

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "opencl/cl_runtime.h"
 #include "tests/agent_util.h"
 #include "tests/fwd_util.h"
 #include "tests/test.h"
@@ -321,13 +322,15 @@ TEST(prompt, reads_edits_and_runs_bash_in_a_workspace)
 
 /* ---- the real engine ----------------------------------------------------------------- */
 
-static void tiny_model_run(const char *backend)
+/* One task on the golden tiny model; extra: more options (and the
+ * environment before the command). Returns the result event's prefilled
+ * token count. */
+static int64_t tiny_model_task(const char *backend, const char *env, const char *extra, const char *task)
 {
-    if (!strcmp(backend, "opencl")) fwd_require_backend(DS4_BACKEND_OPENCL);
     char *out;
-    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --backend %s --ctx 16384 --nothink -n 12 --seed 3 "
-                             "-p 'Say hello.' --output-format stream-json 2>&1",
-                       test_tmpdir(), test_bindir(), agent_test_model(), backend);
+    int rc = test_runf(&out, "cd '%s' && %s '%s/ds4cl' -m '%s' --backend %s --ctx 16384 --nothink --seed 3 %s "
+                             "-p '%s' --output-format stream-json 2>&1",
+                       test_tmpdir(), env, test_bindir(), agent_test_model(), backend, extra, task);
     CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
     size_t n;
     struct json_object **v = parse_lines(out, &n);
@@ -337,19 +340,60 @@ static void tiny_model_run(const char *backend)
     CHECK(json_object_object_get_ex(r, "generated_tokens", &f));
     CHECK(json_object_get_int64(f) >= 1 && json_object_get_int64(f) <= 12);
     CHECK(json_object_object_get_ex(r, "prefilled_tokens", &f));
-    CHECK(json_object_get_int64(f) > 100);
+    int64_t prefilled = json_object_get_int64(f);
     CHECK_STR_EQ(str_of(v[0], "backend"), backend);
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+    return prefilled;
 }
 
 TEST(prompt, tiny_model_on_the_cpu_engine)
 {
-    tiny_model_run("cpu");
+    CHECK(tiny_model_task("cpu", "", "-n 12", "Say hello.") > 100);
 }
 
+/* Name, inode and modification time of every cached OpenCL program: a
+ * program built again is written anew (temp file + rename). */
+static char *program_cache_listing(int *n)
+{
+    char *out;
+    CHECK_EQ_INT(test_runf(&out, "cd '%s' && stat -c '%%n %%i %%Y' *.bin 2>&1 | sort",
+                           test_tmp_path(".xdg/cache/ds4cl/cl")), 0);
+    *n = 0;
+    for (const char *p = out; *p; p++) *n += *p == '\n';
+    return out;
+}
+
+/* By device index; then the session resumes on the device the
+ * environment names by a piece of its name, and that second start builds
+ * no program (all come from the binary cache). A device that does not
+ * exist is refused with its name. */
 TEST(prompt, tiny_model_on_the_opencl_engine)
 {
-    tiny_model_run("opencl");
+    fwd_require_backend(DS4_BACKEND_OPENCL);
+    CHECK(tiny_model_task("opencl", "", "--device 0 -n 12", "Say hello.") > 100);
+    int programs, again;
+    char *before = program_cache_listing(&programs);
+    CHECK_MSG(programs >= 5, "%d programs cached:\n%s", programs, before);
+    clrt_device *d;
+    int nd;
+    char err[512];
+    CHECK_MSG(clrt_devices(&d, &nd, err, sizeof err) == 0, "%s", err);
+    char piece[8];
+    snprintf(piece, sizeof piece, "%.7s", d[0].name);
+    free(d);
+    for (char *p = piece; *p; p++)
+        if (*p == '\'' || *p == ' ') *p = 0;
+    int64_t prefilled = tiny_model_task("opencl", test_printf("DS4CL_DEVICE='%s'", piece), "--continue -n 2", "Again.");
+    CHECK_MSG(prefilled > 0 && prefilled < 100, "the resumed session read %lld tokens", (long long)prefilled);
+    char *after = program_cache_listing(&again);
+    CHECK_STR_EQ(after, before);
+
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --backend opencl --device no-such-device-xyz -p hi 2>&1",
+                       test_tmpdir(), test_bindir(), agent_test_model());
+    CHECK_EQ_INT(rc, 1);
+    CHECK_CONTAINS(out, "no OpenCL device name contains \"no-such-device-xyz\"");
+    CHECK_CONTAINS(out, "--list-devices");
 }
 
 TEST(prompt, stream_json_compaction_and_error_events)
