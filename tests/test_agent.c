@@ -485,9 +485,13 @@ TEST(agent, interrupt_during_generation_is_fast_and_keeps_the_transcript)
     ev_log log = { 0 };
     wait_idle(a, &log, 5000);
     CHECK_EQ_INT(agent_submit(a, "write a lot"), 0);
-    usleep(300000);
+    /* some of the reply written (it takes 3 s at least) */
     agent_status st;
-    agent_get_status(a, &st);
+    double t0 = test_now_ms();
+    do {
+        usleep(1000);
+        agent_get_status(a, &st);
+    } while (!(st.state == AGENT_GENERATING && st.generated >= 10) && test_now_ms() - t0 < 10000);
     CHECK_EQ_INT(st.state, AGENT_GENERATING);
     test_mark mark;
     test_mark_now(&mark);
@@ -536,9 +540,13 @@ TEST(agent, interrupt_during_prefill_is_fast)
     for (int i = 0; i < 200; i++) sb_puts(&big, "long message ");
     log.ended = false;
     CHECK_EQ_INT(agent_submit(a, sb_str(&big)), 0);
-    usleep(300000);
+    /* some of the message read (it takes 1 s at least) */
     agent_status st;
-    agent_get_status(a, &st);
+    double t0 = test_now_ms();
+    do {
+        usleep(1000);
+        agent_get_status(a, &st);
+    } while (!(st.state == AGENT_PREFILL && st.prefill_done >= 10) && test_now_ms() - t0 < 10000);
     CHECK_EQ_INT(st.state, AGENT_PREFILL);
     CHECK(st.prefill_done > 0 && st.prefill_done < st.prefill_total);
     test_mark mark;
