@@ -292,7 +292,11 @@ int log_count(const ev_log *log, const char *text)
 
 void wait_log(agent *a, ev_log *log, const char *text, int timeout_ms)
 {
-    int count = log_count(log, text) + 1;
+    wait_log_count(a, log, text, log_count(log, text) + 1, timeout_ms);
+}
+
+void wait_log_count(agent *a, ev_log *log, const char *text, int count, int timeout_ms)
+{
     double t0 = test_now_ms();
     while (log_count(log, text) < count) {
         if (test_now_ms() - t0 > timeout_ms)

@@ -69,6 +69,8 @@ int log_count(const ev_log *log, const char *text);
  * agent's thread takes the request up, so waiting for idle alone can
  * return before it is handled. */
 void wait_log(agent *a, ev_log *log, const char *text, int timeout_ms);
+/* The same until text occurs count times in all. */
+void wait_log_count(agent *a, ev_log *log, const char *text, int count, int timeout_ms);
 /* Polls the status until the state is want; fails the test after timeout_ms. */
 void wait_state(agent *a, agent_state want, int timeout_ms);
 /* Submits (waiting for idle first) and runs to the end. */
