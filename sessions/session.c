@@ -708,7 +708,9 @@ static int snapshot_locked(session *s, ds4_session *ks, bool forced, char *msg, 
     if (!unchanged && (forced || !eos_only)) {
         ds4_error err = { "" };
         if (ds4_session_save(ks, path, &err) != 0) {
-            snprintf(msg, msglen, "session %s: the KV state could not be saved: %s", s->meta.info.id, err.msg);
+            /* msg is a short line for the user: the start of the
+             * engine's error says what failed */
+            snprintf(msg, msglen, "session %s: the KV state could not be saved: %.300s", s->meta.info.id, err.msg);
             return -1;
         }
         pthread_mutex_lock(&s->mu);

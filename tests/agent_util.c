@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 const char *agent_test_model(void)
 {
@@ -223,6 +224,7 @@ static void record(ev_log *l, const agent_event *e)
         snprintf(l->end, sizeof l->end, "%s", e->text ? e->text : "");
         l->ended = true;
         l->end_ms = test_now_ms();
+        if (l->mark) l->reaction_ms = test_reaction_ms(l->mark, &l->waited_ms);
         sb_printf(&l->seq, "TURN_END(%s) ", l->end);
         return;
     default: break;
@@ -274,6 +276,46 @@ void run_to_end(agent *a, ev_log *log, int timeout_ms, ev_hook hook, void *ud)
     }
     wait_idle(a, log, timeout_ms);
     pump(a, log, hook, ud, 0);
+}
+
+static int count_in(const char *s, const char *text)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, text)); p += strlen(text)) n++;
+    return n;
+}
+
+int log_count(const ev_log *log, const char *text)
+{
+    return count_in(sb_str(&log->notices), text) + count_in(sb_str(&log->seq), text);
+}
+
+void wait_log(agent *a, ev_log *log, const char *text, int timeout_ms)
+{
+    wait_log_count(a, log, text, log_count(log, text) + 1, timeout_ms);
+}
+
+void wait_log_count(agent *a, ev_log *log, const char *text, int count, int timeout_ms)
+{
+    double t0 = test_now_ms();
+    while (log_count(log, text) < count) {
+        if (test_now_ms() - t0 > timeout_ms)
+            FAIL("\"%s\" not seen %d times after %d ms; notices: %s; events: %s", text, count, timeout_ms,
+                 sb_str(&log->notices), sb_str(&log->seq));
+        pump(a, log, NULL, NULL, 20);
+    }
+    wait_idle(a, log, timeout_ms);
+}
+
+void wait_state(agent *a, agent_state want, int timeout_ms)
+{
+    double t0 = test_now_ms();
+    agent_status st;
+    do {
+        usleep(1000);
+        agent_get_status(a, &st);
+    } while (st.state != want && test_now_ms() - t0 < timeout_ms);
+    CHECK_MSG(st.state == want, "state %s, not %s", agent_state_name(st.state), agent_state_name(want));
 }
 
 void run_turn(agent *a, const char *text, ev_log *log)

@@ -9,6 +9,7 @@
 
 #include "agent/agent.h"
 #include "base/base.h"
+#include "tests/test.h"
 
 #define DM "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"
 
@@ -45,6 +46,10 @@ typedef struct {
     int confirms;
     char confirm_tool[64];
     double end_ms;   /* test_now_ms() when TURN_END arrived */
+    /* When set, TURN_END also stores the reaction since this mark (see
+     * test_reaction_ms) and the CPU wait taken off it. */
+    const test_mark *mark;
+    double reaction_ms, waited_ms;
 } ev_log;
 
 void ev_log_free(ev_log *l);
@@ -57,6 +62,17 @@ typedef void (*ev_hook)(agent *a, const agent_event *e, void *ud);
 void run_to_end(agent *a, ev_log *log, int timeout_ms, ev_hook hook, void *ud);
 /* Waits for IDLE/ERROR (draining events into log, which may be NULL). */
 void wait_idle(agent *a, ev_log *log, int timeout_ms);
+/* Occurrences of text in the log's notices and event words. */
+int log_count(const ev_log *log, const char *text);
+/* Drains events until text occurs in the log once more than at the call,
+ * then waits for idle: after agent_request() the state stays idle until the
+ * agent's thread takes the request up, so waiting for idle alone can
+ * return before it is handled. */
+void wait_log(agent *a, ev_log *log, const char *text, int timeout_ms);
+/* The same until text occurs count times in all. */
+void wait_log_count(agent *a, ev_log *log, const char *text, int count, int timeout_ms);
+/* Polls the status until the state is want; fails the test after timeout_ms. */
+void wait_state(agent *a, agent_state want, int timeout_ms);
 /* Submits (waiting for idle first) and runs to the end. */
 void run_turn(agent *a, const char *text, ev_log *log);
 

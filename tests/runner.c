@@ -285,6 +285,74 @@ double test_now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* Calls fn for each thread of this process with its run-queue wait in ns
+ * (the second field of /proc/self/task/TID/schedstat); false when the
+ * kernel does not report it. */
+static bool each_thread_wait(void (*fn)(void *ud, int tid, uint64_t wait_ns), void *ud)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return false;
+    bool any = false;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char path[64], buf[128];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", de->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue; /* the thread has just ended, or no schedstat */
+        ssize_t got = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        unsigned long long run_ns, wait_ns;
+        if (got <= 0) continue;
+        buf[got] = 0;
+        if (sscanf(buf, "%llu %llu", &run_ns, &wait_ns) != 2) continue;
+        fn(ud, atoi(de->d_name), wait_ns);
+        any = true;
+    }
+    closedir(d);
+    return any;
+}
+
+static void mark_thread(void *ud, int tid, uint64_t wait_ns)
+{
+    test_mark *m = ud;
+    if (m->n == TEST_MARK_THREADS) return;
+    m->tid[m->n] = tid;
+    m->wait_ns[m->n++] = wait_ns;
+}
+
+void test_mark_now(test_mark *m)
+{
+    m->n = 0;
+    each_thread_wait(mark_thread, m);
+    m->t0 = test_now_ms();
+}
+
+struct longest_wait {
+    const test_mark *m;
+    uint64_t longest;
+};
+
+static void longest_thread_wait(void *ud, int tid, uint64_t wait_ns)
+{
+    struct longest_wait *w = ud;
+    uint64_t before = 0; /* a thread started since the mark waited all its wait since */
+    for (int i = 0; i < w->m->n; i++)
+        if (w->m->tid[i] == tid) before = w->m->wait_ns[i];
+    if (wait_ns > before && wait_ns - before > w->longest) w->longest = wait_ns - before;
+}
+
+double test_reaction_ms(const test_mark *m, double *waited_ms)
+{
+    double elapsed = test_now_ms() - m->t0;
+    struct longest_wait w = { m, 0 };
+    each_thread_wait(longest_thread_wait, &w);
+    double waited = (double)w.longest / 1e6;
+    if (waited > elapsed) waited = elapsed;
+    if (waited_ms) *waited_ms = waited;
+    return elapsed - waited;
+}
+
 bool test_have_program(const char *name)
 {
     const char *path = getenv("PATH");

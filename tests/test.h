@@ -123,6 +123,26 @@ char *test_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Monotonic milliseconds. */
 double test_now_ms(void);
 
+/* Reaction times on a crowded machine. A bound such as "a cancel ends the
+ * call within 100 ms" is a product requirement, but other work on the
+ * machine can keep every thread of the test off the CPUs for a while
+ * without the product doing any more. test_mark_now() marks where the
+ * reaction starts (any thread may take it); test_reaction_ms() is the time
+ * since then less the longest time one thread of this process was ready to
+ * run but waiting for a CPU meanwhile (Linux schedstat), which it stores
+ * in *waited_ms when that is not NULL. Where the kernel does not tell,
+ * nothing is taken off. Only one thread's wait is taken off, not their
+ * sum, so a reaction that really is slow fails on a crowded machine too. */
+#define TEST_MARK_THREADS 256
+typedef struct {
+    double t0;
+    int n;
+    int tid[TEST_MARK_THREADS];
+    uint64_t wait_ns[TEST_MARK_THREADS];
+} test_mark;
+void test_mark_now(test_mark *m);
+double test_reaction_ms(const test_mark *m, double *waited_ms);
+
 /* True when the program is on PATH. */
 bool test_have_program(const char *name);
 

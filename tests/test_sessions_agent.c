@@ -375,15 +375,11 @@ TEST(sessions_agent, save_request_clear_and_history)
     sess_agent x;
     sa_start(&x, script_engine(script), "h1", true);
     agent_request(x.a, AGENT_REQ_SAVE);
-    usleep(20000);
-    wait_idle(x.a, &x.log, 5000);
-    CHECK_CONTAINS(sb_str(&x.log.notices), "nothing to save yet");
+    wait_log(x.a, &x.log, "nothing to save yet", 5000);
     sa_turn(&x, "remember blue");
     sa_turn(&x, "what colour");
     agent_request(x.a, AGENT_REQ_SAVE);
-    usleep(20000);
-    wait_idle(x.a, &x.log, 5000);
-    CHECK_CONTAINS(sb_str(&x.log.notices), "saved session h1 (");
+    wait_log(x.a, &x.log, "saved session h1 (", 5000);
 
     session_turn *h;
     size_t n = session_history(x.s, 1, &h);
@@ -398,8 +394,7 @@ TEST(sessions_agent, save_request_clear_and_history)
     session_turns_free(h, n);
 
     agent_request(x.a, AGENT_REQ_CLEAR);
-    usleep(20000);
-    wait_idle(x.a, &x.log, 5000);
+    wait_log(x.a, &x.log, "conversation cleared", 5000);
     agent_status st;
     agent_get_status(x.a, &st);
     int cleared = st.ctx_used;

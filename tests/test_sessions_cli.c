@@ -249,10 +249,18 @@ TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
     double budget_start = test_now_ms();
     for (int i = 1; i <= runs; i++) {
         seed = seed * 1103515245u + 12345u;
+        /* Kill moments spread over a run's span, re-measured by every
+         * tenth run, which is left alone: the load of the machine may
+         * change in the meantime, and a span measured while it was quiet
+         * would leave no run completing, one measured while it was busy
+         * none killed. */
+        bool undisturbed = i % 10 == 0;
         int delay = (int)((seed >> 8) % (unsigned)(span * 1.3 + 1));
+        double started = test_now_ms();
         child_start(&c, test_printf(cmd_fmt, ws, test_bindir(), agent_test_model(), script, i));
-        child_pump(&c, delay);
-        rc = child_finish(&c, c.eof ? 0 : SIGKILL);
+        if (!undisturbed) child_pump(&c, delay);
+        rc = child_finish(&c, undisturbed || c.eof ? 0 : SIGKILL);
+        if (undisturbed) span = test_now_ms() - started;
         run_seen seen = scan_output(sb_str(&c.text));
         if (rc == 128 + SIGKILL) killed++;
         else CHECK_MSG(rc == 0, "run %d exit %d: %s", i, rc, sb_str(&c.text));

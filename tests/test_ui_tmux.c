@@ -88,6 +88,14 @@ static void send(tmux_t *t, const char *text)
     tmux_keys(t, "Enter");
 }
 
+/* The answer is drawn before the turn has ended (the session is saved
+ * after it), and commands that restart the agent refuse while it is busy:
+ * wait for the status bar to say so before sending one. */
+static void wait_idle_status(tmux_t *t)
+{
+    tmux_wait(t, "\xe2\x97\x8f ready", WAIT_MS);
+}
+
 TEST(ui_tmux, startup_screen_and_a_clean_quit)
 {
     const char *lines[] = { NULL };
@@ -414,7 +422,7 @@ TEST(ui_tmux, slash_commands)
     tmux_keys(&t, "C-o");
     tmux_wait(&t, "The user asked twice; both answered.", WAIT_MS);
     tmux_keys(&t, "C-o");
-    tmux_wait(&t, "ready", WAIT_MS);
+    wait_idle_status(&t);
     send(&t, "/clear");
     tmux_wait(&t, "conversation cleared", WAIT_MS);
     char *tr = test_read_file(trace, NULL);
@@ -608,6 +616,7 @@ TEST(ui_tmux, sessions_new_switch_and_resume_picker)
     const char *first = session_on_screen(&t);
     send(&t, "first session request");
     tmux_wait(&t, "Answered.", WAIT_MS);
+    wait_idle_status(&t);
     send(&t, "/new");
     tmux_wait(&t, "New session", WAIT_MS);
     const char *second = session_on_screen(&t);
@@ -615,6 +624,7 @@ TEST(ui_tmux, sessions_new_switch_and_resume_picker)
     send(&t, "second session request");
     wait_in_transcript(&t, "\xe2\x80\xba second session request");
     tmux_wait(&t, "Answered.", WAIT_MS);
+    wait_idle_status(&t);
     /* Tab offers the saved sessions' IDs */
     tmux_type(&t, "/switch ");
     tmux_keys(&t, "Tab");

@@ -53,17 +53,26 @@ static const char *take(tool_result *r)
 }
 
 typedef struct {
-    double cancel_at;  /* cancelled() answers true from this time on */
-    double first_true; /* when it first did */
+    double cancel_at; /* cancelled() answers true from this time on */
+    bool raised;      /* it did: the reaction is measured from there */
+    test_mark mark;
 } cancel_clock;
 
 static bool cancel_after(void *ud)
 {
     cancel_clock *c = ud;
-    double now = test_now_ms();
-    if (now < c->cancel_at) return false;
-    if (!c->first_true) c->first_true = now;
+    if (test_now_ms() < c->cancel_at) return false;
+    if (!c->raised) test_mark_now(&c->mark);
+    c->raised = true;
     return true;
+}
+
+/* Milliseconds from the first true answer, less what other load kept
+ * the process waiting (see test_reaction_ms). */
+static double reaction_ms(const cancel_clock *c, double *waited)
+{
+    CHECK_MSG(c->raised, "the cancel was never asked for");
+    return test_reaction_ms(&c->mark, waited);
 }
 
 static web_state *new_state(const char *cdp_url, const char *search_url)
@@ -414,12 +423,12 @@ TEST(web_cdp, cancel_within_100ms)
     web_fake_cdp_start(&fake);
     char err[256];
     cdp_conn *c = fake_connect(&fake, "/silent");
-    cancel_clock clk = { test_now_ms() + 200, 0 };
+    cancel_clock clk = { .cancel_at = test_now_ms() + 200 };
     cdp_cancel cancel = { cancel_after, &clk };
     cdp_set_cancel(c, &cancel);
     CHECK_EQ_INT(cdp_call(c, "Test.wait", NULL, 10000, NULL, err, sizeof err), CDP_CANCELLED);
-    double reaction = test_now_ms() - clk.first_true;
-    CHECK_MSG(reaction < 100, "cancel took %.1f ms", reaction);
+    double waited, reaction = reaction_ms(&clk, &waited);
+    CHECK_MSG(reaction < 100, "cancel took %.1f ms (+%.1f ms waiting for a CPU)", reaction, waited);
     cdp_conn_free(c);
     web_server_stop(&fake);
 }
@@ -446,11 +455,11 @@ TEST(web_cdp, connect_and_http_errors)
     double t0 = test_now_ms();
     CHECK_EQ_INT(cdp_target_close(fx.base, "ABC-1", 300, NULL, err, sizeof err), CDP_TIMEOUT);
     CHECK(test_now_ms() - t0 < 2000);
-    cancel_clock clk = { test_now_ms() + 200, 0 };
+    cancel_clock clk = { .cancel_at = test_now_ms() + 200 };
     cdp_cancel cancel = { cancel_after, &clk };
     CHECK_EQ_INT(cdp_target_close(fx.base, "ABC-1", 10000, &cancel, err, sizeof err), CDP_CANCELLED);
-    double reaction = test_now_ms() - clk.first_true;
-    CHECK_MSG(reaction < 100, "cancel took %.1f ms", reaction);
+    double waited, reaction = reaction_ms(&clk, &waited);
+    CHECK_MSG(reaction < 100, "cancel took %.1f ms (+%.1f ms waiting for a CPU)", reaction, waited);
     CHECK_EQ_INT(cdp_target_close(fx.base, "../x", 300, NULL, err, sizeof err), CDP_ERROR);
     web_server_stop(&fx);
 }
@@ -523,16 +532,16 @@ TEST(web_browser, cancel_during_start)
 {
     web_require_browser();
     web_state *ws = new_state(NULL, NULL);
-    cancel_clock clk = { test_now_ms() + 150, 0 };
+    cancel_clock clk = { .cancel_at = test_now_ms() + 150 };
     tool_call_ctx ctx = { 0 };
     ctx.cancelled = cancel_after;
     ctx.ud = &clk;
     tool_result r;
     CHECK_EQ_INT(web_visit_page(ws, "http://127.0.0.1:1/", &ctx, &r), -1);
-    double reaction = test_now_ms() - clk.first_true;
+    double waited, reaction = reaction_ms(&clk, &waited);
     const char *t = take(&r);
     CHECK_CONTAINS(t, "cancelled");
-    CHECK_MSG(reaction < 100, "cancel took %.1f ms", reaction);
+    CHECK_MSG(reaction < 100, "cancel took %.1f ms (+%.1f ms waiting for a CPU)", reaction, waited);
     CHECK(web_count_processes(test_tmpdir()) >= 1);
     /* the browser went on starting, and the next call uses it */
     web_server fx;
@@ -736,15 +745,15 @@ TEST(web_page, never_finishing_pages_time_out_and_cancel)
     web_set_limits(ws, &lim);
     const char *paths[] = { "/hang", "/nohead" };
     for (int i = 0; i < 2; i++) {
-        cancel_clock clk = { test_now_ms() + 400, 0 };
+        cancel_clock clk = { .cancel_at = test_now_ms() + 400 };
         tool_call_ctx cctx = { 0 };
         cctx.cancelled = cancel_after;
         cctx.ud = &clk;
         CHECK_EQ_INT(web_visit_page(ws, test_printf("%s%s", fx.base, paths[i]), &cctx, &r), -1);
-        double reaction = test_now_ms() - clk.first_true;
+        double waited, reaction = reaction_ms(&clk, &waited);
         t = take(&r);
         CHECK_STR_EQ(t, "Tool error: visit_page cancelled");
-        CHECK_MSG(reaction < 100, "%s: cancel took %.1f ms", paths[i], reaction);
+        CHECK_MSG(reaction < 100, "%s: cancel took %.1f ms (+%.1f ms waiting for a CPU)", paths[i], reaction, waited);
     }
     /* the browser is still fine afterwards */
     CHECK_EQ_INT(web_visit_page(ws, test_printf("%s/static", fx.base), &ctx, &r), 0);
@@ -805,11 +814,12 @@ static int page_targets_now(const char *endpoint)
     return n;
 }
 
-/* Tabs close asynchronously: the count once it settles (within 2 s). */
+/* Tabs close asynchronously: the count once it settles (a crowded
+ * machine can make that take seconds). */
 static int page_targets(const char *endpoint, int expect)
 {
     int n = page_targets_now(endpoint);
-    for (double end = test_now_ms() + 2000; n != expect && test_now_ms() < end; usleep(20000))
+    for (double end = test_now_ms() + 10000; n != expect && test_now_ms() < end; usleep(20000))
         n = page_targets_now(endpoint);
     return n;
 }

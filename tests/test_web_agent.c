@@ -145,9 +145,10 @@ TEST(web_agent, ctrl_c_ends_a_page_that_never_loads)
     CHECK_MSG(tr != NULL, "%s", out);
     CHECK_CONTAINS(tr, "visit_page cancelled");
     CHECK_CONTAINS(out, "\"stop_reason\":\"interrupted\"");
-    /* the page's own limits are 10 and 20 s: the call ended on the
-     * interrupt, not on a timeout */
-    CHECK_MSG(t_result - t_int < 2000, "the tool result came %.0f ms after Ctrl+C", t_result - t_int);
+    /* the page's own limits are 10 and 20 s, of which at most the 2.5 s
+     * before the interrupt had passed: the call ended on the interrupt,
+     * not on a timeout (with room for a crowded machine) */
+    CHECK_MSG(t_result > 0 && t_result - t_int < 5000, "the tool result came %.0f ms after Ctrl+C", t_result - t_int);
     CHECK_MSG(t_exit - t_int < 5000, "ds4cl exited %.0f ms after Ctrl+C", t_exit - t_int);
     CHECK_EQ_INT(web_count_processes(test_tmpdir()), 0);
     sb_free(&c.text);

@@ -263,9 +263,10 @@ static void gen_cjk(gen *g, size_t target)
                 for (size_t k = 1 + rnd(g, 20); k; k--) put_cp(&b, 0x3041 + (uint32_t)rnd(g, 0x30FF - 0x3041));
                 break;
             case 4: sb_puts(&b, punct[rnd(g, sizeof punct / sizeof *punct)]); break;
-            default: /* mixed with Latin and digits */
+            default: { /* mixed with Latin and digits */
                 static const char *const mix[] = { "Hello", " world", "ABC", "123", " 2024年", "GPU", "x86", " OK" };
                 sb_puts(&b, mix[rnd(g, sizeof mix / sizeof *mix)]);
+            }
             }
         }
         add_sb(g, "cjk", &b);
