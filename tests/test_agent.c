@@ -1687,7 +1687,9 @@ TEST(agent, tiny_model_compaction_reads_only_the_summary_and_the_tail)
     strbuf big = { 0 };
     sb_puts(&big, "Remember these words:");
     for (int i = 0; i < 400; i++) sb_printf(&big, " w%d", i);
-    run_turn(a, sb_str(&big), &log);
+    log.ended = false;
+    CHECK_EQ_INT(agent_submit(a, sb_str(&big)), 0);
+    run_to_end(a, &log, engine_ms(60000), NULL, NULL);
     log.ended = false;
     agent_request(a, AGENT_REQ_COMPACT);
     agent_status st;
