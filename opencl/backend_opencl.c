@@ -10,8 +10,9 @@
  * of its tokens (matmul.cl), a fixed cost per chunk and layer: with 256
  * experts and 6 per token, a 256-token chunk gives an expert 6 tokens on
  * average and its dequantization costs about as much as its products;
- * 1024 tokens give it 24 (bench/README.md). Activations grow with the
- * chunk (about 170 KiB a token at Flash widths). */
+ * 1024 tokens give it 24 (bench/README.md). Activations and scratch grow
+ * with the chunk: about 0.74 MiB a token at Flash widths, so a session
+ * takes ~570 MiB more than at 256 (the memory planner counts them). */
 #define CL_PREFILL_CHUNK 1024
 
 static int ocl_open(ds4_engine *e, ds4_error *err)
