@@ -57,6 +57,7 @@ static const bench_row rows[] = {
     { "exp_down", ROW_MATMUL, Q2K, 0, 2048, 4096, 1, 0 },
     { "moe", ROW_MOE, IQ2, Q2K, 4096, 2048, 1, 0 },
     { "shexp_gate", ROW_MATMUL, Q8, 0, 4096, 2048, 1, 1 },
+    { "shexp_down", ROW_MATMUL, Q8, 0, 2048, 4096, 1, 1 },
     { "attn_q_b", ROW_MATMUL, Q8, 0, 1024, 32768, 1, 1 },
     { "attn_output_a", ROW_MATMUL, Q8, 0, 4096, 8192, 8, 1 },
     { "attn_output_b", ROW_MATMUL, Q8, 0, 8192, 4096, 1, 1 },
