@@ -16,10 +16,15 @@
  * Prefill is compute bound: prefill_gflops counts the arithmetic of the
  * tokens added (2 per multiply-add: every matrix a token passes through,
  * the routed experts it uses, attention over the rows it sees, indexer
- * scores, and the output head once per chunk) per second, next to
+ * scores, and the output head once for the last token) per second, next to
  * peak_gflops, an f32 FMA probe on the same hardware in the same run
  * (host threads, or the OpenCL device). launches_per_token counts OpenCL
- * kernels enqueued per decode step (empty on the CPU). */
+ * kernels enqueued per decode step (empty on the CPU).
+ *
+ * --chunk N prefills in chunks of N tokens instead of the backend's own.
+ * --cl-profile (OpenCL) times every launch on the device and prints, on
+ * stderr, the kernels of each frontier's prefill and of its decode steps
+ * (per step) summed per kernel and global size, next to the wall time. */
 #include "cli/bench_engine.h"
 
 #include <errno.h>
@@ -38,10 +43,11 @@
 
 typedef struct {
     const char *model, *prompt_file;
-    long ctx_start, ctx_max, step, gen;
+    long ctx_start, ctx_max, step, gen, chunk;
     int threads;
     ds4_backend backend;
     ds4_quant_sim qsim;
+    bool cl_profile;
 } speed_opts;
 
 static int usage(const char *fmt, const char *arg)
@@ -49,7 +55,8 @@ static int usage(const char *fmt, const char *arg)
     fprintf(stderr, "ds4cl-bench: ");
     fprintf(stderr, fmt, arg);
     fputs("\nusage: ds4cl-bench -m MODEL --prompt-file F --ctx-start A --ctx-max B --step S --gen-tokens G\n"
-          "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none]\n",
+          "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none]\n"
+          "                   [--chunk N] [--cl-profile]\n",
           stderr);
     return 2;
 }
@@ -68,6 +75,10 @@ static int parse(int argc, char **argv, speed_opts *o)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--cl-profile")) {
+            o->cl_profile = true;
+            continue;
+        }
         if (!v) return usage("option '%s' needs a value", a);
         i++;
         long n;
@@ -81,6 +92,8 @@ static int parse(int argc, char **argv, speed_opts *o)
             if (parse_long(v, 1, 1L << 24, &o->step)) return usage("--step wants a token count, not '%s'", v);
         } else if (!strcmp(a, "--gen-tokens")) {
             if (parse_long(v, 0, 1L << 20, &o->gen)) return usage("--gen-tokens wants a token count, not '%s'", v);
+        } else if (!strcmp(a, "--chunk")) {
+            if (parse_long(v, 1, 1L << 16, &o->chunk)) return usage("--chunk wants a token count, not '%s'", v);
         } else if (!strcmp(a, "--threads")) {
             if (parse_long(v, 1, 1024, &n)) return usage("--threads wants 1..1024, not '%s'", v);
             o->threads = (int)n;
@@ -100,6 +113,7 @@ static int parse(int argc, char **argv, speed_opts *o)
     if (!o->model || !o->prompt_file || !o->ctx_start || !o->ctx_max || !o->step)
         return usage("%s", "needs -m, --prompt-file, --ctx-start, --ctx-max, --step and --gen-tokens");
     if (o->ctx_start > o->ctx_max) return usage("%s", "--ctx-start is larger than --ctx-max");
+    if (o->cl_profile && o->backend != DS4_BACKEND_OPENCL) return usage("%s", "--cl-profile needs --backend opencl");
     return 0;
 }
 
@@ -151,7 +165,7 @@ static double prefill_flop(const ds4_model *m, long a, long b)
 {
     const ds4_hparams *hp = &m->hp;
     double f = 2 * token_macs(m) * (double)(b - a);
-    f += 2 * elems(&m->output) * (double)((b - a + FWD_DEFAULT_CHUNK - 1) / FWD_DEFAULT_CHUNK);
+    f += b > a ? 2 * elems(&m->output) : 0; /* the last token's logits */
     const double per_row = 4.0 * hp->n_head * hp->head_dim, per_score = 2.0 * hp->n_indexer_head * hp->indexer_head_dim;
     for (long p = a; p < b; p++)
         for (int l = 0; l < hp->n_layer; l++) {
@@ -172,6 +186,35 @@ static uint64_t cl_launches(const ds4_engine *e)
 {
     if (e->opt.backend != DS4_BACKEND_OPENCL) return 0;
     return clrt_get_stats(cl_ops_runtime(fwd_ops_ctx(fwd_of(e)))).launches;
+}
+
+/* --cl-profile: the device time of the launches since the last call, per
+ * kernel and global size, on stderr (per call of `per`: a decode step). */
+static int print_profile(const ds4_engine *e, const char *what, long frontier, double wall_ms, long per)
+{
+    clrt *rt = cl_ops_runtime(fwd_ops_ctx(fwd_of(e)));
+    clrt_prof_row *rows;
+    int n;
+    if (clrt_profile_take(rt, &rows, &n) != 0) {
+        fprintf(stderr, "ds4cl-bench: %s\n", clrt_error(rt));
+        return -1;
+    }
+    double total = 0;
+    uint64_t launches = 0;
+    for (int i = 0; i < n; i++) {
+        total += rows[i].ms;
+        launches += rows[i].count;
+    }
+    fprintf(stderr,
+            "# profile %s, frontier %ld: %llu launches, %.1f ms of kernels in %.1f ms wall (%.1f %%)%s\n"
+            "kernel,count,ms,pct\n",
+            what, frontier, (unsigned long long)launches, total / (double)per, wall_ms / (double)per,
+            wall_ms > 0 ? 100 * total / wall_ms : 0, per > 1 ? ", per step" : "");
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "\"%s\",%.2f,%.3f,%.1f\n", rows[i].key, (double)rows[i].count / (double)per,
+                rows[i].ms / (double)per, total > 0 ? 100 * rows[i].ms / total : 0);
+    free(rows);
+    return 0;
 }
 
 static int32_t argmax(const float *v, int n)
@@ -212,6 +255,7 @@ int bench_speed_main(int argc, char **argv)
     ds4_tokens_push(&ids, ds4_token_special(tok, DS4_TOK_BOS));
     while (ids.n < (size_t)o.ctx_max) ds4_tokens_append(&ids, base.ids, base.n);
     ds4_tokens_truncate(&ids, (size_t)o.ctx_max);
+    if (o.chunk > 0 && fwd_of(e)) fwd_set_chunk(fwd_of(e), (int)o.chunk);
     s = ds4_session_open(e, (int)(o.ctx_max + o.gen), &err);
     if (!s) {
         fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
@@ -230,11 +274,16 @@ int bench_speed_main(int argc, char **argv)
     puts("backend,frontier,prefill_tps,decode_tps,weights_bytes_per_token,decode_gbps,ceiling_gbps,kv_bytes,"
          "decode_pct_ceiling,prefill_gflops,peak_gflops,prefill_pct_peak,launches_per_token");
     fflush(stdout);
+    if (o.cl_profile && clrt_profile(cl_ops_runtime(fwd_ops_ctx(fwd_of(e))), true) != 0) {
+        fprintf(stderr, "ds4cl-bench: %s\n", clrt_error(cl_ops_runtime(fwd_ops_ctx(fwd_of(e)))));
+        goto out;
+    }
     long prev = 0;
     for (long f = o.ctx_start; f <= o.ctx_max; f += o.step) {
         double t0 = now_ms();
         if (ds4_session_sync(s, ids.ids, (size_t)f, NULL, &err) != DS4_OK) goto fail;
         double prefill_s = (now_ms() - t0) / 1000.0;
+        if (o.cl_profile && print_profile(e, "prefill", f, prefill_s * 1000.0, 1) != 0) goto out;
         uint64_t kv = ds4_session_kv_bytes(s);
         uint64_t launches0 = cl_launches(e);
         double t1 = now_ms();
@@ -243,6 +292,7 @@ int bench_speed_main(int argc, char **argv)
             if (ds4_session_eval(s, next, NULL, &err) != DS4_OK) goto fail;
         }
         double decode_s = (now_ms() - t1) / 1000.0;
+        if (o.cl_profile && o.gen > 0 && print_profile(e, "decode", f, decode_s * 1000.0, o.gen) != 0) goto out;
         uint64_t launches = cl_launches(e) - launches0;
         double ptps = prefill_s > 0 ? (double)(f - prev) / prefill_s : 0;
         double dtps = decode_s > 0 ? (double)o.gen / decode_s : 0;

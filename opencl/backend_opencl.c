@@ -6,6 +6,15 @@
 
 #include <stdio.h>
 
+/* Prefill chunk. A chunk's routed experts are dequantized once for all
+ * of its tokens (matmul.cl), a fixed cost per chunk and layer: with 256
+ * experts and 6 per token, a 256-token chunk gives an expert 6 tokens on
+ * average and its dequantization costs about as much as its products;
+ * 1024 tokens give it 24 (bench/README.md). Activations and scratch grow
+ * with the chunk: about 0.74 MiB a token at Flash widths, so a session
+ * takes ~570 MiB more than at 256 (the memory planner counts them). */
+#define CL_PREFILL_CHUNK 1024
+
 static int ocl_open(ds4_engine *e, ds4_error *err)
 {
     cl_ops_options o = { .device = e->opt.device,
@@ -15,7 +24,9 @@ static int ocl_open(ds4_engine *e, ds4_error *err)
                          .progress_ud = e->opt.load_ud };
     void *ctx = cl_ops_new(e->model, &o, err);
     if (!ctx) return -1;
-    return fwd_backend_open(e, &cl_ops, ctx, cl_ops_free, err);
+    if (fwd_backend_open(e, &cl_ops, ctx, cl_ops_free, err)) return -1;
+    fwd_set_chunk(e->impl, CL_PREFILL_CHUNK);
+    return 0;
 }
 
 static void ocl_close(ds4_engine *e)

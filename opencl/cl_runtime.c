@@ -194,6 +194,13 @@ typedef struct {
     cl_kernel k;
 } kernel_entry;
 
+typedef struct {
+    cl_kernel k;
+    size_t global[3];
+    cl_uint dims;
+    cl_event ev;
+} prof_launch;
+
 struct clrt {
     clrt_device dev;
     cl_context ctx;
@@ -206,6 +213,10 @@ struct clrt {
     kernel_entry *kernels;
     int n_kernels, cap_kernels;
     clrt_stats stats;
+    /* profiling (clrt_profile): one event per launch since the last take */
+    bool profiling;
+    prof_launch *launches;
+    size_t n_launches, cap_launches;
     char err[4096];
 };
 
@@ -296,10 +307,18 @@ clrt *clrt_open(const clrt_options *o, char *err, size_t errn)
     return rt;
 }
 
+static void prof_release(clrt *rt)
+{
+    for (size_t i = 0; i < rt->n_launches; i++) clReleaseEvent(rt->launches[i].ev);
+    rt->n_launches = 0;
+}
+
 void clrt_close(clrt *rt)
 {
     if (!rt) return;
     if (rt->q) clFinish(rt->q);
+    prof_release(rt);
+    free(rt->launches);
     for (int i = 0; i < rt->n_kernels; i++) clReleaseKernel(rt->kernels[i].k);
     for (int i = 0; i < rt->n_progs; i++)
         if (rt->progs[i].prog) clReleaseProgram(rt->progs[i].prog);
@@ -590,7 +609,22 @@ int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t 
         if (global[i] == 0) return 0;
         g[i] = local ? (global[i] + local[i] - 1) / local[i] * local[i] : global[i];
     }
-    cl_int rc = clEnqueueNDRangeKernel(c->rt->q, c->k, dims, NULL, g, local, 0, NULL, NULL);
+    clrt *rt = c->rt;
+    prof_launch *pl = NULL;
+    if (rt->profiling) {
+        if (rt->n_launches == rt->cap_launches) {
+            size_t cap = rt->cap_launches ? 2 * rt->cap_launches : 1024;
+            prof_launch *a = realloc(rt->launches, cap * sizeof *a);
+            if (!a) return clrt_fail(rt, "out of memory recording an OpenCL profile");
+            rt->launches = a;
+            rt->cap_launches = cap;
+        }
+        pl = &rt->launches[rt->n_launches];
+        *pl = (prof_launch){ .k = c->k, .dims = dims };
+        for (cl_uint i = 0; i < dims; i++) pl->global[i] = g[i];
+    }
+    cl_int rc = clEnqueueNDRangeKernel(rt->q, c->k, dims, NULL, g, local, 0, NULL, pl ? &pl->ev : NULL);
+    if (rc == CL_SUCCESS && pl) rt->n_launches++;
     if (rc != CL_SUCCESS) {
         kernel_name(c->k, name, sizeof name);
         char what[128];
@@ -598,5 +632,82 @@ int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t 
         return clrt_fail_cl(c->rt, rc, what);
     }
     c->rt->stats.launches++;
+    return 0;
+}
+
+/* ---- profiling ------------------------------------------------------------------ */
+
+int clrt_profile(clrt *rt, bool on)
+{
+    if (rt->profiling == on) return 0;
+    cl_int rc = clFinish(rt->q);
+    if (rc != CL_SUCCESS) return clrt_fail_cl(rt, rc, "waiting for the OpenCL queue");
+    prof_release(rt);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    cl_command_queue q = clCreateCommandQueue(rt->ctx, rt->dev.id, on ? CL_QUEUE_PROFILING_ENABLE : 0, &rc);
+#pragma GCC diagnostic pop
+    if (!q) return clrt_fail_cl(rt, rc, "creating an OpenCL queue");
+    clReleaseCommandQueue(rt->q);
+    rt->q = q;
+    rt->profiling = on;
+    return 0;
+}
+
+static int prof_cmp(const void *a, const void *b)
+{
+    double x = ((const clrt_prof_row *)a)->ms, y = ((const clrt_prof_row *)b)->ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int clrt_profile_take(clrt *rt, clrt_prof_row **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!rt->profiling) return clrt_fail(rt, "OpenCL profiling is off");
+    cl_int rc = clFinish(rt->q);
+    if (rc != CL_SUCCESS) return clrt_fail_cl(rt, rc, "waiting for the OpenCL queue");
+    rt->stats.waits++;
+    clrt_prof_row *rows = NULL;
+    int nr = 0, cap = 0;
+    for (size_t i = 0; i < rt->n_launches; i++) {
+        const prof_launch *pl = &rt->launches[i];
+        cl_ulong t0 = 0, t1 = 0;
+        if (clGetEventProfilingInfo(pl->ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) != CL_SUCCESS ||
+            clGetEventProfilingInfo(pl->ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) != CL_SUCCESS)
+            continue;
+        char name[64], key[sizeof rows->key];
+        kernel_name(pl->k, name, sizeof name);
+        if (pl->dims == 1)
+            snprintf(key, sizeof key, "%s [%zu]", name, pl->global[0]);
+        else if (pl->dims == 2)
+            snprintf(key, sizeof key, "%s [%zux%zu]", name, pl->global[0], pl->global[1]);
+        else
+            snprintf(key, sizeof key, "%s [%zux%zux%zu]", name, pl->global[0], pl->global[1], pl->global[2]);
+        int j = 0;
+        while (j < nr && strcmp(rows[j].key, key)) j++;
+        if (j == nr) {
+            if (nr == cap) {
+                cap = cap ? 2 * cap : 64;
+                clrt_prof_row *a = realloc(rows, (size_t)cap * sizeof *a);
+                if (!a) {
+                    free(rows);
+                    prof_release(rt);
+                    return clrt_fail(rt, "out of memory reading an OpenCL profile");
+                }
+                rows = a;
+            }
+            rows[nr] = (clrt_prof_row){ 0 };
+            snprintf(rows[nr].key, sizeof rows[nr].key, "%s", key);
+            snprintf(rows[nr].kernel, sizeof rows[nr].kernel, "%s", name);
+            nr++;
+        }
+        rows[j].count++;
+        rows[j].ms += t1 > t0 ? (double)(t1 - t0) / 1e6 : 0;
+    }
+    prof_release(rt);
+    if (nr) qsort(rows, (size_t)nr, sizeof *rows, prof_cmp);
+    *out = rows;
+    *n = nr;
     return 0;
 }

@@ -171,6 +171,26 @@ static inline void clrt_arg_local(clrt_call *c, size_t bytes) { clrt_arg(c, byte
  * global size enqueues nothing. Returns 0, or -1 recorded. Never waits. */
 int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t *local);
 
+/* ---- profiling ----------------------------------------------------------------- */
+
+/* Turns device-side timing of launches on or off (waits for the queue and
+ * replaces it by one with or without CL_QUEUE_PROFILING_ENABLE). While on,
+ * every launch keeps an event until clrt_profile_take; off, launches cost
+ * nothing extra. 0, or -1 recorded. */
+int clrt_profile(clrt *rt, bool on);
+
+/* Launches since profiling was turned on or last taken, summed per kernel
+ * and global size: waits for the queue, then gives a malloc'd array (*n
+ * rows, longest total first; the caller frees it) and forgets the
+ * launches. 0, or -1 recorded. */
+typedef struct {
+    char key[96];     /* "kernel [global sizes]" */
+    char kernel[64];  /* the kernel's name */
+    uint64_t count;   /* launches */
+    double ms;        /* device time, CL_PROFILING_COMMAND_START to END, summed */
+} clrt_prof_row;
+int clrt_profile_take(clrt *rt, clrt_prof_row **out, int *n);
+
 /* Waits for everything queued; -1 recorded on failure. */
 int clrt_finish(clrt *rt);
 /* Counts a wait made some other way (a blocking transfer). */

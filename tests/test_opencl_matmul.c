@@ -94,6 +94,25 @@ TEST(opencl_matmul, grouped_rows_and_the_fixture_projections)
     }
 }
 
+/* CPU devices walk the prefill tiles of long rows panel by panel (matmul.cl,
+ * tile_ids: 384 KiB of rows per panel, 32 rows a work-group): rows of
+ * 8192 Q8_0 weights make one work-group a panel, rows of 4096 two, so 96
+ * rows (three work-groups) end in a partial panel; 20 tokens are four
+ * token blocks. Every tile must still be computed exactly once. */
+TEST(opencl_matmul, prefill_tiles_of_long_rows_walked_in_panels)
+{
+    for (size_t s = 0; s < 2; s++) {
+        oclt *f = open_with(NULL, shapes[s], 0);
+        const int lens[] = { 8192, 4096, 1024 };
+        for (int i = 0; i < 3; i++) {
+            const ds4_tensor *W = oclt_tensor(f, GGML_TYPE_Q8_0, lens[i], 96, 1, 0.3f);
+            check_matmul(f, W, 20, 1);
+            check_matmul(f, W, 67, 1);
+        }
+        oclt_close(f);
+    }
+}
+
 TEST(opencl_matmul, weights_split_over_several_buffers)
 {
     for (size_t s = 0; s < 2; s++) {

@@ -806,6 +806,30 @@ INL float group_sum(float v, __local float *part)
     const __global uchar *W, ulong W_off, ulong row_bytes, int n, int p_lo, int p_hi, int rpg, int g_lo, int n_g, \
         const __global float *x, ulong x_off, ulong xs, __global float *y, ulong y_off, ulong ys, int T
 
+/* CPU devices run work-groups one after another in the order of their
+ * linear id, row blocks fastest. Walked that way every token block streams
+ * the whole matrix again, from memory once the matrix outgrows the last
+ * level cache (attn_q_b, attn_output_b: 36 MB). So the ids are renumbered
+ * into panels of work-groups whose rows fit in a core's L2 with room for
+ * the x tile, each panel running all of its token blocks before the next:
+ * the weights come from memory once and from L2 after that. Which
+ * work-item computes a tile changes nothing in its arithmetic. */
+#define TILE_PANEL_BYTES (384 * 1024)
+INL void tile_ids(const int RB, ulong row_bytes, int *rb, int *tb)
+{
+    const int NGX = get_num_groups(0), NGY = get_num_groups(1), LX = get_local_size(0);
+    if (!CLRT_CPU || NGY == 1) {
+        *rb = get_global_id(0);
+        *tb = get_global_id(1);
+        return;
+    }
+    const int pg = clamp((int)(TILE_PANEL_BYTES / ((ulong)LX * RB * row_bytes)), 1, NGX);
+    const int L = get_group_id(0) + get_group_id(1) * NGX;
+    const int base = L / (pg * NGY) * pg, w = min(pg, NGX - base), within = L - base * NGY;
+    *rb = (base + within % w) * LX + get_local_id(0);
+    *tb = within / w;
+}
+
 INL void mm_tile(const int type, const int RB, const int TB, const __global uchar *W, ulong row_bytes, int n,
                     int p_lo, int p_hi, int rpg, int g_lo, int n_g, const __global float *x, ulong xs,
                     __global float *y, ulong ys, int T)
@@ -813,7 +837,9 @@ INL void mm_tile(const int type, const int RB, const int TB, const __global ucha
     if ((int)get_global_id(2) >= n_g) return;
     int g = g_lo + (int)get_global_id(2);
     int lo = max(g * rpg, p_lo), hi = min(g * rpg + rpg, p_hi);
-    int r0 = g * rpg + (int)get_global_id(0) * RB, tb0 = (int)get_global_id(1) * TB;
+    int rbi, tbi;
+    tile_ids(RB, row_bytes, &rbi, &tbi);
+    int r0 = g * rpg + rbi * RB, tb0 = tbi * TB;
     if (r0 >= hi || r0 + RB <= lo || tb0 >= T) return;
     const __global uchar *w[MAX_RB];
     const __global float *xt[MAX_TB];
