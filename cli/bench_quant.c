@@ -157,19 +157,50 @@ static void usage(void)
           stderr);
 }
 
-double bench_read_ceiling_gbps(size_t bytes, int threads)
+struct bench_read_probe {
+    uint8_t *buf;
+    size_t bytes;
+};
+
+bench_read_probe *bench_read_probe_open(size_t bytes)
 {
-    uint8_t *buf = malloc(bytes);
-    if (!buf) return 0.0;
-    memset(buf, 1, bytes);
-    job proto = { .w = buf };
+    bench_read_probe *p = malloc(sizeof *p);
+    if (!p) return NULL;
+    p->buf = malloc(bytes);
+    if (!p->buf) {
+        free(p);
+        return NULL;
+    }
+    memset(p->buf, 1, bytes);
+    p->bytes = bytes;
+    return p;
+}
+
+double bench_read_probe_gbps(bench_read_probe *p, int threads, int reps)
+{
+    if (!p) return 0.0;
+    job proto = { .w = p->buf };
     double best = 1e30;
-    for (int r = 0; r < 3; r++) {
-        double s = run_split(run_read, &proto, (int64_t)bytes, threads, 64);
+    for (int r = 0; r < reps; r++) {
+        double s = run_split(run_read, &proto, (int64_t)p->bytes, threads, 64);
         if (s < best) best = s;
     }
-    free(buf);
-    return (double)bytes / best / 1e9;
+    return (double)p->bytes / best / 1e9;
+}
+
+void bench_read_probe_close(bench_read_probe *p)
+{
+    if (!p) return;
+    free(p->buf);
+    free(p);
+}
+
+double bench_read_ceiling_gbps(size_t bytes, int threads)
+{
+    bench_read_probe *p = bench_read_probe_open(bytes);
+    double gbps = bench_read_probe_gbps(p, threads, 3);
+    bench_read_probe_close(p);
+    return gbps;
 }
 
 int bench_quant(int argc, char **argv)

@@ -10,7 +10,8 @@
  * except the embedding table (one row) and the routed experts (only the
  * used ones of each layer); decode_gbps is that at decode_tps, next to
  * ceiling_gbps, a streaming read of memory (twice the bytes of a decode
- * step, 256 MiB to 1 GiB) measured in the same process.
+ * step, 256 MiB to 1 GiB) measured in the same process right before and
+ * right after the decode steps of that row, the higher reading.
  * kv_bytes is the session state at the frontier.
  *
  * Prefill is compute bound: prefill_gflops counts the arithmetic of the
@@ -246,6 +247,7 @@ int bench_speed_main(int argc, char **argv)
     int rc = 1;
     ds4_tokens base = { 0 }, ids = { 0 };
     ds4_session *s = NULL;
+    bench_read_probe *probe = NULL;
     const ds4_tokenizer *tok = ds4_engine_tokenizer(e);
     ds4_tokenize(tok, text, text_len, &base);
     if (!base.n) {
@@ -266,8 +268,12 @@ int bench_speed_main(int argc, char **argv)
     int threads = o.threads > 0 ? o.threads : tp_cpu_count();
     uint64_t wbytes = e->model ? decode_weight_bytes(e->model) : info.weights_bytes;
     /* well past the caches, up to 1 GiB */
-    uint64_t probe = 2 * wbytes < (256u << 20) ? (256u << 20) : 2 * wbytes > (1u << 30) ? (1u << 30) : 2 * wbytes;
-    double ceiling = bench_read_ceiling_gbps((size_t)probe, threads);
+    uint64_t probe_bytes = 2 * wbytes < (256u << 20) ? (256u << 20) : 2 * wbytes > (1u << 30) ? (1u << 30) : 2 * wbytes;
+    probe = bench_read_probe_open((size_t)probe_bytes);
+    if (!probe) {
+        fprintf(stderr, "ds4cl-bench: no memory for the %llu-byte read probe\n", (unsigned long long)probe_bytes);
+        goto out;
+    }
     double peak = o.backend == DS4_BACKEND_OPENCL ? bench_cl_fma_gflops(NULL) : bench_host_fma_gflops(threads);
     fprintf(stderr, "ds4cl-bench: %s on %s, %.2f GB read per decode token, %.2f GFLOP per prefill token\n",
             info.name, info.device_name, (double)wbytes / 1e9, e->model ? 2 * token_macs(e->model) / 1e9 : 0.0);
@@ -286,12 +292,17 @@ int bench_speed_main(int argc, char **argv)
         if (o.cl_profile && print_profile(e, "prefill", f, prefill_s * 1000.0, 1) != 0) goto out;
         uint64_t kv = ds4_session_kv_bytes(s);
         uint64_t launches0 = cl_launches(e);
+        /* the ceiling is read just before and just after the decode steps,
+         * and the higher reading kept: a roof, measured at the same moment */
+        double ceiling = bench_read_probe_gbps(probe, threads, 3);
         double t1 = now_ms();
         for (long g = 0; g < o.gen; g++) {
             int32_t next = argmax(ds4_session_logits(s), info.n_vocab);
             if (ds4_session_eval(s, next, NULL, &err) != DS4_OK) goto fail;
         }
         double decode_s = (now_ms() - t1) / 1000.0;
+        double after = bench_read_probe_gbps(probe, threads, 3);
+        if (after > ceiling) ceiling = after;
         if (o.cl_profile && o.gen > 0 && print_profile(e, "decode", f, decode_s * 1000.0, o.gen) != 0) goto out;
         uint64_t launches = cl_launches(e) - launches0;
         double ptps = prefill_s > 0 ? (double)(f - prev) / prefill_s : 0;
@@ -312,6 +323,7 @@ int bench_speed_main(int argc, char **argv)
 fail:
     fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
 out:
+    bench_read_probe_close(probe);
     ds4_session_close(s);
     ds4_tokens_free(&base);
     ds4_tokens_free(&ids);
