@@ -17,9 +17,18 @@ typedef struct {
 } chain_job;
 
 /* Eight chains keep the FMA units' latency hidden; contraction is on for
- * this function only (the rest of the program never contracts). */
-__attribute__((optimize("fp-contract=fast"))) static void *chains(void *p)
+ * this function only (the rest of the program never contracts): GCC's
+ * optimize attribute, clang's fp pragma. */
+#if defined(__clang__)
+#define CONTRACT_FAST
+#else
+#define CONTRACT_FAST __attribute__((optimize("fp-contract=fast")))
+#endif
+CONTRACT_FAST static void *chains(void *p)
 {
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#endif
     chain_job *j = p;
     const float a = 0.9999999f, b = 1e-7f;
     v16 x0 = { 0 }, x1 = x0 + 1e-3f, x2 = x0 + 2e-3f, x3 = x0 + 3e-3f;
