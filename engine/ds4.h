@@ -177,7 +177,9 @@ typedef enum {
 typedef struct {
     /* Progress of a sync: tokens computed so far out of those to compute. */
     void (*progress)(void *ud, int done, int total, double tokens_per_s);
-    /* Polled at every chunk and token boundary; true stops the work. */
+    /* Polled at every chunk and token boundary and between the layers of
+     * a prefill chunk, once the work before it is done (a backend that
+     * queues work waits for it first); true stops the work. */
     bool (*cancel)(void *ud);
     void *ud;
 } ds4_callbacks;

@@ -201,6 +201,19 @@ static int ffn_block(run *r, int l, int64_t pos0, int T)
 
 static bool cancelled(const ds4_callbacks *cb) { return cb && cb->cancel && cb->cancel(cb->ud); }
 
+/* A backend that queues its work returns from a chunk's ops long before
+ * the device has done them. A prefill that can be cancelled or reports
+ * progress therefore waits for each layer: a cancel then stops the device
+ * within a layer instead of after every queued chunk, and the progress
+ * shown is work done. One wait per layer of a prefill chunk is noise next
+ * to the layer; decode steps (T = 1) keep their single wait, for the
+ * logits. */
+static int settle(run *r, int T, const ds4_callbacks *cb)
+{
+    if (T < 2 || !cb || !(cb->cancel || cb->progress) || !r->o->finish) return 0;
+    return r->o->finish(r->c);
+}
+
 /* 0 done, 1 cancelled part-way (state unchanged), -1 error. */
 static int run_chunk(run *r, const int32_t *tok, int64_t pos0, int T, const ds4_callbacks *cb)
 {
@@ -213,9 +226,13 @@ static int run_chunk(run *r, const int32_t *tok, int64_t pos0, int T, const ds4_
     OP(r->o->embed(r->c, &st->f->m->token_embd, a->tokens, T, a->S[st->s_cur]));
     TRACE("embd", -1, a->S[st->s_cur], pos0, T, hp->n_embd * hp->n_hc);
     for (int l = 0; l < hp->n_layer; l++) {
-        if (l > 0 && cancelled(cb)) return 1;
+        if (l > 0) {
+            OP(settle(r, T, cb));
+            if (cancelled(cb)) return 1;
+        }
         if (attention_block(r, l, pos0, T) || ffn_block(r, l, pos0, T)) return -1;
     }
+    OP(settle(r, T, cb));
     size_t hc = (size_t)hp->hc_dim * 4;
     OP(r->o->copy(r->c, a->s_last, 0, a->S[st->s_cur], (size_t)(T - 1) * hc, hc));
     st->has_last = true;

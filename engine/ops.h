@@ -117,6 +117,9 @@ typedef struct ds4_ops {
     int (*write)(void *ctx, ds4_buf *dst, size_t offset, const void *src, size_t bytes);
     int (*read)(void *ctx, ds4_buf *src, size_t offset, void *dst, size_t bytes);
     int (*copy)(void *ctx, ds4_buf *dst, size_t dst_offset, ds4_buf *src, size_t src_offset, size_t bytes);
+    /* Waits until all queued work is done. NULL on a backend whose ops
+     * finish before they return. */
+    int (*finish)(void *ctx);
 
     /* ---- embedding and hyper-connections (§5, §6, §9) ---------------------
      *

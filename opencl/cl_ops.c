@@ -435,6 +435,13 @@ static int cl_read(void *ctx, ds4_buf *src, size_t off, void *dst, size_t n)
     return rc == CL_SUCCESS ? 0 : clrt_fail_cl(c->rt, rc, "reading an OpenCL buffer (or work queued before it)");
 }
 
+static int cl_finish(void *ctx)
+{
+    clo_ctx *c = ctx;
+    clrt_count_wait(c->rt);
+    return clrt_finish(c->rt);
+}
+
 static int cl_copy(void *ctx, ds4_buf *dst, size_t doff, ds4_buf *src, size_t soff, size_t n)
 {
     clo_ctx *c = ctx;
@@ -466,6 +473,7 @@ const ds4_ops cl_ops = {
     .release = cl_release,
     .write = cl_write,
     .read = cl_read,
+    .finish = cl_finish,
     .copy = cl_copy,
     .embed = clo_embed,
     .hc_pre = clo_hc_pre,

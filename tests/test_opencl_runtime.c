@@ -406,3 +406,82 @@ TEST(opencl_runtime, no_platform_is_a_clear_error)
     CHECK_CONTAINS(out, "no OpenCL platform found");
     CHECK_CONTAINS(out, "--backend cpu");
 }
+
+/* The device queues a prefill chunk's work faster than it does it. A
+ * prefill that can be cancelled waits for each layer before it asks, so
+ * that the cancel stops the device within a layer, and progress counts
+ * work done: at every poll after the first, and at every progress report,
+ * the host has waited since. A decode step keeps its single wait. */
+typedef struct {
+    clrt *rt;
+    int calls, stop_at, unsettled, reports;
+    uint64_t last_waits;
+} settle_probe;
+
+static void probe_seen(settle_probe *p)
+{
+    clrt_stats s = clrt_get_stats(p->rt);
+    if (p->calls + p->reports > 0 && s.waits == p->last_waits) p->unsettled++;
+    p->last_waits = s.waits;
+}
+
+static bool probe_cancel(void *ud)
+{
+    settle_probe *p = ud;
+    probe_seen(p);
+    return ++p->calls == p->stop_at;
+}
+
+static void probe_progress(void *ud, int done, int total, double tps)
+{
+    (void)done, (void)total, (void)tps;
+    settle_probe *p = ud;
+    probe_seen(p);
+    p->reports++;
+}
+
+TEST(opencl_runtime, a_cancelled_prefill_stops_the_device_within_a_layer)
+{
+    oclt_require_device();
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.seed = 6;
+    ds4_error err = { "" };
+    const char *path = test_tmp_path("tiny.gguf");
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .quant_sim = DS4_QSIM_NONE };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    clrt *rt = cl_ops_runtime(fwd_ops_ctx(fwd_of(e)));
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, 400, e->n_vocab, 33);
+    ds4_session *a = ds4_session_open(e, 512, &err), *b = ds4_session_open(e, 512, &err);
+    CHECK_MSG(a && b, "%s", err.msg);
+
+    settle_probe p = { .rt = rt };
+    ds4_callbacks cb = { probe_progress, probe_cancel, &p };
+    CHECK_EQ_INT(ds4_session_sync(a, ids.ids, 37, &cb, &err), DS4_OK);
+    CHECK(p.calls >= s.n_layer);
+    CHECK(p.reports >= 1);
+    CHECK_EQ_INT(p.unsettled, 0);
+    /* stopped at the second layer of the next chunk: the chunk is dropped */
+    p = (settle_probe){ .rt = rt, .stop_at = 3 };
+    CHECK_EQ_INT(ds4_session_sync(a, ids.ids, ids.n, &cb, &err), DS4_INTERRUPTED);
+    CHECK_EQ_INT(p.calls, 3);
+    CHECK_EQ_INT(p.unsettled, 0);
+    CHECK_EQ_INT((int)ds4_session_n_tokens(a), 37);
+    /* and goes on from there to the same logits as a session never stopped */
+    CHECK_EQ_INT(ds4_session_sync(a, ids.ids, ids.n, NULL, &err), DS4_OK);
+    CHECK_EQ_INT(ds4_session_sync(b, ids.ids, 37, NULL, &err), DS4_OK);
+    CHECK_EQ_INT(ds4_session_sync(b, ids.ids, ids.n, NULL, &err), DS4_OK);
+    CHECK(memcmp(ds4_session_logits(a), ds4_session_logits(b), (size_t)e->n_vocab * sizeof(float)) == 0);
+    /* a decode step with callbacks still waits once */
+    clrt_stats before = clrt_get_stats(rt);
+    p = (settle_probe){ .rt = rt };
+    CHECK_EQ_INT(ds4_session_eval(a, ids.ids[0], &cb, &err), DS4_OK);
+    CHECK_EQ_INT(clrt_get_stats(rt).waits - before.waits, 1);
+    ds4_tokens_free(&ids);
+    ds4_session_close(a);
+    ds4_session_close(b);
+    ds4_engine_close(e);
+}
