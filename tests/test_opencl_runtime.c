@@ -333,6 +333,23 @@ TEST(opencl_runtime, model_info_on_the_backend)
     free(d);
 }
 
+/* A generated tiny model (seed) on the OpenCL device, exact numerics. */
+static ds4_engine *tiny_opencl_engine(uint64_t seed, int *n_layer)
+{
+    oclt_require_device();
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.seed = seed;
+    ds4_error err = { "" };
+    const char *path = test_tmp_path(test_printf("tiny-%llu.gguf", (unsigned long long)seed));
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .quant_sim = DS4_QSIM_NONE };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    if (n_layer) *n_layer = s.n_layer;
+    return e;
+}
+
 /* The memory planner sizes a session by ds4_session_bytes_estimate: the
  * device memory a session really takes (its buffers and the context's
  * scratch, at their peak) must stay within it, with the indexer ranking
@@ -343,16 +360,8 @@ TEST(opencl_runtime, model_info_on_the_backend)
  * the programs were all built when the engine opened. */
 TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
 {
-    oclt_require_device();
-    mk_spec s;
-    mk_spec_tiny(&s);
-    s.seed = 4;
+    ds4_engine *e = tiny_opencl_engine(4, NULL);
     ds4_error err = { "" };
-    const char *path = test_tmp_path("tiny.gguf");
-    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
-    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .quant_sim = DS4_QSIM_NONE };
-    ds4_engine *e = ds4_engine_open(&o, &err);
-    CHECK_MSG(e != NULL, "%s", err.msg);
     void *ctx = fwd_ops_ctx(fwd_of(e));
     clrt *rt = cl_ops_runtime(ctx);
     /* every program is ready once the engine is open: none is built later */
@@ -442,16 +451,9 @@ static void probe_progress(void *ud, int done, int total, double tps)
 
 TEST(opencl_runtime, a_cancelled_prefill_stops_the_device_within_a_layer)
 {
-    oclt_require_device();
-    mk_spec s;
-    mk_spec_tiny(&s);
-    s.seed = 6;
+    int n_layer = 0;
+    ds4_engine *e = tiny_opencl_engine(6, &n_layer);
     ds4_error err = { "" };
-    const char *path = test_tmp_path("tiny.gguf");
-    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
-    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .quant_sim = DS4_QSIM_NONE };
-    ds4_engine *e = ds4_engine_open(&o, &err);
-    CHECK_MSG(e != NULL, "%s", err.msg);
     clrt *rt = cl_ops_runtime(fwd_ops_ctx(fwd_of(e)));
     ds4_tokens ids = { 0 };
     fwd_random_ids(&ids, 400, e->n_vocab, 33);
@@ -461,7 +463,7 @@ TEST(opencl_runtime, a_cancelled_prefill_stops_the_device_within_a_layer)
     settle_probe p = { .rt = rt };
     ds4_callbacks cb = { probe_progress, probe_cancel, &p };
     CHECK_EQ_INT(ds4_session_sync(a, ids.ids, 37, &cb, &err), DS4_OK);
-    CHECK(p.calls >= s.n_layer);
+    CHECK(p.calls >= n_layer);
     CHECK(p.reports >= 1);
     CHECK_EQ_INT(p.unsettled, 0);
     /* stopped at the second layer of the next chunk: the chunk is dropped */
