@@ -42,12 +42,5 @@ const ds4_backend_ops ds4_backend_cpu = {
     .close = cpu_close,
     .describe = cpu_describe,
     .session_bytes = cpu_session_bytes,
-    .state_new = fwd_backend_state_new,
-    .state_free = fwd_backend_state_free,
-    .eval = fwd_backend_eval,
-    .rewind = fwd_backend_rewind,
-    .reset = fwd_backend_reset,
-    .kv_bytes = fwd_backend_kv_bytes,
-    .save = fwd_backend_save,
-    .load = fwd_backend_load,
+    FWD_BACKEND_SESSION_OPS,
 };
