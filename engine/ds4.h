@@ -195,11 +195,12 @@ void ds4_session_close(ds4_session *s);
  * ds4_session_n_tokens). cb may be NULL. */
 ds4_status ds4_session_sync(ds4_session *s, const int32_t *ids, size_t n,
                             const ds4_callbacks *cb, ds4_error *err);
-/* The same, but where the state cannot be rolled back to the common prefix
- * (an engine rewinds only a short way cheaply) it goes on from the
- * snapshot base (ds4_session_snapshot) rather than from nothing, when the
- * tokens base holds begin ids and are fewer than n. A base that does not
- * load or fit is ignored. base may be NULL. */
+/* The same, going on from the snapshot base (ds4_session_snapshot) when
+ * the tokens it holds begin ids, are fewer than n, and are more than the
+ * session shares with ids (an empty session included: a cached prompt),
+ * or when the state cannot be rolled back to the common prefix (an engine
+ * rewinds only a short way cheaply) rather than from nothing. A base that
+ * does not load, fit or match is ignored. base may be NULL. */
 ds4_status ds4_session_sync_from(ds4_session *s, const int32_t *ids, size_t n, const void *base, size_t base_len,
                                  const ds4_callbacks *cb, ds4_error *err);
 

@@ -72,6 +72,8 @@ static size_t start_from_base(ds4_session *s, const int32_t *ids, size_t n, cons
     return 0;
 }
 
+static size_t snapshot_tokens_begin(const void *base, size_t base_len, const int32_t *ids, size_t n);
+
 ds4_status ds4_session_sync(ds4_session *s, const int32_t *ids, size_t n,
                             const ds4_callbacks *cb, ds4_error *err)
 {
@@ -103,6 +105,13 @@ ds4_status ds4_session_sync_from(ds4_session *s, const int32_t *ids, size_t n, c
     /* The logits of the last token must be recomputed when the new prefix
      * ends inside (or exactly at the end of) the cached one without them. */
     if (keep == n) keep = n - 1;
+    /* A base further along than what the session shares with ids (an
+     * empty session: a cached system prompt) saves reading its tokens. A
+     * restore that fails leaves the session as it was. */
+    if (base && snapshot_tokens_begin(base, base_len, ids, n) > keep) {
+        ds4_error ignored = { "" };
+        if (ds4_session_restore(s, base, base_len, &ignored) == 0) keep = s->toks.n;
+    }
     if (keep < s->toks.n) {
         if (!s->e->ops->rewind || s->e->ops->rewind(s->st, keep) != 0)
             keep = start_from_base(s, ids, n, base, base_len);
@@ -248,6 +257,19 @@ int ds4_session_snapshot(const ds4_session *s, void **buf, size_t *len, ds4_erro
     *buf = out;
     *len = total;
     return 0;
+}
+
+/* How many tokens the snapshot base holds when they begin ids and are
+ * fewer than n, judged from its header alone (restore checks the rest);
+ * else 0. */
+static size_t snapshot_tokens_begin(const void *base, size_t base_len, const int32_t *ids, size_t n)
+{
+    const unsigned char *p = base;
+    if (base_len < SNAP_HEADER || memcmp(p, SNAP_MAGIC, 8) != 0 || get_u32(p + 52) != crc32_update(0, p, 52))
+        return 0;
+    uint64_t n_tokens = get_u64(p + 32);
+    if (n_tokens == 0 || n_tokens >= n || n_tokens > (base_len - SNAP_HEADER) / sizeof(int32_t)) return 0;
+    return memcmp(p + SNAP_HEADER, ids, (size_t)n_tokens * sizeof(int32_t)) ? 0 : (size_t)n_tokens;
 }
 
 int ds4_session_restore(ds4_session *s, const void *buf, size_t len, ds4_error *err)

@@ -270,6 +270,50 @@ TEST(session_rewind, far_rewind_goes_on_from_a_base_snapshot)
     ds4_engine_close(e);
 }
 
+/* An empty session, or one that shares less with the tokens than a base
+ * holds (a cached prompt), goes on from the base: it prefills only the
+ * tokens after it, exactly. A damaged base is ignored. */
+TEST(session_rewind, empty_session_goes_on_from_a_base_snapshot)
+{
+    ds4_engine *e = fwd_test_engine(DS4_QSIM_FULL, 1);
+    fwd_set_chunk(fwd_of(e), 32);
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, 150, V, 41);
+    ds4_session *s = open_session(e, 400);
+    sync_ok(s, &ids, 100);
+    void *base;
+    size_t base_len;
+    ds4_error err = { "" };
+    CHECK_MSG(ds4_session_snapshot(s, &base, &base_len, &err) == 0, "%s", err.msg);
+    ds4_session_close(s);
+    float *plain = test_alloc(V * 4);
+    fwd_logits_after(e, 400, 0, ids.ids, ids.n, plain);
+
+    s = open_session(e, 400);
+    CHECK_EQ_INT(ds4_session_sync_from(s, ids.ids, ids.n, base, base_len, NULL, &err), DS4_OK);
+    CHECK_EQ_INT(ds4_session_last_prefilled(s), 50);
+    CHECK(memcmp(ds4_session_logits(s), plain, V * 4) == 0);
+    /* a session holding fewer of the tokens than the base */
+    sync_ok(s, &ids, 10);
+    CHECK_EQ_INT(ds4_session_sync_from(s, ids.ids, ids.n, base, base_len, NULL, &err), DS4_OK);
+    CHECK_EQ_INT(ds4_session_last_prefilled(s), 50);
+    CHECK(memcmp(ds4_session_logits(s), plain, V * 4) == 0);
+    ds4_session_close(s);
+
+    /* damaged payload: the whole prompt is read, still exact */
+    unsigned char *bad = test_alloc(base_len);
+    memcpy(bad, base, base_len);
+    bad[base_len - 1] ^= 0x5a;
+    s = open_session(e, 400);
+    CHECK_EQ_INT(ds4_session_sync_from(s, ids.ids, ids.n, bad, base_len, NULL, &err), DS4_OK);
+    CHECK_EQ_INT(ds4_session_last_prefilled(s), 150);
+    CHECK(memcmp(ds4_session_logits(s), plain, V * 4) == 0);
+    ds4_session_close(s);
+    free(base);
+    ds4_tokens_free(&ids);
+    ds4_engine_close(e);
+}
+
 typedef struct {
     int polls, stop_after, progress_calls, last_done;
 } cancel_ctx;
