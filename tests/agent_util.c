@@ -23,6 +23,34 @@ const char *agent_test_model(void)
     return p;
 }
 
+ds4_engine *tiny_cpu_engine(void)
+{
+    ds4_engine_options o = { .model_path = agent_test_model(), .backend = DS4_BACKEND_CPU };
+    ds4_error err = { "" };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    if (!e && strstr(err.msg, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    return e;
+}
+
+int tiny_engine_ms(int ms)
+{
+    const char *variant = getenv("DS4CL_VARIANT");
+    return variant && strcmp(variant, "rel") != 0 ? ms * 8 : ms;
+}
+
+bool traced_prefill(const char *trace, const char *label, size_t *transcript, size_t *prefilled)
+{
+    const char *key = test_printf("prefill label=%s transcript=", label), *at = NULL;
+    for (const char *p = trace; (p = strstr(p, key)) != NULL; p++) at = p;
+    if (!at) return false;
+    *transcript = strtoull(at + strlen(key), NULL, 10);
+    const char *done = strstr(at, "prefill sync done rc=0 prefilled=");
+    if (!done) return false;
+    *prefilled = strtoull(done + strlen("prefill sync done rc=0 prefilled="), NULL, 10);
+    return true;
+}
+
 char *script_line(const char *reply, const char *extra)
 {
     struct json_object *s = json_object_new_string(reply);

@@ -33,6 +33,14 @@ ds4_engine *script_engine(const char *script_path);
 extern const agent_tools fake_tools;
 int fake_sleep_cancelled(void); /* sleeps that ended by cancellation */
 
+/* The CPU engine on the golden tiny model (skips when it is not built). */
+ds4_engine *tiny_cpu_engine(void);
+/* A wait on the real engine: sanitizer builds run it many times slower. */
+int tiny_engine_ms(int ms);
+/* From an agent trace: the last sync labelled label, its transcript length
+ * and the tokens it prefilled. */
+bool traced_prefill(const char *trace, const char *label, size_t *transcript, size_t *prefilled);
+
 /* A config over engine with the fake tools, no date note, thinking on. */
 agent_config test_config(ds4_engine *e, int n_ctx);
 agent *test_agent(const agent_config *cfg); /* fails the test on error */

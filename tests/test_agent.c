@@ -1502,26 +1502,9 @@ TEST(agent, compaction_tells_the_model_about_running_jobs)
 
 /* ---- the agent on the real CPU engine (tiny model, random weights) ---------------------- */
 
-static ds4_engine *cpu_engine(void)
-{
-    ds4_engine_options o = { .model_path = agent_test_model(), .backend = DS4_BACKEND_CPU };
-    ds4_error err = { "" };
-    ds4_engine *e = ds4_engine_open(&o, &err);
-    if (!e && strstr(err.msg, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
-    CHECK_MSG(e != NULL, "%s", err.msg);
-    return e;
-}
-
-/* Waits on the real engine: sanitizer builds run it many times slower. */
-static int engine_ms(int ms)
-{
-    const char *variant = getenv("DS4CL_VARIANT");
-    return variant && strcmp(variant, "rel") != 0 ? ms * 8 : ms;
-}
-
 TEST(agent, tiny_model_interrupts_prefill_and_generation)
 {
-    ds4_engine *e = cpu_engine();
+    ds4_engine *e = tiny_cpu_engine();
     agent_config cfg = test_config(e, 16384);
     cfg.think = DS4_THINK_NONE;
     cfg.sampling.temperature = 1.0f;
@@ -1532,7 +1515,7 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
     cfg.persist = &hooks;
     agent *a = test_agent(&cfg);
     ev_log log = { 0 };
-    wait_idle(a, &log, engine_ms(120000));
+    wait_idle(a, &log, tiny_engine_ms(120000));
     agent_status st;
 
     /* prefill: a long message, stopped while the engine reads it */
@@ -1544,14 +1527,14 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
         usleep(1000);
         agent_get_status(a, &st);
     } while (!(st.state == AGENT_PREFILL && st.prefill_done > 0) && st.state != AGENT_IDLE &&
-             test_now_ms() - t0 < engine_ms(60000));
+             test_now_ms() - t0 < tiny_engine_ms(60000));
     CHECK_MSG(st.state == AGENT_PREFILL && st.prefill_done < st.prefill_total, "state %s, %d of %d read",
               agent_state_name(st.state), st.prefill_done, st.prefill_total);
     test_mark mark;
     test_mark_now(&mark);
     log.mark = &mark;
     agent_interrupt(a);
-    run_to_end(a, &log, engine_ms(60000), NULL, NULL);
+    run_to_end(a, &log, tiny_engine_ms(60000), NULL, NULL);
     double prefill_reaction = log.reaction_ms, prefill_waited = log.waited_ms;
     CHECK_STR_EQ(log.end, AGENT_END_INTERRUPTED);
     agent_get_status(a, &st);
@@ -1567,7 +1550,7 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
         log.mark = NULL;
         int users = rec.users;
         CHECK_EQ_INT(agent_submit(a, "Say something long."), 0);
-        wait_state(a, AGENT_GENERATING, engine_ms(60000));
+        wait_state(a, AGENT_GENERATING, tiny_engine_ms(60000));
         do {
             usleep(1000);
             agent_get_status(a, &st);
@@ -1576,7 +1559,7 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
         test_mark_now(&mark);
         log.mark = &mark;
         if (generating) agent_interrupt(a);
-        run_to_end(a, &log, engine_ms(60000), NULL, NULL);
+        run_to_end(a, &log, tiny_engine_ms(60000), NULL, NULL);
         agent_get_status(a, &st);
         CHECK(rec.users == users + 1 && users < 8);
         if (attempt == 0) /* the rest of the long message, the EOS closing it, this turn, its prefix */
@@ -1609,7 +1592,7 @@ TEST(agent, tiny_model_interrupts_prefill_and_generation)
 
 TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
 {
-    ds4_engine *e = cpu_engine();
+    ds4_engine *e = tiny_cpu_engine();
     agent_config cfg = test_config(e, 16384);
     cfg.think = DS4_THINK_NONE;
     cfg.max_tokens = 8;
@@ -1618,7 +1601,7 @@ TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
     cfg.persist = &hooks;
     agent *a = test_agent(&cfg);
     ev_log log = { 0 };
-    wait_idle(a, &log, engine_ms(120000));
+    wait_idle(a, &log, tiny_engine_ms(120000));
     run_turn(a, "Remember the number 7.", &log);
     agent_status st;
     agent_get_status(a, &st);
@@ -1630,11 +1613,11 @@ TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
     do {
         usleep(500);
         agent_get_status(a, &st);
-    } while (!(st.state == AGENT_PREFILL && st.prefill_done >= 500) && test_now_ms() - t0 < engine_ms(60000));
+    } while (!(st.state == AGENT_PREFILL && st.prefill_done >= 500) && test_now_ms() - t0 < tiny_engine_ms(60000));
     CHECK_MSG(st.state == AGENT_PREFILL && st.prefill_done < st.prefill_total, "state %s, %d of %d",
               agent_state_name(st.state), st.prefill_done, st.prefill_total);
     agent_interrupt(a);
-    wait_idle(a, &log, engine_ms(60000));
+    wait_idle(a, &log, tiny_engine_ms(60000));
     CHECK_CONTAINS(sb_str(&log.notices), "Compaction interrupted; keeping the previous conversation.");
     agent_get_status(a, &st);
     CHECK_EQ_INT(st.ctx_used, used);
@@ -1653,25 +1636,13 @@ TEST(agent, tiny_model_interrupted_compaction_keeps_the_kv_state)
 
 /* The last "prefill label=LABEL …" of a trace and the count the sync
  * after it really computed; false when there is none. */
-static bool traced_prefill(const char *trace, const char *label, size_t *transcript, size_t *prefilled)
-{
-    const char *key = test_printf("prefill label=%s transcript=", label), *at = NULL;
-    for (const char *p = trace; (p = strstr(p, key)) != NULL; p++) at = p;
-    if (!at) return false;
-    *transcript = strtoull(at + strlen(key), NULL, 10);
-    const char *done = strstr(at, "prefill sync done rc=0 prefilled=");
-    if (!done) return false;
-    *prefilled = strtoull(done + strlen("prefill sync done rc=0 prefilled="), NULL, 10);
-    return true;
-}
-
 /* A compaction rebuilds the transcript on the same system prompt; the
  * engine goes on from its state there instead of reading it again, even
  * though the conversation it had read goes far beyond what the real
  * engine can rewind. */
 TEST(agent, tiny_model_compaction_reads_only_the_summary_and_the_tail)
 {
-    ds4_engine *e = cpu_engine();
+    ds4_engine *e = tiny_cpu_engine();
     agent_config cfg = test_config(e, 16384);
     cfg.think = DS4_THINK_NONE;
     cfg.max_tokens = 8;
@@ -1682,14 +1653,14 @@ TEST(agent, tiny_model_compaction_reads_only_the_summary_and_the_tail)
     CHECK_MSG(agent_system_prompt(&cfg, &sys, &err) == 0, "%s", err.msg);
     agent *a = test_agent(&cfg);
     ev_log log = { 0 };
-    wait_idle(a, &log, engine_ms(120000));
+    wait_idle(a, &log, tiny_engine_ms(120000));
     /* a turn longer than the engine's cheap rewind */
     strbuf big = { 0 };
     sb_puts(&big, "Remember these words:");
     for (int i = 0; i < 400; i++) sb_printf(&big, " w%d", i);
     log.ended = false;
     CHECK_EQ_INT(agent_submit(a, sb_str(&big)), 0);
-    run_to_end(a, &log, engine_ms(60000), NULL, NULL);
+    run_to_end(a, &log, tiny_engine_ms(60000), NULL, NULL);
     log.ended = false;
     agent_request(a, AGENT_REQ_COMPACT);
     agent_status st;
@@ -1698,7 +1669,7 @@ TEST(agent, tiny_model_compaction_reads_only_the_summary_and_the_tail)
         usleep(1000);
         agent_get_status(a, &st);
     } while (st.state == AGENT_IDLE && st.compactions == 0 && test_now_ms() - t0 < 5000);
-    wait_idle(a, &log, engine_ms(120000));
+    wait_idle(a, &log, tiny_engine_ms(120000));
     agent_get_status(a, &st);
     CHECK_MSG(st.compactions == 1, "not compacted: %s %s", sb_str(&log.notices), sb_str(&log.errors));
     agent_stop(a);
