@@ -693,6 +693,13 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         agent_render_system(a, &sys);
         a->sys_len = rs->system_len ? rs->system_len : sys.n <= rs->n_tokens ? sys.n : 0;
         ds4_tokens_free(&sys);
+        if (a->sys_len && rs->system_snapshot && rs->system_snapshot_len <= SYS_SNAPSHOT_MAX) {
+            a->sys_snap = malloc(rs->system_snapshot_len);
+            if (!a->sys_snap) abort();
+            memcpy(a->sys_snap, rs->system_snapshot, rs->system_snapshot_len);
+            a->sys_snap_len = rs->system_snapshot_len;
+            ds4_tokens_append(&a->sys_snap_tx, a->tx.ids, a->sys_len);
+        }
         /* Only a system prompt (a cached one): a fresh session that skips
          * reading it, so it starts like one. */
         bool fresh = rs->system_len && rs->system_len == rs->n_tokens;

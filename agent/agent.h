@@ -166,6 +166,12 @@ typedef struct {
     size_t system_len;      /* how many of them are the system prompt (0 = unknown) */
     const void *snapshot;   /* ds4_session_snapshot() bytes of a prefix, or NULL */
     size_t snapshot_len;
+    /* The state right after the system prompt (e.g. a cached one), or NULL:
+     * kept (copied) so that a rebuilt conversation (compaction) goes on
+     * from there instead of reading the prompt again. The engine checks it
+     * when it is used; one that does not load is ignored. */
+    const void *system_snapshot;
+    size_t system_snapshot_len;
 } agent_resume;
 
 /* Tools for the model other than the registry (tests, embedding). */

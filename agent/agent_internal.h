@@ -34,6 +34,10 @@ typedef struct {
 
 typedef struct trace trace;
 
+/* A system prompt state kept beyond this size costs more memory than
+ * re-reading the prompt saves. */
+#define SYS_SNAPSHOT_MAX (512ull << 20)
+
 struct agent {
     /* set at start, then read-only */
     agent_config cfg;
@@ -63,7 +67,7 @@ struct agent {
     /* The session's state right after the system prompt it was taken on
      * (sys_snap_tx), so that a rebuilt transcript beginning with the same
      * prompt goes on from there (see agent_sync). */
-    void *sys_snap;
+    void *sys_snap;       /* at most SYS_SNAPSHOT_MAX bytes */
     size_t sys_snap_len;
     ds4_tokens sys_snap_tx;
     turn_rec *turns;

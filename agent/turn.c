@@ -62,9 +62,6 @@ static void add_prefill(agent_status *st, void *ud)
     st->prefill_ms += u->ms;
 }
 
-/* A state kept beyond this size costs more memory than re-reading saves. */
-#define SYS_SNAPSHOT_MAX (512ull << 20)
-
 static bool starts_with(const int32_t *tokens, size_t n, const ds4_tokens *prefix)
 {
     return prefix->n <= n && (prefix->n == 0 || !memcmp(tokens, prefix->ids, prefix->n * sizeof *tokens));

@@ -57,6 +57,8 @@ struct session {
     ds4_tokens resume_tokens;
     void *map;
     size_t map_len;
+    void *sys_map;             /* the cached system prompt beside a saved state */
+    size_t sys_map_len;
     char cache_path[PATH_MAX]; /* system prompt cache to check at the first idle; "" = none */
     char run_dir[PATH_MAX];    /* the tools' state directory when it is ours; "" = none */
     ds4_tokens cache_tokens;
@@ -105,6 +107,7 @@ static void session_free(session *s)
 {
     if (s->jfd >= 0) close(s->jfd);
     if (s->map) munmap(s->map, s->map_len);
+    if (s->sys_map) munmap(s->sys_map, s->sys_map_len);
     if (s->lock_fd >= 0) close(s->lock_fd);
     ds4_tokens_free(&s->tx);
     ds4_tokens_free(&s->sys_rec);
@@ -458,7 +461,7 @@ static bool sysprompt_path(const ds4_model_info *mi, const int32_t *ids, size_t 
 
 /* Maps a snapshot file read-only and marks it used (the budget evicts the
  * least recently used). false when absent or unreadable. */
-static bool map_snapshot(session *s, const char *path)
+static bool map_file(const char *path, void **map, size_t *map_len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return false;
@@ -468,14 +471,16 @@ static bool map_snapshot(session *s, const char *path)
         void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         ok = m != MAP_FAILED;
         if (ok) {
-            s->map = m;
-            s->map_len = (size_t)st.st_size;
+            *map = m;
+            *map_len = (size_t)st.st_size;
             (void)futimens(fd, NULL);
         }
     }
     close(fd);
     return ok;
 }
+
+static bool map_snapshot(session *s, const char *path) { return map_file(path, &s->map, &s->map_len); }
 
 int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size_t errlen)
 {
@@ -554,11 +559,23 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
                  s->tx.n);
         } else if (have && map_snapshot(s, path)) {
             own_state = s->meta.snap_file_bytes == s->map_len;
+            /* A compaction rebuilds the conversation on its system prompt:
+             * the cached state of that prompt saves reading it then. */
+            char cpath[PATH_MAX];
+            if (s->system_len && sysprompt_path(&mi, s->tx.ids, s->system_len, cpath, sizeof cpath) &&
+                map_file(cpath, &s->sys_map, &s->sys_map_len)) {
+                s->resume.system_snapshot = s->sys_map;
+                s->resume.system_snapshot_len = s->sys_map_len;
+            }
         } else {
             /* The cached system prompt still saves that much. */
             char cpath[PATH_MAX];
             bool cached = s->system_len && sysprompt_path(&mi, s->tx.ids, s->system_len, cpath, sizeof cpath) &&
                           map_snapshot(s, cpath);
+            if (cached) {
+                s->resume.system_snapshot = s->map;
+                s->resume.system_snapshot_len = s->map_len;
+            }
             note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
                  have ? " that can be read" : " (removed by the disk budget or never written)",
                  cached ? s->tx.n - s->system_len : s->tx.n);
@@ -583,6 +600,8 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
             ds4_tokens_append(&s->resume_tokens, sys.ids, sys.n);
             s->resume.tokens = s->resume_tokens.ids;
             s->resume.n_tokens = s->resume.system_len = sys.n;
+            s->resume.system_snapshot = s->map;
+            s->resume.system_snapshot_len = s->map_len;
         }
         ds4_tokens_free(&sys);
     }
@@ -613,6 +632,11 @@ void session_attach_done(session *s)
     s->map_len = 0;
     s->resume.snapshot = NULL;
     s->resume.snapshot_len = 0;
+    if (s->sys_map) munmap(s->sys_map, s->sys_map_len);
+    s->sys_map = NULL;
+    s->sys_map_len = 0;
+    s->resume.system_snapshot = NULL;
+    s->resume.system_snapshot_len = 0;
 }
 
 /* ---- hooks (the worker's thread) --------------------------------------------------------- */
