@@ -59,6 +59,7 @@ int cmd_interactive(const ds4cl_options *o)
     char serr[768] = "";
     session_request rq = { .resume = o->resume, .resume_id = o->resume_id, .continue_last = o->continue_last,
                            .session_id = o->session_id, .cwd = ws };
+    sessions_set_prompt_cache(!o->no_prompt_cache);
     session_open_status so = session_open_request(&rq, &sess, serr, sizeof serr);
     if (so == SESSION_OPEN_PICK) {
         so = pick(ws, o->no_color, &sess, serr, sizeof serr);

@@ -319,6 +319,7 @@ int cmd_prompt(const ds4cl_options *o)
     char serr[768];
     session_request rq = { .resume = o->resume, .resume_id = o->resume_id, .continue_last = o->continue_last,
                            .session_id = o->session_id, .cwd = ws };
+    sessions_set_prompt_cache(!o->no_prompt_cache);
     session_open_status so = session_open_request(&rq, &sess, serr, sizeof serr);
     bool asked = o->resume || o->continue_last || o->session_id;
     if (so == SESSION_OPEN_ERROR && !asked) {

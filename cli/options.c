@@ -20,7 +20,7 @@ enum {
     OPT_PROMPT_FILE, OPT_LIST_DEVICES, OPT_DEVICE, OPT_BACKEND, OPT_THREADS,
     OPT_ENGINE, OPT_QUANT_SIM, OPT_OUTPUT_FORMAT, OPT_TEMP, OPT_TOP_P, OPT_TOP_K,
     OPT_MIN_P, OPT_SEED, OPT_THINK, OPT_NOTHINK, OPT_THINK_MAX, OPT_YES, OPT_ALLOW,
-    OPT_RULES, OPT_NO_SANDBOX, OPT_TRACE, OPT_RESUME, OPT_CONTINUE, OPT_SESSION,
+    OPT_RULES, OPT_NO_SANDBOX, OPT_NO_PROMPT_CACHE, OPT_TRACE, OPT_RESUME, OPT_CONTINUE, OPT_SESSION,
     OPT_CDP_URL, OPT_BROWSER, OPT_SEARCH_URL, OPT_SYSTEM, OPT_DIR, OPT_TOKEN,
     OPT_NO_COLOR, OPT_MAX_TOOL_ROUNDS,
 };
@@ -62,6 +62,7 @@ static const struct option long_opts[] = {
     { "resume", no_argument, 0, OPT_RESUME },
     { "continue", no_argument, 0, OPT_CONTINUE },
     { "session", required_argument, 0, OPT_SESSION },
+    { "no-prompt-cache", no_argument, 0, OPT_NO_PROMPT_CACHE },
     { "cdp-url", required_argument, 0, OPT_CDP_URL },
     { "browser", required_argument, 0, OPT_BROWSER },
     { "search-url", required_argument, 0, OPT_SEARCH_URL },
@@ -114,6 +115,7 @@ void options_print_help(void)
 "      --resume [ID]       resume a session (default: pick from the list)\n"
 "      --continue          resume the latest session of this directory\n"
 "      --session ID        open or create the session ID\n"
+"      --no-prompt-cache   neither use nor write the cached system prompt state\n"
 "\n"
 "browser:\n"
 "      --cdp-url URL       attach to a running Chrome DevTools endpoint\n"
@@ -291,6 +293,7 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
             break;
         case OPT_CONTINUE: o->continue_last = true; break;
         case OPT_SESSION: o->session_id = optarg; break;
+        case OPT_NO_PROMPT_CACHE: o->no_prompt_cache = true; break;
         case OPT_CDP_URL: o->cdp_url = optarg; break;
         case OPT_BROWSER: o->browser_path = optarg; break;
         case OPT_SEARCH_URL: o->search_url = optarg; break;

@@ -66,6 +66,7 @@ typedef struct {
     const char *resume_id;
     bool continue_last;         /* --continue */
     const char *session_id;     /* --session ID */
+    bool no_prompt_cache;       /* --no-prompt-cache */
 
     /* browser */
     const char *cdp_url;        /* --cdp-url URL */

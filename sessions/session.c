@@ -450,8 +450,13 @@ static void sysprompt_key(const ds4_model_info *mi, const int32_t *ids, size_t n
     for (unsigned i = 0; i < 32 && i < dl; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
+static bool prompt_cache_on = true;
+
+void sessions_set_prompt_cache(bool on) { prompt_cache_on = on; }
+
 static bool sysprompt_path(const ds4_model_info *mi, const int32_t *ids, size_t n, char *buf, size_t size)
 {
+    if (!prompt_cache_on) return false;
     char dir[PATH_MAX], key[65] = "";
     if (!sysprompt_cache_dir(dir, sizeof dir)) return false;
     sysprompt_key(mi, ids, n, key);

@@ -93,6 +93,10 @@ int sessions_delete(const char *id, char *err, size_t errlen);
  * unreadable value falls back to the default (warn says so when non-NULL). */
 uint64_t sessions_budget(char *warn, size_t warnlen);
 
+/* Whether sessions read and write the cache of system prompt states
+ * (on by default). Set before the first session is attached. */
+void sessions_set_prompt_cache(bool on);
+
 /* Deletes the least recently used snapshots until they fit the budget,
  * never those of sessions open anywhere. Returns the bytes freed. */
 uint64_t sessions_enforce_budget(uint64_t budget);

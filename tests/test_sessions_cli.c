@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sessions/sessions_internal.h"
 #include "tests/sessions_util.h"
 #include "tests/test.h"
 
@@ -68,6 +69,38 @@ static size_t user_turn_tokens(const char *text)
     ds4_tokens_free(&v);
     ds4_tokenizer_free(t);
     return n;
+}
+
+/* How many system prompt states the cache holds. */
+static int cached_prompts(void)
+{
+    char cache[4096];
+    CHECK(sysprompt_cache_dir(cache, sizeof cache) != NULL);
+    char *out;
+    CHECK_EQ_INT(test_runf(&out, "ls -A '%s' | grep -c '[.]kv$' || true", cache), 0);
+    return atoi(out);
+}
+
+TEST(sessions_cli, no_prompt_cache_reads_the_system_prompt_and_writes_nothing)
+{
+    const char *lines[] = { script_line("a</think>One.", NULL), script_line("b</think>Two.", NULL),
+                            script_line("c</think>Three.", NULL), NULL };
+    const char *script = write_script(lines);
+    char *out;
+    for (int i = 0; i < 2; i++) {
+        int rc = run_in(&out, test_tmpdir(), script, "--no-prompt-cache -p 'hello' --output-format stream-json 2>&1");
+        CHECK_MSG(rc == 0, "%s", out);
+        CHECK(num(result_of(out), "prefilled_tokens") > 100);
+        CHECK_EQ_INT(cached_prompts(), 0);
+    }
+    /* with the cache: written, and then not read while it is off */
+    int rc = run_in(&out, test_tmpdir(), script, "-p 'hello' --output-format stream-json 2>&1");
+    CHECK_MSG(rc == 0, "%s", out);
+    CHECK_EQ_INT(cached_prompts(), 1);
+    rc = run_in(&out, test_tmpdir(), script, "--no-prompt-cache -p 'hello' --output-format stream-json 2>&1");
+    CHECK_MSG(rc == 0, "%s", out);
+    CHECK(num(result_of(out), "prefilled_tokens") > 100);
+    results_free();
 }
 
 TEST(sessions_cli, resume_reads_only_the_new_turn)
