@@ -170,10 +170,21 @@ static size_t transcript_tokens(const char *id)
     return n;
 }
 
+/* Tokens of the system prompt the session's journal begins with. */
+static size_t system_tokens(const char *id)
+{
+    journal_scan j;
+    read_journal(id, &j);
+    CHECK(j.n > 0 && j.recs[0].kind == AGENT_TURN_SYSTEM);
+    size_t n = j.recs[0].n_tokens;
+    journal_scan_free(&j);
+    return n;
+}
+
 TEST(sessions_agent, damaged_or_missing_snapshot_reads_the_transcript_again)
 {
     const char *script = two_turns("d1");
-    size_t total = transcript_tokens("d1");
+    size_t total = transcript_tokens("d1"), system = system_tokens("d1");
     for (int k = 0; k < 4; k++) {
         const char *kv = sess_path("d1", "state.kv");
         if (k == 0) corrupt(kv, -10);                 /* a flipped byte in the payload */
@@ -183,8 +194,9 @@ TEST(sessions_agent, damaged_or_missing_snapshot_reads_the_transcript_again)
         sess_agent x;
         sa_start(&x, script_engine(script), "d1", false);
         if (k < 3) {
+            /* the cached system prompt still helps */
             CHECK_CONTAINS(sb_str(&x.log.notices), "could not be loaded");
-            CHECK_EQ_INT(sa_prefilled(&x), total);
+            CHECK_EQ_INT(sa_prefilled(&x), total - system);
         } else {
             /* missing: the cached system prompt still helps */
             CHECK_CONTAINS(notes_of(x.s), "no saved KV state");
@@ -339,7 +351,8 @@ TEST(sessions_agent, another_model_or_vocabulary)
     ds4_engine *ea2 = engine_on(ma, script);
     sa_start(&x, ea2, "o1", false);
     CHECK_CONTAINS(sb_str(&x.log.notices), "another model");
-    CHECK_EQ_INT(sa_prefilled(&x), total);
+    /* but this model's cached system prompt is used */
+    CHECK_EQ_INT(sa_prefilled(&x), total - system_tokens("o1"));
     sa_stop(&x);
 
     /* another vocabulary: refused, nothing lost */
