@@ -39,6 +39,11 @@ char *file_read_all(const char *path, size_t *len);
 int file_write_atomic(const char *path, const void *data, size_t len, int mode,
                       bool make_parents, char *err, size_t errlen);
 
+/* A template for mkstemp/mkdtemp in buf: prefix followed by the six
+ * placeholder characters they replace. -1 (errno ENAMETOOLONG) when it
+ * does not fit in size bytes. */
+int temp_template(char *buf, size_t size, const char *prefix);
+
 /* mkdir -p; 0 on success (also when it exists). */
 int mkdir_p(const char *path, mode_t mode);
 

@@ -71,6 +71,19 @@ static void fmt_err(char *err, size_t errlen, const char *what, const char *path
     if (err && errlen) snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
 }
 
+int temp_template(char *buf, size_t size, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (n + 7 > size) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buf, prefix, n);
+    memset(buf + n, 'X', 6);
+    buf[n + 6] = '\0';
+    return 0;
+}
+
 int file_write_atomic(const char *path, const void *data, size_t len, int mode,
                       bool make_parents, char *err, size_t errlen)
 {
@@ -97,8 +110,9 @@ int file_write_atomic(const char *path, const void *data, size_t len, int mode,
         if (mode < 0) m = st.st_mode & 07777;
     }
     if (mode >= 0) m = (mode_t)mode;
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", d, strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
-    int fd = mkstemp(tmp);
+    char prefix[4200];
+    snprintf(prefix, sizeof prefix, "%s/.%s.tmp.", d, strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
+    int fd = temp_template(tmp, sizeof tmp, prefix) == 0 ? mkstemp(tmp) : -1;
     if (fd < 0) {
         fmt_err(err, errlen, "cannot create a temporary file next to", path);
         return -1;

@@ -94,8 +94,9 @@ int bench_tokenizer_main(int argc, char **argv)
     }
     const char *tmpdir = getenv("TMPDIR");
     char tmpl[4200];
-    snprintf(tmpl, sizeof tmpl, "%s/ds4cl-tokbench-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-    int fd = mkstemp(tmpl);
+    char prefix[4100];
+    snprintf(prefix, sizeof prefix, "%s/ds4cl-tokbench-", tmpdir && *tmpdir ? tmpdir : "/tmp");
+    int fd = temp_template(tmpl, sizeof tmpl, prefix) == 0 ? mkstemp(tmpl) : -1;
     if (fd < 0) {
         fprintf(stderr, "ds4cl-bench: cannot create a temporary file: %s\n", strerror(errno));
         rc = 1;

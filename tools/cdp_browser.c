@@ -313,17 +313,17 @@ cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, char *err, size_t er
         free(exe);
         return NULL;
     }
-    strbuf tmpl = {0};
-    sb_printf(&tmpl, "%s/ds4cl-browser-XXXXXX", base);
-    if (!mkdtemp(tmpl.s)) {
+    char prefix[4096], dir[4200];
+    snprintf(prefix, sizeof prefix, "%s/ds4cl-browser-", base);
+    if (temp_template(dir, sizeof dir, prefix) != 0 || !mkdtemp(dir)) {
         snprintf(err, errlen, "cannot create a browser profile under %s: %s", base, strerror(errno));
-        sb_free(&tmpl);
         free(exe);
         return NULL;
     }
     cdp_browser *b = calloc(1, sizeof *b);
     if (!b) abort();
-    b->dir = sb_take(&tmpl);
+    b->dir = strdup(dir);
+    if (!b->dir) abort();
     b->exe = exe;
     b->start_timeout_ms = opts->start_timeout_ms > 0 ? opts->start_timeout_ms : 20000;
     b->lifeline = -1;

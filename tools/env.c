@@ -41,8 +41,9 @@ static int make_state_dir(tool_env *env, char *err, size_t errlen)
     const char *tmp = getenv("TMPDIR");
     if (!tmp || tmp[0] != '/') tmp = "/tmp";
     char buf[4096];
-    snprintf(buf, sizeof buf, "%s/ds4cl-tools-XXXXXX", tmp);
-    if (!mkdtemp(buf)) {
+    char prefix[4096];
+    snprintf(prefix, sizeof prefix, "%s/ds4cl-tools-", tmp);
+    if (temp_template(buf, sizeof buf, prefix) != 0 || !mkdtemp(buf)) {
         snprintf(err, errlen, "cannot create a temporary state directory in %s: %s", tmp,
                  strerror(errno));
         return -1;
