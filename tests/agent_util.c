@@ -353,3 +353,28 @@ void run_turn(agent *a, const char *text, ev_log *log)
     CHECK_EQ_INT(agent_submit(a, text), 0);
     run_to_end(a, log, 20000, NULL, NULL);
 }
+
+/* Compacts, stops the agent and checks that the rebuild read everything
+ * but the system prompt of sys_n tokens. */
+void compact_reads_no_system_prompt(agent *a, ev_log *log, const char *trace_path, size_t sys_n)
+{
+    log->ended = false;
+    agent_request(a, AGENT_REQ_COMPACT);
+    agent_status st;
+    double t0 = test_now_ms();
+    do {
+        usleep(1000);
+        agent_get_status(a, &st);
+    } while (st.state == AGENT_IDLE && st.compactions == 0 && test_now_ms() - t0 < 5000);
+    wait_idle(a, log, tiny_engine_ms(120000));
+    agent_get_status(a, &st);
+    CHECK_MSG(st.compactions == 1, "not compacted: %s %s", sb_str(&log->notices), sb_str(&log->errors));
+    agent_stop(a);
+    char *trace = test_read_file(trace_path, NULL);
+    CHECK(trace != NULL);
+    size_t n = 0, prefilled = 0;
+    CHECK_MSG(traced_prefill(trace, "compaction_rebuild", &n, &prefilled), "no rebuild in the trace:\n%s", trace);
+    CHECK_EQ_INT((int)n, st.ctx_used);
+    CHECK_MSG(prefilled == n - sys_n, "the rebuild of %zu tokens read %zu; the system prompt has %zu", n, prefilled,
+              sys_n);
+}

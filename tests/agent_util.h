@@ -84,4 +84,8 @@ void wait_state(agent *a, agent_state want, int timeout_ms);
 /* Submits (waiting for idle first) and runs to the end. */
 void run_turn(agent *a, const char *text, ev_log *log);
 
+/* Compacts, stops the agent and checks that the rebuild read everything
+ * but the system prompt of sys_n tokens. */
+void compact_reads_no_system_prompt(agent *a, ev_log *log, const char *trace_path, size_t sys_n);
+
 #endif

@@ -1661,25 +1661,7 @@ TEST(agent, tiny_model_compaction_reads_only_the_summary_and_the_tail)
     log.ended = false;
     CHECK_EQ_INT(agent_submit(a, sb_str(&big)), 0);
     run_to_end(a, &log, tiny_engine_ms(60000), NULL, NULL);
-    log.ended = false;
-    agent_request(a, AGENT_REQ_COMPACT);
-    agent_status st;
-    double t0 = test_now_ms();
-    do {
-        usleep(1000);
-        agent_get_status(a, &st);
-    } while (st.state == AGENT_IDLE && st.compactions == 0 && test_now_ms() - t0 < 5000);
-    wait_idle(a, &log, tiny_engine_ms(120000));
-    agent_get_status(a, &st);
-    CHECK_MSG(st.compactions == 1, "not compacted: %s %s", sb_str(&log.notices), sb_str(&log.errors));
-    agent_stop(a);
-    char *trace = test_read_file(trace_path, NULL);
-    CHECK(trace != NULL);
-    size_t n = 0, prefilled = 0;
-    CHECK_MSG(traced_prefill(trace, "compaction_rebuild", &n, &prefilled), "no rebuild in the trace:\n%s", trace);
-    CHECK_EQ_INT((int)n, st.ctx_used);
-    CHECK_MSG(prefilled == n - sys.n, "the rebuild of %zu tokens read %zu; the system prompt has %zu", n, prefilled,
-              sys.n);
+    compact_reads_no_system_prompt(a, &log, trace_path, sys.n);
     ds4_tokens_free(&sys);
     sb_free(&big);
     ds4_engine_close(e);
