@@ -66,6 +66,27 @@ static void long_turn(agent *a, ev_log *log)
     sb_free(&big);
 }
 
+/* An agent started from rs, tracing what it reads to *trace_path, once
+ * it is idle. */
+static agent *start_resumed(agent_config *cfg, agent_resume *rs, const char **trace_path, ev_log *log)
+{
+    cfg->resume = rs;
+    *trace_path = test_tmp_path("trace.txt");
+    cfg->trace_path = *trace_path;
+    agent *a = test_agent(cfg);
+    wait_idle(a, log, tiny_engine_ms(120000));
+    return a;
+}
+
+/* A short turn: a resumed conversation has something to compact once it
+ * goes on. */
+static void one_more_turn(agent *a, ev_log *log)
+{
+    log->ended = false;
+    CHECK_EQ_INT(agent_submit(a, "And one more word: w400."), 0);
+    run_to_end(a, log, tiny_engine_ms(60000), NULL, NULL);
+}
+
 TEST(agent_sysprompt, tiny_model_resumed_session_compacts_without_reading_the_system_prompt)
 {
     ds4_engine *e = tiny_cpu_engine();
@@ -93,16 +114,10 @@ TEST(agent_sysprompt, tiny_model_resumed_session_compacts_without_reading_the_sy
                         .snapshot = rec.snap, .snapshot_len = rec.snap_len,
                         .system_snapshot = sys_state, .system_snapshot_len = sys_len };
     agent_config cfg2 = tiny_config(e);
-    cfg2.resume = &rs;
-    const char *trace_path = test_tmp_path("trace.txt");
-    cfg2.trace_path = trace_path;
-    agent *b = test_agent(&cfg2);
+    const char *trace_path;
     ev_log log2 = { 0 };
-    wait_idle(b, &log2, tiny_engine_ms(120000));
-    /* a resumed conversation has something to compact once it goes on */
-    log2.ended = false;
-    CHECK_EQ_INT(agent_submit(b, "And one more word: w400."), 0);
-    run_to_end(b, &log2, tiny_engine_ms(60000), NULL, NULL);
+    agent *b = start_resumed(&cfg2, &rs, &trace_path, &log2);
+    one_more_turn(b, &log2);
     compact_reads_no_system_prompt(b, &log2, trace_path, sys.n);
 
     free(sys_state);
@@ -126,12 +141,9 @@ TEST(agent_sysprompt, tiny_model_cached_start_compacts_without_reading_the_syste
     agent_resume rs = { .tokens = sys.ids, .n_tokens = sys.n, .system_len = sys.n,
                         .snapshot = sys_state, .snapshot_len = sys_len,
                         .system_snapshot = sys_state, .system_snapshot_len = sys_len };
-    cfg.resume = &rs;
-    const char *trace_path = test_tmp_path("trace.txt");
-    cfg.trace_path = trace_path;
-    agent *a = test_agent(&cfg);
+    const char *trace_path;
     ev_log log = { 0 };
-    wait_idle(a, &log, tiny_engine_ms(120000));
+    agent *a = start_resumed(&cfg, &rs, &trace_path, &log);
     agent_status st;
     agent_get_status(a, &st);
     CHECK_EQ_INT(st.prefilled_total, 0);
@@ -182,9 +194,7 @@ TEST(agent_sysprompt, tiny_model_saved_session_resumes_with_the_cached_system_pr
     agent *b = attach(s, &cfg2);
     ev_log log2 = { 0 };
     wait_idle(b, &log2, tiny_engine_ms(120000));
-    log2.ended = false;
-    CHECK_EQ_INT(agent_submit(b, "And one more word: w400."), 0);
-    run_to_end(b, &log2, tiny_engine_ms(60000), NULL, NULL);
+    one_more_turn(b, &log2);
     ds4_tokens sys = { 0 };
     ds4_error derr = { "" };
     CHECK_MSG(agent_system_prompt(&cfg2, &sys, &derr) == 0, "%s", derr.msg);
