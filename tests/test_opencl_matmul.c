@@ -136,24 +136,30 @@ TEST(opencl_matmul, weights_split_over_several_buffers)
 TEST(opencl_matmul, a_token_alone_and_in_a_chunk_agree_bit_for_bit)
 {
     oclt *f = open_with(NULL, CL_SHAPE_CPU, 0);
-    const int T = 11, n = 256, out = 21, C = OCLT_CL;
+    const int out = 21, C = OCLT_CL;
     const ds4_ops *ops = f->ops[C];
     void *ctx = f->ctx[C];
-    for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++) {
-        const ds4_tensor *W = oclt_tensor(f, all_types[i], n, out, 1, 0.3f);
-        oclt_buf xs = oclt_floats(f, (size_t)T * n, -1, 1), ys = oclt_zeros(f, (size_t)T * out * 4);
-        OCLT_BOTH(f, OPS->matmul(CTX, W, BUF(xs), T, 1, BUF(ys)));
-        OCLT_CLOSE(f, ys, (size_t)T * out, out, TOL);
-        float *chunk = oclt_read(f, ys, C), one[21];
-        oclt_buf x1 = oclt_zeros(f, n * 4), y1 = oclt_zeros(f, out * 4);
-        for (int t = 0; t < T; t++) {
-            CHECK(ops->copy(ctx, x1.b[C], 0, xs.b[C], (size_t)t * n * 4, n * 4) == 0);
-            CHECK(ops->matmul(ctx, W, x1.b[C], 1, 1, y1.b[C]) == 0);
-            CHECK(ops->read(ctx, y1.b[C], 0, one, sizeof one) == 0);
-            CHECK_MSG(memcmp(one, chunk + t * out, sizeof one) == 0, "%s: token %d differs alone",
-                      ggml_type_name(all_types[i]), t);
+    /* short rows in two token blocks; rows longer than a prefill tile's
+     * walk over them (40 chunks of 32 against 32) in five blocks, more
+     * than a tile of dequantized rows takes at once */
+    const struct { int n, T; } cases[] = { { 256, 11 }, { 1280, 30 } };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++) {
+            const int n = cases[k].n, T = cases[k].T;
+            const ds4_tensor *W = oclt_tensor(f, all_types[i], n, out, 1, 0.3f);
+            oclt_buf xs = oclt_floats(f, (size_t)T * n, -1, 1), ys = oclt_zeros(f, (size_t)T * out * 4);
+            OCLT_BOTH(f, OPS->matmul(CTX, W, BUF(xs), T, 1, BUF(ys)));
+            OCLT_CLOSE(f, ys, (size_t)T * out, out, TOL);
+            float *chunk = oclt_read(f, ys, C), one[21];
+            oclt_buf x1 = oclt_zeros(f, (size_t)n * 4), y1 = oclt_zeros(f, out * 4);
+            for (int t = 0; t < T; t++) {
+                CHECK(ops->copy(ctx, x1.b[C], 0, xs.b[C], (size_t)t * n * 4, (size_t)n * 4) == 0);
+                CHECK(ops->matmul(ctx, W, x1.b[C], 1, 1, y1.b[C]) == 0);
+                CHECK(ops->read(ctx, y1.b[C], 0, one, sizeof one) == 0);
+                CHECK_MSG(memcmp(one, chunk + t * out, sizeof one) == 0, "%s, rows of %d: token %d differs alone",
+                          ggml_type_name(all_types[i]), n, t);
+            }
         }
-    }
     oclt_close(f);
 }
 
@@ -252,19 +258,18 @@ TEST(opencl_moe, expert_tensors_split_over_several_buffers)
     }
 }
 
-/* Fused decode and the sorted prefill path give the same bits. */
-TEST(opencl_moe, a_token_alone_and_in_a_chunk_agree_bit_for_bit)
+/* Fused decode and the sorted prefill path give the same bits: T tokens
+ * whose slots pick among the first n_used experts, as one chunk and one
+ * by one. */
+static void moe_alone_vs_chunk(oclt *f, const experts *ex, int T, int n_used)
 {
-    oclt *f = open_with(NULL, CL_SHAPE_CPU, 0);
-    const int T = 9, k = f->hp->n_expert_used, D = f->hp->n_embd, C = OCLT_CL;
-    const ds4_layer *L = &f->m->layers[4];
-    experts ex = { &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps };
-    int32_t *selv = pick_experts(f, T, 7);
+    const int k = f->hp->n_expert_used, D = (int)ex->gate->ne[0], C = OCLT_CL;
+    int32_t *selv = pick_experts(f, T, n_used);
     float *wv = test_alloc((size_t)T * (size_t)k * 4);
     for (int i = 0; i < T * k; i++) wv[i] = oclt_randf(f, 0.1f, 0.5f);
     oclt_buf sel = oclt_ints(f, selv, (size_t)T * (size_t)k), w = oclt_bytes(f, wv, (size_t)T * (size_t)k * 4);
     oclt_buf x = oclt_floats(f, (size_t)T * (size_t)D, -2, 2), y = oclt_zeros(f, (size_t)T * (size_t)D * 4);
-    OCLT_BOTH(f, OPS->moe(CTX, ex.gate, ex.up, ex.down, BUF(x), BUF(sel), BUF(w), T, 0.5f, BUF(y)));
+    OCLT_BOTH(f, OPS->moe(CTX, ex->gate, ex->up, ex->down, BUF(x), BUF(sel), BUF(w), T, 0.5f, BUF(y)));
     OCLT_CLOSE(f, y, (size_t)T * (size_t)D, (size_t)D, TOL);
     float *chunk = oclt_read(f, y, C), *one = test_alloc((size_t)D * 4);
     const ds4_ops *ops = f->ops[C];
@@ -275,10 +280,25 @@ TEST(opencl_moe, a_token_alone_and_in_a_chunk_agree_bit_for_bit)
         CHECK(ops->copy(ctx, x1.b[C], 0, x.b[C], (size_t)t * (size_t)D * 4, (size_t)D * 4) == 0);
         CHECK(ops->write(ctx, s1.b[C], 0, selv + t * k, (size_t)k * 4) == 0);
         CHECK(ops->write(ctx, w1.b[C], 0, wv + t * k, (size_t)k * 4) == 0);
-        CHECK(ops->moe(ctx, ex.gate, ex.up, ex.down, x1.b[C], s1.b[C], w1.b[C], 1, 0.5f, y1.b[C]) == 0);
+        CHECK(ops->moe(ctx, ex->gate, ex->up, ex->down, x1.b[C], s1.b[C], w1.b[C], 1, 0.5f, y1.b[C]) == 0);
         CHECK(ops->read(ctx, y1.b[C], 0, one, (size_t)D * 4) == 0);
-        CHECK_MSG(memcmp(one, chunk + (size_t)t * (size_t)D, (size_t)D * 4) == 0, "token %d differs alone", t);
+        CHECK_MSG(memcmp(one, chunk + (size_t)t * (size_t)D, (size_t)D * 4) == 0, "D %d: token %d differs alone", D, t);
     }
+}
+
+TEST(opencl_moe, a_token_alone_and_in_a_chunk_agree_bit_for_bit)
+{
+    oclt *f = open_with(NULL, CL_SHAPE_CPU, 0);
+    const ds4_layer *L = &f->m->layers[4];
+    experts ex = { &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps };
+    moe_alone_vs_chunk(f, &ex, 9, 7);
+    /* rows longer than one of the prefill tiles' walks over a row (72 and
+     * 40 chunks of 32 against 32, the last walk partial) and an expert
+     * with more pairs than a tile takes at once (~80 against 24) */
+    const int D = 2304, F = 1280, E = f->hp->n_expert;
+    experts wide = { oclt_tensor(f, GGML_TYPE_Q2_K, D, F, E, 0.1f), oclt_tensor(f, GGML_TYPE_Q2_K, D, F, E, 0.1f),
+                     oclt_tensor(f, GGML_TYPE_Q2_K, F, D, E, 0.1f) };
+    moe_alone_vs_chunk(f, &wide, 40, 3);
     oclt_close(f);
 }
 

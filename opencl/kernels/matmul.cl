@@ -39,6 +39,9 @@
 #define MAX_TB 6
 #define DEQ_MAX 4096 /* longest rows dequantized once per tile (CPU devices) */
 #define DEQ_BUF 1000 /* tile_dot's "type" for rows already dequantized */
+#define DT_BLOCKS 4  /* token blocks per deq_tiles call */
+#define DT_KB 32      /* chunks of 32 weights per deq_tiles walk */
+#define OUT_TB (DT_BLOCKS * MAX_TB)
 #define TILE_Q8_MAX 16384
 
 /* ---- IQ2_XXS tables: the engine's quant_iq2xxs_grid and quant_ksigns_iq2xs
@@ -690,7 +693,7 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
     TILE_SUM(5, 0) TILE_SUM(5, 1) TILE_SUM(5, 2) TILE_SUM(5, 3) TILE_SUM(5, 4) TILE_SUM(5, 5)
 
 INL void tile_dot(const int type, const int RB, const int TB, const __global uchar *const *w,
-                  const __global float *const *x, int n, float out[MAX_RB][MAX_TB], const float *wbuf)
+                  const __global float *const *x, int n, float out[MAX_RB][OUT_TB], const float *wbuf)
 {
     float16 acc00 = 0.0f, acc01 = 0.0f, acc02 = 0.0f, acc03 = 0.0f, acc04 = 0.0f, acc05 = 0.0f;
     float16 acc10 = 0.0f, acc11 = 0.0f, acc12 = 0.0f, acc13 = 0.0f, acc14 = 0.0f, acc15 = 0.0f;
@@ -724,9 +727,7 @@ INL void tile_dot(const int type, const int RB, const int TB, const __global uch
 /* Expert formats cost far more to dequantize than to multiply: on CPU
  * devices a prefill tile dequantizes its rows once into private memory
  * (the same values deq32 gives every other kernel) and runs all of its
- * tokens over them, the products summed as in tile_dot. */
-/* A tile's rows dequantized up front where deq_first says so, then
- * tile_dot over them or over the weights themselves. */
+ * tokens over them (deq_tiles), the products summed as in tile_dot. */
 #if CLRT_CPU
 #define DEQ_DECL(type, RB, w, n)                      \
     float deq_buf[4 * DEQ_MAX];                       \
@@ -737,9 +738,71 @@ INL void tile_dot(const int type, const int RB, const int TB, const __global uch
     const bool deq_pre = false;  \
     float *deq_buf = 0;
 #endif
-#define DEQ_TILE(type, RB, TB, w, xt, n, out)                       \
-    if (deq_pre) tile_dot(DEQ_BUF, RB, TB, w, xt, n, out, deq_buf); \
+/* nb token blocks (x[b·TB + t]) over the dequantized rows, or one over
+ * the weights themselves */
+#define DEQ_TILES(type, RB, TB, nb, w, xt, n, out)           \
+    if (deq_pre) deq_tiles(RB, TB, nb, xt, n, deq_buf, out); \
     else tile_dot(type, RB, TB, w, xt, n, out, deq_buf);
+/* token blocks a deq_tiles call takes (one otherwise) */
+#define DEQ_STEP(TB) (deq_pre ? DT_BLOCKS * (TB) : (TB))
+
+/* deq_tiles: RB ≤ 4 dequantized rows × nb ≤ DT_BLOCKS blocks of TB
+ * tokens. tile_dot over the 64 KiB of rows would stream them from L2 once
+ * per block, beside the block's x: together more than L2 feeds the FMA
+ * units. Here each pass walks the rows DT_KB chunks at a time, running
+ * every block over those chunks while they sit in L1; a block's
+ * accumulators wait in private memory (L1) between the walks. Every
+ * lane's fma chain still runs over the chunks in order from zero, so the
+ * sums have tile_dot's bits. */
+#define DT_ACC(r, t) \
+    if (RB > r && TB > t) acc##r##t = k0 ? keep[b][r * MAX_TB + t] : 0.0f;
+#define DT_KEEP(r, t) \
+    if (RB > r && TB > t) keep[b][r * MAX_TB + t] = acc##r##t;
+#define DT_X(t) \
+    if (TB > t) xv##t = vload16(2 * c + HALF, x[b * TB + t]);
+#define DT_ROW(r)                                                                           \
+    if (RB > r) {                                                                           \
+        float16 wv = vload16(2 * c + HALF, wbuf + r * n);                                   \
+        TILE_FMA(r, 0) TILE_FMA(r, 1) TILE_FMA(r, 2) TILE_FMA(r, 3) TILE_FMA(r, 4) TILE_FMA(r, 5) \
+    }
+#define DT_OUT(r, t)                                                                    \
+    if (RB > r && TB > t) {                                                             \
+        float h = hsum16(keep[b][r * MAX_TB + t]);                                      \
+        out[r][b * TB + t] = HALF ? out[r][b * TB + t] + h : h;                         \
+    }
+#define DT_ALL(M, r) M(r, 0) M(r, 1) M(r, 2) M(r, 3) M(r, 4) M(r, 5)
+#define DT_EACH(M) DT_ALL(M, 0) DT_ALL(M, 1) DT_ALL(M, 2) DT_ALL(M, 3)
+#define DT_PASS                                                                  \
+    for (int k0 = 0; k0 < nc; k0 += DT_KB) {                                     \
+        const int k1 = min(k0 + DT_KB, nc);                                      \
+        for (int b = 0; b < nb; b++) {                                           \
+            DT_EACH(DT_ACC)                                                      \
+            for (int c = k0; c < k1; c++) {                                      \
+                float16 xv0, xv1, xv2, xv3, xv4, xv5;                            \
+                DT_X(0) DT_X(1) DT_X(2) DT_X(3) DT_X(4) DT_X(5)                  \
+                DT_ROW(0) DT_ROW(1) DT_ROW(2) DT_ROW(3)                          \
+            }                                                                    \
+            DT_EACH(DT_KEEP)                                                     \
+        }                                                                        \
+    }                                                                            \
+    for (int b = 0; b < nb; b++) {                                               \
+        DT_EACH(DT_OUT)                                                          \
+    }
+
+INL void deq_tiles(const int RB, const int TB, int nb, const __global float *const *x, int n, const float *wbuf,
+                   float out[MAX_RB][OUT_TB])
+{
+    float16 acc00, acc01, acc02, acc03, acc04, acc05, acc10, acc11, acc12, acc13, acc14, acc15;
+    float16 acc20, acc21, acc22, acc23, acc24, acc25, acc30, acc31, acc32, acc33, acc34, acc35;
+    float16 keep[DT_BLOCKS][4 * MAX_TB];
+    const int nc = n >> 5;
+#define HALF 0
+    DT_PASS
+#undef HALF
+#define HALF 1
+    DT_PASS
+#undef HALF
+}
 
 INL bool deq_first(const int type, int n)
 {
@@ -839,22 +902,23 @@ INL void mm_tile(const int type, const int RB, const int TB, const __global ucha
     int lo = max(g * rpg, p_lo), hi = min(g * rpg + rpg, p_hi);
     int rbi, tbi;
     tile_ids(RB, row_bytes, &rbi, &tbi);
-    int r0 = g * rpg + rbi * RB, tb0 = tbi * TB;
-    if (r0 >= hi || r0 + RB <= lo || tb0 >= T) return;
+    int r0 = g * rpg + rbi * RB;
+    if (r0 >= hi || r0 + RB <= lo || tbi * TB >= T) return;
     const __global uchar *w[MAX_RB];
-    const __global float *xt[MAX_TB];
+    const __global float *xt[OUT_TB];
     for (int r = 0; r < RB; r++) w[r] = W + (ulong)(clamp(r0 + r, lo, hi - 1) - p_lo) * row_bytes;
     DEQ_DECL(type, RB, w, n)
-    /* token blocks tb0, tb0 + the grid's width, …: the host gives an
-     * expert format one block column on CPU devices */
-    for (int t0 = tb0; t0 < T; t0 += (int)get_global_size(1) * TB) {
-        for (int t = 0; t < TB; t++) xt[t] = x + (ulong)min(t0 + t, T - 1) * xs + (ulong)g * n;
-        float out[MAX_RB][MAX_TB];
-        DEQ_TILE(type, RB, TB, w, xt, n, out)
+    /* DEQ_STEP tokens at t0, t0 + the grid's width, …: the host gives the
+     * expert formats one column of such steps on CPU devices */
+    for (int t0 = tbi * DEQ_STEP(TB); t0 < T; t0 += (int)get_global_size(1) * DEQ_STEP(TB)) {
+        const int nb = min(DEQ_STEP(TB), T - t0 + TB - 1) / TB;
+        for (int t = 0; t < nb * TB; t++) xt[t] = x + (ulong)min(t0 + t, T - 1) * xs + (ulong)g * n;
+        float out[MAX_RB][OUT_TB];
+        DEQ_TILES(type, RB, TB, nb, w, xt, n, out)
         for (int r = 0; r < RB; r++) {
             int rr = r0 + r;
             if (rr < lo || rr >= hi) continue;
-            for (int t = 0; t < TB && t0 + t < T; t++) y[(ulong)(t0 + t) * ys + rr] = out[r][t];
+            for (int t = 0; t < nb * TB && t0 + t < T; t++) y[(ulong)(t0 + t) * ys + rr] = out[r][t];
         }
     }
 }
@@ -1057,19 +1121,19 @@ INL void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
         w[RB + r] = U + U_off + at;
     }
     DEQ_DECL(type, 2 * RB, w, D)
-    for (int u = 0; u < nt; u += MOE_TB) {
-        const int m = min(MOE_TB, nt - u);
-        const __global float *xt[MAX_TB];
-        float wv[MAX_TB];
-        int mrow[MAX_TB];
-        for (int t = 0; t < MOE_TB; t++) {
+    for (int u = 0; u < nt; u += DEQ_STEP(MOE_TB)) {
+        const int m = min(DEQ_STEP(MOE_TB), nt - u), nb = (m + MOE_TB - 1) / MOE_TB;
+        const __global float *xt[OUT_TB];
+        float wv[OUT_TB];
+        int mrow[OUT_TB];
+        for (int t = 0; t < nb * MOE_TB; t++) {
             int q = q0 + u + min(t, m - 1), p = order[q];
             xt[t] = x + x_off + (ulong)(p / k) * D;
             wv[t] = wt[wt_off + p];
             mrow[t] = q;
         }
-        float o[MAX_RB][MAX_TB];
-        DEQ_TILE(type, 2 * RB, MOE_TB, w, xt, D, o)
+        float o[MAX_RB][OUT_TB];
+        DEQ_TILES(type, 2 * RB, MOE_TB, nb, w, xt, D, o)
         for (int r = 0; r < RB && r0 + r < F; r++)
             for (int t = 0; t < m; t++) mid[(ulong)mrow[t] * F + r0 + r] = swiglu_w(o[r][t], o[RB + r][t], clamp, wv[t]);
     }
@@ -1086,12 +1150,12 @@ INL void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
     for (int r = 0; r < MOE_DN_RB; r++)
         w[r] = Wd + Wd_off + ((ulong)(e - e_lo) * D + (ulong)min(r0 + r, D - 1)) * row_bytes;
     DEQ_DECL(type, MOE_DN_RB, w, F)
-    for (int u = 0; u < nt; u += MOE_TB) {
-        const int m = min(MOE_TB, nt - u);
-        const __global float *xm[MAX_TB];
-        for (int t = 0; t < MOE_TB; t++) xm[t] = mid + (ulong)(q0 + u + min(t, m - 1)) * F;
-        float out[MAX_RB][MAX_TB];
-        DEQ_TILE(type, MOE_DN_RB, MOE_TB, w, xm, F, out)
+    for (int u = 0; u < nt; u += DEQ_STEP(MOE_TB)) {
+        const int m = min(DEQ_STEP(MOE_TB), nt - u), nb = (m + MOE_TB - 1) / MOE_TB;
+        const __global float *xm[OUT_TB];
+        for (int t = 0; t < nb * MOE_TB; t++) xm[t] = mid + (ulong)(q0 + u + min(t, m - 1)) * F;
+        float out[MAX_RB][OUT_TB];
+        DEQ_TILES(type, MOE_DN_RB, MOE_TB, nb, w, xm, F, out)
         for (int t = 0; t < m; t++) {
             __global float *ys = y + y_off + (ulong)order[q0 + u + t] * D;
             for (int r = 0; r < MOE_DN_RB && r0 + r < D; r++) ys[r0 + r] = out[r][t];
