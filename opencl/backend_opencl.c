@@ -5,6 +5,8 @@
 #include "opencl/cl_ops.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Prefill chunk. A chunk's routed experts are dequantized once for all
  * of its tokens (matmul.cl), a fixed cost per chunk and layer: with 256
@@ -15,9 +17,25 @@
  * takes ~570 MiB more than at 256 (the memory planner counts them). */
 #define CL_PREFILL_CHUNK 1024
 
+/* $DS4CL_KERNELS: "cpu" or "gpu" runs that kernel shape on any device
+ * (unset or empty: by device type). */
+static int kernel_shape(cl_kernel_shape *shape, ds4_error *err)
+{
+    const char *v = getenv("DS4CL_KERNELS");
+    *shape = CL_SHAPE_AUTO;
+    if (!v || !*v) return 0;
+    if (!strcmp(v, "cpu")) *shape = CL_SHAPE_CPU;
+    else if (!strcmp(v, "gpu")) *shape = CL_SHAPE_GPU;
+    else return ds4_error_set(err, "DS4CL_KERNELS=%s: expected cpu or gpu", v);
+    return 0;
+}
+
 static int ocl_open(ds4_engine *e, ds4_error *err)
 {
+    cl_kernel_shape shape;
+    if (kernel_shape(&shape, err)) return -1;
     cl_ops_options o = { .device = e->opt.device,
+                         .shape = shape,
                          .no_weights = e->opt.plan_only,
                          .build_all = !e->opt.plan_only,
                          .progress = e->opt.load_progress,
@@ -36,9 +54,10 @@ static void ocl_close(ds4_engine *e)
 
 static void ocl_describe(const ds4_engine *e, ds4_model_info *info)
 {
-    const clrt_device *d = clrt_dev(cl_ops_runtime(fwd_ops_ctx(e->impl)));
-    snprintf(info->device_name, sizeof info->device_name, "%.60s (OpenCL %s, %.40s)", d->name, clrt_type_name(d->type),
-             d->platform_name);
+    void *ctx = fwd_ops_ctx(e->impl);
+    const clrt_device *d = clrt_dev(cl_ops_runtime(ctx));
+    snprintf(info->device_name, sizeof info->device_name, "%.60s (OpenCL %s, %.30s, %s kernels)", d->name,
+             clrt_type_name(d->type), d->platform_name, cl_ops_cpu_shaped(ctx) ? "CPU" : "GPU");
 }
 
 static uint64_t ocl_session_bytes(const ds4_engine *e, int n_ctx)

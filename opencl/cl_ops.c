@@ -289,6 +289,7 @@ void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err)
     c->zero_copy = d->unified && !(o && o->copy_weights);
     cl_kernel_shape shape = o ? o->shape : CL_SHAPE_AUTO;
     c->cpu_shaped = shape == CL_SHAPE_AUTO ? (d->type & CL_DEVICE_TYPE_CPU) != 0 : shape == CL_SHAPE_CPU;
+    clrt_set_cpu_loops(rt, c->cpu_shaped); /* no program is built yet */
     if ((m->file && !(o && o->no_weights) && place_file(c, o, err)) || (o && o->build_all && build_programs(c, o, err))) {
         cl_ops_free(c);
         return NULL;
@@ -310,6 +311,8 @@ void cl_ops_free(void *ctx)
 }
 
 clrt *cl_ops_runtime(void *ctx) { return ((clo_ctx *)ctx)->rt; }
+
+bool cl_ops_cpu_shaped(void *ctx) { return ((clo_ctx *)ctx)->cpu_shaped; }
 
 uint64_t cl_ops_scratch_estimate(void *ctx, int T, int n_ctx)
 {

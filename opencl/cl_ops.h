@@ -54,6 +54,8 @@ typedef struct {
 void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err);
 void cl_ops_free(void *ctx);
 clrt *cl_ops_runtime(void *ctx);
+/* The kernel shape the context runs (AUTO resolved): true for CPU-shaped. */
+bool cl_ops_cpu_shaped(void *ctx);
 
 /* Gives a tensor that is not part of the model file device memory too
  * (tests build odd shapes this way); its data must outlive the context. */

@@ -238,6 +238,21 @@ int clrt_fail_cl(clrt *rt, cl_int code, const char *what)
 }
 
 const char *clrt_error(const clrt *rt) { return rt->err; }
+
+static void set_build_options(clrt *rt, bool cpu_loops)
+{
+    cl_device_fp_config fp = 0;
+    clGetDeviceInfo(rt->dev.id, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    snprintf(rt->options, sizeof rt->options, "-DCLRT_CPU=%d%s", cpu_loops ? 1 : 0,
+             (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) ? " -cl-fp32-correctly-rounded-divide-sqrt" : "");
+}
+
+int clrt_set_cpu_loops(clrt *rt, bool cpu_loops)
+{
+    if (rt->n_progs > 0) return clrt_fail(rt, "the kernels' loop shape must be set before a program is built");
+    set_build_options(rt, cpu_loops);
+    return 0;
+}
 const clrt_device *clrt_dev(const clrt *rt) { return &rt->dev; }
 cl_context clrt_context(const clrt *rt) { return rt->ctx; }
 cl_command_queue clrt_queue(const clrt *rt) { return rt->q; }
@@ -298,10 +313,7 @@ clrt *clrt_open(const clrt_options *o, char *err, size_t errn)
         clrt_close(rt);
         return NULL;
     }
-    cl_device_fp_config fp = 0;
-    clGetDeviceInfo(rt->dev.id, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
-    snprintf(rt->options, sizeof rt->options, "-DCLRT_CPU=%d%s", (rt->dev.type & CL_DEVICE_TYPE_CPU) ? 1 : 0,
-             (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) ? " -cl-fp32-correctly-rounded-divide-sqrt" : "");
+    set_build_options(rt, (rt->dev.type & CL_DEVICE_TYPE_CPU) != 0);
     set_cache_dir(rt, o ? o->cache_dir : NULL);
     rt->sources = o && o->sources ? o->sources : cl_sources;
     return rt;

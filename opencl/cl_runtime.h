@@ -16,7 +16,8 @@
  * Every opencl/kernels/NAME.cl except common.cl is one program, "NAME". It
  * is compiled as common.cl followed by NAME.cl, so the helpers of common.cl
  * (quant block access, f16 loads, FP_CONTRACT off) are visible in every
- * program. Build options: -DCLRT_CPU=1 on CPU devices (else 0), and
+ * program. Build options: -DCLRT_CPU=1 on CPU devices (else 0; see
+ * clrt_set_cpu_loops), and
  * -cl-fp32-correctly-rounded-divide-sqrt where the device supports it, so
  * that divisions and square roots round like the host's. Never fast-math:
  * the kernels must reproduce the CPU backend's f32 arithmetic.
@@ -108,6 +109,11 @@ typedef struct {
 
 /* A context and queue on the selected device; NULL with a message in err. */
 clrt *clrt_open(const clrt_options *o, char *err, size_t errn);
+/* CLRT_CPU for the programs built from now on: 1 lets kernels pick loops
+ * shaped for CPUs. Set it to the kernel shape the host chose, so that the
+ * GPU-shaped build also runs (and is tested) on a CPU device. -1 once a
+ * program is built. */
+int clrt_set_cpu_loops(clrt *rt, bool cpu_loops);
 void clrt_close(clrt *rt);
 
 const clrt_device *clrt_dev(const clrt *rt);

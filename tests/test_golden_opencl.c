@@ -8,20 +8,32 @@
 #include "tests/fwd_util.h"
 #include "tests/test.h"
 
-TEST(golden_opencl, nosim_teacher_forced_logits)
+static void nosim_logits_and_choices(void)
 {
     fwd_require_backend(DS4_BACKEND_OPENCL);
     golden_set g;
-    golden_load(&g, "A-f32-nosim", "prefix_logits.f32", false);
+    golden_load(&g, "A-f32-nosim", "prefix_logits.f32", true);
     ds4_engine *e = fwd_test_engine_on(DS4_BACKEND_OPENCL, DS4_QSIM_NONE, 1);
     float *mine = test_alloc(g.all.n * (size_t)g.n_vocab * 4);
-    fwd_teacher_force(e, &g.all, mine, NULL);
+    fwd_routing r = { 0 };
+    fwd_teacher_force(e, &g.all, mine, &r);
     ds4_engine_close(e);
     fwd_stats st;
     fwd_compare(mine, g.ref, g.n_rows, g.n_vocab, 1e-3, &st);
     CHECK_MSG(st.max <= 1e-3, "rel %.3g at position %d", st.max, st.worst_pos);
     CHECK_EQ_INT(st.argmax_exempt_misses, 0);
+    fwd_check_routing(&g, &r);
     golden_free(&g);
+}
+
+TEST(golden_opencl, nosim_teacher_forced_logits) { nosim_logits_and_choices(); }
+
+/* The GPU-shaped kernels (work-group reductions, built without the CPU
+ * loops) on whatever device there is: what a GPU runs, minus the GPU. */
+TEST(golden_opencl, nosim_logits_and_choices_with_gpu_kernels)
+{
+    setenv("DS4CL_KERNELS", "gpu", 1);
+    nosim_logits_and_choices();
 }
 
 TEST(golden_opencl, f16kv_teacher_forced_logits)

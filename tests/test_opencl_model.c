@@ -243,6 +243,41 @@ static void cpu_and_opencl_agree(const mk_spec *spec, const run_shape *rs)
     ds4_engine_close(cpu);
 }
 
+/* $DS4CL_KERNELS picks the kernel shape on any device; anything but cpu
+ * or gpu is refused by name. */
+TEST(opencl_model, the_kernel_shape_can_be_chosen)
+{
+    fwd_require_backend(DS4_BACKEND_OPENCL);
+    mk_spec spec;
+    mk_spec_tiny(&spec);
+    const char *path = test_tmp_path("model.gguf");
+    ds4_error err = { "" };
+    CHECK_MSG(mk_write_file(&spec, path, NULL, NULL, &err) == 0, "fixture: %s", err.msg);
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .quant_sim = DS4_QSIM_NONE };
+    const char *values[] = { "gpu", "cpu" };
+    for (int i = 0; i < 2; i++) {
+        setenv("DS4CL_KERNELS", values[i], 1);
+        ds4_engine *e = ds4_engine_open(&o, &err);
+        CHECK_MSG(e != NULL, "DS4CL_KERNELS=%s: %s", values[i], err.msg);
+        CHECK_EQ_INT(cl_ops_cpu_shaped(fwd_ops_ctx(fwd_of(e))), i == 1);
+        ds4_engine_close(e);
+    }
+    setenv("DS4CL_KERNELS", "fast", 1);
+    CHECK(ds4_engine_open(&o, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "DS4CL_KERNELS=fast: expected cpu or gpu");
+}
+
+/* The tiny shape with the GPU-shaped kernels, built as for a GPU. */
+TEST(opencl_model, tiny_shape_with_gpu_kernels_agrees_with_the_cpu)
+{
+    setenv("DS4CL_KERNELS", "gpu", 1);
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.seed = 5;
+    run_shape rs = { .n_tokens = 310, .prefill = 240, .chunk = 64, .ids_seed = 4 };
+    cpu_and_opencl_agree(&s, &rs);
+}
+
 /* The golden tiny shape (6 layers: ratios 0, 0, 4, 128, 4, 128; window
  * 16; indexer top-8). */
 TEST(opencl_model, tiny_shape_agrees_with_the_cpu)

@@ -117,6 +117,42 @@ TEST(opencl_runtime, program_cache_hit_and_corrupt_entry_rebuilt)
     clrt_close(rt);
 }
 
+/* CLRT_CPU follows the loop shape the host chose, so that the GPU-shaped
+ * build runs on a CPU device too (the GPU-shape tests rely on it). */
+static int built_cpu_loops(int shape)
+{
+    static const char probe[] = "__kernel void k(__global int *x) { x[0] = CLRT_CPU; }\n";
+    const struct embedded_file table[] = { { "probe", probe, sizeof probe - 1 }, { NULL, NULL, 0 } };
+    char err[4096];
+    clrt *rt = clrt_open(&(clrt_options){ .cache_dir = "", .sources = table }, err, sizeof err);
+    CHECK_MSG(rt != NULL, "%s", err);
+    if (shape >= 0) CHECK(clrt_set_cpu_loops(rt, shape == 1) == 0);
+    cl_int rc, v = -7;
+    cl_mem m = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof v, &v, &rc);
+    CHECK(rc == CL_SUCCESS);
+    clrt_call call = clrt_begin(rt, clrt_kernel(rt, "probe", "k"));
+    clrt_arg_mem(&call, m);
+    size_t g = 1;
+    CHECK(clrt_enqueue(&call, 1, &g, NULL) == 0);
+    CHECK(clEnqueueReadBuffer(clrt_queue(rt), m, CL_TRUE, 0, sizeof v, &v, 0, NULL, NULL) == CL_SUCCESS);
+    /* too late once a program is built */
+    CHECK_EQ_INT(clrt_set_cpu_loops(rt, true), -1);
+    CHECK_CONTAINS(clrt_error(rt), "before a program is built");
+    clReleaseMemObject(m);
+    const bool cpu_device = (clrt_dev(rt)->type & CL_DEVICE_TYPE_CPU) != 0;
+    clrt_close(rt);
+    if (shape < 0) CHECK_EQ_INT(v, cpu_device ? 1 : 0);
+    return v;
+}
+
+TEST(opencl_runtime, the_kernels_see_the_loop_shape_the_host_chose)
+{
+    oclt_require_device();
+    built_cpu_loops(-1); /* by device type */
+    CHECK_EQ_INT(built_cpu_loops(0), 0);
+    CHECK_EQ_INT(built_cpu_loops(1), 1);
+}
+
 TEST(opencl_runtime, build_and_lookup_errors_are_explained)
 {
     oclt_require_device();

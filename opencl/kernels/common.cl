@@ -6,7 +6,8 @@
  * operation by operation where they follow its order.
  *
  * Buffers arrive as (pointer, element offset) pairs: see cl_ops_impl.h.
- * CLRT_CPU is 1 on CPU devices (kernels may pick CPU-shaped loops).
+ * CLRT_CPU is 1 where the host runs the CPU-shaped kernels (by default on
+ * CPU devices): kernels may then pick loops shaped for CPUs.
  */
 #pragma OPENCL FP_CONTRACT OFF
 

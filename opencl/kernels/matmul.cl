@@ -41,7 +41,13 @@
 #define DEQ_BUF 1000 /* tile_dot's "type" for rows already dequantized */
 #define DT_BLOCKS 4  /* token blocks per deq_tiles call */
 #define DT_KB 32      /* chunks of 32 weights per deq_tiles walk */
+/* tokens of a tile's outputs (GPUs never take several blocks at once, and
+ * keep their private arrays small) */
+#if CLRT_CPU
 #define OUT_TB (DT_BLOCKS * MAX_TB)
+#else
+#define OUT_TB MAX_TB
+#endif
 #define TILE_Q8_MAX 16384
 
 /* ---- IQ2_XXS tables: the engine's quant_iq2xxs_grid and quant_ksigns_iq2xs
