@@ -15,7 +15,8 @@
  * tile of MM_RB rows × MM_TB tokens, whose dequantized weights and x
  * values are reused from registers; for the expert formats a work-item
  * dequantizes its rows once into private memory and runs every token
- * block over them (deq_first). GPUs run the decode products as a
+ * block over them, a stretch of the rows at a time (deq_first,
+ * deq_tiles). GPUs run the decode products as a
  * work-group per row with a local reduction, and the prefill tiles as
  * above. The host (cl_matmul.c) mirrors the constants. bench/README.md
  * records what was measured on the way.
