@@ -378,3 +378,13 @@ void compact_reads_no_system_prompt(agent *a, ev_log *log, const char *trace_pat
     CHECK_MSG(prefilled == n - sys_n, "the rebuild of %zu tokens read %zu; the system prompt has %zu", n, prefilled,
               sys_n);
 }
+
+void keep_idle_state(ds4_session *s, const int32_t *tokens, size_t n, ds4_tokens *tx, void **snap, size_t *snap_len)
+{
+    tx->n = 0;
+    ds4_tokens_append(tx, tokens, n);
+    free(*snap);
+    *snap = NULL;
+    ds4_error err = { "" };
+    if (ds4_session_snapshot(s, snap, snap_len, &err) != 0) FAIL("snapshot: %s", err.msg);
+}

@@ -88,4 +88,9 @@ void run_turn(agent *a, const char *text, ev_log *log);
  * but the system prompt of sys_n tokens. */
 void compact_reads_no_system_prompt(agent *a, ev_log *log, const char *trace_path, size_t sys_n);
 
+/* For an on_idle callback: keeps the session's tokens in *tx and a fresh
+ * snapshot of it in *snap (the previous one freed); fails the test when the
+ * snapshot cannot be taken. */
+void keep_idle_state(ds4_session *s, const int32_t *tokens, size_t n, ds4_tokens *tx, void **snap, size_t *snap_len);
+
 #endif

@@ -118,12 +118,7 @@ static int rec_idle(void *ud, ds4_session *s, const int32_t *tokens, size_t n, c
     (void)msg;
     (void)msglen;
     persist_rec *r = ud;
-    r->idle.n = 0;
-    ds4_tokens_append(&r->idle, tokens, n);
-    free(r->snap);
-    r->snap = NULL;
-    ds4_error err;
-    if (ds4_session_snapshot(s, &r->snap, &r->snap_len, &err) != 0) FAIL("snapshot: %s", err.msg);
+    keep_idle_state(s, tokens, n, &r->idle, &r->snap, &r->snap_len);
     r->idles++;
     return 0;
 }

@@ -24,12 +24,7 @@ static int keep_idle(void *ud, ds4_session *s, const int32_t *tokens, size_t n, 
     (void)msg;
     (void)msglen;
     idle_rec *r = ud;
-    r->tx.n = 0;
-    ds4_tokens_append(&r->tx, tokens, n);
-    free(r->snap);
-    r->snap = NULL;
-    ds4_error err = { "" };
-    if (ds4_session_snapshot(s, &r->snap, &r->snap_len, &err) != 0) FAIL("snapshot: %s", err.msg);
+    keep_idle_state(s, tokens, n, &r->tx, &r->snap, &r->snap_len);
     return 0;
 }
 

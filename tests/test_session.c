@@ -28,6 +28,14 @@ static void sync_ok(ds4_session *s, const ds4_tokens *t, size_t n)
     CHECK_MSG(ds4_session_sync(s, t->ids, n, NULL, &err) == DS4_OK, "sync: %s", err.msg);
 }
 
+static void *snapshot_ok(ds4_session *s, size_t *len)
+{
+    ds4_error err = { "" };
+    void *buf = NULL;
+    CHECK_MSG(ds4_session_snapshot(s, &buf, len, &err) == 0, "snapshot: %s", err.msg);
+    return buf;
+}
+
 static void snapshot_round_trip(ds4_quant_sim qs, size_t n)
 {
     ds4_engine *e = fwd_test_engine(qs, 1);
@@ -66,10 +74,9 @@ TEST(session_snapshot, f16_snapshot_loads_into_an_f32_session)
     fwd_random_ids(&ids, 60, V, 9);
     ds4_session *a = open_session(full, 100), *b = open_session(none, 100);
     sync_ok(a, &ids, 60);
-    void *buf;
     size_t len;
+    void *buf = snapshot_ok(a, &len);
     ds4_error err = { "" };
-    CHECK(ds4_session_snapshot(a, &buf, &len, &err) == 0);
     CHECK_MSG(ds4_session_restore(b, buf, len, &err) == 0, "%s", err.msg);
     CHECK_EQ_INT(ds4_session_n_tokens(b), 60);
     CHECK_EQ_INT(ds4_session_eval(b, 17, NULL, &err), DS4_OK);
@@ -116,10 +123,9 @@ TEST(session_snapshot, refuses_other_models_versions_and_damage)
     fwd_random_ids(&ids, 41, V, 19);
     ds4_session *a = open_session(e, 100);
     sync_ok(a, &ids, 40);
-    void *snap;
     size_t len;
+    void *snap = snapshot_ok(a, &len);
     ds4_error err = { "" };
-    CHECK(ds4_session_snapshot(a, &snap, &len, &err) == 0);
     unsigned char *bad = test_alloc(len);
 
     /* the target session holds other tokens; each refusal must keep them */
@@ -242,10 +248,9 @@ TEST(session_rewind, far_rewind_goes_on_from_a_base_snapshot)
     fwd_random_ids(&ids, 400, V, 31);
     ds4_session *s = open_session(e, 800);
     sync_ok(s, &ids, 90);
-    void *base;
     size_t base_len;
+    void *base = snapshot_ok(s, &base_len);
     ds4_error err = { "" };
-    CHECK_MSG(ds4_session_snapshot(s, &base, &base_len, &err) == 0, "%s", err.msg);
     sync_ok(s, &ids, 400);
     /* shares 100 tokens, the base holds the first 90 */
     ds4_tokens_append(&alt, ids.ids, 100);
@@ -281,10 +286,9 @@ TEST(session_rewind, empty_session_goes_on_from_a_base_snapshot)
     fwd_random_ids(&ids, 150, V, 41);
     ds4_session *s = open_session(e, 400);
     sync_ok(s, &ids, 100);
-    void *base;
     size_t base_len;
+    void *base = snapshot_ok(s, &base_len);
     ds4_error err = { "" };
-    CHECK_MSG(ds4_session_snapshot(s, &base, &base_len, &err) == 0, "%s", err.msg);
     ds4_session_close(s);
     float *plain = test_alloc(V * 4);
     fwd_logits_after(e, 400, 0, ids.ids, ids.n, plain);
@@ -411,10 +415,8 @@ TEST(session_bytes, estimate_covers_what_a_session_uses)
     /* the kept state grows with the context and the snapshot holds exactly it */
     uint64_t kv = ds4_session_kv_bytes(s);
     CHECK(kv > 0);
-    void *buf;
     size_t len;
-    ds4_error err = { "" };
-    CHECK(ds4_session_snapshot(s, &buf, &len, &err) == 0);
+    void *buf = snapshot_ok(s, &len);
     CHECK(len > kv);
     free(buf);
     ds4_session_close(s);
