@@ -9,10 +9,13 @@
  * streaming read (float16 loads over --roof-mb) and an f32 FMA loop over
  * every compute unit. Times are wall clock around a batch of enqueued calls
  * and one wait, median of --reps batches, after a warm-up that also makes
- * PoCL compile its work-group specialisations.
+ * PoCL compile its work-group specialisations. Probe rows run a kernel of
+ * kernels/bench.cl instead of an op: the exp_gate shape in ds4's integer
+ * arithmetic, to show what that numerics would buy.
  */
 #include "cli/bench_opencl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +28,9 @@
 #include "opencl/cl_ops.h"
 #include "opencl/cl_runtime.h"
 
-typedef enum { ROW_MATMUL, ROW_MOE } row_kind;
+/* ROW_PROBE: not an op of the backend but a kernel of kernels/bench.cl
+ * that shows what another arithmetic would buy (see run_iq2_probe) */
+typedef enum { ROW_MATMUL, ROW_MOE, ROW_PROBE } row_kind;
 
 typedef struct {
     const char *name;
@@ -56,6 +61,8 @@ static const bench_row rows[] = {
     { "exp_gate", ROW_MATMUL, IQ2, 0, 4096, 2048, 1, 0 },
     { "exp_down", ROW_MATMUL, Q2K, 0, 2048, 4096, 1, 0 },
     { "moe", ROW_MOE, IQ2, Q2K, 4096, 2048, 1, 0 },
+    { "iq2_int8", ROW_PROBE, IQ2, 0, 4096, 2048, 1, 0 },
+    { "iq2_lookups", ROW_PROBE, IQ2, 0, 4096, 2048, 1, 0 },
     { "shexp_gate", ROW_MATMUL, Q8, 0, 4096, 2048, 1, 1 },
     { "shexp_down", ROW_MATMUL, Q8, 0, 2048, 4096, 1, 1 },
     { "attn_q_b", ROW_MATMUL, Q8, 0, 1024, 32768, 1, 1 },
@@ -404,6 +411,119 @@ static int run_moe(const bench_opts *o, const bench_row *r, row_result *res)
     return rc;
 }
 
+/* The exp_gate decode row in ds4's integer arithmetic: x quantized to
+ * Q8_K (quant_act), IQ2_XXS rows against it with integer sums, in the
+ * kernel iq2_int8_rows of kernels/bench.cl. Its results are checked
+ * against the engine's quant_dot_act before it is timed. "iq2_lookups"
+ * runs the same kernel without signs and scales: only a bound. */
+static int run_iq2_probe(const bench_opts *o, const bench_row *r, row_result *res)
+{
+    row_env e;
+    if (env_open(&e, o)) return -1;
+    clrt *rt = cl_ops_runtime(e.ctx);
+    const int n = r->in, rows = r->out, lookups_only = strstr(r->name, "lookups") != NULL;
+    const size_t rb = quant_row_bytes(GGML_TYPE_IQ2_XXS, (uint64_t)n), bytes = rb * (size_t)rows;
+    size_t copies = (o->rotate_bytes + bytes - 1) / bytes;
+    if (copies < 2) copies = 2;
+    uint8_t *w = malloc(bytes * copies);
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)rows * sizeof *y), *xd = malloc((size_t)n / 256 * 4);
+    int16_t *xq = malloc((size_t)n * sizeof *xq);
+    uint64_t *sgrid = malloc(32768 * sizeof *sgrid);
+    block_q8_K *act = malloc(quant_act_bytes(GGML_TYPE_IQ2_XXS, n));
+    cl_mem bw = NULL, bxq = NULL, bxd = NULL, bsg = NULL, by = NULL;
+    cl_kernel k = clrt_kernel(rt, "bench", lookups_only ? "iq2_lookup_rows" : "iq2_int8_rows");
+    int rc = w && x && y && xd && xq && sgrid && act && k ? 0 : -1;
+    if (!rc) {
+        for (size_t i = 0; i < bytes * copies; i++) w[i] = (uint8_t)next();
+        for (size_t i = 0; i < bytes * copies; i += 66) { /* d: a small positive half */
+            w[i] = (uint8_t)next();
+            w[i + 1] = 0x20;
+        }
+        for (int i = 0; i < n; i++) x[i] = (float)(next() % 2001) / 1000.0f - 1.0f;
+        quant_act(GGML_TYPE_IQ2_XXS, x, n, act);
+        for (int b = 0; b < n / 256; b++) {
+            xd[b] = act[b].d;
+            for (int j = 0; j < 256; j++) xq[256 * b + j] = act[b].qs[j];
+        }
+        for (uint32_t sgn = 0; sgn < 128; sgn++)
+            for (uint32_t g = 0; g < 256; g++) {
+                uint64_t v = 0;
+                for (int j = 0; j < 8; j++) {
+                    int m = (int)(quant_iq2xxs_grid[g] >> (8 * j) & 0xff);
+                    int8_t q = (int8_t)(quant_ksigns_iq2xs[sgn] >> j & 1 ? -m : m);
+                    v |= (uint64_t)(uint8_t)q << (8 * j);
+                }
+                sgrid[sgn << 8 | g] = v;
+            }
+        cl_context cx = clrt_context(rt);
+        cl_int e1, e2, e3, e4, e5;
+        bw = clCreateBuffer(cx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes * copies, w, &e1);
+        bxq = clCreateBuffer(cx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n * 2, xq, &e2);
+        bxd = clCreateBuffer(cx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n / 256 * 4, xd, &e3);
+        bsg = clCreateBuffer(cx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 32768 * 8, sgrid, &e4);
+        by = clCreateBuffer(cx, CL_MEM_WRITE_ONLY, (size_t)rows * 4, NULL, &e5);
+        if (!bw || !bxq || !bxd || !bsg || !by) rc = -1;
+    }
+    const size_t g = (size_t)rows / 4, l = 16;
+    const int calls = copies < 8 ? 8 : (int)copies;
+    double t[64], u[64];
+    for (int rep = -1; !rc && rep < o->reps; rep++) {
+        double t0 = now_ms(), c0 = cpu_ms();
+        for (int i = 0; !rc && i < calls; i++) {
+            clrt_call call = clrt_begin(rt, k);
+            clrt_arg_mem(&call, bw);
+            clrt_arg_ulong(&call, (cl_ulong)((size_t)i % copies * bytes));
+            clrt_arg_ulong(&call, rb);
+            clrt_arg_int(&call, rows);
+            clrt_arg_int(&call, n);
+            clrt_arg_mem(&call, bxq);
+            clrt_arg_mem(&call, bxd);
+            clrt_arg_mem(&call, bsg);
+            clrt_arg_mem(&call, by);
+            rc = clrt_enqueue(&call, 1, &g, &l);
+            if (!rc && rep < 0 && i == 0 && !lookups_only) {
+                /* the first call, on the first copy: check every row */
+                rc = clEnqueueReadBuffer(clrt_queue(rt), by, CL_TRUE, 0, (size_t)rows * 4, y, 0, NULL, NULL) ? -1 : 0;
+                double worst = 0, top = 0;
+                for (int row = 0; !rc && row < rows; row++) {
+                    double ref = quant_dot_act(GGML_TYPE_IQ2_XXS, w + (size_t)row * rb, act, n);
+                    if (fabs(ref - y[row]) > worst) worst = fabs(ref - y[row]);
+                    if (fabs(ref) > top) top = fabs(ref);
+                }
+                if (!rc && !(worst <= 1e-5 * top)) {
+                    fprintf(stderr, "ds4cl-bench: --cl-bench: %s: off by %g of %g from quant_dot_act\n", r->name,
+                            worst, top);
+                    rc = -1;
+                }
+            }
+        }
+        if (!rc) rc = clrt_finish(rt);
+        if (rep >= 0) {
+            t[rep] = (now_ms() - t0) / calls;
+            u[rep] = (cpu_ms() - c0) / calls;
+        }
+    }
+    if (rc) fprintf(stderr, "ds4cl-bench: --cl-bench: %s failed%s%s\n", r->name, k ? "" : ": ", k ? "" : clrt_error(rt));
+    else {
+        res->ms = median(t, o->reps);
+        res->cpu_ms = median(u, o->reps);
+        res->bytes = (double)bytes;
+        res->flops = 2.0 * (double)n * (double)rows;
+    }
+    cl_mem bufs[] = { bw, bxq, bxd, bsg, by };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) clReleaseMemObject(bufs[i]);
+    free(w);
+    free(x);
+    free(y);
+    free(xd);
+    free(xq);
+    free(sgrid);
+    free(act);
+    env_close(&e);
+    return rc;
+}
+
 static void usage(void)
 {
     fputs("usage: ds4cl-bench --cl-bench [--device D] [--reps R] [--prefill-t T] [--experts E]\n"
@@ -483,7 +603,9 @@ int bench_opencl(int argc, char **argv)
         const bench_row *r = &rows[i];
         if (o.only && !strstr(r->name, o.only)) continue;
         row_result res = { 0 };
-        int rc = r->kind == ROW_MOE ? run_moe(&o, r, &res) : run_matmul(&o, r, &res);
+        int rc = r->kind == ROW_MOE     ? run_moe(&o, r, &res)
+                 : r->kind == ROW_PROBE ? run_iq2_probe(&o, r, &res)
+                                        : run_matmul(&o, r, &res);
         if (rc) {
             status = 1;
             continue;
@@ -500,7 +622,8 @@ int bench_opencl(int argc, char **argv)
             printf("prefill,%s,%s,%d,%d,%d,%d,%.0f,%.3f,,,%.1f,%.1f,%.3f,,%.1f\n", r->name, type, r->in, r->out,
                    r->groups, T, res.bytes, res.ms, gflops, 100 * gflops / peak, res.cpu_ms, 100 * cpu_gflops / core_peak);
         else
-            printf("decode,%s,%s,%d,%d,%d,%d,%.0f,%.3f,%.2f,%.1f,%.1f,%.1f,%.3f,%.1f,%.1f\n", r->name, type, r->in,
+            printf("%s,%s,%s,%d,%d,%d,%d,%.0f,%.3f,%.2f,%.1f,%.1f,%.1f,%.3f,%.1f,%.1f\n",
+                   r->kind == ROW_PROBE ? "probe" : "decode", r->name, type, r->in,
                    r->out, r->groups, T, res.bytes, res.ms, gbps, 100 * gbps / read_gbps, gflops, 100 * gflops / peak,
                    res.cpu_ms, 100 * cpu_gbps / core_read, 100 * cpu_gflops / core_peak);
         fflush(stdout);

@@ -413,3 +413,25 @@ TEST(opencl_bench, cl_bench_prints_roofs_and_rows)
     CHECK(rc == 2);
     CHECK_CONTAINS(text, "usage: ds4cl-bench --cl-bench");
 }
+
+/* The integer-arithmetic probe checks its products against the engine's
+ * quant_dot_act before timing them (a wrong kernel fails the run), then
+ * reports GB/s like a decode row. */
+TEST(opencl_bench, the_integer_probe_agrees_with_the_engine_and_reports_its_rate)
+{
+    oclt_require_device();
+    char *text;
+    int rc = test_runf(&text, "XDG_CACHE_HOME=%s %s/ds4cl-bench --cl-bench --reps 1 --rotate-mb 4 --roof-mb 64 --only iq2_",
+                       oclt_cache_dir(), test_bindir());
+    CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", text);
+    const char *rows[] = { "\nprobe,iq2_int8,IQ2_XXS,4096,2048,1,1,2162688,",
+                           "\nprobe,iq2_lookups,IQ2_XXS,4096,2048,1,1,2162688," };
+    for (int i = 0; i < 2; i++) {
+        const char *row = strstr(text, rows[i]);
+        CHECK_MSG(row != NULL, "no row %s in:\n%s", rows[i] + 1, text);
+        double ms = 0, gbps = 0;
+        CHECK(sscanf(row + strlen(rows[i]), "%lf,%lf", &ms, &gbps) == 2);
+        CHECK_MSG(ms > 0 && gbps > 0, "ms %g, GB/s %g", ms, gbps);
+    }
+    CHECK(strstr(text, "\ndecode,") == NULL);
+}

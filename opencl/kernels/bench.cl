@@ -1,6 +1,7 @@
 /* bench.cl — probes for ds4cl-bench --cl-bench: a streaming read, an f32
  * FMA loop and an empty kernel, the roofs that the matmul and moe kernels
- * are measured against in the same run. */
+ * are measured against in the same run; and an IQ2_XXS product in integer
+ * arithmetic, set beside the engine's f32 one. */
 
 /* CPU devices: each work-item sums its own contiguous slice of n16 float16
  * (the way the CPU-shaped kernels stream rows). */
@@ -50,3 +51,70 @@ __kernel void fma_peak(__global float *out, int iters, float a, float b)
 }
 
 __kernel void empty(__global float *out) { (void)out; }
+
+/* IQ2_XXS decode with 8-bit activations (ds4's integer arithmetic), a
+ * probe of what that numerics would buy on this device; the engine does
+ * not use it. A work-item takes four rows a quarter of the matrix apart
+ * (as the decode kernels do) against x quantized in blocks of 256 (xq: the
+ * int8 values widened to int16, xd: the block scales). sgrid holds the 8
+ * signed grid values of every (sign index << 8 | grid index) pair, so a
+ * group of 8 weights is one lookup. Per 32 weights the integer products
+ * are summed and scaled by 2s + 1; per 256, converted and multiplied by
+ * d·xd/8. iq2_lookup_rows leaves the signs and scales out: not a
+ * product any more, a bound on what the lookups alone allow. */
+
+/* 32 int8 grid values (g4) × 32 int16 activations, summed in pairs:
+ * written portably, it ran on PoCL as fast as with the AVX-512 vpmaddwd
+ * builtin */
+inline int16 probe_dot32(ulong4 g4, const __global short *x)
+{
+    int16 lo = convert_int16(as_char16(g4.lo)) * convert_int16(vload16(0, x));
+    int16 hi = convert_int16(as_char16(g4.hi)) * convert_int16(vload16(1, x));
+    return lo + hi;
+}
+
+inline uint probe_word(const __global uchar *g)
+{
+    ushort2 v = vload2(0, (const __global ushort *)(g + 4));
+    return (uint)v.x | (uint)v.y << 16;
+}
+
+/* the four rows written out: PoCL keeps arrays of accumulators in memory */
+#define PROBE_ROW(r, LOOKUPS)                                                                                 \
+    {                                                                                                         \
+        const __global uchar *g = w##r + 66 * b + 2 + 8 * j;                                                  \
+        uint s = probe_word(g), m = LOOKUPS ? 0u : 127u;                                                      \
+        ulong4 g4 = (ulong4)(sgrid[g[0] | (s & m) << 8], sgrid[g[1] | (s >> 7 & m) << 8],                     \
+                             sgrid[g[2] | (s >> 14 & m) << 8], sgrid[g[3] | (s >> 21 & m) << 8]);             \
+        int16 p = probe_dot32(g4, x);                                                                         \
+        acc##r += LOOKUPS ? p : p * (int)(2 * (s >> 28) + 1);                                                 \
+    }
+#define PROBE_SCALE(r) \
+    f##r = fma(convert_float16(acc##r), (float16)(vload_half(0, (const __global half *)(w##r + 66 * b)) * xd[b] * 0.125f), f##r);
+
+#define PROBE_KERNEL(NAME, LOOKUPS)                                                                              \
+    __kernel void NAME(const __global uchar *W, ulong W_off, ulong row_bytes, int rows, int n,                   \
+                       const __global short *xq, const __global float *xd, const __global ulong *sgrid,          \
+                       __global float *y)                                                                        \
+    {                                                                                                            \
+        const int q = rows / 4, i = get_global_id(0);                                                            \
+        if (i >= q) return;                                                                                      \
+        const __global uchar *w0 = W + W_off + (ulong)i * row_bytes, *w1 = w0 + (ulong)q * row_bytes;            \
+        const __global uchar *w2 = w1 + (ulong)q * row_bytes, *w3 = w2 + (ulong)q * row_bytes;                   \
+        float16 f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f;                                                      \
+        for (int b = 0; b < n / 256; b++) {                                                                      \
+            int16 acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;                                                        \
+            for (int j = 0; j < 8; j++) {                                                                        \
+                const __global short *x = xq + 256 * b + 32 * j;                                                 \
+                PROBE_ROW(0, LOOKUPS) PROBE_ROW(1, LOOKUPS) PROBE_ROW(2, LOOKUPS) PROBE_ROW(3, LOOKUPS)          \
+            }                                                                                                    \
+            PROBE_SCALE(0) PROBE_SCALE(1) PROBE_SCALE(2) PROBE_SCALE(3)                                          \
+        }                                                                                                        \
+        y[i] = hsum8(f0.lo + f0.hi);                                                                             \
+        y[i + q] = hsum8(f1.lo + f1.hi);                                                                         \
+        y[i + 2 * q] = hsum8(f2.lo + f2.hi);                                                                     \
+        y[i + 3 * q] = hsum8(f3.lo + f3.hi);                                                                     \
+    }
+
+PROBE_KERNEL(iq2_int8_rows, 0)
+PROBE_KERNEL(iq2_lookup_rows, 1)
