@@ -441,7 +441,9 @@ void web_require_browser(void)
     free(exe);
 }
 
-int web_count_processes(const char *needle)
+/* Processes (not zombies) whose command line contains needle, each
+ * sent sig unless it is 0; how many there were. */
+static int each_process(const char *needle, int sig)
 {
     DIR *d = opendir("/proc");
     if (!d) return -1;
@@ -472,8 +474,14 @@ int web_count_processes(const char *needle)
         for (ssize_t i = 0; i < r; i++)
             if (!buf[i]) buf[i] = ' ';
         buf[r] = 0;
-        if (strstr(buf, needle)) count++;
+        if (!strstr(buf, needle)) continue;
+        count++;
+        if (sig) kill((pid_t)pid, sig);
     }
     closedir(d);
     return count;
 }
+
+int web_count_processes(const char *needle) { return each_process(needle, 0); }
+
+int web_kill_processes(const char *needle) { return each_process(needle, SIGKILL); }

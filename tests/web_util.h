@@ -46,5 +46,9 @@ void web_require_browser(void);
 
 /* Processes (not zombies) whose command line contains needle. */
 int web_count_processes(const char *needle);
+/* Sends those SIGKILL (from this process: a shell loop doing it would
+ * hold the needle in its own command line and, its pid below theirs
+ * after the pids wrap, kill itself first); how many there were. */
+int web_kill_processes(const char *needle);
 
 #endif
