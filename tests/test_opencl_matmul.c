@@ -391,23 +391,38 @@ TEST(opencl_matmul, iq2_xxs_tables_are_the_engines)
 
 /* ---- the benchmark ----------------------------------------------------------------- */
 
+/* ds4cl-bench --cl-bench on the rows whose name holds `only`, small
+ * enough for a test; its output in *text, its exit status returned. */
+static int cl_bench(const char *only, char **text)
+{
+    return test_runf(text, "XDG_CACHE_HOME=%s %s/ds4cl-bench --cl-bench --reps 1 --rotate-mb 4 --roof-mb 64 --only %s",
+                     oclt_cache_dir(), test_bindir(), only);
+}
+
+/* The row starting with `row` (newline first) is there with a positive
+ * time and rate. */
+static void check_row_rates(const char *text, const char *row)
+{
+    const char *at = strstr(text, row);
+    CHECK_MSG(at != NULL, "no row %s in:\n%s", row + 1, text);
+    if (!at) return;
+    double ms = 0, gbps = 0;
+    CHECK(sscanf(at + strlen(row), "%lf,%lf", &ms, &gbps) == 2);
+    CHECK_MSG(ms > 0 && gbps > 0, "ms %g, GB/s %g", ms, gbps);
+}
+
 /* ds4cl-bench --cl-bench prints the roofs and one CSV row per selected
  * shape with positive rates (speed itself is the bench's business). */
 TEST(opencl_bench, cl_bench_prints_roofs_and_rows)
 {
     oclt_require_device();
     char *text;
-    int rc = test_runf(&text, "XDG_CACHE_HOME=%s %s/ds4cl-bench --cl-bench --reps 1 --rotate-mb 4 --roof-mb 64 --only router",
-                       oclt_cache_dir(), test_bindir());
+    int rc = cl_bench("router", &text);
     CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", text);
     CHECK_CONTAINS(text, "kind,name,type,in,out,groups,T,weight_bytes,ms,gbps,pct_read_roof,gflops,pct_fma_peak");
     CHECK_CONTAINS(text, "roof,stream_read,");
     CHECK_CONTAINS(text, "roof,fma_peak,");
-    const char *row = strstr(text, "\ndecode,router,F16,4096,256,1,1,2097152,");
-    CHECK_MSG(row != NULL, "no router row in:\n%s", text);
-    double ms = 0, gbps = 0;
-    CHECK(sscanf(row + strlen("\ndecode,router,F16,4096,256,1,1,2097152,"), "%lf,%lf", &ms, &gbps) == 2);
-    CHECK_MSG(ms > 0 && gbps > 0, "ms %g, GB/s %g", ms, gbps);
+    check_row_rates(text, "\ndecode,router,F16,4096,256,1,1,2097152,");
     CHECK(strstr(text, "prefill,") == NULL);
     rc = test_runf(&text, "%s/ds4cl-bench --cl-bench --reps 0", test_bindir());
     CHECK(rc == 2);
@@ -421,17 +436,9 @@ TEST(opencl_bench, the_integer_probe_agrees_with_the_engine_and_reports_its_rate
 {
     oclt_require_device();
     char *text;
-    int rc = test_runf(&text, "XDG_CACHE_HOME=%s %s/ds4cl-bench --cl-bench --reps 1 --rotate-mb 4 --roof-mb 64 --only iq2_",
-                       oclt_cache_dir(), test_bindir());
+    int rc = cl_bench("iq2_", &text);
     CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", text);
-    const char *rows[] = { "\nprobe,iq2_int8,IQ2_XXS,4096,2048,1,1,2162688,",
-                           "\nprobe,iq2_lookups,IQ2_XXS,4096,2048,1,1,2162688," };
-    for (int i = 0; i < 2; i++) {
-        const char *row = strstr(text, rows[i]);
-        CHECK_MSG(row != NULL, "no row %s in:\n%s", rows[i] + 1, text);
-        double ms = 0, gbps = 0;
-        CHECK(sscanf(row + strlen(rows[i]), "%lf,%lf", &ms, &gbps) == 2);
-        CHECK_MSG(ms > 0 && gbps > 0, "ms %g, GB/s %g", ms, gbps);
-    }
+    check_row_rates(text, "\nprobe,iq2_int8,IQ2_XXS,4096,2048,1,1,2162688,");
+    check_row_rates(text, "\nprobe,iq2_lookups,IQ2_XXS,4096,2048,1,1,2162688,");
     CHECK(strstr(text, "\ndecode,") == NULL);
 }
