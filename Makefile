@@ -44,8 +44,14 @@ endif
 OBJDIR    := build/$(VARIANT)
 GENDIR    := build/gen
 
+# The goals that compile run in a sub-make started after the dependency step
+# (see "Dependencies first" below), so that pkg-config is asked only once the
+# packages it describes can exist: a make that installs them cannot use
+# flags it computed while parsing, before they were there.
+ifeq ($(DS4CL_DEPS_READY),1)
 PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
+endif
 
 ARCHFLAGS ?= -march=native
 CFLAGS    ?=
@@ -76,6 +82,37 @@ DEPFILES  := $(patsubst %.o,%.d,$(LIB_OBJS) $(TEST_OBJS)) \
 
 .PHONY: all test demo bench deps check-deps install uninstall clean fuzz programs
 .DEFAULT_GOAL := all
+
+# Dependencies first: in the top-level make every goal that compiles or runs
+# what was compiled checks (and if need be installs) the packages, then runs
+# again in a sub-make that reads the Makefile afresh.  Only that sub-make
+# has DS4CL_DEPS_READY=1 and defines the rules below.
+DEPS_GOALS := all programs test demo bench fuzz install $(PROGRAMS) $(TESTBIN)
+ifneq ($(DS4CL_DEPS_READY),1)
+# One sub-make at a time: two goals must not build the same objects at once.
+.NOTPARALLEL:
+
+$(DEPS_GOALS): check-deps
+	@$(MAKE) --no-print-directory DS4CL_DEPS_READY=1 $@
+
+# Any other target (an object file, a fuzz binary) the same way.
+.DEFAULT:
+	@sh build-aux/deps.sh --check || $(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory DS4CL_DEPS_READY=1 $@
+
+check-deps:
+	@sh build-aux/deps.sh --check || $(MAKE) --no-print-directory deps
+
+deps:
+	sh build-aux/deps.sh --install
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/ds4cl $(DESTDIR)$(PREFIX)/bin/ds4cl-bench \
+	      $(DESTDIR)$(PREFIX)/bin/ds4cl-mkmodel $(DESTDIR)$(PREFIX)/share/man/man1/ds4cl.1
+
+clean:
+	rm -rf build ds4cl ds4cl-bench ds4cl-mkmodel
+else
 
 all: $(PROGRAMS)
 
@@ -113,20 +150,14 @@ $(TESTBIN): $(TEST_OBJS) $(LIB_OBJS)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
 
 # The suite runs against the programs built in the same variant.
-test: check-deps $(PROGRAMS) $(TESTBIN)
+test: $(PROGRAMS) $(TESTBIN)
 	DS4CL_BINDIR=$(abspath $(BINDIR)) DS4CL_ROOT=$(CURDIR) DS4CL_VARIANT=$(VARIANT) \
 	ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
 	LSAN_OPTIONS=$${LSAN_OPTIONS:-suppressions=$(CURDIR)/build-aux/lsan.supp:print_suppressions=0} \
 	UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
 	$(TESTBIN) $(if $(J),-j $(J)) $(T)
 
-check-deps:
-	@sh build-aux/deps.sh --check || $(MAKE) --no-print-directory deps
-
-deps:
-	sh build-aux/deps.sh --install
-
-demo: check-deps $(PROGRAMS)
+demo: $(PROGRAMS)
 	sh build-aux/demo.sh $(BINDIR)
 
 bench: $(PROGRAMS)
@@ -143,7 +174,7 @@ build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRCS) $(GEN_SRCS)
 	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) \
 	    -o $@ $< $(FUZZ_LIB_SRCS) $(GEN_SRCS) $(LDLIBS)
 
-fuzz: check-deps $(FUZZ_BINS)
+fuzz: $(FUZZ_BINS)
 	sh build-aux/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BINS)
 
 install: $(PROGRAMS)
@@ -151,11 +182,5 @@ install: $(PROGRAMS)
 	install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 doc/ds4cl.1 $(DESTDIR)$(PREFIX)/share/man/man1/ds4cl.1
 
-uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/ds4cl $(DESTDIR)$(PREFIX)/bin/ds4cl-bench \
-	      $(DESTDIR)$(PREFIX)/bin/ds4cl-mkmodel $(DESTDIR)$(PREFIX)/share/man/man1/ds4cl.1
-
-clean:
-	rm -rf build ds4cl ds4cl-bench ds4cl-mkmodel
-
 -include $(DEPFILES)
+endif

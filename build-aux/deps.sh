@@ -11,7 +11,7 @@ ca-certificates curl"
 
 missing() {
     for lib in ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto; do
-        pkg-config --exists "$lib" 2>/dev/null || { echo "library $lib"; return 0; }
+        ${PKG_CONFIG:-pkg-config} --exists "$lib" 2>/dev/null || { echo "library $lib"; return 0; }
     done
     for prog in cc clang make pkg-config clinfo tmux node npm; do
         command -v "$prog" >/dev/null 2>&1 || { echo "program $prog"; return 0; }
