@@ -43,6 +43,8 @@ bool session_locked(const char *dir);
 void session_remove_leftovers(const char *dir);
 
 int meta_read(const char *dir, session_meta *out);   /* -1 when absent or unreadable */
+/* The same from the text of a meta.json held in memory. */
+int meta_parse(const char *text, size_t len, session_meta *out);
 int meta_write(const char *dir, const session_meta *m, char *err, size_t errlen);
 /* Title, user turns and tokens from a journal's records. */
 void meta_from_journal(const journal_scan *j, session_info *info);

@@ -283,11 +283,19 @@ int meta_read(const char *dir, session_meta *out)
     size_t len;
     char *text = file_read_all(path, &len);
     if (!text) return -1;
+    int rc = meta_parse(text, len, out);
+    free(text);
+    return rc;
+}
+
+int meta_parse(const char *text, size_t len, session_meta *out)
+{
+    memset(out, 0, sizeof *out);
+    if (len > INT_MAX) return -1;
     struct json_tokener *tok = json_tokener_new();
     struct json_object *o = json_tokener_parse_ex(tok, text, (int)len);
     bool ok = o && json_tokener_get_error(tok) == json_tokener_success && json_object_is_type(o, json_type_object);
     json_tokener_free(tok);
-    free(text);
     session_info *i = &out->info;
     if (ok) {
         copy_str(i->id, sizeof i->id, o, "id");
