@@ -163,16 +163,29 @@ demo: $(PROGRAMS)
 bench: $(PROGRAMS)
 	sh build-aux/bench.sh $(BINDIR)
 
-# Fuzz targets live in tests/fuzz/*.c, one libFuzzer entry point each.
+# Fuzz targets live in tests/fuzz/*.c, one libFuzzer entry point each. The
+# library is compiled once for them (coverage and sanitizer instrumentation,
+# without libFuzzer's main) into build/fuzz/obj/, and every target links
+# those objects: a new target costs one compile and one link.
 FUZZ_SECONDS ?= 60
 FUZZ_SRCS    := $(sort $(wildcard tests/fuzz/*.c))
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRCS))
 FUZZ_LIB_SRCS := $(filter-out $(wildcard ui/*.c) cli/cmd_interactive.c,$(LIB_SRCS))
+FUZZ_OBJDIR  := build/fuzz/obj
+FUZZ_CFLAGS  := -std=c11 -g -O1 -pthread -fsanitize=fuzzer-no-link,address,undefined $(PKG_CFLAGS)
+FUZZ_LIB_OBJS := $(patsubst %.c,$(FUZZ_OBJDIR)/%.o,$(FUZZ_LIB_SRCS)) \
+                 $(patsubst $(GENDIR)/%.c,$(FUZZ_OBJDIR)/gen/%.o,$(GEN_SRCS))
 
-build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRCS) $(GEN_SRCS)
-	@mkdir -p build/fuzz
-	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) \
-	    -o $@ $< $(FUZZ_LIB_SRCS) $(GEN_SRCS) $(LDLIBS)
+$(FUZZ_OBJDIR)/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_OBJDIR)/gen/%.o: $(GENDIR)/%.c
+	@mkdir -p $(dir $@)
+	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_BINS): build/fuzz/%: $(FUZZ_OBJDIR)/tests/fuzz/%.o $(FUZZ_LIB_OBJS)
+	clang -fsanitize=fuzzer,address,undefined -o $@ $^ $(LDLIBS)
 
 fuzz: $(FUZZ_BINS)
 	sh build-aux/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BINS)
@@ -182,5 +195,6 @@ install: $(PROGRAMS)
 	install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 doc/ds4cl.1 $(DESTDIR)$(PREFIX)/share/man/man1/ds4cl.1
 
--include $(DEPFILES)
+-include $(DEPFILES) $(patsubst %.o,%.d,$(FUZZ_LIB_OBJS)) \
+         $(patsubst tests/fuzz/%.c,$(FUZZ_OBJDIR)/tests/fuzz/%.d,$(FUZZ_SRCS))
 endif
