@@ -281,17 +281,27 @@ struct cdp_conn {
     cdp_cancel cancel;
 };
 
-static void conn_bad(cdp_conn *c, const char *fmt, const char *detail, const char *msg,
-                     size_t len)
+/* ---- messages ------------------------------------------------------------------- */
+
+static void msg_bad(cdp_msg *m, const char *fmt, const char *detail, const char *msg, size_t len)
 {
     char ex[96];
     excerpt(ex, sizeof ex, msg, len);
-    snprintf(c->bad_msg, sizeof c->bad_msg, fmt, detail, ex);
-    c->bad_pending = true;
+    snprintf(m->why, sizeof m->why, fmt, detail, ex);
+    m->kind = CDP_MSG_BAD;
+    if (m->obj) json_object_put(m->obj);
+    m->obj = NULL;
+    m->params = NULL;
+    m->method = NULL;
 }
 
-static void conn_dispatch(cdp_conn *c, const char *msg, size_t len)
+void cdp_msg_parse(const char *msg, size_t len, cdp_msg *m)
 {
+    memset(m, 0, sizeof *m);
+    if (len > CDP_MAX_MESSAGE) {
+        snprintf(m->why, sizeof m->why, "a message from the browser exceeds %u MiB", CDP_MAX_MESSAGE >> 20);
+        return;
+    }
     json_tokener *tok = json_tokener_new_ex(128);
     if (!tok) abort();
     json_object *o = json_tokener_parse_ex(tok, msg, (int)len);
@@ -302,43 +312,90 @@ static void conn_dispatch(cdp_conn *c, const char *msg, size_t len)
         while (end < len && isspace((unsigned char)msg[end])) end++;
         if (end < len) je = json_tokener_error_parse_unexpected;
     }
+    m->obj = o;
     if (!o || je != json_tokener_success) {
-        if (o) json_object_put(o);
-        conn_bad(c, "malformed JSON message from the browser (%s): %s",
-                 je == json_tokener_continue ? "truncated" : json_tokener_error_desc(je), msg, len);
+        msg_bad(m, "malformed JSON message from the browser (%s): %s",
+                je == json_tokener_continue ? "truncated" : json_tokener_error_desc(je), msg, len);
         return;
     }
     if (!json_object_is_type(o, json_type_object)) {
-        conn_bad(c, "unexpected message from the browser (%s): %s", "not a JSON object", msg, len);
-        json_object_put(o);
+        msg_bad(m, "unexpected message from the browser (%s): %s", "not a JSON object", msg, len);
         return;
     }
     json_object *id, *method;
     if (json_object_object_get_ex(o, "id", &id)) {
         if (!json_object_is_type(id, json_type_int)) {
-            conn_bad(c, "unexpected message from the browser (%s): %s", "non-integer id", msg, len);
-            json_object_put(o);
+            msg_bad(m, "unexpected message from the browser (%s): %s", "non-integer id", msg, len);
             return;
         }
-        int v = json_object_get_int(id);
-        if (c->awaited_id && v == c->awaited_id && !c->reply) {
-            c->reply = o;
-            return;
+        m->kind = CDP_MSG_REPLY;
+        m->id = json_object_get_int(id);
+        return;
+    }
+    if (json_object_object_get_ex(o, "method", &method) && json_object_is_type(method, json_type_string)) {
+        m->kind = CDP_MSG_EVENT;
+        m->method = json_object_get_string(method);
+        json_object_object_get_ex(o, "params", &m->params);
+        return;
+    }
+    msg_bad(m, "unexpected message from the browser (%s): %s", "neither id nor method", msg, len);
+}
+
+void cdp_msg_free(cdp_msg *m)
+{
+    if (m->obj) json_object_put(m->obj);
+    memset(m, 0, sizeof *m);
+}
+
+int cdp_reply_result(json_object *reply, const char *method, json_object **result, char *err, size_t errlen)
+{
+    if (result) *result = NULL;
+    json_object *e, *res;
+    if (json_object_object_get_ex(reply, "error", &e)) {
+        json_object *msg = NULL, *data = NULL;
+        json_object_object_get_ex(e, "message", &msg);
+        json_object_object_get_ex(e, "data", &data);
+        const char *ms = msg ? json_object_get_string(msg) : "unknown error";
+        const char *ds = data ? json_object_get_string(data) : NULL;
+        char ex[200], dx[200];
+        excerpt(ex, sizeof ex, ms, strlen(ms));
+        if (ds) excerpt(dx, sizeof dx, ds, strlen(ds));
+        snprintf(err, errlen, "%s failed: %s%s%s%s", method, ex, ds ? " (" : "", ds ? dx : "",
+                 ds ? ")" : "");
+        return CDP_ERROR;
+    }
+    if (result) {
+        if (json_object_object_get_ex(reply, "result", &res) &&
+            json_object_is_type(res, json_type_object))
+            *result = json_object_get(res);
+        else
+            *result = json_object_new_object();
+    }
+    return CDP_OK;
+}
+
+static void conn_dispatch(cdp_conn *c, const char *msg, size_t len)
+{
+    cdp_msg m;
+    cdp_msg_parse(msg, len, &m);
+    switch (m.kind) {
+    case CDP_MSG_BAD:
+        snprintf(c->bad_msg, sizeof c->bad_msg, "%s", m.why);
+        c->bad_pending = true;
+        break;
+    case CDP_MSG_REPLY:
+        if (c->awaited_id && m.id == c->awaited_id && !c->reply) {
+            c->reply = m.obj;
+            m.obj = NULL;
+        } else {
+            c->strays++;
         }
-        c->strays++;
-        json_object_put(o);
-        return;
+        break;
+    case CDP_MSG_EVENT:
+        if (c->on_event) c->on_event(c, m.method, m.params, c->event_ud);
+        break;
     }
-    if (json_object_object_get_ex(o, "method", &method) &&
-        json_object_is_type(method, json_type_string)) {
-        json_object *params = NULL;
-        json_object_object_get_ex(o, "params", &params);
-        if (c->on_event) c->on_event(c, json_object_get_string(method), params, c->event_ud);
-        json_object_put(o);
-        return;
-    }
-    conn_bad(c, "unexpected message from the browser (%s): %s", "neither id nor method", msg, len);
-    json_object_put(o);
+    cdp_msg_free(&m);
 }
 
 static void conn_mark_closed(cdp_conn *c, const char *why)
@@ -617,30 +674,9 @@ int cdp_call(cdp_conn *c, const char *method, json_object *params, int timeout_m
         if (reply) json_object_put(reply);
         return rc;
     }
-    json_object *e, *res;
-    if (json_object_object_get_ex(reply, "error", &e)) {
-        json_object *msg = NULL, *data = NULL;
-        json_object_object_get_ex(e, "message", &msg);
-        json_object_object_get_ex(e, "data", &data);
-        const char *ms = msg ? json_object_get_string(msg) : "unknown error";
-        const char *ds = data ? json_object_get_string(data) : NULL;
-        char ex[200], dx[200];
-        excerpt(ex, sizeof ex, ms, strlen(ms));
-        if (ds) excerpt(dx, sizeof dx, ds, strlen(ds));
-        snprintf(err, errlen, "%s failed: %s%s%s%s", method, ex, ds ? " (" : "", ds ? dx : "",
-                 ds ? ")" : "");
-        json_object_put(reply);
-        return CDP_ERROR;
-    }
-    if (result) {
-        if (json_object_object_get_ex(reply, "result", &res) &&
-            json_object_is_type(res, json_type_object))
-            *result = json_object_get(res);
-        else
-            *result = json_object_new_object();
-    }
+    rc = cdp_reply_result(reply, method, result, err, errlen);
     json_object_put(reply);
-    return CDP_OK;
+    return rc;
 }
 
 int cdp_wait(cdp_conn *c, bool (*done)(void *ud), void *ud, int timeout_ms, const char *what,

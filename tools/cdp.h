@@ -160,4 +160,35 @@ unsigned cdp_stray_replies(const cdp_conn *c);
 /* Longest message accepted from the browser; a longer one is an error. */
 #define CDP_MAX_MESSAGE (64u << 20)
 
+/* ---- messages ------------------------------------------------------------------
+ *
+ * How the session reads what the browser sends, without a connection. */
+
+typedef enum {
+    CDP_MSG_BAD = 0, /* not JSON, not an object, a non-integer id, or neither id nor method */
+    CDP_MSG_REPLY,   /* has an integer "id" */
+    CDP_MSG_EVENT,   /* has a string "method" and no "id" */
+} cdp_msg_kind;
+
+typedef struct {
+    cdp_msg_kind kind;
+    struct json_object *obj;    /* the whole message; NULL when BAD */
+    int id;                     /* REPLY */
+    const char *method;         /* EVENT: inside obj */
+    struct json_object *params; /* EVENT: inside obj; NULL when absent */
+    char why[256];              /* BAD: what was wrong, with a printable excerpt */
+} cdp_msg;
+
+/* Decodes one WebSocket message (len bytes, no terminator needed);
+ * release with cdp_msg_free. */
+void cdp_msg_parse(const char *msg, size_t len, cdp_msg *out);
+void cdp_msg_free(cdp_msg *m);
+
+/* What cdp_call makes of the reply to method: CDP_OK with the reply's
+ * "result" object (an empty one when it has none) in *result when result
+ * is not NULL, or CDP_ERROR with the browser's message in err. reply stays
+ * the caller's. */
+int cdp_reply_result(struct json_object *reply, const char *method, struct json_object **result, char *err,
+                     size_t errlen);
+
 #endif
