@@ -320,7 +320,8 @@ int meta_parse(const char *text, size_t len, session_meta *out)
     i->think = think_parse(th ? json_object_get_string(th) : NULL);
     struct json_object *smp = get(set, "sampling", json_type_object);
     i->sampling.temperature = (float)get_num(smp, "temperature", 0);
-    i->sampling.top_k = (int)get_num(smp, "top_k", 0);
+    double top_k = get_num(smp, "top_k", 0);
+    i->sampling.top_k = top_k > INT_MIN && top_k < INT_MAX ? (int)top_k : 0; /* NaN and overflow: off */
     i->sampling.top_p = (float)get_num(smp, "top_p", 1);
     i->sampling.min_p = (float)get_num(smp, "min_p", 0);
     struct json_object *seed = get(smp, "seed", json_type_int);
