@@ -240,7 +240,7 @@ int ds4_session_snapshot(const ds4_session *s, void **buf, size_t *len, ds4_erro
     unsigned char *body = out + SNAP_HEADER;
     /* Tokens and logits are stored in host order: both are little-endian on
      * every platform this engine supports (checked by the magic round trip). */
-    memcpy(body, s->toks.ids, tok_bytes);
+    if (tok_bytes) memcpy(body, s->toks.ids, tok_bytes); /* an empty session has no token array */
     memcpy(body + tok_bytes, s->logits, logit_bytes);
     memcpy(body + tok_bytes + logit_bytes, sb_str(&payload), payload.len);
     memcpy(out, SNAP_MAGIC, 8);

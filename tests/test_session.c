@@ -67,6 +67,30 @@ TEST(session_snapshot, restore_gives_identical_next_logits) { snapshot_round_tri
 TEST(session_snapshot, restore_without_simulations) { snapshot_round_trip(DS4_QSIM_NONE, 131); }
 TEST(session_snapshot, restore_short_session) { snapshot_round_trip(DS4_QSIM_FULL, 2); }
 
+/* A session that never held a token (its token array was never
+ * allocated) snapshots to the header alone and restores as empty, also
+ * over a session that holds tokens. */
+TEST(session_snapshot, empty_session_round_trip)
+{
+    ds4_engine *e = fwd_test_engine(DS4_QSIM_FULL, 1);
+    ds4_session *a = open_session(e, 50);
+    size_t len;
+    void *buf = snapshot_ok(a, &len);
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, 3, V, 4);
+    ds4_session *b = open_session(e, 50);
+    sync_ok(b, &ids, 3);
+    ds4_error err = { "" };
+    CHECK_MSG(ds4_session_restore(b, buf, len, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(ds4_session_n_tokens(b), 0);
+    CHECK(ds4_session_logits(b) == NULL);
+    free(buf);
+    ds4_session_close(a);
+    ds4_session_close(b);
+    ds4_tokens_free(&ids);
+    ds4_engine_close(e);
+}
+
 TEST(session_snapshot, f16_snapshot_loads_into_an_f32_session)
 {
     ds4_engine *full = fwd_test_engine(DS4_QSIM_FULL, 1), *none = fwd_test_engine(DS4_QSIM_NONE, 1);
