@@ -95,7 +95,12 @@ ifneq ($(DS4CL_DEPS_READY),1)
 $(DEPS_GOALS): check-deps
 	@$(MAKE) --no-print-directory DS4CL_DEPS_READY=1 $@
 
-# Any other target (an object file, a fuzz binary) the same way.
+# A fuzz target or object by name: the same (a file that exists would
+# count as up to date here, where no rule says what it is made of).
+build/fuzz/%: check-deps
+	@$(MAKE) --no-print-directory DS4CL_DEPS_READY=1 $@
+
+# Any other target (an object file) the same way.
 .DEFAULT:
 	@sh build-aux/deps.sh --check || $(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory DS4CL_DEPS_READY=1 $@
@@ -172,7 +177,8 @@ FUZZ_SRCS    := $(sort $(wildcard tests/fuzz/*.c))
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRCS))
 FUZZ_LIB_SRCS := $(filter-out $(wildcard ui/*.c) cli/cmd_interactive.c,$(LIB_SRCS))
 FUZZ_OBJDIR  := build/fuzz/obj
-FUZZ_CFLAGS  := -std=c11 -g -O1 -pthread -fsanitize=fuzzer-no-link,address,undefined $(PKG_CFLAGS)
+FUZZ_CFLAGS  := -std=c11 -g -O1 -pthread -fsanitize=fuzzer-no-link,address,undefined \
+                -fno-sanitize-recover=undefined $(PKG_CFLAGS)
 FUZZ_LIB_OBJS := $(patsubst %.c,$(FUZZ_OBJDIR)/%.o,$(FUZZ_LIB_SRCS)) \
                  $(patsubst $(GENDIR)/%.c,$(FUZZ_OBJDIR)/gen/%.o,$(GEN_SRCS))
 
