@@ -79,7 +79,7 @@ void options_print_help(void)
 "\n"
 "usage: ds4cl [options]                 interactive agent in this directory\n"
 "       ds4cl -p TEXT [options]         run one task non-interactively\n"
-"       ds4cl --model-info -m FILE      describe a DS4 GGUF\n"
+"       ds4cl --model-info [-m FILE]    describe a DS4 GGUF (default: the downloaded model)\n"
 "       ds4cl --dump-tokens -m FILE (-p TEXT | --prompt-file F) [--raw]\n"
 "       ds4cl --list-devices            list OpenCL devices\n"
 "       ds4cl download [q2|q4|q2-imatrix|q4-imatrix|URL] [--dir D] [--token T]\n"

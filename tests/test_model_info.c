@@ -51,11 +51,30 @@ TEST(model_info, generated_fixture)
     CHECK_CONTAINS(out, "memory for 4096 tokens");
 }
 
+TEST(model_info, without_m_describes_the_default_model)
+{
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.name = "the-default";
+    const char *path = test_tmp_path("model.gguf");
+    ds4_error err = { { 0 } };
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    const char *data = test_tmp_path("data");
+    char *out;
+    CHECK_EQ_INT(test_runf(&out, "mkdir -p %s/ds4cl/models && ln -s %s %s/ds4cl/models/default", data, path, data), 0);
+    int rc = test_runf(&out, "XDG_DATA_HOME=%s %s/ds4cl --model-info --ctx 1000", data, test_bindir());
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+    CHECK_CONTAINS(out, "name          the-default");
+    /* the real file is named, not the link */
+    CHECK_CONTAINS(out, test_printf("file          %s", path));
+}
+
 TEST(model_info, errors)
 {
     char *out;
-    CHECK_EQ_INT(test_runf(&out, "%s/ds4cl --model-info", test_bindir()), 2);
-    CHECK_CONTAINS(out, "needs a model file");
+    /* no -m and no default model: the download hint, not a usage error */
+    CHECK_EQ_INT(test_runf(&out, "HOME=%s XDG_DATA_HOME= %s/ds4cl --model-info", test_tmpdir(), test_bindir()), 1);
+    CHECK_CONTAINS(out, "no model yet");
     const char *missing = test_tmp_path("missing.gguf");
     CHECK_EQ_INT(test_runf(&out, "%s/ds4cl --model-info -m %s", test_bindir(), missing), 1);
     CHECK_CONTAINS(out, missing);
