@@ -43,3 +43,11 @@ int agent_setup_check_ctx(const agent_config *cfg, const ds4cl_options *o)
                     "%d tokens\nTry 'ds4cl --help'.\n", o->ctx, need);
     return EXIT_USAGE;
 }
+
+int agent_setup_check_engine(ds4_engine *e, int n_ctx, void *ud)
+{
+    const agent_setup_ctx *c = ud;
+    agent_config cfg;
+    agent_setup_config(&cfg, c->o, e, n_ctx, c->ws, c->interactive);
+    return agent_setup_check_ctx(&cfg, c->o);
+}

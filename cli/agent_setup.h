@@ -21,4 +21,13 @@ void agent_setup_config(agent_config *cfg, const ds4cl_options *o, ds4_engine *e
  * works and returns 2 (EXIT_USAGE); 0 when it is fine or was not given. */
 int agent_setup_check_ctx(const agent_config *cfg, const ds4cl_options *o);
 
+/* The same check as a model_open_check (ud: an agent_setup_ctx), run on
+ * the engine model_open plans with, before the weights are read. */
+typedef struct {
+    const ds4cl_options *o;
+    const char *ws;
+    bool interactive;
+} agent_setup_ctx;
+int agent_setup_check_engine(ds4_engine *e, int n_ctx, void *ud);
+
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/memplan.h"
 #include "cli/model_path.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
@@ -119,6 +120,25 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx)
     printf("\n");
 }
 
+/* --ctx auto: the context a session would get on this machine, and why
+ * (the planner's account), as -p and the interactive agent would plan it;
+ * 0 after printing the refusal when none fits. */
+static int plan_auto(const ds4cl_options *o, const char *path, char *why, size_t whylen)
+{
+    ds4_engine_options eo = { .model_path = path, .backend = o->backend, .device = o->device,
+                              .quant_sim = o->quant_sim, .plan_only = true };
+    ds4_error err = { { 0 } };
+    ds4_engine *e = ds4_engine_open(&eo, &err);
+    if (!e) {
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
+        return 0;
+    }
+    int n_ctx = 0;
+    int rc = memplan_session_ctx_why(e, o->backend, o->device, -1, DEFAULT_INFO_CTX, &n_ctx, why, whylen);
+    ds4_engine_close(e);
+    return rc == 0 ? n_ctx : 0;
+}
+
 int cmd_model_info(const ds4cl_options *o)
 {
     /* Like every other mode: -m FILE, else the default model link. */
@@ -126,6 +146,8 @@ int cmd_model_info(const ds4cl_options *o)
     const char *path = model_path_resolve(o->model_path, path_buf, sizeof path_buf);
     if (!path) return EXIT_ERROR;
     int n_ctx = o->ctx > 0 ? o->ctx : DEFAULT_INFO_CTX;
+    char why[1024] = "";
+    if (o->ctx == -1 && !(n_ctx = plan_auto(o, path, why, sizeof why))) return EXIT_ERROR;
     ds4_error err = { { 0 } };
     gguf_file *f = gguf_open(path, &err);
     if (!f) {
@@ -195,6 +217,7 @@ int cmd_model_info(const ds4cl_options *o)
 
     uint64_t ctx_bytes = model_context_bytes(m, n_ctx);
     printf("\nmemory for %d tokens\n", n_ctx);
+    if (why[0]) printf("  %s\n", why);
     printf("  weights (mapped)  ");
     print_bytes(m->weights_bytes);
     printf("\n  session state     ");

@@ -33,6 +33,7 @@
 #include "cli/agent_setup.h"
 #include "cli/commands.h"
 #include "cli/model_open.h"
+#include "cli/preflight.h"
 #include "cli/workspace.h"
 #include "sessions/sessions.h"
 
@@ -309,6 +310,7 @@ int cmd_prompt(const ds4cl_options *o)
     }
     char ws[PATH_MAX];
     int wrc = workspace_resolve(o, ws);
+    if (wrc == 0) wrc = preflight_check(o, ws);
     if (wrc != 0) {
         free(prompt);
         return wrc;
@@ -350,7 +352,9 @@ int cmd_prompt(const ds4cl_options *o)
 
     int n_ctx = 0;
     int open_rc = EXIT_ERROR;
-    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc);
+    agent_setup_ctx chk = { .o = o, .ws = ws, .interactive = false };
+    model_open_check mc = { agent_setup_check_engine, &chk };
+    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc);
     if (!e) {
         session_close(sess);
         free(prompt);
@@ -374,13 +378,6 @@ int cmd_prompt(const ds4cl_options *o)
     agent_config cfg;
     agent_setup_config(&cfg, o, e, n_ctx, ws, false);
     cfg.session_id = o->session_id;
-    int ctx_rc = agent_setup_check_ctx(&cfg, o);
-    if (ctx_rc != EXIT_DONE) {
-        ds4_engine_close(e);
-        session_close(sess);
-        free(prompt);
-        return ctx_rc;
-    }
 
     ds4_error err = { "" };
     double t0 = now_ms();

@@ -86,7 +86,8 @@ void options_print_help(void)
 "\n"
 "model and engine:\n"
 "  -m, --model FILE        DS4 GGUF (default: the downloaded model)\n"
-"      --ctx N|auto        context size in tokens (auto: largest that fits)\n"
+"      --ctx N|auto        context size in tokens (auto: largest that fits); the agent\n"
+"                          needs its system prompt and a turn, a few thousand tokens\n"
 "      --backend cpu|opencl  compute backend (default: cpu)\n"
 "      --device D          OpenCL device index or name (or $DS4CL_DEVICE)\n"
 "      --threads N         CPU threads (default: all cores)\n"
@@ -320,8 +321,9 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
     if (o->mode == MODE_DUMP_TOKENS && !o->prompt && !o->prompt_file)
         return usage_error("--dump-tokens needs -p TEXT or --prompt-file F%s", "");
     if ((o->mode == MODE_PROMPT || o->mode == MODE_INTERACTIVE) && o->ctx > 0 && o->ctx < AGENT_MIN_CTX) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "--ctx %d is too small for the agent (at least %d tokens)", o->ctx, AGENT_MIN_CTX);
+        char msg[128];
+        snprintf(msg, sizeof msg, "--ctx %d is too small for the agent: its system prompt alone takes thousands of "
+                 "tokens", o->ctx);
         return usage_error("%s", msg);
     }
     if (o->mode == MODE_DOWNLOAD && o->n_allow) return usage_error("--allow makes no sense with download%s", "");

@@ -1,5 +1,6 @@
 /* Tests of `ds4cl --model-info`: the figures it prints for the golden model
  * and for generated fixtures, and its errors. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/mkmodel.h"
@@ -67,6 +68,30 @@ TEST(model_info, without_m_describes_the_default_model)
     CHECK_CONTAINS(out, "name          the-default");
     /* the real file is named, not the link */
     CHECK_CONTAINS(out, test_printf("file          %s", path));
+}
+
+TEST(model_info, ctx_auto_says_what_it_picked_and_why)
+{
+    mk_spec s;
+    mk_spec_tiny(&s);
+    const char *path = test_tmp_path("model.gguf");
+    ds4_error err = { { 0 } };
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    char *out;
+    int rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1200M %s/ds4cl --model-info -m %s --ctx auto", test_bindir(), path);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+    const char *at = strstr(out, "--ctx auto: ");
+    CHECK_MSG(at != NULL, "%s", out);
+    int picked = atoi(at + 12);
+    CHECK(picked > 4096 && picked < 1048576);
+    CHECK_CONTAINS(out, test_printf("memory for %d tokens", picked));
+    CHECK_CONTAINS(at, "usable memory");
+    CHECK_CONTAINS(at, "the largest context, in steps of 1024, that keeps within 90% of it");
+    /* less memory, a smaller pick */
+    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1150M %s/ds4cl --model-info -m %s --ctx auto", test_bindir(), path);
+    CHECK_EQ_INT(rc, 0);
+    at = strstr(out, "--ctx auto: ");
+    CHECK(at && atoi(at + 12) < picked);
 }
 
 TEST(model_info, errors)

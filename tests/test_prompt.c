@@ -262,6 +262,43 @@ TEST(prompt, unusable_context_sizes_are_usage_errors)
     CHECK_CONTAINS(out, "--ctx 2000000000 is beyond the model's limit");
 }
 
+/* A flag's mistake is told before the model is touched: the message names
+ * the flag, and the model (missing here, so any attempt to open it would
+ * say so instead) is never mentioned. */
+TEST(prompt, flags_are_checked_before_the_model_is_opened)
+{
+    const char *missing = test_tmp_path("no-model.gguf");
+    static const char *const cases[][3] = {
+        { "--rules /nonexistent-rules", "--rules: cannot read rules file /nonexistent-rules", "2" },
+        { "--engine script:/nonexistent-script", "--engine script:/nonexistent-script: No such file", "2" },
+        { "--device 7", "--device 7 picks an OpenCL device; add --backend opencl", "2" },
+        { "-C /nonexistent-dir", "/nonexistent-dir", "2" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out;
+        int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' -p hi %s", test_tmpdir(), test_bindir(), missing,
+                           cases[i][0]);
+        CHECK_MSG(rc == atoi(cases[i][2]), "'%s' exited %d:\n%s", cases[i][0], rc, out);
+        CHECK_CONTAINS(out, cases[i][1]);
+        CHECK_MSG(!strstr(out, missing), "'%s' opened the model first:\n%s", cases[i][0], out);
+    }
+    /* a broken rules file of the workspace is found before the load too */
+    CHECK_EQ_INT(mkdir(test_tmp_path(".ds4cl"), 0755), 0);
+    test_write_file(test_tmp_path(".ds4cl/rules"), "allow bash(\n", 12);
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' -p hi", test_tmpdir(), test_bindir(), missing);
+    CHECK_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, ".ds4cl/rules");
+    CHECK(!strstr(out, missing));
+    CHECK_EQ_INT(remove(test_tmp_path(".ds4cl/rules")), 0);
+    /* the context needs the tokenizer: refused before the weights are read */
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --ctx 2000 -p hi", test_tmpdir(), test_bindir(),
+                   agent_test_model());
+    CHECK_MSG(rc == 2, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "--ctx 2000 is too small");
+    CHECK_MSG(!strstr(out, "loaded "), "the weights were read first:\n%s", out);
+}
+
 TEST(prompt, sigint_interrupts_cooperatively)
 {
     strbuf slow = { 0 };
