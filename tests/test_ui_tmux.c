@@ -400,7 +400,12 @@ TEST(ui_tmux, slash_commands)
     tmux_keys(&t, "C-u");
     send(&t, "/nosuchthing");
     tmux_wait(&t, "Unknown command /nosuchthing", WAIT_MS);
+    /* the input is done with, not prefixed to what comes next; Up brings it back */
+    tmux_keys(&t, "Up");
+    tmux_wait(&t, "\xe2\x80\xba /nosuchthing\n", WAIT_MS);
     tmux_keys(&t, "C-u");
+    send(&t, "/nosuchthing");
+    tmux_wait(&t, "Unknown command /nosuchthing", WAIT_MS);
     send(&t, "first");
     tmux_wait(&t, "First answer.", WAIT_MS);
     const char *trace = test_tmp_path("ui.trace");

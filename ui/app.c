@@ -184,7 +184,7 @@ void ui_app_submit(ui_app *app)
         char *line = strdup(t);
         if (!line) abort();
         int rc = ui_commands_run(app, line);
-        if (rc == 1) {
+        if (rc != 0) {
             if (ui_history_add(&app->hist, line, err, sizeof err) != 0) ui_app_hint(app, "history not saved: %s", err);
             /* the command may have left text to edit (e.g. a completion) */
             if (!strcmp(ui_editor_text(app->ed), line)) free(ui_editor_take(app->ed));

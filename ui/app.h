@@ -95,8 +95,9 @@ void ui_keys_handle(ui_app *app, int r, wint_t wc);
 /* ---- commands.c ------------------------------------------------------------------ */
 
 /* Runs text when it is a command: 0 when it is a message, 1 when the
- * command ran (the input is done with), 2 when it was refused or unknown
- * (the input stays for fixing). */
+ * command ran, 2 when it was refused or unknown. Either way the input is
+ * done with (the caller clears it; Up brings it back from the history):
+ * text left in the input would prefix the next thing typed. */
 int ui_commands_run(ui_app *app, const char *text);
 /* Tab: completes the command or session ID under the cursor. */
 void ui_commands_complete(ui_app *app);

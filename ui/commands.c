@@ -262,7 +262,8 @@ int ui_commands_run(ui_app *app, const char *text)
     const sessions_command *sc = sessions_commands(&ns);
     for (size_t i = 0; i < ns && !known; i++) known = strlen(sc[i].name) == n && !strncmp(sc[i].name, name, n);
     if (!known) {
-        ui_app_hint(app, "Unknown command /%.*s: /help lists them (a leading space sends it as text).", (int)n, name);
+        ui_app_hint(app, "Unknown command /%.*s: /help lists them, Up brings it back (a leading space sends it as "
+                         "text).", (int)n, name);
         return 2;
     }
     /* the command stays in the transcript, apart from what the model read */
