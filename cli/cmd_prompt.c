@@ -139,15 +139,20 @@ static struct json_object *jstr(const char *s, size_t len)
     return o;
 }
 
-/* First line of a text, at most n bytes, for progress lines. */
+/* First line of a text, for progress lines: at most n bytes, cut at a
+ * character boundary and marked with "…" when it is longer. */
 static void first_line(char *out, size_t n, const char *s)
 {
-    size_t k = 0;
-    while (s && s[k] && s[k] != '\n' && k + 1 < n) {
-        out[k] = s[k];
-        k++;
+    size_t len = s ? strcspn(s, "\n") : 0;
+    if (len < n) {
+        if (len) memcpy(out, s, len);
+        out[len] = 0;
+        return;
     }
-    out[k] = 0;
+    size_t k = n - 4; /* room for "…" and the NUL */
+    while (k && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+    memcpy(out, s, k);
+    memcpy(out + k, "\xe2\x80\xa6", 4);
 }
 
 static void handle(run_state *rs, const agent_event *e)
@@ -199,10 +204,11 @@ static void handle(run_state *rs, const agent_event *e)
             json_object_object_add(o, "text", jstr(e->text, e->len));
             emit(o);
         } else {
+            /* a denial says how to allow the call: all of it is kept */
             char line[160];
             first_line(line, sizeof line, e->text);
             fprintf(stderr, "ds4cl: %s %s: %s\n", e->tool ? e->tool : "?",
-                    e->denied ? "denied" : e->is_error ? "failed" : "done", line);
+                    e->denied ? "denied" : e->is_error ? "failed" : "done", e->denied && e->text ? e->text : line);
         }
         break;
     case AGENT_EV_NOTICE:

@@ -357,6 +357,29 @@ TEST(prompt, reads_edits_and_runs_bash_in_a_workspace)
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
 }
 
+TEST(prompt, text_mode_prints_a_denial_whole)
+{
+    const char *ws = test_tmp_path("ws");
+    mkdir_p(ws, 0700);
+    const char *lines[] = {
+        script_line(test_printf("Try it.</think>%s", dsml_block("bash", "command", "echo hi > out.txt", NULL)), NULL),
+        script_line("Not allowed.</think>I could not run it.", "\"expect\": \"denied by policy\""),
+        NULL,
+    };
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 --no-sandbox -p 'write out.txt' 2>&1",
+                       ws, test_bindir(), agent_test_model(), write_script(lines));
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    const char *at = strstr(out, "ds4cl: bash denied: ");
+    CHECK_MSG(at != NULL, "%s", out);
+    /* the way to allow it, to the end of the sentence */
+    const char *eol = strchr(at, '\n');
+    CHECK(eol != NULL);
+    char *line = test_printf("%.*s", (int)(eol - at), at);
+    CHECK_CONTAINS(line, "allow it with --yes, --allow bash, or a rule such as");
+    CHECK_CONTAINS(line, "in .ds4cl/rules.");
+}
+
 /* ---- the real engine ----------------------------------------------------------------- */
 
 /* One task on the golden tiny model; extra: more options (and the
