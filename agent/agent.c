@@ -585,6 +585,12 @@ static int min_ctx_for(size_t start, size_t request)
     return n > INT_MAX ? INT_MAX : (int)n;
 }
 
+int agent_confirm_timeout_ms(const agent_config *cfg)
+{
+    if (!cfg || cfg->confirm_timeout_ms == 0) return AGENT_CONFIRM_TIMEOUT_MS;
+    return cfg->confirm_timeout_ms < 0 ? -1 : cfg->confirm_timeout_ms;
+}
+
 int agent_min_ctx(const agent_config *cfg, ds4_error *err)
 {
     if (!cfg || !cfg->engine) return ds4_error_set(err, "no engine");

@@ -211,6 +211,10 @@ typedef struct {
 #define AGENT_MAX_MALFORMED_IN_A_ROW 3
 #define AGENT_CONFIRM_TIMEOUT_MS 30000
 
+/* The wait cfg gives a permission question, in ms (-1: no limit): the one
+ * number both the agent's refusal and a front end's countdown use. */
+int agent_confirm_timeout_ms(const agent_config *cfg);
+
 /* No context below this is worth starting with, whatever the prompt. */
 #define AGENT_MIN_CTX 256
 

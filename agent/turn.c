@@ -311,7 +311,7 @@ static void set_confirm(agent_status *st, void *ud) { st->confirm_pending = *(bo
 static tool_confirm tool_ask(void *ud, const char *tool, const char *summary)
 {
     agent *a = ud;
-    int limit = a->cfg.confirm_timeout_ms == 0 ? AGENT_CONFIRM_TIMEOUT_MS : a->cfg.confirm_timeout_ms;
+    int limit = agent_confirm_timeout_ms(&a->cfg);
     pthread_mutex_lock(&a->mu);
     a->confirm_waiting = true;
     a->confirm_answered = false;

@@ -298,7 +298,6 @@ static void handle_event(ui_app *app, const agent_event *e)
         snprintf(app->confirm_tool, sizeof app->confirm_tool, "%s", e->tool ? e->tool : "");
         app->confirm_open = true;
         app->confirm_choice = 0;
-        app->confirm_deadline = now_ms() + app->confirm_timeout_ms;
         break;
     default:
         break;
@@ -329,18 +328,10 @@ static void tick(ui_app *app)
         free(text);
     }
     double now = now_ms();
-    if (app->confirm_open) {
-        if (now >= app->confirm_deadline) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "No answer in %d s: the %s call was denied.", app->confirm_timeout_ms / 1000,
-                     app->confirm_tool);
-            ui_app_answer_confirm(app, TOOL_CONFIRM_NO);
-            ui_doc_adds(app->doc, DOC_NOTICE, msg);
-        } else if (!app->st.confirm_pending) {
-            /* answered elsewhere: the turn was interrupted */
-            app->confirm_open = false;
-        }
-    }
+    /* The agent keeps the question's deadline: when it passes, the agent
+     * refuses the call, tells the model nobody answered and says so in a
+     * notice; the dialog only follows. */
+    if (app->confirm_open && !app->st.confirm_pending) app->confirm_open = false;
     if (app->hint && now >= app->hint_until) {
         free(app->hint);
         app->hint = NULL;
@@ -348,16 +339,6 @@ static void tick(ui_app *app)
     }
 }
 
-static int confirm_timeout_ms(void)
-{
-    const char *v = getenv("DS4CL_CONFIRM_TIMEOUT");
-    if (v && *v) {
-        char *end;
-        double s = strtod(v, &end);
-        if (end != v && !*end && s > 0 && s <= 86400) return (int)(s * 1000);
-    }
-    return UI_CONFIRM_TIMEOUT_S * 1000;
-}
 
 ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
 {
@@ -380,7 +361,6 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
     app.starting = true;
     app.resuming = cfg->resumed;
     app.st.state = AGENT_PREFILL;
-    app.confirm_timeout_ms = confirm_timeout_ms();
     if (cfg->base->trace_path) {
         app.trace_path = strdup(cfg->base->trace_path);
         if (!app.trace_path) abort();

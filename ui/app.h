@@ -50,9 +50,7 @@ typedef struct ui_app {
     bool confirm_open;
     char *confirm_text;
     char confirm_tool[64];
-    double confirm_deadline;
     int confirm_choice;     /* 0 no, 1 yes, 2 always: what Enter picks */
-    int confirm_timeout_ms;
 
     /* a one-line hint under the input (completions, key help) */
     char *hint;

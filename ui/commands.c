@@ -203,7 +203,7 @@ static int cmd_help(ui_app *app, const char *args)
               "- Permission questions: y yes, n no, a always (for the rest of the session); no answer in %d s "
               "is a no\n"
               "- A message that starts with `/` is a command; start it with a space to send it as text\n",
-              app->confirm_timeout_ms / 1000);
+              (agent_confirm_timeout_ms(app->cfg->base) + 999) / 1000);
     ui_doc_add(app->doc, DOC_INFO, b.s, b.len);
     sb_free(&b);
     return 1;

@@ -154,10 +154,11 @@ static void draw_dialog(ui_app *app, int pane_h)
         if (k) ui_line_adds(&opts, "   ", 0);
         ui_line_adds(&opts, labels[i], i == app->confirm_choice ? (ui_style)(UI_C_ACCENT | UI_REVERSE | UI_BOLD) : 0);
     }
-    double left = (app->confirm_deadline - now_ms()) / 1000.0;
+    /* the agent's own deadline, not a copy of it */
+    double left = app->st.confirm_left_ms / 1000.0;
     char cd[64];
     snprintf(cd, sizeof cd, "   no in %.0f s", left > 0 ? left + 0.499 : 0);
-    ui_line_adds(&opts, cd, UI_C_MUTED);
+    if (app->st.confirm_left_ms >= 0) ui_line_adds(&opts, cd, UI_C_MUTED);
     ui_line_truncate(&opts, inner);
     box_row(&rows, &opts, inner);
     ui_line_free(&opts);
