@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/unicode.h"
+
 #pragma weak tools_run
 
 /* ---- prefill ---------------------------------------------------------------------- */
@@ -162,15 +164,40 @@ static void sample_hook(void *ud, float *logits, int n_vocab, bool *greedy)
     if (shown != g) agent_status_update(a, set_greedy, &g);
 }
 
+/* The parser hands text and reasoning over a byte or a few at a time;
+ * they are gathered here and published once per token (agent_stream_flush
+ * after each), so a front end sees one event per token however quickly
+ * it drains, and never half a character. */
+static void stream_add(agent *a, agent_event_type type, const char *s, size_t n)
+{
+    if (a->stream.len && a->stream_type != type) agent_stream_flush(a, true);
+    a->stream_type = type;
+    sb_append(&a->stream, s, n);
+}
+
+void agent_stream_flush(agent *a, bool all)
+{
+    size_t n = utf8_complete_len(a->stream.s, a->stream.len);
+    if (n) agent_publish(a, a->stream_type, a->stream.s, n, NULL, NULL, NULL, false, 0);
+    /* at the end of the reply or of its region, a character that was never
+     * finished is not one: dropped (the reply's bytes keep it) */
+    size_t rest = all ? 0 : a->stream.len - n;
+    if (!a->stream.s) return;
+    memmove(a->stream.s, a->stream.s + n, rest);
+    a->stream.len = rest;
+    a->stream.s[rest] = 0;
+}
+
 void agent_dsml_event(void *ud, const dsml_event *ev)
 {
     agent *a = ud;
+    if (ev->type != DSML_EV_THINK && ev->type != DSML_EV_TEXT) agent_stream_flush(a, true);
     switch (ev->type) {
     case DSML_EV_THINK:
-        agent_publish(a, AGENT_EV_THINKING, ev->text, ev->len, NULL, NULL, NULL, false, 0);
+        stream_add(a, AGENT_EV_THINKING, ev->text, ev->len);
         break;
     case DSML_EV_TEXT:
-        agent_publish(a, AGENT_EV_TEXT, ev->text, ev->len, NULL, NULL, NULL, false, 0);
+        stream_add(a, AGENT_EV_TEXT, ev->text, ev->len);
         break;
     case DSML_EV_BLOCK:
         trace_line(a->tr, "dsml start detected");
@@ -264,6 +291,7 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
         sb_append(&a->reply, b ? b : "", len);
         trace_token(a->tr, "generated", count + 1, id, b, len);
         dsml_feed(a->parser, b ? b : "", len);
+        agent_stream_flush(a, false);
         count++;
         double secs = (now_ms() - t0) / 1000.0;
         gen_upd u = { (int)count, secs > 0 ? count / secs : 0 };
@@ -286,6 +314,7 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
         }
     }
     if (stop != STOP_DSML) dsml_finish(a->parser);
+    agent_stream_flush(a, true);
     double ms = now_ms() - t0;
     agent_status_update(a, add_decode, &ms);
     bool off = false;

@@ -13,13 +13,15 @@
  * Output: with --output-format text (default), the final answer on stdout
  * and progress on stderr; with stream-json, one JSON object per line on
  * stdout (schema in README.md, "type" and "schema" in every object) ending
- * with a "result" object. Exit status: 0 done, 1 error, 2 usage,
+ * with a "result" object; with json, that "result" object alone, at the
+ * end, and nothing on stderr but errors before the run starts. Exit status: 0 done, 1 error, 2 usage,
  * 3 interrupted, 4 context exhausted.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -87,7 +89,8 @@ static char *read_all_stdin(void)
 }
 
 typedef struct {
-    bool json;
+    bool json;           /* stream-json: an event per line as things happen */
+    bool single;         /* json: nothing until the one result object */
     strbuf answer;       /* visible text since the last tool result */
     bool answer_started;
     const char *end;     /* TURN_END reason */
@@ -189,7 +192,7 @@ static void handle(run_state *rs, const agent_event *e)
             struct json_object *input = e->args_json ? json_tokener_parse(e->args_json) : NULL;
             json_object_object_add(o, "input", input ? input : json_object_new_object());
             emit(o);
-        } else {
+        } else if (!rs->single) {
             fprintf(stderr, "ds4cl: %s %s\n", e->tool ? e->tool : "?", e->args_json ? e->args_json : "{}");
         }
         break;
@@ -203,7 +206,7 @@ static void handle(run_state *rs, const agent_event *e)
             json_object_object_add(o, "denied", json_object_new_boolean(e->denied));
             json_object_object_add(o, "text", jstr(e->text, e->len));
             emit(o);
-        } else {
+        } else if (!rs->single) {
             /* a denial says how to allow the call: all of it is kept */
             char line[160];
             first_line(line, sizeof line, e->text);
@@ -217,7 +220,7 @@ static void handle(run_state *rs, const agent_event *e)
             json_object_object_add(o, "level", json_object_new_string(e->is_error ? "error" : "info"));
             json_object_object_add(o, "message", jstr(e->text, e->len));
             emit(o);
-        } else {
+        } else if (!rs->single) {
             fprintf(stderr, "ds4cl: %s\n", e->text ? e->text : "");
         }
         break;
@@ -233,7 +236,7 @@ static void handle(run_state *rs, const agent_event *e)
             struct json_object *o = typed("error");
             json_object_object_add(o, "message", jstr(e->text, e->len));
             emit(o);
-        } else {
+        } else if (!rs->single) {
             fprintf(stderr, "ds4cl: %s\n", e->text ? e->text : "error");
         }
         break;
@@ -401,7 +404,7 @@ int cmd_prompt(const ds4cl_options *o)
         free(prompt);
         return EXIT_ERROR;
     }
-    run_state rs = { .json = o->output == OUTPUT_STREAM_JSON };
+    run_state rs = { .json = o->output == OUTPUT_STREAM_JSON, .single = o->output == OUTPUT_JSON };
     const char *const *notes = NULL;
     size_t n_notes = sess ? session_notes(sess, &notes) : 0;
     agent_status st;
@@ -439,7 +442,7 @@ int cmd_prompt(const ds4cl_options *o)
             json_object_object_add(no, "level", json_object_new_string("warning"));
             json_object_object_add(no, "message", json_object_new_string(notes[i]));
             emit(no);
-        } else {
+        } else if (!rs.single) {
             fprintf(stderr, "ds4cl: %s\n", notes[i]);
         }
     }
@@ -474,7 +477,7 @@ int cmd_prompt(const ds4cl_options *o)
     /* The answer: what the model said after its last tool result. */
     size_t alen = rs.answer.len;
     while (alen && (rs.answer.s[alen - 1] == '\n' || rs.answer.s[alen - 1] == ' ')) alen--;
-    if (rs.json) {
+    if (rs.json || rs.single) {
         struct json_object *r = typed("result");
         json_object_object_add(r, "session_id", json_object_new_string(st.session_id));
         json_object_object_add(r, "stop_reason", json_object_new_string(end));
@@ -484,9 +487,13 @@ int cmd_prompt(const ds4cl_options *o)
         if (st.error[0]) json_object_object_add(r, "error", json_object_new_string(st.error));
         json_object_object_add(r, "prefilled_tokens", json_object_new_int64((int64_t)st.prefilled_total));
         json_object_object_add(r, "generated_tokens", json_object_new_int64((int64_t)st.generated_total));
-        json_object_object_add(r, "prefill_ms", json_object_new_double(st.prefill_ms));
-        json_object_object_add(r, "decode_ms", json_object_new_double(st.decode_ms));
-        json_object_object_add(r, "duration_ms", json_object_new_double(now_ms() - t0));
+        struct json_object *usage = json_object_new_object();
+        json_object_object_add(usage, "input_tokens", json_object_new_int64((int64_t)st.prefilled_total));
+        json_object_object_add(usage, "output_tokens", json_object_new_int64((int64_t)st.generated_total));
+        json_object_object_add(r, "usage", usage);
+        json_object_object_add(r, "prefill_ms", json_object_new_int64(llround(st.prefill_ms)));
+        json_object_object_add(r, "decode_ms", json_object_new_int64(llround(st.decode_ms)));
+        json_object_object_add(r, "duration_ms", json_object_new_int64(llround(now_ms() - t0)));
         json_object_object_add(r, "tool_rounds", json_object_new_int(st.tool_rounds));
         json_object_object_add(r, "compactions", json_object_new_int(st.compactions));
         json_object_object_add(r, "ctx_used", json_object_new_int(st.ctx_used));

@@ -100,7 +100,7 @@ void options_print_help(void)
 "  -n, --max-tokens N      limit per assistant reply\n"
 "      --temp T  --top-k K  --top-p P  --min-p P  --seed S\n"
 "      --think | --nothink | --think-max\n"
-"      --output-format text|stream-json\n"
+"      --output-format text|json|stream-json\n"
 "\n"
 "agent:\n"
 "  -C, --cwd DIR           workspace root (default: current directory)\n"
@@ -225,7 +225,8 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
         case OPT_OUTPUT_FORMAT:
             if (!strcmp(optarg, "text")) o->output = OUTPUT_TEXT;
             else if (!strcmp(optarg, "stream-json")) o->output = OUTPUT_STREAM_JSON;
-            else return usage_error("--output-format wants text or stream-json, not '%s'", optarg);
+            else if (!strcmp(optarg, "json")) o->output = OUTPUT_JSON;
+            else return usage_error("--output-format wants text, json or stream-json, not '%s'", optarg);
             break;
         case 'n':
             if (!parse_int(optarg, 1, INT_MAX, &iv)) return usage_error("--max-tokens wants a positive number, not '%s'", optarg);

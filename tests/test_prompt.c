@@ -138,6 +138,67 @@ TEST(prompt, stream_json_events_and_result)
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
 }
 
+/* Text streams a token at a time, however quickly events are read: never
+ * a piece of a character (the tiny vocabulary spells "é" and "✓" in
+ * bytes, a token each), never more events than tokens. */
+TEST(prompt, stream_json_text_events_are_tokens_not_bytes)
+{
+    const char *lines[] = { script_line("ok</think>caf\u00e9 \u2713 cr\u00e8me br\u00fbl\u00e9e", "\"delay_ms\": 15"), NULL };
+    char *out;
+    int rc = run_prompt(&out, write_script(lines), "-p task --output-format stream-json 2>/dev/null");
+    CHECK_EQ_INT(rc, 0);
+    size_t n;
+    struct json_object **v = parse_lines(out, &n);
+    strbuf text = { 0 };
+    int events = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(str_of(v[i], "type"), "text")) continue;
+        events++;
+        sb_puts(&text, str_of(v[i], "text"));
+    }
+    CHECK_STR_EQ(sb_str(&text), "caf\xc3\xa9 \xe2\x9c\x93 cr\xc3\xa8me br\xc3\xbbl\xc3\xa9" "e");
+    struct json_object *r = v[n - 1], *f;
+    CHECK(json_object_object_get_ex(r, "generated_tokens", &f));
+    CHECK_MSG(events > 1 && events <= json_object_get_int(f), "%d text events for %d tokens", events,
+              json_object_get_int(f));
+    /* whole milliseconds */
+    static const char *const ms[] = { "prefill_ms", "decode_ms", "duration_ms" };
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_MSG(json_object_object_get_ex(r, ms[i], &f) && json_object_is_type(f, json_type_int), "%s: %s", ms[i],
+                  json_object_to_json_string(r));
+    }
+    sb_free(&text);
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}
+
+/* --output-format json: the result object alone, at the end. */
+TEST(prompt, json_output_is_one_object)
+{
+    const char *lines[] = {
+        script_line(test_printf("plan</think>Calling.%s", dsml_block("read", "path", "missing.txt", NULL)), NULL),
+        script_line("ok</think>Finished.", NULL),
+        NULL,
+    };
+    char *out;
+    int rc = run_prompt(&out, write_script(lines), "-p task --output-format json --session s-json 2>&1");
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    /* nothing but the object: a progress line would be a parse error */
+    const char *start = strchr(out, '{');
+    CHECK(start != NULL);
+    CHECK_MSG(!strstr(out, "ds4cl: "), "not only the object:\n%s", out);
+    struct json_object *r = json_tokener_parse(start), *f, *u;
+    CHECK_MSG(r != NULL, "not one JSON object:\n%s", out);
+    CHECK_STR_EQ(str_of(r, "type"), "result");
+    CHECK_STR_EQ(str_of(r, "text"), "Finished.");
+    CHECK_STR_EQ(str_of(r, "stop_reason"), "done");
+    CHECK_STR_EQ(str_of(r, "session_id"), "s-json");
+    CHECK(json_object_object_get_ex(r, "duration_ms", &f) && json_object_is_type(f, json_type_int));
+    CHECK(json_object_object_get_ex(r, "usage", &u) && json_object_object_get_ex(u, "output_tokens", &f));
+    CHECK(json_object_get_int(f) > 5);
+    CHECK(json_object_object_get_ex(r, "tool_rounds", &f) && json_object_get_int(f) == 1);
+    json_object_put(r);
+}
+
 /* The init event's sandbox object from a run with these flags. */
 static void init_sandbox(const char *flags, bool *active, const char **status)
 {
@@ -398,7 +459,14 @@ static int64_t tiny_model_task(const char *backend, const char *env, const char 
     struct json_object *r = v[n - 1], *f;
     CHECK_STR_EQ(str_of(r, "type"), "result");
     CHECK(json_object_object_get_ex(r, "generated_tokens", &f));
-    CHECK(json_object_get_int64(f) >= 1 && json_object_get_int64(f) <= 12);
+    int64_t generated = json_object_get_int64(f);
+    CHECK(generated >= 1 && generated <= 12);
+    /* the real engine's tokens, read as fast as they come: at most one
+     * text or reasoning event each */
+    int64_t streamed = 0;
+    for (size_t i = 1; i + 1 < n; i++)
+        streamed += !strcmp(str_of(v[i], "type"), "text") || !strcmp(str_of(v[i], "type"), "thinking");
+    CHECK_MSG(streamed <= generated, "%lld events for %lld tokens:\n%s", (long long)streamed, (long long)generated, out);
     CHECK(json_object_object_get_ex(r, "prefilled_tokens", &f));
     int64_t prefilled = json_object_get_int64(f);
     CHECK_STR_EQ(str_of(v[0], "backend"), backend);
