@@ -44,6 +44,7 @@ static void list_into(strbuf *b, const char *current, size_t max)
         return;
     }
     char *text = sessions_format_list(v, (size_t)n, max, current);
+    if (n) sb_puts(b, "**Sessions**, the latest first (* this one): ID, last used, tokens, title and directory\n");
     sb_puts(b, "```\n");
     sb_puts(b, text);
     sb_puts(b, "```\n");

@@ -424,7 +424,10 @@ TEST(ui_tmux, slash_commands)
     s = tmux_wait(&t, "End of the history.", WAIT_MS);
     CHECK_CONTAINS(s, "History: the last 1 request");
     send(&t, "/sessions");
-    tmux_wait(&t, "/switch ID", WAIT_MS);
+    s = tmux_wait(&t, "/switch ID", WAIT_MS);
+    /* a header, and the list without the fences that keep it aligned */
+    CHECK_CONTAINS(s, "Sessions, the latest first");
+    CHECK_MSG(!strstr(s, "```"), "%s", s);
     send(&t, "/compact");
     tmux_wait(&t, "Context compacted", WAIT_MS);
     tmux_keys(&t, "C-o");
