@@ -273,6 +273,8 @@ TEST(ui_tmux, ctrl_c_during_generation_keeps_what_was_written)
     const char *s = tmux_wait(&t, "Stopped by user.", WAIT_MS);
     CHECK_CONTAINS(s, "Partial words");
     tmux_wait(&t, "ready", WAIT_MS);
+    /* the hint goes with the interrupt it spoke of */
+    tmux_wait_gone(&t, "Interrupting.", 1000);
     CHECK_STR_EQ(input_line(&t), "\xe2\x80\xba queued words");
     CHECK(!strstr(tmux_screen(&t), "queued: queued words"));
     tmux_keys(&t, "C-u");

@@ -255,12 +255,15 @@ void ui_app_ctrl_c(ui_app *app)
     if (ui_app_busy(app) || app->held.n) {
         ui_app_interrupt(app, false);
         ui_app_hint(app, "Interrupting. Ctrl+C again quits.");
+        app->interrupting = ui_app_busy(app);
     } else if (!ui_editor_empty(app->ed)) {
         ui_editor_set(app->ed, "");
         ui_app_hint(app, "Input cleared (Ctrl+_ brings it back). Ctrl+C again quits.");
     } else {
         ui_app_hint(app, "Press Ctrl+C again or Ctrl+D to quit.");
     }
+    /* "again quits" is true only as long as a second press counts as one */
+    app->hint_until = now + UI_DOUBLE_PRESS_MS;
 }
 
 /* ---- the agent's side ------------------------------------------------------------------ */
@@ -319,6 +322,11 @@ static void tick(ui_app *app)
         if (memcmp(&old, &app->st, sizeof old)) app->dirty = true;
     }
     if (app->starting && !ui_app_busy(app)) app->starting = false;
+    /* the interrupt is over: the transcript says how it ended */
+    if (app->interrupting && !ui_app_busy(app)) {
+        app->interrupting = false;
+        app->hint_until = 0;
+    }
     if (a && !app->starting && !ui_app_busy(app) && app->held.n) {
         char *text = ui_str_list_join(&app->held);
         if (agent_submit(a, text) == 0) {

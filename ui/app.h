@@ -33,6 +33,7 @@ typedef struct ui_app {
 
     agent_status st;
     bool starting;          /* the system prompt is still being read */
+    bool interrupting;      /* "Interrupting." is shown until the model stops */
     bool resuming;          /* … and a saved conversation after it */
     char tool[64];          /* the tool the model called last */
     ds4_think think;
