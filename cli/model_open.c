@@ -67,7 +67,13 @@ static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool pl
     ds4_error err = { "" };
     ds4_engine *e = ds4_engine_open(&eo, &err);
     if (!plan_only) progress_finish(&p, NULL);
-    if (!e) fprintf(stderr, "ds4cl: cannot load %s: %s\n", path ? path : "the model", err.msg);
+    if (!e) {
+        /* errors of the file itself already start with its path */
+        size_t pl = path ? strlen(path) : 0;
+        const char *why = pl && !strncmp(err.msg, path, pl) && err.msg[pl] == ':' ? err.msg + pl + 1 : err.msg;
+        while (*why == ' ') why++;
+        fprintf(stderr, "ds4cl: cannot load %s: %s\n", path ? path : "the model", why);
+    }
     return e;
 }
 

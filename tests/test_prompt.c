@@ -360,6 +360,18 @@ TEST(prompt, flags_are_checked_before_the_model_is_opened)
     CHECK_MSG(!strstr(out, "loaded "), "the weights were read first:\n%s", out);
 }
 
+TEST(prompt, a_broken_model_file_is_named_once)
+{
+    const char *bad = test_tmp_path("bad.gguf");
+    test_write_file(bad, "junk\n", 5);
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' -p hi 2>&1", test_tmpdir(), test_bindir(), bad);
+    CHECK_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, test_printf("ds4cl: cannot load %s: truncated GGUF", bad));
+    const char *first = strstr(out, bad);
+    CHECK_MSG(!strstr(first + strlen(bad), bad), "the path twice:\n%s", out);
+}
+
 TEST(prompt, sigint_interrupts_cooperatively)
 {
     strbuf slow = { 0 };
