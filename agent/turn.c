@@ -688,8 +688,15 @@ const char *agent_run_turn(agent *a, const char *text)
             return AGENT_END_INTERRUPTED;
         }
         if ((size_t)rounds >= a->max_tool_rounds) {
-            agent_notice(a, "Stopped after %d tool rounds (the limit, --max-tool-rounds); "
-                            "send a message to let it continue.", rounds);
+            /* what lets it go on depends on who is there to do it */
+            const char *pl = rounds == 1 ? "" : "s";
+            if (a->cfg.tools.interactive)
+                agent_notice(a, "Stopped after %d tool round%s (the limit, --max-tool-rounds); "
+                                "send a message to let it continue.", rounds, pl);
+            else
+                agent_notice(a, "Stopped after %d tool round%s (the limit, --max-tool-rounds); resume the "
+                                "session (--resume %s) with a new prompt to let it continue, or allow more rounds.",
+                             rounds, pl, a->session_id ? a->session_id : "");
             return AGENT_END_MAX_TOOL_ROUNDS;
         }
     }

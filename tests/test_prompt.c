@@ -360,6 +360,23 @@ TEST(prompt, flags_are_checked_before_the_model_is_opened)
     CHECK_MSG(!strstr(out, "loaded "), "the weights were read first:\n%s", out);
 }
 
+/* -p cannot take a message: the limit says how to go on from the shell. */
+TEST(prompt, tool_round_limit_says_how_to_go_on)
+{
+    const char *call = dsml_block("read", "path", "missing.txt", NULL);
+    const char *lines[] = {
+        script_line(test_printf("one</think>%s", call), NULL),
+        script_line(test_printf("two</think>%s", call), NULL),
+        NULL,
+    };
+    char *out;
+    int rc = run_prompt(&out, write_script(lines), "-p task --max-tool-rounds 1 --session s-rounds 2>&1");
+    CHECK_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "Stopped after 1 tool round (the limit");
+    CHECK_CONTAINS(out, "(--resume s-rounds) with a new prompt");
+    CHECK_MSG(!strstr(out, "send a message"), "%s", out);
+}
+
 TEST(prompt, a_broken_model_file_is_named_once)
 {
     const char *bad = test_tmp_path("bad.gguf");
