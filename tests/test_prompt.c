@@ -619,4 +619,7 @@ TEST(prompt, demo_runs_end_to_end)
     CHECK_CONTAINS(out, "ds4cl: edit done: Edited hello.c");
     CHECK_CONTAINS(out, "puts(\"Hello, world!\");");
     CHECK_CONTAINS(out, "$ ./hello\nHello, world!\n");
+    /* its sessions go away with it: none is offered to resume */
+    CHECK_MSG(!strstr(out, "continue it with --resume"), "%s", out);
+    CHECK_CONTAINS(out, "removed with the demo");
 }
