@@ -607,11 +607,22 @@ TEST(sessions_agent, slash_commands)
     sb_clear(&ids);
     sessions_complete("alp", add_id, &ids);
     CHECK_STR_EQ(sb_str(&ids), "alpha;");
-    sb_free(&ids);
 
+    /* asked first, deleted when the same command comes again */
+    CHECK_EQ_INT(command("delete")->run(&c, fork_id, &out), 0);
+    CHECK_CONTAINS(out, test_printf("Delete session %s (", fork_id));
+    CHECK_CONTAINS(out, test_printf("`/delete %s` again within 30 s deletes it", fork_id));
+    free(out);
+    sb_clear(&ids);
+    sessions_complete(fork_id, add_id, &ids);
+    CHECK_STR_EQ(sb_str(&ids), test_printf("%s;", fork_id));
     CHECK_EQ_INT(command("delete")->run(&c, fork_id, &out), 0);
     CHECK_CONTAINS(out, "Deleted session");
     free(out);
+    sb_clear(&ids);
+    sessions_complete(fork_id, add_id, &ids);
+    CHECK_STR_EQ(sb_str(&ids), "");
+    sb_free(&ids);
     CHECK_EQ_INT(command("new")->run(&c, "", &out), 0);
     CHECK_CONTAINS(out, "New session ");
     free(out);
