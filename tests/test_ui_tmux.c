@@ -213,6 +213,46 @@ TEST(ui_tmux, confirmation_answered)
     quit_and_check(&t);
 }
 
+/* "N s" somewhere on the screen: the time left to answer. */
+static bool has_countdown(const char *s)
+{
+    for (const char *p = strstr(s, " s"); p; p = strstr(p + 1, " s"))
+        if (p > s && p[-1] >= '0' && p[-1] <= '9') return true;
+    return false;
+}
+
+/* However narrow (down to the 10 columns the UI draws at) or short the
+ * terminal, the dialog keeps every answer key and the time left. */
+TEST(ui_tmux, confirmation_fits_narrow_terminals)
+{
+    const char *lines[] = {
+        write_call("narrow.txt", "x\n"),
+        script_line("ok</think>Could not write.", "\"expect\": \"declined\""),
+        NULL,
+    };
+    tmux_t t;
+    start(&t, lines, NULL, NULL);
+    send(&t, "write narrow.txt");
+    tmux_wait(&t, "Allow write?", WAIT_MS);
+    static const int sizes[][2] = { { 44, 24 }, { 36, 24 }, { 24, 24 }, { 16, 24 }, { 12, 24 }, { 10, 24 }, { 44, 8 } };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        tmux_resize(&t, sizes[i][0], sizes[i][1]);
+        const char *s = NULL;
+        double until = test_now_ms() + WAIT_MS;
+        do {
+            usleep(100000);
+            s = tmux_screen(&t);
+        } while (!(strstr(s, "[y]") && strstr(s, "[n]") && strstr(s, "[a]") && has_countdown(s)) &&
+                 test_now_ms() < until);
+        CHECK_MSG(strstr(s, "[y]") && strstr(s, "[n]") && strstr(s, "[a]") && has_countdown(s),
+                  "%dx%d:\n%s", sizes[i][0], sizes[i][1], s);
+    }
+    tmux_resize(&t, 80, 24);
+    tmux_keys(&t, "n");
+    tmux_wait(&t, "Could not write.", WAIT_MS);
+    quit_and_check(&t);
+}
+
 TEST(ui_tmux, confirmation_times_out_as_no)
 {
     const char *lines[] = {
