@@ -317,7 +317,7 @@ TEST(tools_write, creates_parents_and_keeps_mode)
     CHECK_STR_EQ(tu_content("deep/er/new.sh"), "#!/bin/sh\necho hi\n");
     chmod(tu_path("deep/er/new.sh"), 0751);
     r = tu_call(env, "write", "{\"path\":\"deep/er/new.sh\",\"content\":\"exit 0\"}");
-    CHECK_CONTAINS(r.text, "Replaced deep/er/new.sh: 1 lines, 6 bytes (it had 2 lines); no newline at the end");
+    CHECK_CONTAINS(r.text, "Replaced deep/er/new.sh: 1 line, 6 bytes (it had 2 lines); no newline at the end");
     struct stat st;
     CHECK(stat(tu_path("deep/er/new.sh"), &st) == 0);
     CHECK_EQ_INT(st.st_mode & 0777, 0751);
@@ -399,6 +399,12 @@ TEST(tools_edit, line_counts_read_as_english)
         { "{\"path\":\"f.c\",\"start_line\":4,\"end_line\":4,\"new\":\"y\"}", "edit: f.c (line 4 \xe2\x86\x92 1 line)" },
         { "{\"path\":\"f.c\",\"start_line\":4,\"end_line\":3,\"new\":\"y\"}", "edit: f.c (insert 1 line before line 4)" },
     };
+    const tool_def *w = tools_find("write");
+    struct json_object *wargs = json_tokener_parse("{\"path\":\"g.c\",\"content\":\"x\\n\"}");
+    char wbuf[256];
+    w->summarize(wargs, wbuf, sizeof wbuf);
+    json_object_put(wargs);
+    CHECK_STR_EQ(wbuf, "write: g.c (1 line)");
     for (size_t i = 0; i < 4; i++) {
         struct json_object *args = json_tokener_parse(cases[i][0]);
         char buf[256];
