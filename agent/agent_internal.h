@@ -64,6 +64,7 @@ struct agent {
     dsml_parser *parser;
     ds4_tokens tx;        /* the transcript */
     size_t sys_len;       /* tokens of the system prompt */
+    size_t sys_shared;    /* its first tokens, the same in every workspace (agent_render_system) */
     /* The session's state right after the system prompt it was taken on
      * (sys_snap_tx), so that a rebuilt transcript beginning with the same
      * prompt goes on from there (see agent_sync). */

@@ -105,6 +105,13 @@ sync_result agent_sync(agent *a, const int32_t *tokens, size_t n, const char *la
     if (!sys_kept && a->sys_len > cached && a->sys_len < n && a->sys_len <= a->tx.n &&
         !memcmp(tokens, a->tx.ids, a->sys_len * sizeof *tokens))
         first = a->sys_len;
+    /* Before that, its workspace-independent prefix, for a front end that
+     * keeps that state for every project (on_shared_prefix). */
+    const agent_persist_hooks *ph = a->cfg.persist;
+    bool snap_usable = a->sys_snap && starts_with(tokens, n, &a->sys_snap_tx);
+    bool at_prefix = ph && ph->on_shared_prefix && a->sys_shared > cached && a->sys_shared < first &&
+                     a->sys_shared <= a->tx.n && !memcmp(tokens, a->tx.ids, a->sys_shared * sizeof *tokens) &&
+                     !(snap_usable && a->sys_snap_tx.n >= a->sys_shared);
     progress_upd u = { 0, (int)(n - cached), 0 };
     agent_status_update(a, set_progress, &u);
     agent_set_state(a, AGENT_PREFILL);
@@ -123,8 +130,18 @@ sync_result agent_sync(agent *a, const int32_t *tokens, size_t n, const char *la
     ds4_error err = { "" };
     size_t prefilled = 0;
     ds4_status rc = DS4_OK;
-    if (first < n) {
-        rc = ds4_session_sync(a->sess, tokens, first, &cb, &err);
+    if (at_prefix) {
+        rc = ds4_session_sync(a->sess, tokens, a->sys_shared, &cb, &err);
+        prefilled += ds4_session_last_prefilled(a->sess);
+        if (rc == DS4_OK) ph->on_shared_prefix(ph->ud, a->sess, tokens, a->sys_shared);
+        c.base = (int)prefilled;
+    }
+    if (rc == DS4_OK && first < n) {
+        /* a kept state of a shorter prefix (the cached shared one) saves
+         * reading that much */
+        bool from = snap_usable && a->sys_snap_tx.n <= first;
+        rc = ds4_session_sync_from(a->sess, tokens, first, from ? a->sys_snap : NULL, from ? a->sys_snap_len : 0, &cb,
+                                   &err);
         prefilled += ds4_session_last_prefilled(a->sess);
         if (rc == DS4_OK) keep_system_prompt(a);
         c.base = (int)prefilled;
