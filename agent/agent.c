@@ -493,6 +493,7 @@ static void agent_free(agent *a)
     saved_state_free(&a->saved);
     free(a->last_user);
     sb_free(&a->reply);
+    sb_free(&a->stream);
     sb_free(&a->last_calls);
     trace_close(a->tr);
     trace_close(a->trace_req);
@@ -585,6 +586,12 @@ static int min_ctx_for(size_t start, size_t request)
     return n > INT_MAX ? INT_MAX : (int)n;
 }
 
+int agent_confirm_timeout_ms(const agent_config *cfg)
+{
+    if (!cfg || cfg->confirm_timeout_ms == 0) return AGENT_CONFIRM_TIMEOUT_MS;
+    return cfg->confirm_timeout_ms < 0 ? -1 : cfg->confirm_timeout_ms;
+}
+
 int agent_min_ctx(const agent_config *cfg, ds4_error *err)
 {
     if (!cfg || !cfg->engine) return ds4_error_set(err, "no engine");
@@ -601,14 +608,20 @@ int agent_min_ctx(const agent_config *cfg, ds4_error *err)
     return rc;
 }
 
-int agent_system_prompt(const agent_config *cfg, ds4_tokens *out, ds4_error *err)
+int agent_system_prompt_parts(const agent_config *cfg, ds4_tokens *out, size_t *shared, ds4_error *err)
 {
     if (!cfg || !cfg->engine) return ds4_error_set(err, "no engine");
     agent *a = agent_alloc(cfg);
     int rc = setup_tools(a, err);
     if (rc == 0) agent_render_system(a, out);
+    if (shared) *shared = rc == 0 ? a->sys_shared : 0;
     agent_free(a);
     return rc;
+}
+
+int agent_system_prompt(const agent_config *cfg, ds4_tokens *out, ds4_error *err)
+{
+    return agent_system_prompt_parts(cfg, out, NULL, err);
 }
 
 agent *agent_start(const agent_config *cfg, ds4_error *err)
@@ -686,19 +699,26 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         /* A saved state that does not load (damaged, another model or
          * shape) costs time, not the conversation: it is read again. */
         ds4_error rerr = { "" };
-        if (rs->snapshot && ds4_session_restore(a->sess, rs->snapshot, rs->snapshot_len, &rerr) != 0)
+        bool unloadable = rs->snapshot && ds4_session_restore(a->sess, rs->snapshot, rs->snapshot_len, &rerr) != 0;
+        if (unloadable)
             agent_notice(a, "the saved state could not be loaded (%s); reading the conversation again", rerr.msg);
         ds4_tokens_append(&a->tx, rs->tokens, rs->n_tokens);
         ds4_tokens sys = { 0 };
         agent_render_system(a, &sys);
         a->sys_len = rs->system_len ? rs->system_len : sys.n <= rs->n_tokens ? sys.n : 0;
         ds4_tokens_free(&sys);
-        if (a->sys_len && rs->system_snapshot && rs->system_snapshot_len <= SYS_SNAPSHOT_MAX) {
+        /* the same bytes will not load as the system prompt's state either:
+         * reading it again then lets the front end cache it anew */
+        bool same_bytes = unloadable && rs->system_snapshot == rs->snapshot;
+        if (a->sys_len && rs->system_snapshot && !same_bytes && rs->system_snapshot_len <= SYS_SNAPSHOT_MAX) {
             a->sys_snap = malloc(rs->system_snapshot_len);
             if (!a->sys_snap) abort();
             memcpy(a->sys_snap, rs->system_snapshot, rs->system_snapshot_len);
             a->sys_snap_len = rs->system_snapshot_len;
-            ds4_tokens_append(&a->sys_snap_tx, a->tx.ids, a->sys_len);
+            size_t held = rs->system_snapshot_tokens && rs->system_snapshot_tokens < a->sys_len
+                              ? rs->system_snapshot_tokens
+                              : a->sys_len;
+            ds4_tokens_append(&a->sys_snap_tx, a->tx.ids, held);
         }
         /* Only a system prompt (a cached one): a fresh session that skips
          * reading it, so it starts like one. */

@@ -151,6 +151,11 @@ typedef struct {
     void (*on_turn)(void *ud, const agent_turn *t);
     int (*on_idle)(void *ud, ds4_session *s, const int32_t *tokens, size_t n, char *msg, size_t msglen);
     int (*on_save)(void *ud, ds4_session *s, const int32_t *tokens, size_t n, char *msg, size_t msglen);
+    /* When set, the first reading of the system prompt stops after its
+     * workspace-independent prefix (agent_system_prompt_parts) and hands the
+     * session holding exactly those n tokens here, e.g. to cache its state
+     * for every workspace; then the rest is read. */
+    void (*on_shared_prefix)(void *ud, ds4_session *s, const int32_t *tokens, size_t n);
     void *ud;
 } agent_persist_hooks;
 
@@ -172,6 +177,8 @@ typedef struct {
      * when it is used; one that does not load is ignored. */
     const void *system_snapshot;
     size_t system_snapshot_len;
+    size_t system_snapshot_tokens; /* the tokens it holds when fewer than system_len (a
+                                      cached shared prefix); 0 = system_len */
 } agent_resume;
 
 /* Tools for the model other than the registry (tests, embedding). */
@@ -211,6 +218,10 @@ typedef struct {
 #define AGENT_MAX_MALFORMED_IN_A_ROW 3
 #define AGENT_CONFIRM_TIMEOUT_MS 30000
 
+/* The wait cfg gives a permission question, in ms (-1: no limit): the one
+ * number both the agent's refusal and a front end's countdown use. */
+int agent_confirm_timeout_ms(const agent_config *cfg);
+
 /* No context below this is worth starting with, whatever the prompt. */
 #define AGENT_MIN_CTX 256
 
@@ -223,6 +234,10 @@ int agent_min_ctx(const agent_config *cfg, ds4_error *err);
  * starting anything (for a front end that keeps its KV state on disk:
  * agent_resume with these tokens, system_len = their count). Replaces out. */
 int agent_system_prompt(const agent_config *cfg, ds4_tokens *out, ds4_error *err);
+/* The same, with the length of its shared prefix: the tokens that are the
+ * same whatever the workspace, AGENTS.md and --system (tools and
+ * instructions), which a cache can keep once for every project. */
+int agent_system_prompt_parts(const agent_config *cfg, ds4_tokens *out, size_t *shared, ds4_error *err);
 /* Interrupts whatever runs, stops background work and joins the worker. */
 void agent_stop(agent *a);
 

@@ -64,6 +64,7 @@ struct agent {
     dsml_parser *parser;
     ds4_tokens tx;        /* the transcript */
     size_t sys_len;       /* tokens of the system prompt */
+    size_t sys_shared;    /* its first tokens, the same in every workspace (agent_render_system) */
     /* The session's state right after the system prompt it was taken on
      * (sys_snap_tx), so that a rebuilt transcript beginning with the same
      * prompt goes on from there (see agent_sync). */
@@ -79,6 +80,8 @@ struct agent {
     char *last_user;      /* the latest user request, verbatim */
     trace *tr;
     strbuf reply;         /* bytes of the reply being sampled */
+    strbuf stream;        /* text or reasoning of the current token, not yet published */
+    agent_event_type stream_type;
     strbuf last_calls;    /* the previous round's calls, to notice loops */
     int call_index;       /* call being streamed (events) */
     char call_tool[128];
@@ -145,6 +148,10 @@ sync_result agent_sync(agent *a, const int32_t *tokens, size_t n, const char *la
 const char *agent_run_turn(agent *a, const char *text);
 /* The parser's events, published as agent events (parser callback). */
 void agent_dsml_event(void *ud, const dsml_event *ev);
+/* Publishes the text or reasoning gathered since the last flush as one
+ * event, holding back an incomplete character at its end; all: the reply
+ * or its region ended, and such a character is dropped. */
+void agent_stream_flush(agent *a, bool all);
 /* Tokens a compaction needs to be able to run at all. */
 size_t agent_compact_reserve(const agent *a);
 

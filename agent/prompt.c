@@ -2,10 +2,14 @@
  *
  * Layout, most stable first so the cached prefix survives: BOS, [Think Max
  * prefix], the tool block (trusted: its DSML examples become the DSML
- * token), our instructions (prompts/system.txt), the workspace's AGENTS.md,
- * the --system text. Everything after the tool block is plain text: a
- * directory name, a project file or a user flag can never produce a
- * control token.
+ * token), our instructions (prompts/system.txt) — up to here nothing
+ * depends on the workspace, and this shared prefix is what the prompt
+ * cache keeps, for every project alike — then the workspace's part: its
+ * path (prompts/workspace.txt), its AGENTS.md, the --system text. That
+ * part is tokenized on its own after the prefix, so the prefix's tokens
+ * never depend on what follows it. Everything after the tool block is
+ * plain text: a directory name, a project file or a user flag can never
+ * produce a control token.
  */
 #include "agent/agent_internal.h"
 #include "prompts/prompts.h"
@@ -61,12 +65,19 @@ void agent_render_system(agent *a, ds4_tokens *out)
     strbuf text = { 0 };
     const char *sys = prompt_text("system", NULL);
     if (a->n_schemas) sb_puts(&text, "\n\n");
-    substitute(&text, sys ? sys : "", "{workspace}", a->workspace);
+    sb_puts(&text, sys ? sys : "");
+    sb_puts(&text, "\n");
+    ds4_chat_system(a->tok, out, sb_str(&text), false);
+    a->sys_shared = out->n;
+
+    sb_clear(&text);
+    const char *ws = prompt_text("workspace", NULL);
+    substitute(&text, ws ? ws : "The workspace is {workspace}.\n", "{workspace}", a->workspace);
     if (!a->cfg.no_agents_md) {
         size_t len;
         char *md = read_agents_md(a->workspace, &len);
         if (md && len) {
-            sb_puts(&text, "\n\n# Project instructions (AGENTS.md in the workspace)\n\n");
+            sb_puts(&text, "\n# Project instructions (AGENTS.md in the workspace)\n\n");
             sb_append(&text, md, len);
         }
         free(md);
@@ -75,7 +86,8 @@ void agent_render_system(agent *a, ds4_tokens *out)
         sb_puts(&text, "\n\n");
         sb_puts(&text, a->system_extra);
     }
-    ds4_chat_system(a->tok, out, sb_str(&text), false);
+    /* plain text, not a continuation of the prefix's run (see above) */
+    ds4_tokenize(a->tok, sb_str(&text), text.len, out);
     sb_free(&text);
 }
 

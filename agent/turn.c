@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/unicode.h"
+
 #pragma weak tools_run
 
 /* ---- prefill ---------------------------------------------------------------------- */
@@ -103,6 +105,13 @@ sync_result agent_sync(agent *a, const int32_t *tokens, size_t n, const char *la
     if (!sys_kept && a->sys_len > cached && a->sys_len < n && a->sys_len <= a->tx.n &&
         !memcmp(tokens, a->tx.ids, a->sys_len * sizeof *tokens))
         first = a->sys_len;
+    /* Before that, its workspace-independent prefix, for a front end that
+     * keeps that state for every project (on_shared_prefix). */
+    const agent_persist_hooks *ph = a->cfg.persist;
+    bool snap_usable = a->sys_snap && starts_with(tokens, n, &a->sys_snap_tx);
+    bool at_prefix = ph && ph->on_shared_prefix && a->sys_shared > cached && a->sys_shared < first &&
+                     a->sys_shared <= a->tx.n && !memcmp(tokens, a->tx.ids, a->sys_shared * sizeof *tokens) &&
+                     !(snap_usable && a->sys_snap_tx.n >= a->sys_shared);
     progress_upd u = { 0, (int)(n - cached), 0 };
     agent_status_update(a, set_progress, &u);
     agent_set_state(a, AGENT_PREFILL);
@@ -121,8 +130,18 @@ sync_result agent_sync(agent *a, const int32_t *tokens, size_t n, const char *la
     ds4_error err = { "" };
     size_t prefilled = 0;
     ds4_status rc = DS4_OK;
-    if (first < n) {
-        rc = ds4_session_sync(a->sess, tokens, first, &cb, &err);
+    if (at_prefix) {
+        rc = ds4_session_sync(a->sess, tokens, a->sys_shared, &cb, &err);
+        prefilled += ds4_session_last_prefilled(a->sess);
+        if (rc == DS4_OK) ph->on_shared_prefix(ph->ud, a->sess, tokens, a->sys_shared);
+        c.base = (int)prefilled;
+    }
+    if (rc == DS4_OK && first < n) {
+        /* a kept state of a shorter prefix (the cached shared one) saves
+         * reading that much */
+        bool from = snap_usable && a->sys_snap_tx.n <= first;
+        rc = ds4_session_sync_from(a->sess, tokens, first, from ? a->sys_snap : NULL, from ? a->sys_snap_len : 0, &cb,
+                                   &err);
         prefilled += ds4_session_last_prefilled(a->sess);
         if (rc == DS4_OK) keep_system_prompt(a);
         c.base = (int)prefilled;
@@ -162,15 +181,40 @@ static void sample_hook(void *ud, float *logits, int n_vocab, bool *greedy)
     if (shown != g) agent_status_update(a, set_greedy, &g);
 }
 
+/* The parser hands text and reasoning over a byte or a few at a time;
+ * they are gathered here and published once per token (agent_stream_flush
+ * after each), so a front end sees one event per token however quickly
+ * it drains, and never half a character. */
+static void stream_add(agent *a, agent_event_type type, const char *s, size_t n)
+{
+    if (a->stream.len && a->stream_type != type) agent_stream_flush(a, true);
+    a->stream_type = type;
+    sb_append(&a->stream, s, n);
+}
+
+void agent_stream_flush(agent *a, bool all)
+{
+    size_t n = utf8_complete_len(a->stream.s, a->stream.len);
+    if (n) agent_publish(a, a->stream_type, a->stream.s, n, NULL, NULL, NULL, false, 0);
+    /* at the end of the reply or of its region, a character that was never
+     * finished is not one: dropped (the reply's bytes keep it) */
+    size_t rest = all ? 0 : a->stream.len - n;
+    if (!a->stream.s) return;
+    memmove(a->stream.s, a->stream.s + n, rest);
+    a->stream.len = rest;
+    a->stream.s[rest] = 0;
+}
+
 void agent_dsml_event(void *ud, const dsml_event *ev)
 {
     agent *a = ud;
+    if (ev->type != DSML_EV_THINK && ev->type != DSML_EV_TEXT) agent_stream_flush(a, true);
     switch (ev->type) {
     case DSML_EV_THINK:
-        agent_publish(a, AGENT_EV_THINKING, ev->text, ev->len, NULL, NULL, NULL, false, 0);
+        stream_add(a, AGENT_EV_THINKING, ev->text, ev->len);
         break;
     case DSML_EV_TEXT:
-        agent_publish(a, AGENT_EV_TEXT, ev->text, ev->len, NULL, NULL, NULL, false, 0);
+        stream_add(a, AGENT_EV_TEXT, ev->text, ev->len);
         break;
     case DSML_EV_BLOCK:
         trace_line(a->tr, "dsml start detected");
@@ -264,6 +308,7 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
         sb_append(&a->reply, b ? b : "", len);
         trace_token(a->tr, "generated", count + 1, id, b, len);
         dsml_feed(a->parser, b ? b : "", len);
+        agent_stream_flush(a, false);
         count++;
         double secs = (now_ms() - t0) / 1000.0;
         gen_upd u = { (int)count, secs > 0 ? count / secs : 0 };
@@ -286,6 +331,7 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
         }
     }
     if (stop != STOP_DSML) dsml_finish(a->parser);
+    agent_stream_flush(a, true);
     double ms = now_ms() - t0;
     agent_status_update(a, add_decode, &ms);
     bool off = false;
@@ -311,7 +357,7 @@ static void set_confirm(agent_status *st, void *ud) { st->confirm_pending = *(bo
 static tool_confirm tool_ask(void *ud, const char *tool, const char *summary)
 {
     agent *a = ud;
-    int limit = a->cfg.confirm_timeout_ms == 0 ? AGENT_CONFIRM_TIMEOUT_MS : a->cfg.confirm_timeout_ms;
+    int limit = agent_confirm_timeout_ms(&a->cfg);
     pthread_mutex_lock(&a->mu);
     a->confirm_waiting = true;
     a->confirm_answered = false;
@@ -659,8 +705,15 @@ const char *agent_run_turn(agent *a, const char *text)
             return AGENT_END_INTERRUPTED;
         }
         if ((size_t)rounds >= a->max_tool_rounds) {
-            agent_notice(a, "Stopped after %d tool rounds (the limit, --max-tool-rounds); "
-                            "send a message to let it continue.", rounds);
+            /* what lets it go on depends on who is there to do it */
+            const char *pl = rounds == 1 ? "" : "s";
+            if (a->cfg.tools.interactive)
+                agent_notice(a, "Stopped after %d tool round%s (the limit, --max-tool-rounds); "
+                                "send a message to let it continue.", rounds, pl);
+            else
+                agent_notice(a, "Stopped after %d tool round%s (the limit, --max-tool-rounds); resume the "
+                                "session (--resume %s) with a new prompt to let it continue, or allow more rounds.",
+                             rounds, pl, a->session_id ? a->session_id : "");
             return AGENT_END_MAX_TOOL_ROUNDS;
         }
     }

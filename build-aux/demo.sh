@@ -81,9 +81,12 @@ call() { # tool name=value… (values are text)
     printf '{"assistant": "It printed the right greeting.</think>Fixed the typo in hello.c; it now prints \\"Hello, world!\\".", "expect": "Hello, world!"}\n'
 } >"$tmp/session.jsonl"
 show "ds4cl -m tiny.gguf --engine script:session.jsonl --yes -p 'Fix the greeting in hello.c and run it.'"
-status=0
-"$bin/ds4cl" -m "$tmp/tiny.gguf" --engine "script:$tmp/session.jsonl" -C "$ws" --ctx 32768 --yes \
-    -p "Fix the greeting in hello.c and run it." || status=$?
+# The session is removed with the demo's directory: its closing line says
+# so instead of offering a --resume that would find nothing.
+{ "$bin/ds4cl" -m "$tmp/tiny.gguf" --engine "script:$tmp/session.jsonl" -C "$ws" --ctx 32768 --yes \
+    -p "Fix the greeting in hello.c and run it." 2>&1; echo $? >"$tmp/status"; } |
+    sed 's/ (continue it with --resume [^)]*)$/ (removed with the demo; yours are kept and resume with --resume ID)/'
+status=$(cat "$tmp/status")
 printf '\n%shello.c now:%s\n' "$bold" "$off"
 cat "$ws/hello.c"
 if [ -x "$ws/hello" ]; then printf '%s$ ./hello%s\n' "$dim" "$off"; "$ws/hello"; fi

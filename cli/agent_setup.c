@@ -2,6 +2,7 @@
 #include "cli/agent_setup.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -31,6 +32,18 @@ void agent_setup_config(agent_config *cfg, const ds4cl_options *o, ds4_engine *e
     cfg->tools.cdp_url = o->cdp_url;
     cfg->tools.browser_path = o->browser_path;
     cfg->tools.search_url = o->search_url;
+    if (interactive) cfg->confirm_timeout_ms = agent_setup_confirm_timeout_ms();
+}
+
+int agent_setup_confirm_timeout_ms(void)
+{
+    const char *v = getenv("DS4CL_CONFIRM_TIMEOUT");
+    if (v && *v) {
+        char *end;
+        double s = strtod(v, &end);
+        if (end != v && !*end && s > 0 && s <= 86400) return (int)(s * 1000);
+    }
+    return 0;
 }
 
 int agent_setup_check_ctx(const agent_config *cfg, const ds4cl_options *o)
@@ -42,4 +55,12 @@ int agent_setup_check_ctx(const agent_config *cfg, const ds4cl_options *o)
     fprintf(stderr, "ds4cl: --ctx %d is too small: the system prompt and the room the agent needs take at least "
                     "%d tokens\nTry 'ds4cl --help'.\n", o->ctx, need);
     return EXIT_USAGE;
+}
+
+int agent_setup_check_engine(ds4_engine *e, int n_ctx, void *ud)
+{
+    const agent_setup_ctx *c = ud;
+    agent_config cfg;
+    agent_setup_config(&cfg, c->o, e, n_ctx, c->ws, c->interactive);
+    return agent_setup_check_ctx(&cfg, c->o);
 }

@@ -21,4 +21,19 @@ void agent_setup_config(agent_config *cfg, const ds4cl_options *o, ds4_engine *e
  * works and returns 2 (EXIT_USAGE); 0 when it is fine or was not given. */
 int agent_setup_check_ctx(const agent_config *cfg, const ds4cl_options *o);
 
+/* How long the interactive agent waits for a permission answer:
+ * $DS4CL_CONFIRM_TIMEOUT seconds (0 < s ≤ 86400) in ms, else 0 (the
+ * agent's default). The agent keeps the deadline; the UI's countdown reads
+ * it from the agent's status, so the two cannot disagree. */
+int agent_setup_confirm_timeout_ms(void);
+
+/* The same check as a model_open_check (ud: an agent_setup_ctx), run on
+ * the engine model_open plans with, before the weights are read. */
+typedef struct {
+    const ds4cl_options *o;
+    const char *ws;
+    bool interactive;
+} agent_setup_ctx;
+int agent_setup_check_engine(ds4_engine *e, int n_ctx, void *ud);
+
 #endif

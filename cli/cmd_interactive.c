@@ -20,6 +20,7 @@
 #include "cli/agent_setup.h"
 #include "cli/commands.h"
 #include "cli/model_open.h"
+#include "cli/preflight.h"
 #include "cli/workspace.h"
 #include "sessions/sessions.h"
 #include "ui/ui.h"
@@ -53,6 +54,7 @@ int cmd_interactive(const ds4cl_options *o)
     }
     char ws[PATH_MAX];
     int wrc = workspace_resolve(o, ws);
+    if (wrc == 0) wrc = preflight_check(o, ws);
     if (wrc != 0) return wrc;
 
     session *sess = NULL;
@@ -83,7 +85,9 @@ int cmd_interactive(const ds4cl_options *o)
 
     int n_ctx = 0;
     int open_rc = EXIT_ERROR;
-    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc);
+    agent_setup_ctx chk = { .o = o, .ws = ws, .interactive = true };
+    model_open_check mc = { agent_setup_check_engine, &chk };
+    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc);
     if (!e) {
         session_close(sess);
         return open_rc;
@@ -91,12 +95,6 @@ int cmd_interactive(const ds4cl_options *o)
 
     agent_config cfg;
     agent_setup_config(&cfg, o, e, n_ctx, ws, true);
-    int ctx_rc = agent_setup_check_ctx(&cfg, o);
-    if (ctx_rc != EXIT_DONE) {
-        session_close(sess);
-        ds4_engine_close(e);
-        return ctx_rc;
-    }
 
     agent *a = NULL;
     char err[1024] = "";

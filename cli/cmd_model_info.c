@@ -5,11 +5,14 @@
  * `--backend opencl` also the device the engine would pick and what the
  * model and the session take there: the engine is opened to plan only, so
  * no weights are uploaded. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/memplan.h"
+#include "cli/model_path.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
@@ -66,7 +69,7 @@ typedef struct {
 
 /* 0, or -1 after printing why the backend cannot open: before any other
  * output, so that a wrong --device is not lost below the model's details. */
-static int plan_opencl(const ds4cl_options *o, int n_ctx, opencl_plan *p)
+static int plan_opencl(const ds4cl_options *o, const char *path, int n_ctx, opencl_plan *p)
 {
     clrt_device *devs;
     int n;
@@ -82,7 +85,7 @@ static int plan_opencl(const ds4cl_options *o, int n_ctx, opencl_plan *p)
         fprintf(stderr, "ds4cl: %s\n", msg);
         return -1;
     }
-    ds4_engine_options eo = { .model_path = o->model_path, .backend = DS4_BACKEND_OPENCL, .device = o->device,
+    ds4_engine_options eo = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .device = o->device,
                               .quant_sim = o->quant_sim, .plan_only = true };
     ds4_error err = { { 0 } };
     ds4_engine *e = ds4_engine_open(&eo, &err);
@@ -117,33 +120,54 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx)
     printf("\n");
 }
 
+/* --ctx auto: the context a session would get on this machine, and why
+ * (the planner's account), as -p and the interactive agent would plan it;
+ * 0 after printing the refusal when none fits. */
+static int plan_auto(const ds4cl_options *o, const char *path, char *why, size_t whylen)
+{
+    ds4_engine_options eo = { .model_path = path, .backend = o->backend, .device = o->device,
+                              .quant_sim = o->quant_sim, .plan_only = true };
+    ds4_error err = { { 0 } };
+    ds4_engine *e = ds4_engine_open(&eo, &err);
+    if (!e) {
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
+        return 0;
+    }
+    int n_ctx = 0;
+    int rc = memplan_session_ctx_why(e, o->backend, o->device, -1, DEFAULT_INFO_CTX, &n_ctx, why, whylen);
+    ds4_engine_close(e);
+    return rc == 0 ? n_ctx : 0;
+}
+
 int cmd_model_info(const ds4cl_options *o)
 {
-    if (!o->model_path) {
-        fputs("ds4cl: --model-info needs a model file (-m FILE)\n", stderr);
-        return EXIT_USAGE;
-    }
+    /* Like every other mode: -m FILE, else the default model link. */
+    char path_buf[PATH_MAX];
+    const char *path = model_path_resolve(o->model_path, path_buf, sizeof path_buf);
+    if (!path) return EXIT_ERROR;
     int n_ctx = o->ctx > 0 ? o->ctx : DEFAULT_INFO_CTX;
+    char why[1024] = "";
+    if (o->ctx == -1 && !(n_ctx = plan_auto(o, path, why, sizeof why))) return EXIT_ERROR;
     ds4_error err = { { 0 } };
-    gguf_file *f = gguf_open(o->model_path, &err);
+    gguf_file *f = gguf_open(path, &err);
     if (!f) {
         fprintf(stderr, "ds4cl: %s\n", err.msg);
         return EXIT_ERROR;
     }
     ds4_model *m = model_bind(f, &err);
     if (!m) {
-        fprintf(stderr, "ds4cl: %s: %s\n", o->model_path, err.msg);
+        fprintf(stderr, "ds4cl: %s: %s\n", path, err.msg);
         gguf_close(f);
         return EXIT_ERROR;
     }
     opencl_plan clp;
-    if (o->backend == DS4_BACKEND_OPENCL && plan_opencl(o, n_ctx, &clp) != 0) {
+    if (o->backend == DS4_BACKEND_OPENCL && plan_opencl(o, path, n_ctx, &clp) != 0) {
         model_free(m);
         gguf_close(f);
         return EXIT_ERROR;
     }
     const ds4_hparams *hp = &m->hp;
-    printf("file          %s\n", o->model_path);
+    printf("file          %s\n", path);
     printf("size          ");
     print_bytes(gguf_size(f));
     printf(" (GGUF v%u, %zu tensors, %zu metadata keys, alignment %u)\n", gguf_version(f), gguf_n_tensors(f),
@@ -193,6 +217,7 @@ int cmd_model_info(const ds4cl_options *o)
 
     uint64_t ctx_bytes = model_context_bytes(m, n_ctx);
     printf("\nmemory for %d tokens\n", n_ctx);
+    if (why[0]) printf("  %s\n", why);
     printf("  weights (mapped)  ");
     print_bytes(m->weights_bytes);
     printf("\n  session state     ");

@@ -13,13 +13,15 @@
  * Output: with --output-format text (default), the final answer on stdout
  * and progress on stderr; with stream-json, one JSON object per line on
  * stdout (schema in README.md, "type" and "schema" in every object) ending
- * with a "result" object. Exit status: 0 done, 1 error, 2 usage,
+ * with a "result" object; with json, that "result" object alone, at the
+ * end, and nothing on stderr but errors before the run starts. Exit status: 0 done, 1 error, 2 usage,
  * 3 interrupted, 4 context exhausted.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +35,7 @@
 #include "cli/agent_setup.h"
 #include "cli/commands.h"
 #include "cli/model_open.h"
+#include "cli/preflight.h"
 #include "cli/workspace.h"
 #include "sessions/sessions.h"
 
@@ -86,7 +89,8 @@ static char *read_all_stdin(void)
 }
 
 typedef struct {
-    bool json;
+    bool json;           /* stream-json: an event per line as things happen */
+    bool single;         /* json: nothing until the one result object */
     strbuf answer;       /* visible text since the last tool result */
     bool answer_started;
     const char *end;     /* TURN_END reason */
@@ -138,15 +142,20 @@ static struct json_object *jstr(const char *s, size_t len)
     return o;
 }
 
-/* First line of a text, at most n bytes, for progress lines. */
+/* First line of a text, for progress lines: at most n bytes, cut at a
+ * character boundary and marked with "…" when it is longer. */
 static void first_line(char *out, size_t n, const char *s)
 {
-    size_t k = 0;
-    while (s && s[k] && s[k] != '\n' && k + 1 < n) {
-        out[k] = s[k];
-        k++;
+    size_t len = s ? strcspn(s, "\n") : 0;
+    if (len < n) {
+        if (len) memcpy(out, s, len);
+        out[len] = 0;
+        return;
     }
-    out[k] = 0;
+    size_t k = n - 4; /* room for "…" and the NUL */
+    while (k && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+    memcpy(out, s, k);
+    memcpy(out + k, "\xe2\x80\xa6", 4);
 }
 
 static void handle(run_state *rs, const agent_event *e)
@@ -183,7 +192,7 @@ static void handle(run_state *rs, const agent_event *e)
             struct json_object *input = e->args_json ? json_tokener_parse(e->args_json) : NULL;
             json_object_object_add(o, "input", input ? input : json_object_new_object());
             emit(o);
-        } else {
+        } else if (!rs->single) {
             fprintf(stderr, "ds4cl: %s %s\n", e->tool ? e->tool : "?", e->args_json ? e->args_json : "{}");
         }
         break;
@@ -197,11 +206,12 @@ static void handle(run_state *rs, const agent_event *e)
             json_object_object_add(o, "denied", json_object_new_boolean(e->denied));
             json_object_object_add(o, "text", jstr(e->text, e->len));
             emit(o);
-        } else {
+        } else if (!rs->single) {
+            /* a denial says how to allow the call: all of it is kept */
             char line[160];
             first_line(line, sizeof line, e->text);
             fprintf(stderr, "ds4cl: %s %s: %s\n", e->tool ? e->tool : "?",
-                    e->denied ? "denied" : e->is_error ? "failed" : "done", line);
+                    e->denied ? "denied" : e->is_error ? "failed" : "done", e->denied && e->text ? e->text : line);
         }
         break;
     case AGENT_EV_NOTICE:
@@ -210,7 +220,7 @@ static void handle(run_state *rs, const agent_event *e)
             json_object_object_add(o, "level", json_object_new_string(e->is_error ? "error" : "info"));
             json_object_object_add(o, "message", jstr(e->text, e->len));
             emit(o);
-        } else {
+        } else if (!rs->single) {
             fprintf(stderr, "ds4cl: %s\n", e->text ? e->text : "");
         }
         break;
@@ -226,7 +236,7 @@ static void handle(run_state *rs, const agent_event *e)
             struct json_object *o = typed("error");
             json_object_object_add(o, "message", jstr(e->text, e->len));
             emit(o);
-        } else {
+        } else if (!rs->single) {
             fprintf(stderr, "ds4cl: %s\n", e->text ? e->text : "error");
         }
         break;
@@ -309,6 +319,7 @@ int cmd_prompt(const ds4cl_options *o)
     }
     char ws[PATH_MAX];
     int wrc = workspace_resolve(o, ws);
+    if (wrc == 0) wrc = preflight_check(o, ws);
     if (wrc != 0) {
         free(prompt);
         return wrc;
@@ -350,7 +361,9 @@ int cmd_prompt(const ds4cl_options *o)
 
     int n_ctx = 0;
     int open_rc = EXIT_ERROR;
-    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc);
+    agent_setup_ctx chk = { .o = o, .ws = ws, .interactive = false };
+    model_open_check mc = { agent_setup_check_engine, &chk };
+    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc);
     if (!e) {
         session_close(sess);
         free(prompt);
@@ -374,13 +387,6 @@ int cmd_prompt(const ds4cl_options *o)
     agent_config cfg;
     agent_setup_config(&cfg, o, e, n_ctx, ws, false);
     cfg.session_id = o->session_id;
-    int ctx_rc = agent_setup_check_ctx(&cfg, o);
-    if (ctx_rc != EXIT_DONE) {
-        ds4_engine_close(e);
-        session_close(sess);
-        free(prompt);
-        return ctx_rc;
-    }
 
     ds4_error err = { "" };
     double t0 = now_ms();
@@ -398,7 +404,7 @@ int cmd_prompt(const ds4cl_options *o)
         free(prompt);
         return EXIT_ERROR;
     }
-    run_state rs = { .json = o->output == OUTPUT_STREAM_JSON };
+    run_state rs = { .json = o->output == OUTPUT_STREAM_JSON, .single = o->output == OUTPUT_JSON };
     const char *const *notes = NULL;
     size_t n_notes = sess ? session_notes(sess, &notes) : 0;
     agent_status st;
@@ -436,7 +442,7 @@ int cmd_prompt(const ds4cl_options *o)
             json_object_object_add(no, "level", json_object_new_string("warning"));
             json_object_object_add(no, "message", json_object_new_string(notes[i]));
             emit(no);
-        } else {
+        } else if (!rs.single) {
             fprintf(stderr, "ds4cl: %s\n", notes[i]);
         }
     }
@@ -471,7 +477,7 @@ int cmd_prompt(const ds4cl_options *o)
     /* The answer: what the model said after its last tool result. */
     size_t alen = rs.answer.len;
     while (alen && (rs.answer.s[alen - 1] == '\n' || rs.answer.s[alen - 1] == ' ')) alen--;
-    if (rs.json) {
+    if (rs.json || rs.single) {
         struct json_object *r = typed("result");
         json_object_object_add(r, "session_id", json_object_new_string(st.session_id));
         json_object_object_add(r, "stop_reason", json_object_new_string(end));
@@ -481,9 +487,13 @@ int cmd_prompt(const ds4cl_options *o)
         if (st.error[0]) json_object_object_add(r, "error", json_object_new_string(st.error));
         json_object_object_add(r, "prefilled_tokens", json_object_new_int64((int64_t)st.prefilled_total));
         json_object_object_add(r, "generated_tokens", json_object_new_int64((int64_t)st.generated_total));
-        json_object_object_add(r, "prefill_ms", json_object_new_double(st.prefill_ms));
-        json_object_object_add(r, "decode_ms", json_object_new_double(st.decode_ms));
-        json_object_object_add(r, "duration_ms", json_object_new_double(now_ms() - t0));
+        struct json_object *usage = json_object_new_object();
+        json_object_object_add(usage, "input_tokens", json_object_new_int64((int64_t)st.prefilled_total));
+        json_object_object_add(usage, "output_tokens", json_object_new_int64((int64_t)st.generated_total));
+        json_object_object_add(r, "usage", usage);
+        json_object_object_add(r, "prefill_ms", json_object_new_int64(llround(st.prefill_ms)));
+        json_object_object_add(r, "decode_ms", json_object_new_int64(llround(st.decode_ms)));
+        json_object_object_add(r, "duration_ms", json_object_new_int64(llround(now_ms() - t0)));
         json_object_object_add(r, "tool_rounds", json_object_new_int(st.tool_rounds));
         json_object_object_add(r, "compactions", json_object_new_int(st.compactions));
         json_object_object_add(r, "ctx_used", json_object_new_int(st.ctx_used));

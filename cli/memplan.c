@@ -362,6 +362,10 @@ void memplan_explain(const memplan_result *r, const memplan_input *in, int reque
         sb_printf(&b, " %s of %s usable %s (%d%%)", need, usable, what, pct);
         if (tight && r->largest_comfortable)
             sb_printf(&b, "; --ctx %d would be comfortable", r->largest_comfortable);
+        else if (requested == -1 && !tight)
+            sb_printf(&b, "; the largest context, in steps of %d, that keeps within %d%% of it%s",
+                      memplan_default_policy().granularity, (int)(memplan_default_policy().comfort_fraction * 100 + 0.5),
+                      r->n_ctx >= limit ? " (here the model's limit)" : "");
     }
     snprintf(buf, n, "%s", sb_str(&b));
     sb_free(&b);
@@ -458,9 +462,10 @@ static uint64_t engine_ctx_bytes(void *ud, int n_ctx)
     return ds4_session_bytes_estimate((const ds4_engine *)ud, n_ctx);
 }
 
-int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
-                        int default_ctx, int *n_ctx)
+int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
+                            int default_ctx, int *n_ctx, char *why, size_t whylen)
 {
+    if (why && whylen) why[0] = 0;
     int fallback = requested > 0 ? requested : default_ctx;
     if (!ds4_engine_info || !ds4_session_bytes_estimate) {
         *n_ctx = fallback;
@@ -471,7 +476,8 @@ int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *de
     ds4_engine_info(e, &info);
     pool pl;
     if (session_pool(backend, device, &pl) != 0) {
-        if (requested == -1) fprintf(stderr, "ds4cl: cannot tell how much memory is free; using --ctx %d\n", fallback);
+        if (requested == -1 && why) snprintf(why, whylen, "cannot tell how much memory is free; using --ctx %d", fallback);
+        else if (requested == -1) fprintf(stderr, "ds4cl: cannot tell how much memory is free; using --ctx %d\n", fallback);
         *n_ctx = fallback;
         return 0;
     }
@@ -498,8 +504,16 @@ int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *de
         fprintf(stderr, "ds4cl: %s\n%s\n", msg, override_hint);
         return requested > 0 && (requested > model_limit(&in) || r.largest_fit > 0) ? -2 : -1;
     }
-    if (r.verdict == MEMPLAN_TIGHT) fprintf(stderr, "ds4cl: warning: %s\n", msg);
-    else if (requested == -1 || (requested == 0 && r.n_ctx != default_ctx)) fprintf(stderr, "ds4cl: %s\n", msg);
+    bool tell = r.verdict == MEMPLAN_TIGHT || requested == -1 || (requested == 0 && r.n_ctx != default_ctx);
+    const char *warn = r.verdict == MEMPLAN_TIGHT ? "warning: " : "";
+    if (tell && why) snprintf(why, whylen, "%s%s", warn, msg);
+    else if (tell) fprintf(stderr, "ds4cl: %s%s\n", warn, msg);
     *n_ctx = r.n_ctx;
     return 0;
+}
+
+int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
+                        int default_ctx, int *n_ctx)
+{
+    return memplan_session_ctx_why(e, backend, device, requested, default_ctx, n_ctx, NULL, 0);
 }

@@ -157,4 +157,11 @@ int memplan_precheck_file(const char *model_path, ds4_backend backend);
 int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
                         int default_ctx, int *n_ctx);
 
+/* The same, with the account of the context chosen (--ctx auto, a reduced
+ * default, a tight fit: what memplan_session_ctx prints) written to why
+ * instead of stderr; why is "" when there is nothing to say. Refusals
+ * are still printed. */
+int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
+                            int default_ctx, int *n_ctx, char *why, size_t whylen);
+
 #endif

@@ -30,7 +30,55 @@ static void warm_progress(void *ud, uint64_t done, uint64_t total)
     progress_update(ud, total ? (double)done / (double)total : 1.0, detail);
 }
 
-ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int *exit_code)
+/* The context from --ctx / auto / default_ctx, then the caller's check of
+ * it; false (with *exit_code set) when either refuses. */
+static bool plan_ctx(ds4_engine *e, const ds4cl_options *o, int default_ctx, int *n_ctx, int *exit_code,
+                     const model_open_check *check)
+{
+    if (o->backend == DS4_BACKEND_SCRIPT) {
+        *n_ctx = o->ctx > 0 ? o->ctx : default_ctx;
+    } else {
+        int planned = memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, n_ctx);
+        if (planned != 0) {
+            if (planned == -2 && exit_code) *exit_code = 2;
+            return false;
+        }
+    }
+    int rc = check && check->fn ? check->fn(e, *n_ctx, check->ud) : 0;
+    if (rc != 0 && exit_code) *exit_code = rc;
+    return rc == 0;
+}
+
+static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool plan_only)
+{
+    progress p;
+    if (!plan_only) progress_start(&p, "loading model", PROGRESS_QUIET);
+    ds4_engine_options eo = {
+        .model_path = path,
+        .backend = o->backend,
+        .script_path = o->script_path,
+        .device = o->device,
+        .threads = o->threads,
+        .quant_sim = o->quant_sim,
+        .plan_only = plan_only,
+        .load_progress = plan_only ? NULL : progress_load_callback,
+        .load_ud = plan_only ? NULL : &p,
+    };
+    ds4_error err = { "" };
+    ds4_engine *e = ds4_engine_open(&eo, &err);
+    if (!plan_only) progress_finish(&p, NULL);
+    if (!e) {
+        /* errors of the file itself already start with its path */
+        size_t pl = path ? strlen(path) : 0;
+        const char *why = pl && !strncmp(err.msg, path, pl) && err.msg[pl] == ':' ? err.msg + pl + 1 : err.msg;
+        while (*why == ' ') why++;
+        fprintf(stderr, "ds4cl: cannot load %s: %s\n", path ? path : "the model", why);
+    }
+    return e;
+}
+
+ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int *exit_code,
+                       const model_open_check *check)
 {
     if (exit_code) *exit_code = 1;
     bool scripted = o->backend == DS4_BACKEND_SCRIPT;
@@ -46,41 +94,29 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
         fprintf(stderr, "ds4cl: this build has no inference engine\n");
         return NULL;
     }
-    progress p;
-    progress_start(&p, "loading model", PROGRESS_QUIET);
-    ds4_engine_options eo = {
-        .model_path = path,
-        .backend = o->backend,
-        .script_path = o->script_path,
-        .device = o->device,
-        .threads = o->threads,
-        .quant_sim = o->quant_sim,
-        .load_progress = progress_load_callback,
-        .load_ud = &p,
-    };
-    ds4_error err = { "" };
+    /* Opening for OpenCL uploads the weights: the plan is made on an
+     * engine opened without them, so that a refusal costs no upload. */
+    if (o->backend == DS4_BACKEND_OPENCL) {
+        ds4_engine *plan = open_engine(o, path, true);
+        if (!plan) return NULL;
+        bool ok = plan_ctx(plan, o, default_ctx, n_ctx, exit_code, check);
+        ds4_engine_close(plan);
+        if (!ok) return NULL;
+    }
     double t0 = now_ms();
-    ds4_engine *e = ds4_engine_open(&eo, &err);
-    progress_finish(&p, NULL);
-    if (!e) {
-        fprintf(stderr, "ds4cl: cannot load %s: %s\n", path ? path : "the model", err.msg);
-        return NULL;
-    }
-    if (scripted) {
-        *n_ctx = o->ctx > 0 ? o->ctx : default_ctx;
-        return e;
-    }
-    ds4_model_info info;
-    memset(&info, 0, sizeof info);
-    if (ds4_engine_info) ds4_engine_info(e, &info);
+    ds4_engine *e = open_engine(o, path, false);
+    if (!e) return NULL;
     /* the context is decided before the weights are read: a refusal
      * should not cost minutes of disk reads */
-    int planned = memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, n_ctx);
-    if (planned != 0) {
-        if (planned == -2 && exit_code) *exit_code = 2;
+    if (o->backend != DS4_BACKEND_OPENCL && !plan_ctx(e, o, default_ctx, n_ctx, exit_code, check)) {
         ds4_engine_close(e);
         return NULL;
     }
+    if (scripted) return e;
+    ds4_model_info info;
+    memset(&info, 0, sizeof info);
+    if (ds4_engine_info) ds4_engine_info(e, &info);
+    progress p;
     progress_start(&p, "reading weights", PROGRESS_QUIET);
     page_warm_stats ws;
     char werr[PATH_MAX + 64];

@@ -79,14 +79,15 @@ void options_print_help(void)
 "\n"
 "usage: ds4cl [options]                 interactive agent in this directory\n"
 "       ds4cl -p TEXT [options]         run one task non-interactively\n"
-"       ds4cl --model-info -m FILE      describe a DS4 GGUF\n"
+"       ds4cl --model-info [-m FILE]    describe a DS4 GGUF (default: the downloaded model)\n"
 "       ds4cl --dump-tokens -m FILE (-p TEXT | --prompt-file F) [--raw]\n"
 "       ds4cl --list-devices            list OpenCL devices\n"
 "       ds4cl download [q2|q4|q2-imatrix|q4-imatrix|URL] [--dir D] [--token T]\n"
 "\n"
 "model and engine:\n"
 "  -m, --model FILE        DS4 GGUF (default: the downloaded model)\n"
-"      --ctx N|auto        context size in tokens (auto: largest that fits)\n"
+"      --ctx N|auto        context size in tokens (auto: largest that fits); the agent\n"
+"                          needs its system prompt and a turn, a few thousand tokens\n"
 "      --backend cpu|opencl  compute backend (default: cpu)\n"
 "      --device D          OpenCL device index or name (or $DS4CL_DEVICE)\n"
 "      --threads N         CPU threads (default: all cores)\n"
@@ -99,7 +100,7 @@ void options_print_help(void)
 "  -n, --max-tokens N      limit per assistant reply\n"
 "      --temp T  --top-k K  --top-p P  --min-p P  --seed S\n"
 "      --think | --nothink | --think-max\n"
-"      --output-format text|stream-json\n"
+"      --output-format text|json|stream-json\n"
 "\n"
 "agent:\n"
 "  -C, --cwd DIR           workspace root (default: current directory)\n"
@@ -224,7 +225,8 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
         case OPT_OUTPUT_FORMAT:
             if (!strcmp(optarg, "text")) o->output = OUTPUT_TEXT;
             else if (!strcmp(optarg, "stream-json")) o->output = OUTPUT_STREAM_JSON;
-            else return usage_error("--output-format wants text or stream-json, not '%s'", optarg);
+            else if (!strcmp(optarg, "json")) o->output = OUTPUT_JSON;
+            else return usage_error("--output-format wants text, json or stream-json, not '%s'", optarg);
             break;
         case 'n':
             if (!parse_int(optarg, 1, INT_MAX, &iv)) return usage_error("--max-tokens wants a positive number, not '%s'", optarg);
@@ -320,8 +322,9 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
     if (o->mode == MODE_DUMP_TOKENS && !o->prompt && !o->prompt_file)
         return usage_error("--dump-tokens needs -p TEXT or --prompt-file F%s", "");
     if ((o->mode == MODE_PROMPT || o->mode == MODE_INTERACTIVE) && o->ctx > 0 && o->ctx < AGENT_MIN_CTX) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "--ctx %d is too small for the agent (at least %d tokens)", o->ctx, AGENT_MIN_CTX);
+        char msg[128];
+        snprintf(msg, sizeof msg, "--ctx %d is too small for the agent: its system prompt alone takes thousands of "
+                 "tokens", o->ctx);
         return usage_error("%s", msg);
     }
     if (o->mode == MODE_DOWNLOAD && o->n_allow) return usage_error("--allow makes no sense with download%s", "");

@@ -22,7 +22,7 @@ typedef enum {
     MODE_DOWNLOAD,        /* `ds4cl download …` */
 } ds4cl_mode;
 
-typedef enum { OUTPUT_TEXT = 0, OUTPUT_STREAM_JSON } output_format;
+typedef enum { OUTPUT_TEXT = 0, OUTPUT_STREAM_JSON, OUTPUT_JSON } output_format;
 
 #define OPT_MAX_ALLOW 64
 

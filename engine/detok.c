@@ -6,19 +6,6 @@
 #include "engine/ds4.h"
 #include "engine/unicode.h"
 
-/* Start of an incomplete but so far well-formed UTF-8 sequence at the end
- * of s[0..n), or n when the text ends on a character boundary. */
-static size_t incomplete_tail(const unsigned char *s, size_t n)
-{
-    for (size_t back = 1; back <= 3 && back <= n; back++) {
-        unsigned char b = s[n - back];
-        if ((b & 0xC0) == 0x80) continue; /* continuation: look further back */
-        size_t len = utf8_seq_len(b);
-        return len > back ? n - back : n;
-    }
-    return n;
-}
-
 size_t ds4_detok_feed(ds4_detok *d, const ds4_tokenizer *t, int32_t id, char *out)
 {
     size_t len = 0;
@@ -28,7 +15,7 @@ size_t ds4_detok_feed(ds4_detok *d, const ds4_tokenizer *t, int32_t id, char *ou
     memcpy(out, d->pending, n);
     if (len) memcpy(out + n, bytes, len);
     n += len;
-    size_t keep = incomplete_tail((const unsigned char *)out, n);
+    size_t keep = utf8_complete_len(out, n);
     d->npending = (int)(n - keep);
     memcpy(d->pending, out + keep, n - keep);
     return keep;

@@ -50,6 +50,18 @@ size_t utf8_seq_len(unsigned char b)
     return 1;
 }
 
+size_t utf8_complete_len(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char b = u[n - back];
+        if ((b & 0xC0) == 0x80) continue; /* continuation: look further back */
+        size_t len = utf8_seq_len(b);
+        return len > back ? n - back : n;
+    }
+    return n;
+}
+
 size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
 {
     unsigned char b = s[0];

@@ -42,4 +42,9 @@ size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
  * (1 for ASCII and for bytes that cannot start a sequence). */
 size_t utf8_seq_len(unsigned char b);
 
+/* Length of s[0..n) up to an incomplete but so far well-formed UTF-8
+ * sequence at its end (n when it ends on a character boundary): what can
+ * be shown before the bytes that complete the last character arrive. */
+size_t utf8_complete_len(const char *s, size_t n);
+
 #endif

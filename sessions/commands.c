@@ -5,11 +5,15 @@
 
 #include <ctype.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define RECAP_TURNS 3
 #define RECAP_BYTES 200
+
+/* How long a /delete waits for the same command to confirm it. */
+#define DELETE_CONFIRM_MS 30000
 
 static int reply(char **out, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -44,6 +48,7 @@ static void list_into(strbuf *b, const char *current, size_t max)
         return;
     }
     char *text = sessions_format_list(v, (size_t)n, max, current);
+    if (n) sb_puts(b, "**Sessions**, the latest first (* this one): ID, last used, tokens, title and directory\n");
     sb_puts(b, "```\n");
     sb_puts(b, text);
     sb_puts(b, "```\n");
@@ -135,6 +140,31 @@ static int cmd_delete(sessions_ctx *c, const char *args, char **out)
     if (sessions_resolve(word, id, sizeof id, err, sizeof err) != 0) return reply(out, -1, "%s", err);
     if (*c->s && !strcmp(id, session_id(*c->s)))
         return reply(out, -1, "%s is the current session; `/new` or `/switch` first", id);
+    /* Deleting cannot be undone: the first /delete says what would go,
+     * the same command again soon after deletes it (as Ctrl+C twice quits). */
+    static char pending[SESSION_ID_MAX];
+    static double pending_ms;
+    double now = now_ms();
+    if (strcmp(pending, id) || now - pending_ms > DELETE_CONFIRM_MS) {
+        snprintf(pending, sizeof pending, "%s", id);
+        pending_ms = now;
+        session_info *v;
+        int n = sessions_list(&v, err, sizeof err);
+        const session_info *si = NULL;
+        for (int i = 0; i < n && !si; i++)
+            if (!strcmp(v[i].id, id)) si = &v[i];
+        strbuf b = { 0 };
+        sb_printf(&b, "Delete session %s", id);
+        if (si)
+            sb_printf(&b, " (\"%s\", %zu tokens, in %s)", si->title[0] ? si->title : "untitled", si->n_tokens,
+                      si->cwd[0] ? si->cwd : "an unknown directory");
+        sb_printf(&b, "? It cannot be undone: `/delete %s` again within %d s deletes it.", id,
+                  DELETE_CONFIRM_MS / 1000);
+        if (n >= 0) free(v);
+        *out = sb_take(&b);
+        return 0;
+    }
+    pending[0] = 0;
     if (sessions_delete(id, err, sizeof err) != 0) return reply(out, -1, "%s", err);
     return reply(out, 0, "Deleted session %s.", id);
 }
@@ -144,7 +174,8 @@ static const sessions_command g_commands[] = {
     { "switch", "ID", "continue another session (instant when its KV state is saved)", false, true, cmd_switch },
     { "new", "", "start a new session (this one stays saved)", false, false, cmd_new },
     { "fork", "", "branch this session: a copy under a new ID, continued from here", false, false, cmd_fork },
-    { "delete", "ID", "delete a saved session", true, true, cmd_delete },
+    { "delete", "ID", "delete a saved session (asks first: the same command again confirms)", true, true,
+      cmd_delete },
 };
 
 const sessions_command *sessions_commands(size_t *n)

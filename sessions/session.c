@@ -68,6 +68,7 @@ struct session {
 
 static void note(session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void hook_turn(void *ud, const agent_turn *t);
+static void hook_shared_prefix(void *ud, ds4_session *ks, const int32_t *tokens, size_t n);
 static int hook_idle(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
 static int hook_save(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
 
@@ -435,7 +436,7 @@ static void sysprompt_key(const ds4_model_info *mi, const int32_t *ids, size_t n
     /* CPU and OpenCL share the snapshot format; the script engine's
      * payload is its own. */
     bool scripted = mi->backend_name && !strcmp(mi->backend_name, "script");
-    int hl = snprintf(head, sizeof head, "ds4cl-sysprompt 2 %016" PRIx64 " %s %zu", mi->identity,
+    int hl = snprintf(head, sizeof head, "ds4cl-sysprompt 3 %016" PRIx64 " %s %zu", mi->identity,
                       scripted ? "script" : "model", n);
     EVP_DigestUpdate(md, head, (size_t)hl);
     for (size_t i = 0; i < n; i++) {
@@ -552,6 +553,17 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     s->resume_tokens.n = 0;
     memset(&s->resume, 0, sizeof s->resume);
     if (s->tx.n) {
+        /* The cache holds the system prompt's shared prefix (the same in
+         * every workspace): usable when this transcript begins with it. */
+        size_t shared = 0;
+        ds4_tokens now = { 0 };
+        ds4_error perr = { "" };
+        if (s->system_len && agent_system_prompt_parts(cfg, &now, &shared, &perr) == 0 && shared &&
+            shared <= s->system_len && !memcmp(now.ids, s->tx.ids, shared * sizeof *now.ids))
+            s->resume.system_snapshot_tokens = shared;
+        else
+            shared = 0;
+        ds4_tokens_free(&now);
         ds4_tokens_append(&s->resume_tokens, s->tx.ids, s->tx.n);
         s->resume.tokens = s->resume_tokens.ids;
         s->resume.n_tokens = s->resume_tokens.n;
@@ -567,7 +579,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
             /* A compaction rebuilds the conversation on its system prompt:
              * the cached state of that prompt saves reading it then. */
             char cpath[PATH_MAX];
-            if (s->system_len && sysprompt_path(&mi, s->tx.ids, s->system_len, cpath, sizeof cpath) &&
+            if (shared && sysprompt_path(&mi, s->tx.ids, shared, cpath, sizeof cpath) &&
                 map_file(cpath, &s->sys_map, &s->sys_map_len)) {
                 s->resume.system_snapshot = s->sys_map;
                 s->resume.system_snapshot_len = s->sys_map_len;
@@ -575,7 +587,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         } else {
             /* The cached system prompt still saves that much. */
             char cpath[PATH_MAX];
-            bool cached = s->system_len && sysprompt_path(&mi, s->tx.ids, s->system_len, cpath, sizeof cpath) &&
+            bool cached = shared && sysprompt_path(&mi, s->tx.ids, shared, cpath, sizeof cpath) &&
                           map_snapshot(s, cpath);
             if (cached) {
                 s->resume.system_snapshot = s->map;
@@ -583,7 +595,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
             }
             note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
                  have ? " that can be read" : " (removed by the disk budget or never written)",
-                 cached ? s->tx.n - s->system_len : s->tx.n);
+                 cached ? s->tx.n - shared : s->tx.n);
         }
         /* What state.kv holds is known only when it is the file the
          * metadata describes (the idle hook skips rewriting it then). */
@@ -591,15 +603,19 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     } else {
         ds4_error derr = { "" };
         ds4_tokens sys = { 0 };
-        if (agent_system_prompt(cfg, &sys, &derr) != 0) {
+        size_t shared = 0;
+        if (agent_system_prompt_parts(cfg, &sys, &shared, &derr) != 0) {
             snprintf(err, errlen, "%s", derr.msg);
             ds4_tokens_free(&sys);
             pthread_mutex_unlock(&s->mu);
             return -1;
         }
+        /* The cache keeps the shared prefix, the same for every
+         * workspace; the rest (the workspace's part) is read after it. */
+        if (!shared || shared > sys.n) shared = sys.n;
         s->cache_tokens.n = 0;
-        ds4_tokens_append(&s->cache_tokens, sys.ids, sys.n);
-        if (sysprompt_path(&mi, sys.ids, sys.n, s->cache_path, sizeof s->cache_path) &&
+        ds4_tokens_append(&s->cache_tokens, sys.ids, shared);
+        if (sysprompt_path(&mi, sys.ids, shared, s->cache_path, sizeof s->cache_path) &&
             map_snapshot(s, s->cache_path)) {
             s->cache_hit = true;
             ds4_tokens_append(&s->resume_tokens, sys.ids, sys.n);
@@ -607,6 +623,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
             s->resume.n_tokens = s->resume.system_len = sys.n;
             s->resume.system_snapshot = s->map;
             s->resume.system_snapshot_len = s->map_len;
+            s->resume.system_snapshot_tokens = shared;
         }
         ds4_tokens_free(&sys);
     }
@@ -617,6 +634,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
 
     s->hooks.on_turn = hook_turn;
     s->hooks.on_idle = hook_idle;
+    s->hooks.on_shared_prefix = hook_shared_prefix;
     s->hooks.on_save = hook_save;
     cfg->persist = &s->hooks;
     /* The tools keep their scratch (a browser profile, job logs) in the
@@ -802,6 +820,21 @@ static int idle_or_save(session *s, ds4_session *ks, const int32_t *tokens, size
     }
     pthread_mutex_unlock(&s->io);
     return rc;
+}
+
+/* The worker read the system prompt's shared prefix: its state is cached
+ * for every workspace (when it was not, or could not be used). */
+static void hook_shared_prefix(void *ud, ds4_session *ks, const int32_t *tokens, size_t n)
+{
+    session *s = ud;
+    pthread_mutex_lock(&s->io);
+    if (s->cache_path[0] && same_tokens(tokens, n, &s->cache_tokens) &&
+        same_tokens(ds4_session_tokens(ks), ds4_session_n_tokens(ks), &s->cache_tokens) && ds4_session_logits(ks)) {
+        ds4_error err = { "" };
+        if (ds4_session_save(ks, s->cache_path, &err) == 0) sessions_enforce_budget(s->budget);
+        s->cache_path[0] = 0;
+    }
+    pthread_mutex_unlock(&s->io);
 }
 
 static int hook_idle(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen)

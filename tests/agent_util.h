@@ -85,7 +85,8 @@ void wait_state(agent *a, agent_state want, int timeout_ms);
 void run_turn(agent *a, const char *text, ev_log *log);
 
 /* Compacts, stops the agent and checks that the rebuild read everything
- * but the system prompt of sys_n tokens. */
+ * but the first sys_n tokens of the system prompt (all of it, or the
+ * shared prefix a cache holds). */
 void compact_reads_no_system_prompt(agent *a, ev_log *log, const char *trace_path, size_t sys_n);
 
 /* For an on_idle callback: keeps the session's tokens in *tx and a fresh

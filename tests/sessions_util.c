@@ -48,6 +48,18 @@ void sa_stop(sess_agent *x)
     memset(x, 0, sizeof *x);
 }
 
+size_t sa_workspace_part(sess_agent *x)
+{
+    ds4_tokens sys = { 0 };
+    size_t shared = 0;
+    ds4_error err = { "" };
+    CHECK_MSG(agent_system_prompt_parts(&x->cfg, &sys, &shared, &err) == 0, "%s", err.msg);
+    CHECK(shared > 0 && shared < sys.n);
+    size_t n = sys.n - shared;
+    ds4_tokens_free(&sys);
+    return n;
+}
+
 size_t sa_prefilled(sess_agent *x)
 {
     agent_status st;

@@ -32,6 +32,9 @@ void sa_start(sess_agent *x, ds4_engine *e, const char *id, bool create);
 void sa_turn(sess_agent *x, const char *text);
 void sa_stop(sess_agent *x);
 size_t sa_prefilled(sess_agent *x);
+/* Tokens of x's system prompt after its shared prefix (the workspace's
+ * part): what a start from the cached prefix still reads. */
+size_t sa_workspace_part(sess_agent *x);
 
 /* Paths inside a session's directory (runner-owned). */
 const char *sess_path(const char *id, const char *file);

@@ -1700,7 +1700,7 @@ TEST(agent, system_prompt_renders_the_registry_agents_md_and_extra_text)
     /* the call syntax is written with the model's DSML token */
     CHECK(dsml_tokens >= 4);
     /* then our instructions with the workspace, AGENTS.md, the extra text, in that order */
-    const char *ws = strstr(s, test_printf("workspace %s", cfg.workspace));
+    const char *ws = strstr(s, test_printf("The workspace is %s", cfg.workspace));
     const char *md = strstr(s, "Run make check before committing.");
     const char *extra = strstr(s, "Answer in French.");
     CHECK(ws && md && extra);

@@ -190,10 +190,13 @@ TEST(agent_sysprompt, tiny_model_saved_session_resumes_with_the_cached_system_pr
     ev_log log2 = { 0 };
     wait_idle(b, &log2, tiny_engine_ms(120000));
     one_more_turn(b, &log2);
+    /* the cache holds the shared prefix: the rebuild reads the rest */
     ds4_tokens sys = { 0 };
     ds4_error derr = { "" };
-    CHECK_MSG(agent_system_prompt(&cfg2, &sys, &derr) == 0, "%s", derr.msg);
-    compact_reads_no_system_prompt(b, &log2, trace_path, sys.n);
+    size_t shared = 0;
+    CHECK_MSG(agent_system_prompt_parts(&cfg2, &sys, &shared, &derr) == 0, "%s", derr.msg);
+    CHECK(shared > 0 && shared < sys.n);
+    compact_reads_no_system_prompt(b, &log2, trace_path, shared);
     session_close(s);
     ds4_tokens_free(&sys);
     ev_log_free(&log);

@@ -1,5 +1,8 @@
 /* The three programs answer --help and --version and reject unknown flags
  * with exit status 2 and a message naming the flag. */
+#include <stdlib.h>
+
+#include "cli/agent_setup.h"
 #include "tests/test.h"
 
 static const char *const programs[] = { "ds4cl", "ds4cl-bench", "ds4cl-mkmodel" };
@@ -73,4 +76,26 @@ TEST(cli, bad_values_are_usage_errors)
         CHECK_MSG(rc == 2, "'%s' exited %d, not 2:\n%s", cases[i][0], rc, out);
         CHECK_CONTAINS(out, cases[i][1]);
     }
+}
+
+/* DS4CL_CONFIRM_TIMEOUT sets the interactive agent's own deadline, which
+ * the dialog's countdown reads: one number for both. */
+TEST(cli, confirm_timeout_is_the_agents)
+{
+    ds4cl_options o;
+    char *argv[] = { "ds4cl", NULL };
+    CHECK_EQ_INT(options_parse(1, argv, &o), 0);
+    agent_config cfg;
+    setenv("DS4CL_CONFIRM_TIMEOUT", "60", 1);
+    agent_setup_config(&cfg, &o, NULL, 0, "/", true);
+    CHECK_EQ_INT(agent_confirm_timeout_ms(&cfg), 60000);
+    setenv("DS4CL_CONFIRM_TIMEOUT", "8", 1);
+    agent_setup_config(&cfg, &o, NULL, 0, "/", true);
+    CHECK_EQ_INT(agent_confirm_timeout_ms(&cfg), 8000);
+    setenv("DS4CL_CONFIRM_TIMEOUT", "soon", 1);
+    agent_setup_config(&cfg, &o, NULL, 0, "/", true);
+    CHECK_EQ_INT(agent_confirm_timeout_ms(&cfg), AGENT_CONFIRM_TIMEOUT_MS);
+    unsetenv("DS4CL_CONFIRM_TIMEOUT");
+    agent_setup_config(&cfg, &o, NULL, 0, "/", true);
+    CHECK_EQ_INT(agent_confirm_timeout_ms(&cfg), AGENT_CONFIRM_TIMEOUT_MS);
 }

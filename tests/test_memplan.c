@@ -500,7 +500,7 @@ static ds4_engine *open_capturing(const ds4cl_options *o, int *n_ctx, char **err
     CHECK(saved >= 0 && fd >= 0);
     dup2(fd, 2);
     close(fd);
-    ds4_engine *e = model_open(o, 4096, n_ctx, NULL);
+    ds4_engine *e = model_open(o, 4096, n_ctx, NULL, NULL);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);

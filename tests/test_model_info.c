@@ -1,5 +1,6 @@
 /* Tests of `ds4cl --model-info`: the figures it prints for the golden model
  * and for generated fixtures, and its errors. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/mkmodel.h"
@@ -51,11 +52,54 @@ TEST(model_info, generated_fixture)
     CHECK_CONTAINS(out, "memory for 4096 tokens");
 }
 
+TEST(model_info, without_m_describes_the_default_model)
+{
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.name = "the-default";
+    const char *path = test_tmp_path("model.gguf");
+    ds4_error err = { { 0 } };
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    const char *data = test_tmp_path("data");
+    char *out;
+    CHECK_EQ_INT(test_runf(&out, "mkdir -p %s/ds4cl/models && ln -s %s %s/ds4cl/models/default", data, path, data), 0);
+    int rc = test_runf(&out, "XDG_DATA_HOME=%s %s/ds4cl --model-info --ctx 1000", data, test_bindir());
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+    CHECK_CONTAINS(out, "name          the-default");
+    /* the real file is named, not the link */
+    CHECK_CONTAINS(out, test_printf("file          %s", path));
+}
+
+TEST(model_info, ctx_auto_says_what_it_picked_and_why)
+{
+    mk_spec s;
+    mk_spec_tiny(&s);
+    const char *path = test_tmp_path("model.gguf");
+    ds4_error err = { { 0 } };
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    char *out;
+    int rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1200M %s/ds4cl --model-info -m %s --ctx auto", test_bindir(), path);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+    const char *at = strstr(out, "--ctx auto: ");
+    CHECK_MSG(at != NULL, "%s", out);
+    int picked = atoi(at + 12);
+    CHECK(picked > 4096 && picked < 1048576);
+    CHECK_CONTAINS(out, test_printf("memory for %d tokens", picked));
+    CHECK_CONTAINS(at, "usable memory");
+    CHECK_CONTAINS(at, "the largest context, in steps of 1024, that keeps within 90% of it");
+    /* less memory, a smaller pick */
+    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1150M %s/ds4cl --model-info -m %s --ctx auto", test_bindir(), path);
+    CHECK_EQ_INT(rc, 0);
+    at = strstr(out, "--ctx auto: ");
+    CHECK(at && atoi(at + 12) < picked);
+}
+
 TEST(model_info, errors)
 {
     char *out;
-    CHECK_EQ_INT(test_runf(&out, "%s/ds4cl --model-info", test_bindir()), 2);
-    CHECK_CONTAINS(out, "needs a model file");
+    /* no -m and no default model: the download hint, not a usage error */
+    CHECK_EQ_INT(test_runf(&out, "HOME=%s XDG_DATA_HOME= %s/ds4cl --model-info", test_tmpdir(), test_bindir()), 1);
+    CHECK_CONTAINS(out, "no model yet");
     const char *missing = test_tmp_path("missing.gguf");
     CHECK_EQ_INT(test_runf(&out, "%s/ds4cl --model-info -m %s", test_bindir(), missing), 1);
     CHECK_CONTAINS(out, missing);

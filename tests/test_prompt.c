@@ -138,6 +138,67 @@ TEST(prompt, stream_json_events_and_result)
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
 }
 
+/* Text streams a token at a time, however quickly events are read: never
+ * a piece of a character (the tiny vocabulary spells "é" and "✓" in
+ * bytes, a token each), never more events than tokens. */
+TEST(prompt, stream_json_text_events_are_tokens_not_bytes)
+{
+    const char *lines[] = { script_line("ok</think>caf\u00e9 \u2713 cr\u00e8me br\u00fbl\u00e9e", "\"delay_ms\": 15"), NULL };
+    char *out;
+    int rc = run_prompt(&out, write_script(lines), "-p task --output-format stream-json 2>/dev/null");
+    CHECK_EQ_INT(rc, 0);
+    size_t n;
+    struct json_object **v = parse_lines(out, &n);
+    strbuf text = { 0 };
+    int events = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(str_of(v[i], "type"), "text")) continue;
+        events++;
+        sb_puts(&text, str_of(v[i], "text"));
+    }
+    CHECK_STR_EQ(sb_str(&text), "caf\xc3\xa9 \xe2\x9c\x93 cr\xc3\xa8me br\xc3\xbbl\xc3\xa9" "e");
+    struct json_object *r = v[n - 1], *f;
+    CHECK(json_object_object_get_ex(r, "generated_tokens", &f));
+    CHECK_MSG(events > 1 && events <= json_object_get_int(f), "%d text events for %d tokens", events,
+              json_object_get_int(f));
+    /* whole milliseconds */
+    static const char *const ms[] = { "prefill_ms", "decode_ms", "duration_ms" };
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_MSG(json_object_object_get_ex(r, ms[i], &f) && json_object_is_type(f, json_type_int), "%s: %s", ms[i],
+                  json_object_to_json_string(r));
+    }
+    sb_free(&text);
+    for (size_t i = 0; i < n; i++) json_object_put(v[i]);
+}
+
+/* --output-format json: the result object alone, at the end. */
+TEST(prompt, json_output_is_one_object)
+{
+    const char *lines[] = {
+        script_line(test_printf("plan</think>Calling.%s", dsml_block("read", "path", "missing.txt", NULL)), NULL),
+        script_line("ok</think>Finished.", NULL),
+        NULL,
+    };
+    char *out;
+    int rc = run_prompt(&out, write_script(lines), "-p task --output-format json --session s-json 2>&1");
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    /* nothing but the object: a progress line would be a parse error */
+    const char *start = strchr(out, '{');
+    CHECK(start != NULL);
+    CHECK_MSG(!strstr(out, "ds4cl: "), "not only the object:\n%s", out);
+    struct json_object *r = json_tokener_parse(start), *f, *u;
+    CHECK_MSG(r != NULL, "not one JSON object:\n%s", out);
+    CHECK_STR_EQ(str_of(r, "type"), "result");
+    CHECK_STR_EQ(str_of(r, "text"), "Finished.");
+    CHECK_STR_EQ(str_of(r, "stop_reason"), "done");
+    CHECK_STR_EQ(str_of(r, "session_id"), "s-json");
+    CHECK(json_object_object_get_ex(r, "duration_ms", &f) && json_object_is_type(f, json_type_int));
+    CHECK(json_object_object_get_ex(r, "usage", &u) && json_object_object_get_ex(u, "output_tokens", &f));
+    CHECK(json_object_get_int(f) > 5);
+    CHECK(json_object_object_get_ex(r, "tool_rounds", &f) && json_object_get_int(f) == 1);
+    json_object_put(r);
+}
+
 /* The init event's sandbox object from a run with these flags. */
 static void init_sandbox(const char *flags, bool *active, const char **status)
 {
@@ -262,6 +323,72 @@ TEST(prompt, unusable_context_sizes_are_usage_errors)
     CHECK_CONTAINS(out, "--ctx 2000000000 is beyond the model's limit");
 }
 
+/* A flag's mistake is told before the model is touched: the message names
+ * the flag, and the model (missing here, so any attempt to open it would
+ * say so instead) is never mentioned. */
+TEST(prompt, flags_are_checked_before_the_model_is_opened)
+{
+    const char *missing = test_tmp_path("no-model.gguf");
+    static const char *const cases[][3] = {
+        { "--rules /nonexistent-rules", "--rules: cannot read rules file /nonexistent-rules", "2" },
+        { "--engine script:/nonexistent-script", "--engine script:/nonexistent-script: No such file", "2" },
+        { "--device 7", "--device 7 picks an OpenCL device; add --backend opencl", "2" },
+        { "-C /nonexistent-dir", "/nonexistent-dir", "2" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out;
+        int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' -p hi %s", test_tmpdir(), test_bindir(), missing,
+                           cases[i][0]);
+        CHECK_MSG(rc == atoi(cases[i][2]), "'%s' exited %d:\n%s", cases[i][0], rc, out);
+        CHECK_CONTAINS(out, cases[i][1]);
+        CHECK_MSG(!strstr(out, missing), "'%s' opened the model first:\n%s", cases[i][0], out);
+    }
+    /* a broken rules file of the workspace is found before the load too */
+    CHECK_EQ_INT(mkdir(test_tmp_path(".ds4cl"), 0755), 0);
+    test_write_file(test_tmp_path(".ds4cl/rules"), "allow bash(\n", 12);
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' -p hi", test_tmpdir(), test_bindir(), missing);
+    CHECK_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, ".ds4cl/rules");
+    CHECK(!strstr(out, missing));
+    CHECK_EQ_INT(remove(test_tmp_path(".ds4cl/rules")), 0);
+    /* the context needs the tokenizer: refused before the weights are read */
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --ctx 2000 -p hi", test_tmpdir(), test_bindir(),
+                   agent_test_model());
+    CHECK_MSG(rc == 2, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "--ctx 2000 is too small");
+    CHECK_MSG(!strstr(out, "loaded "), "the weights were read first:\n%s", out);
+}
+
+/* -p cannot take a message: the limit says how to go on from the shell. */
+TEST(prompt, tool_round_limit_says_how_to_go_on)
+{
+    const char *call = dsml_block("read", "path", "missing.txt", NULL);
+    const char *lines[] = {
+        script_line(test_printf("one</think>%s", call), NULL),
+        script_line(test_printf("two</think>%s", call), NULL),
+        NULL,
+    };
+    char *out;
+    int rc = run_prompt(&out, write_script(lines), "-p task --max-tool-rounds 1 --session s-rounds 2>&1");
+    CHECK_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "Stopped after 1 tool round (the limit");
+    CHECK_CONTAINS(out, "(--resume s-rounds) with a new prompt");
+    CHECK_MSG(!strstr(out, "send a message"), "%s", out);
+}
+
+TEST(prompt, a_broken_model_file_is_named_once)
+{
+    const char *bad = test_tmp_path("bad.gguf");
+    test_write_file(bad, "junk\n", 5);
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' -p hi 2>&1", test_tmpdir(), test_bindir(), bad);
+    CHECK_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, test_printf("ds4cl: cannot load %s: truncated GGUF", bad));
+    const char *first = strstr(out, bad);
+    CHECK_MSG(!strstr(first + strlen(bad), bad), "the path twice:\n%s", out);
+}
+
 TEST(prompt, sigint_interrupts_cooperatively)
 {
     strbuf slow = { 0 };
@@ -320,6 +447,29 @@ TEST(prompt, reads_edits_and_runs_bash_in_a_workspace)
     for (size_t i = 0; i < n; i++) json_object_put(v[i]);
 }
 
+TEST(prompt, text_mode_prints_a_denial_whole)
+{
+    const char *ws = test_tmp_path("ws");
+    mkdir_p(ws, 0700);
+    const char *lines[] = {
+        script_line(test_printf("Try it.</think>%s", dsml_block("bash", "command", "echo hi > out.txt", NULL)), NULL),
+        script_line("Not allowed.</think>I could not run it.", "\"expect\": \"denied by policy\""),
+        NULL,
+    };
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 --no-sandbox -p 'write out.txt' 2>&1",
+                       ws, test_bindir(), agent_test_model(), write_script(lines));
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    const char *at = strstr(out, "ds4cl: bash denied: ");
+    CHECK_MSG(at != NULL, "%s", out);
+    /* the way to allow it, to the end of the sentence */
+    const char *eol = strchr(at, '\n');
+    CHECK(eol != NULL);
+    char *line = test_printf("%.*s", (int)(eol - at), at);
+    CHECK_CONTAINS(line, "allow it with --yes, --allow bash, or a rule such as");
+    CHECK_CONTAINS(line, "in .ds4cl/rules.");
+}
+
 /* ---- the real engine ----------------------------------------------------------------- */
 
 /* One task on the golden tiny model; extra: more options (and the
@@ -338,7 +488,14 @@ static int64_t tiny_model_task(const char *backend, const char *env, const char 
     struct json_object *r = v[n - 1], *f;
     CHECK_STR_EQ(str_of(r, "type"), "result");
     CHECK(json_object_object_get_ex(r, "generated_tokens", &f));
-    CHECK(json_object_get_int64(f) >= 1 && json_object_get_int64(f) <= 12);
+    int64_t generated = json_object_get_int64(f);
+    CHECK(generated >= 1 && generated <= 12);
+    /* the real engine's tokens, read as fast as they come: at most one
+     * text or reasoning event each */
+    int64_t streamed = 0;
+    for (size_t i = 1; i + 1 < n; i++)
+        streamed += !strcmp(str_of(v[i], "type"), "text") || !strcmp(str_of(v[i], "type"), "thinking");
+    CHECK_MSG(streamed <= generated, "%lld events for %lld tokens:\n%s", (long long)streamed, (long long)generated, out);
     CHECK(json_object_object_get_ex(r, "prefilled_tokens", &f));
     int64_t prefilled = json_object_get_int64(f);
     CHECK_STR_EQ(str_of(v[0], "backend"), backend);
@@ -462,4 +619,7 @@ TEST(prompt, demo_runs_end_to_end)
     CHECK_CONTAINS(out, "ds4cl: edit done: Edited hello.c");
     CHECK_CONTAINS(out, "puts(\"Hello, world!\");");
     CHECK_CONTAINS(out, "$ ./hello\nHello, world!\n");
+    /* its sessions go away with it: none is offered to resume */
+    CHECK_MSG(!strstr(out, "continue it with --resume"), "%s", out);
+    CHECK_CONTAINS(out, "removed with the demo");
 }

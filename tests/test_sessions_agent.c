@@ -117,7 +117,9 @@ TEST(sessions_agent, new_sessions_start_from_the_cached_system_prompt)
 
     ds4_engine *e2 = script_engine(script);
     sa_start(&x, e2, NULL, true);
-    CHECK_EQ_INT(sa_prefilled(&x), 0);
+    /* only the workspace's part of the system prompt is read */
+    CHECK_EQ_INT(sa_prefilled(&x), sa_workspace_part(&x));
+    CHECK(sa_prefilled(&x) < system / 10);
     sa_turn(&x, "remember blue");
     /* a fresh session all the same: it begins with its system prompt */
     journal_scan j;
@@ -145,7 +147,7 @@ TEST(sessions_agent, new_sessions_start_from_the_cached_system_prompt)
     sa_stop(&x);
     ds4_engine *e4 = script_engine(script);
     sa_start(&x, e4, NULL, true);
-    CHECK_EQ_INT(sa_prefilled(&x), 0);
+    CHECK_EQ_INT(sa_prefilled(&x), sa_workspace_part(&x));
     sa_stop(&x);
 }
 
@@ -196,7 +198,7 @@ TEST(sessions_agent, damaged_or_missing_snapshot_reads_the_transcript_again)
         if (k < 3) {
             /* the cached system prompt still helps */
             CHECK_CONTAINS(sb_str(&x.log.notices), "could not be loaded");
-            CHECK_EQ_INT(sa_prefilled(&x), total - system);
+            CHECK_EQ_INT(sa_prefilled(&x), total - system + sa_workspace_part(&x));
         } else {
             /* missing: the cached system prompt still helps */
             CHECK_CONTAINS(notes_of(x.s), "no saved KV state");
@@ -352,7 +354,7 @@ TEST(sessions_agent, another_model_or_vocabulary)
     sa_start(&x, ea2, "o1", false);
     CHECK_CONTAINS(sb_str(&x.log.notices), "another model");
     /* but this model's cached system prompt is used */
-    CHECK_EQ_INT(sa_prefilled(&x), total - system_tokens("o1"));
+    CHECK_EQ_INT(sa_prefilled(&x), total - system_tokens("o1") + sa_workspace_part(&x));
     sa_stop(&x);
 
     /* another vocabulary: refused, nothing lost */
@@ -490,7 +492,7 @@ TEST(sessions_agent, fork_switch_and_new_keep_the_engine)
     /* /new: a fresh session from the cached system prompt */
     CHECK_MSG(sessions_new(&x.s, &x.a, &x.cfg, msg, sizeof msg) == 0, "%s", msg);
     wait_idle(x.a, &x.log, 5000);
-    CHECK_EQ_INT(sa_prefilled(&x), 0);
+    CHECK_EQ_INT(sa_prefilled(&x), sa_workspace_part(&x));
     CHECK(strcmp(session_id(x.s), "main") && strcmp(session_id(x.s), fork_id));
     char new_id[SESSION_ID_MAX];
     snprintf(new_id, sizeof new_id, "%s", session_id(x.s));
@@ -607,11 +609,22 @@ TEST(sessions_agent, slash_commands)
     sb_clear(&ids);
     sessions_complete("alp", add_id, &ids);
     CHECK_STR_EQ(sb_str(&ids), "alpha;");
-    sb_free(&ids);
 
+    /* asked first, deleted when the same command comes again */
+    CHECK_EQ_INT(command("delete")->run(&c, fork_id, &out), 0);
+    CHECK_CONTAINS(out, test_printf("Delete session %s (", fork_id));
+    CHECK_CONTAINS(out, test_printf("`/delete %s` again within 30 s deletes it", fork_id));
+    free(out);
+    sb_clear(&ids);
+    sessions_complete(fork_id, add_id, &ids);
+    CHECK_STR_EQ(sb_str(&ids), test_printf("%s;", fork_id));
     CHECK_EQ_INT(command("delete")->run(&c, fork_id, &out), 0);
     CHECK_CONTAINS(out, "Deleted session");
     free(out);
+    sb_clear(&ids);
+    sessions_complete(fork_id, add_id, &ids);
+    CHECK_STR_EQ(sb_str(&ids), "");
+    sb_free(&ids);
     CHECK_EQ_INT(command("new")->run(&c, "", &out), 0);
     CHECK_CONTAINS(out, "New session ");
     free(out);

@@ -132,7 +132,8 @@ TEST(sessions_cli, resume_reads_only_the_new_turn)
     CHECK(strstr(out, "\"level\":\"warning\"") == NULL);
     CHECK_STR_EQ(journal_users("s1"), "remember blue|what colour was it");
 
-    /* a new session reads no system prompt either (cached) */
+    /* a new session reads only the workspace's part of the system prompt
+     * (the rest is cached) */
     rc = run_in(&out, test_tmpdir(), script, "--ctx 12288 -p 'fresh start' --output-format stream-json 2>&1");
     CHECK_MSG(rc == 0, "%s", out);
     r = result_of(out);
@@ -145,7 +146,9 @@ TEST(sessions_cli, resume_reads_only_the_new_turn)
     read_journal(id, &j);
     CHECK(j.n >= 2 && j.recs[0].kind == AGENT_TURN_SYSTEM && j.recs[1].kind == AGENT_TURN_USER);
     CHECK(j.recs[1].n_tokens > user_turn_tokens("fresh start"));
-    CHECK_EQ_INT(num(r, "prefilled_tokens"), j.recs[1].n_tokens + 2);
+    int64_t ws_part = num(r, "prefilled_tokens") - (int64_t)(j.recs[1].n_tokens + 2);
+    CHECK_MSG(ws_part > 0 && ws_part < (int64_t)j.recs[0].n_tokens / 10, "%lld of a %zu-token system prompt read",
+              (long long)ws_part, j.recs[0].n_tokens);
     size_t fresh_user = j.recs[1].n_tokens;
     journal_scan_free(&j);
 
@@ -154,12 +157,37 @@ TEST(sessions_cli, resume_reads_only_the_new_turn)
     CHECK_MSG(rc == 0, "%s", out);
     r = result_of(out);
     CHECK_EQ_INT(num(r, "ctx_size"), 20480);
-    CHECK_EQ_INT(num(r, "prefilled_tokens"), fresh_user + 2);
+    CHECK_EQ_INT(num(r, "prefilled_tokens"), fresh_user + 2 + ws_part);
 
     /* text mode names the session on stderr */
     rc = run_in(&out, test_tmpdir(), script, "--ctx 12288 -p 'in text mode'");
     CHECK_MSG(rc == 0, "%s", out);
     CHECK_CONTAINS(out, "continue it with --resume ");
+    results_free();
+}
+
+/* The cached system prompt serves every project: a first run in another
+ * workspace (with its own AGENTS.md) reads only that workspace's part of
+ * the prompt, a small share of it. */
+TEST(sessions_cli, a_new_workspace_starts_from_the_cached_system_prompt)
+{
+    const char *lines[] = { script_line("a</think>Fine.", NULL), NULL };
+    const char *script = write_script(lines);
+    const char *w1 = test_tmp_path("project-one"), *w2 = test_tmp_path("another/project");
+    mkdir_p(w1, 0700);
+    mkdir_p(w2, 0700);
+    test_write_file(test_tmp_path("another/project/AGENTS.md"), "Use tabs.\n", 10);
+    char *out;
+    CHECK_EQ_INT(run_in(&out, w1, script, "--ctx 12288 -p 'hello' --output-format stream-json 2>&1"), 0);
+    struct json_object *r = result_of(out);
+    int64_t whole = num(r, "prefilled_tokens");
+    CHECK(whole > 1000);
+    CHECK_EQ_INT(run_in(&out, w2, script, "--ctx 12288 -p 'hello' --output-format stream-json 2>&1"), 0);
+    r = result_of(out);
+    CHECK_STR_EQ(field(r, "text"), "Fine.");
+    int64_t second = num(r, "prefilled_tokens");
+    CHECK_MSG(second > 0 && second < whole / 10, "the second workspace read %lld tokens, the first %lld",
+              (long long)second, (long long)whole);
     results_free();
 }
 

@@ -317,7 +317,7 @@ TEST(tools_write, creates_parents_and_keeps_mode)
     CHECK_STR_EQ(tu_content("deep/er/new.sh"), "#!/bin/sh\necho hi\n");
     chmod(tu_path("deep/er/new.sh"), 0751);
     r = tu_call(env, "write", "{\"path\":\"deep/er/new.sh\",\"content\":\"exit 0\"}");
-    CHECK_CONTAINS(r.text, "Replaced deep/er/new.sh: 1 lines, 6 bytes (it had 2 lines); no newline at the end");
+    CHECK_CONTAINS(r.text, "Replaced deep/er/new.sh: 1 line, 6 bytes (it had 2 lines); no newline at the end");
     struct stat st;
     CHECK(stat(tu_path("deep/er/new.sh"), &st) == 0);
     CHECK_EQ_INT(st.st_mode & 0777, 0751);
@@ -376,8 +376,42 @@ TEST(tools_edit, exact_replacement_with_diff)
     tu_result r = tu_call(env, "edit", "{\"path\":\"f.c\",\"old\":\"int b;\\n\",\"new\":\"int b1;\\nint b2;\\n\"}");
     CHECK(!r.is_error);
     CHECK_STR_EQ(tu_content("f.c"), "int a;\nint b1;\nint b2;\nint c;\nint d;\n");
-    CHECK_CONTAINS(r.text, "Edited f.c: lines 2-2 became 2-3; later lines moved by +1");
+    CHECK_CONTAINS(r.text, "Edited f.c: line 2 became lines 2-3; later lines moved by +1");
     CHECK_CONTAINS(r.text, " 1\tint a;\n-2\tint b;\n+2\tint b1;\n+3\tint b2;\n 4\tint c;\n");
+}
+
+/* One line or several, the words agree with the count. */
+TEST(tools_edit, line_counts_read_as_english)
+{
+    tool_env *env = tu_env();
+    tu_file("f.c", "int a;\nint b;\nint c;\nint d;\n");
+    tu_result r = tu_call(env, "edit", "{\"path\":\"f.c\",\"old\":\"int d;\\n\",\"new\":\"int e;\\n\"}");
+    CHECK(!r.is_error);
+    CHECK_CONTAINS(r.text, "Edited f.c: changed line 4; the file has 4 lines now");
+    r = tu_call(env, "edit", "{\"path\":\"f.c\",\"start_line\":2,\"end_line\":3,\"new\":\"\"}");
+    CHECK(!r.is_error);
+    CHECK_CONTAINS(r.text, "Edited f.c: deleted lines 2-3");
+    const tool_def *t = tools_find("edit");
+    CHECK(t && t->summarize);
+    static const char *const cases[][2] = {
+        { "{\"path\":\"f.c\",\"old\":\"x\",\"new\":\"y\"}", "edit: f.c (change 1 line)" },
+        { "{\"path\":\"f.c\",\"old\":\"x\",\"new\":\"y\\nz\"}", "edit: f.c (replace 1 line with 2)" },
+        { "{\"path\":\"f.c\",\"start_line\":4,\"end_line\":4,\"new\":\"y\"}", "edit: f.c (line 4 \xe2\x86\x92 1 line)" },
+        { "{\"path\":\"f.c\",\"start_line\":4,\"end_line\":3,\"new\":\"y\"}", "edit: f.c (insert 1 line before line 4)" },
+    };
+    const tool_def *w = tools_find("write");
+    struct json_object *wargs = json_tokener_parse("{\"path\":\"g.c\",\"content\":\"x\\n\"}");
+    char wbuf[256];
+    w->summarize(wargs, wbuf, sizeof wbuf);
+    json_object_put(wargs);
+    CHECK_STR_EQ(wbuf, "write: g.c (1 line)");
+    for (size_t i = 0; i < 4; i++) {
+        struct json_object *args = json_tokener_parse(cases[i][0]);
+        char buf[256];
+        t->summarize(args, buf, sizeof buf);
+        json_object_put(args);
+        CHECK_STR_EQ(buf, cases[i][1]);
+    }
 }
 
 TEST(tools_edit, not_found_shows_closest_lines)
@@ -459,7 +493,7 @@ TEST(tools_edit, line_edit_requires_shown_unchanged_lines)
     CHECK_CONTAINS(r.text, "line 11 of f.txt has not been shown");
     r = tu_call(env, "edit", "{\"path\":\"f.txt\",\"start_line\":3,\"end_line\":4,\"new\":\"three+four\"}");
     CHECK(!r.is_error);
-    CHECK_CONTAINS(r.text, "lines 3-4 became 3-3; later lines moved by -1");
+    CHECK_CONTAINS(r.text, "lines 3-4 became line 3; later lines moved by -1");
     CHECK(strstr(tu_content("f.txt"), "line 2\nthree+four\nline 5\n"));
     /* lines after an edit that moved them are not trusted any more */
     r = tu_call(env, "edit", "{\"path\":\"f.txt\",\"start_line\":9,\"new\":\"x\"}");
@@ -482,7 +516,7 @@ TEST(tools_edit, insert_delete_and_append)
     tu_call(env, "read", "{\"path\":\"f.txt\"}");
     tu_result r = tu_call(env, "edit", "{\"path\":\"f.txt\",\"start_line\":2,\"end_line\":1,\"new\":\"ins\"}");
     CHECK(!r.is_error);
-    CHECK_CONTAINS(r.text, "inserted 1 lines before line 2");
+    CHECK_CONTAINS(r.text, "inserted 1 line before line 2");
     CHECK_STR_EQ(tu_content("f.txt"), "a\nins\nb\nc");
     tu_call(env, "read", "{\"path\":\"f.txt\"}");
     r = tu_call(env, "edit", "{\"path\":\"f.txt\",\"start_line\":3,\"new\":\"\"}");

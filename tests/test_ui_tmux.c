@@ -213,19 +213,62 @@ TEST(ui_tmux, confirmation_answered)
     quit_and_check(&t);
 }
 
+/* "N s" somewhere on the screen: the time left to answer. */
+static bool has_countdown(const char *s)
+{
+    for (const char *p = strstr(s, " s"); p; p = strstr(p + 1, " s"))
+        if (p > s && p[-1] >= '0' && p[-1] <= '9') return true;
+    return false;
+}
+
+/* However narrow (down to the 10 columns the UI draws at) or short the
+ * terminal, the dialog keeps every answer key and the time left. */
+TEST(ui_tmux, confirmation_fits_narrow_terminals)
+{
+    const char *lines[] = {
+        write_call("narrow.txt", "x\n"),
+        script_line("ok</think>Could not write.", "\"expect\": \"declined\""),
+        NULL,
+    };
+    tmux_t t;
+    start(&t, lines, NULL, NULL);
+    send(&t, "write narrow.txt");
+    tmux_wait(&t, "Allow write?", WAIT_MS);
+    static const int sizes[][2] = { { 44, 24 }, { 36, 24 }, { 24, 24 }, { 16, 24 }, { 12, 24 }, { 10, 24 }, { 44, 8 } };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        tmux_resize(&t, sizes[i][0], sizes[i][1]);
+        const char *s = NULL;
+        double until = test_now_ms() + WAIT_MS;
+        do {
+            usleep(100000);
+            s = tmux_screen(&t);
+        } while (!(strstr(s, "[y]") && strstr(s, "[n]") && strstr(s, "[a]") && has_countdown(s)) &&
+                 test_now_ms() < until);
+        CHECK_MSG(strstr(s, "[y]") && strstr(s, "[n]") && strstr(s, "[a]") && has_countdown(s),
+                  "%dx%d:\n%s", sizes[i][0], sizes[i][1], s);
+    }
+    tmux_resize(&t, 80, 24);
+    tmux_keys(&t, "n");
+    tmux_wait(&t, "Could not write.", WAIT_MS);
+    quit_and_check(&t);
+}
+
 TEST(ui_tmux, confirmation_times_out_as_no)
 {
     const char *lines[] = {
         write_call("late.txt", "too late\n"),
-        script_line("ok</think>Nobody answered.", "\"expect\": \"declined\""),
+        /* the model is told what happened: nobody answered, nobody declined */
+        script_line("ok</think>Nobody answered.", "\"expect\": \"nobody answered the approval question\""),
         NULL,
     };
     tmux_t t;
-    start(&t, lines, NULL, "DS4CL_CONFIRM_TIMEOUT=2");
+    start(&t, lines, NULL, "DS4CL_CONFIRM_TIMEOUT=3");
     send(&t, "write late.txt");
-    tmux_wait(&t, "Allow write?", WAIT_MS);
-    const char *s = tmux_wait(&t, "Nobody answered.", WAIT_MS);
-    CHECK_CONTAINS(s, "No answer in 2 s");
+    /* the countdown is the agent's deadline */
+    const char *s = tmux_wait(&t, "Allow write?", WAIT_MS);
+    CHECK_MSG(strstr(s, "no in 3 s") || strstr(s, "no in 2 s"), "%s", s);
+    s = tmux_wait(&t, "Nobody answered.", WAIT_MS);
+    CHECK_CONTAINS(s, "No answer to the permission question within 3 s");
     CHECK(!strstr(s, "Allow write?"));
     CHECK(access(test_tmp_path("late.txt"), F_OK) != 0);
     quit_and_check(&t);
@@ -270,6 +313,8 @@ TEST(ui_tmux, ctrl_c_during_generation_keeps_what_was_written)
     const char *s = tmux_wait(&t, "Stopped by user.", WAIT_MS);
     CHECK_CONTAINS(s, "Partial words");
     tmux_wait(&t, "ready", WAIT_MS);
+    /* the hint goes with the interrupt it spoke of */
+    tmux_wait_gone(&t, "Interrupting.", 1000);
     CHECK_STR_EQ(input_line(&t), "\xe2\x80\xba queued words");
     CHECK(!strstr(tmux_screen(&t), "queued: queued words"));
     tmux_keys(&t, "C-u");
@@ -400,7 +445,12 @@ TEST(ui_tmux, slash_commands)
     tmux_keys(&t, "C-u");
     send(&t, "/nosuchthing");
     tmux_wait(&t, "Unknown command /nosuchthing", WAIT_MS);
+    /* the input is done with, not prefixed to what comes next; Up brings it back */
+    tmux_keys(&t, "Up");
+    tmux_wait(&t, "\xe2\x80\xba /nosuchthing\n", WAIT_MS);
     tmux_keys(&t, "C-u");
+    send(&t, "/nosuchthing");
+    tmux_wait(&t, "Unknown command /nosuchthing", WAIT_MS);
     send(&t, "first");
     tmux_wait(&t, "First answer.", WAIT_MS);
     const char *trace = test_tmp_path("ui.trace");
@@ -416,7 +466,10 @@ TEST(ui_tmux, slash_commands)
     s = tmux_wait(&t, "End of the history.", WAIT_MS);
     CHECK_CONTAINS(s, "History: the last 1 request");
     send(&t, "/sessions");
-    tmux_wait(&t, "/switch ID", WAIT_MS);
+    s = tmux_wait(&t, "/switch ID", WAIT_MS);
+    /* a header, and the list without the fences that keep it aligned */
+    CHECK_CONTAINS(s, "Sessions, the latest first");
+    CHECK_MSG(!strstr(s, "```"), "%s", s);
     send(&t, "/compact");
     tmux_wait(&t, "Context compacted", WAIT_MS);
     tmux_keys(&t, "C-o");

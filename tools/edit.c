@@ -207,6 +207,13 @@ static bool same_line(const char *a, const line_index *la, size_t i, const char 
     return la->len[i] == lb->len[j] && !memcmp(a + la->start[i], b + lb->start[j], la->len[i]);
 }
 
+/* "line 4" or "lines 4-6". */
+static void line_range(char *buf, size_t size, size_t first, size_t last)
+{
+    if (first == last) snprintf(buf, size, "line %zu", first);
+    else snprintf(buf, size, "lines %zu-%zu", first, last);
+}
+
 /* Old lines [a, a+nold) became new lines [a, a+nnew). Shows the change
  * with unchanged lines at its ends as context and marks what it shows. */
 static void show_diff(tool_env *env, const char *abs, strbuf *b, const char *old, const line_index *lo,
@@ -311,13 +318,18 @@ static int commit(edit_file *f, char *nw, size_t nlen, size_t first_line, size_t
     size_t new_count = ln.n + old_count >= f->li.n ? ln.n + old_count - f->li.n : 0;
     long delta = (long)ln.n - (long)f->li.n;
     strbuf b = {0};
+    char was[48], now[48];
+    line_range(was, sizeof was, first_line + 1, first_line + old_count);
+    line_range(now, sizeof now, first_line + 1, first_line + new_count);
     if (old_count == 0)
-        sb_printf(&b, "Edited %s%s: inserted %zu lines before line %zu", f->shown, how, new_count, first_line + 1);
+        sb_printf(&b, "Edited %s%s: inserted %zu line%s before line %zu", f->shown, how, new_count,
+                  new_count == 1 ? "" : "s", first_line + 1);
     else if (new_count == 0)
-        sb_printf(&b, "Edited %s%s: deleted lines %zu-%zu", f->shown, how, first_line + 1, first_line + old_count);
+        sb_printf(&b, "Edited %s%s: deleted %s", f->shown, how, was);
+    else if (old_count == new_count)
+        sb_printf(&b, "Edited %s%s: changed %s", f->shown, how, was);
     else
-        sb_printf(&b, "Edited %s%s: lines %zu-%zu became %zu-%zu", f->shown, how, first_line + 1,
-                  first_line + old_count, first_line + 1, first_line + new_count);
+        sb_printf(&b, "Edited %s%s: %s became %s", f->shown, how, was, now);
     if (delta) sb_printf(&b, "; later lines moved by %+ld (re-read before line-editing them)", delta);
     sb_printf(&b, "; the file has %zu lines now\n", ln.n);
     seen_splice(f->env, f->abs, first_line, old_count, new_count);
@@ -567,11 +579,14 @@ static void summarize_edit(json_object *args, char *buf, size_t size)
         lines_split(json_object_get_string(ov), (size_t)json_object_get_string_len(ov), &li);
         ol = li.n;
         lines_free(&li);
-        snprintf(buf, size, "%s (replace %zu lines with %zu)", head, ol, nl);
+        if (ol == nl) snprintf(buf, size, "%s (change %zu line%s)", head, ol, ol == 1 ? "" : "s");
+        else snprintf(buf, size, "%s (replace %zu line%s with %zu)", head, ol, ol == 1 ? "" : "s", nl);
     } else if (targ_int(args, "start_line", &s)) {
         if (!targ_int(args, "end_line", &e)) e = s;
-        if (e == s - 1) snprintf(buf, size, "%s (insert %zu lines before line %lld)", head, nl, s);
-        else snprintf(buf, size, "%s (lines %lld-%lld → %zu lines)", head, s, e, nl);
+        char range[48];
+        line_range(range, sizeof range, s > 0 ? (size_t)s : 0, e > 0 ? (size_t)e : 0);
+        if (e == s - 1) snprintf(buf, size, "%s (insert %zu line%s before line %lld)", head, nl, nl == 1 ? "" : "s", s);
+        else snprintf(buf, size, "%s (%s → %zu line%s)", head, range, nl, nl == 1 ? "" : "s");
     } else {
         snprintf(buf, size, "%s", head);
     }

@@ -64,8 +64,9 @@ static int run_write(tool_env *env, json_object *args, const tool_call_ctx *ctx,
     lines_split(content, len, &li);
     strbuf b = {0};
     if (existed)
-        sb_printf(&b, "Replaced %s: %zu lines, %zu bytes (it had %zu lines)", shown, li.n, len, old_lines);
-    else sb_printf(&b, "Created %s: %zu lines, %zu bytes", shown, li.n, len);
+        sb_printf(&b, "Replaced %s: %zu line%s, %zu bytes (it had %zu line%s)", shown, li.n, li.n == 1 ? "" : "s",
+                  len, old_lines, old_lines == 1 ? "" : "s");
+    else sb_printf(&b, "Created %s: %zu line%s, %zu bytes", shown, li.n, li.n == 1 ? "" : "s", len);
     if (len && content[len - 1] != '\n' && content[len - 1] != '\r') sb_puts(&b, "; no newline at the end");
     sb_putc(&b, '\n');
     if (existed && st.st_nlink > 1)
@@ -95,7 +96,7 @@ static void summarize_write(json_object *args, char *buf, size_t size)
     }
     char head[400];
     tool_summary_clip(head, sizeof head, "write: ", targ_str(args, "path"));
-    snprintf(buf, size, "%s (%zu lines)", head, lines);
+    snprintf(buf, size, "%s (%zu line%s)", head, lines, lines == 1 ? "" : "s");
 }
 
 const tool_def tool_write = {

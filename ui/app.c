@@ -184,7 +184,7 @@ void ui_app_submit(ui_app *app)
         char *line = strdup(t);
         if (!line) abort();
         int rc = ui_commands_run(app, line);
-        if (rc == 1) {
+        if (rc != 0) {
             if (ui_history_add(&app->hist, line, err, sizeof err) != 0) ui_app_hint(app, "history not saved: %s", err);
             /* the command may have left text to edit (e.g. a completion) */
             if (!strcmp(ui_editor_text(app->ed), line)) free(ui_editor_take(app->ed));
@@ -255,12 +255,15 @@ void ui_app_ctrl_c(ui_app *app)
     if (ui_app_busy(app) || app->held.n) {
         ui_app_interrupt(app, false);
         ui_app_hint(app, "Interrupting. Ctrl+C again quits.");
+        app->interrupting = ui_app_busy(app);
     } else if (!ui_editor_empty(app->ed)) {
         ui_editor_set(app->ed, "");
         ui_app_hint(app, "Input cleared (Ctrl+_ brings it back). Ctrl+C again quits.");
     } else {
         ui_app_hint(app, "Press Ctrl+C again or Ctrl+D to quit.");
     }
+    /* "again quits" is true only as long as a second press counts as one */
+    app->hint_until = now + UI_DOUBLE_PRESS_MS;
 }
 
 /* ---- the agent's side ------------------------------------------------------------------ */
@@ -298,7 +301,6 @@ static void handle_event(ui_app *app, const agent_event *e)
         snprintf(app->confirm_tool, sizeof app->confirm_tool, "%s", e->tool ? e->tool : "");
         app->confirm_open = true;
         app->confirm_choice = 0;
-        app->confirm_deadline = now_ms() + app->confirm_timeout_ms;
         break;
     default:
         break;
@@ -320,6 +322,11 @@ static void tick(ui_app *app)
         if (memcmp(&old, &app->st, sizeof old)) app->dirty = true;
     }
     if (app->starting && !ui_app_busy(app)) app->starting = false;
+    /* the interrupt is over: the transcript says how it ended */
+    if (app->interrupting && !ui_app_busy(app)) {
+        app->interrupting = false;
+        app->hint_until = 0;
+    }
     if (a && !app->starting && !ui_app_busy(app) && app->held.n) {
         char *text = ui_str_list_join(&app->held);
         if (agent_submit(a, text) == 0) {
@@ -329,18 +336,10 @@ static void tick(ui_app *app)
         free(text);
     }
     double now = now_ms();
-    if (app->confirm_open) {
-        if (now >= app->confirm_deadline) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "No answer in %d s: the %s call was denied.", app->confirm_timeout_ms / 1000,
-                     app->confirm_tool);
-            ui_app_answer_confirm(app, TOOL_CONFIRM_NO);
-            ui_doc_adds(app->doc, DOC_NOTICE, msg);
-        } else if (!app->st.confirm_pending) {
-            /* answered elsewhere: the turn was interrupted */
-            app->confirm_open = false;
-        }
-    }
+    /* The agent keeps the question's deadline: when it passes, the agent
+     * refuses the call, tells the model nobody answered and says so in a
+     * notice; the dialog only follows. */
+    if (app->confirm_open && !app->st.confirm_pending) app->confirm_open = false;
     if (app->hint && now >= app->hint_until) {
         free(app->hint);
         app->hint = NULL;
@@ -348,16 +347,6 @@ static void tick(ui_app *app)
     }
 }
 
-static int confirm_timeout_ms(void)
-{
-    const char *v = getenv("DS4CL_CONFIRM_TIMEOUT");
-    if (v && *v) {
-        char *end;
-        double s = strtod(v, &end);
-        if (end != v && !*end && s > 0 && s <= 86400) return (int)(s * 1000);
-    }
-    return UI_CONFIRM_TIMEOUT_S * 1000;
-}
 
 ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
 {
@@ -380,7 +369,6 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
     app.starting = true;
     app.resuming = cfg->resumed;
     app.st.state = AGENT_PREFILL;
-    app.confirm_timeout_ms = confirm_timeout_ms();
     if (cfg->base->trace_path) {
         app.trace_path = strdup(cfg->base->trace_path);
         if (!app.trace_path) abort();

@@ -33,6 +33,7 @@ typedef struct ui_app {
 
     agent_status st;
     bool starting;          /* the system prompt is still being read */
+    bool interrupting;      /* "Interrupting." is shown until the model stops */
     bool resuming;          /* … and a saved conversation after it */
     char tool[64];          /* the tool the model called last */
     ds4_think think;
@@ -50,9 +51,7 @@ typedef struct ui_app {
     bool confirm_open;
     char *confirm_text;
     char confirm_tool[64];
-    double confirm_deadline;
     int confirm_choice;     /* 0 no, 1 yes, 2 always: what Enter picks */
-    int confirm_timeout_ms;
 
     /* a one-line hint under the input (completions, key help) */
     char *hint;
@@ -95,8 +94,9 @@ void ui_keys_handle(ui_app *app, int r, wint_t wc);
 /* ---- commands.c ------------------------------------------------------------------ */
 
 /* Runs text when it is a command: 0 when it is a message, 1 when the
- * command ran (the input is done with), 2 when it was refused or unknown
- * (the input stays for fixing). */
+ * command ran, 2 when it was refused or unknown. Either way the input is
+ * done with (the caller clears it; Up brings it back from the history):
+ * text left in the input would prefix the next thing typed. */
 int ui_commands_run(ui_app *app, const char *text);
 /* Tab: completes the command or session ID under the cursor. */
 void ui_commands_complete(ui_app *app);

@@ -203,7 +203,7 @@ static int cmd_help(ui_app *app, const char *args)
               "- Permission questions: y yes, n no, a always (for the rest of the session); no answer in %d s "
               "is a no\n"
               "- A message that starts with `/` is a command; start it with a space to send it as text\n",
-              app->confirm_timeout_ms / 1000);
+              (agent_confirm_timeout_ms(app->cfg->base) + 999) / 1000);
     ui_doc_add(app->doc, DOC_INFO, b.s, b.len);
     sb_free(&b);
     return 1;
@@ -262,7 +262,8 @@ int ui_commands_run(ui_app *app, const char *text)
     const sessions_command *sc = sessions_commands(&ns);
     for (size_t i = 0; i < ns && !known; i++) known = strlen(sc[i].name) == n && !strncmp(sc[i].name, name, n);
     if (!known) {
-        ui_app_hint(app, "Unknown command /%.*s: /help lists them (a leading space sends it as text).", (int)n, name);
+        ui_app_hint(app, "Unknown command /%.*s: /help lists them, Up brings it back (a leading space sends it as "
+                         "text).", (int)n, name);
         return 2;
     }
     /* the command stays in the transcript, apart from what the model read */

@@ -351,7 +351,7 @@ static void render_block(const ui_doc *d, block *b, int width)
     switch (b->kind) {
     case DOC_BANNER:
     case DOC_INFO:
-        ui_md_render(out, t, n, width, 0, false);
+        ui_md_render_info(out, t, n, width);
         break;
     case DOC_ANSWER:
         ui_md_render(out, t, n, width, 0, b->open);

@@ -154,6 +154,7 @@ typedef struct {
     bool on;
     char ch;
     size_t len;
+    bool hide;   /* the fence lines themselves are not drawn */
 } fence_state;
 
 /* A fence line: up to 3 spaces, 3+ backticks or tildes. */
@@ -198,6 +199,7 @@ static void render_line(line_list *out, const char *s, size_t n, int width, ui_s
             while (k < n && (s[k] == ' ' || s[k] == ch)) k++;
             if (k == n) {
                 fs->on = false;
+                if (fs->hide) return;
                 ui_line_add(&para, s, n, UI_C_FENCE);
                 ui_wrap_para(out, &para, width, NULL, false);
                 ui_line_free(&para);
@@ -213,6 +215,7 @@ static void render_line(line_list *out, const char *s, size_t n, int width, ui_s
         fs->on = true;
         fs->ch = ch;
         fs->len = flen;
+        if (fs->hide) return;
         ui_line_add(&para, s, n, UI_C_FENCE);
         ui_wrap_para(out, &para, width, NULL, false);
         ui_line_free(&para);
@@ -288,9 +291,10 @@ static void render_line(line_list *out, const char *s, size_t n, int width, ui_s
     ui_line_free(&para);
 }
 
-void ui_md_render(line_list *out, const char *text, size_t len, int width, ui_style base, bool streaming)
+static void render_text(line_list *out, const char *text, size_t len, int width, ui_style base, bool streaming,
+                        bool hide_fences)
 {
-    fence_state fs = { 0 };
+    fence_state fs = { .hide = hide_fences };
     size_t i = 0;
     while (i < len || (i == 0 && len == 0)) {
         const char *nl = memchr(text + i, '\n', len - i);
@@ -303,4 +307,14 @@ void ui_md_render(line_list *out, const char *text, size_t len, int width, ui_st
         i = end + 1;
         if (i == len) break; /* a final newline adds no line */
     }
+}
+
+void ui_md_render(line_list *out, const char *text, size_t len, int width, ui_style base, bool streaming)
+{
+    render_text(out, text, len, width, base, streaming, false);
+}
+
+void ui_md_render_info(line_list *out, const char *text, size_t len, int width)
+{
+    render_text(out, text, len, width, 0, false, true);
 }

@@ -42,6 +42,10 @@ void ui_md_inline(ui_line *para, const char *s, size_t n, ui_style base, bool op
 /* Markdown blocks of a whole text; streaming: the text may still grow
  * (its last line is open). */
 void ui_md_render(line_list *out, const char *text, size_t len, int width, ui_style base, bool streaming);
+/* The same for the UI's own messages (help, lists): a fenced block keeps
+ * its lines as they are, but the fences themselves are not drawn; the
+ * model's answers show them, as what it wrote. */
+void ui_md_render_info(line_list *out, const char *text, size_t len, int width);
 
 /* ---- tool calls ---------------------------------------------------------- */
 

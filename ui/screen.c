@@ -128,39 +128,78 @@ static void box_edge(line_list *out, const char *left, const char *title, const 
     ui_lines_push(out, &l);
 }
 
+/* The answers and the countdown, on as many rows of `inner` columns as
+ * they need: "[y] Yes   [n] No   [a] Always   no in 30 s" on one row when
+ * it fits, else wrapped between items, and where even one item is too wide,
+ * the keys alone ("[y] [n] [a]", "30 s"): whatever the width, every key
+ * and the time left stay in view. */
+static void dialog_options(const ui_app *app, int inner, line_list *out)
+{
+    static const char *const full[] = { "[n] No", "[y] Yes", "[a] Always" };
+    static const char *const keys[] = { "[n]", "[y]", "[a]" };
+    static const int order[] = { 1, 0, 2 };
+    char cd_full[32] = "", cd_short[32] = "";
+    if (app->st.confirm_left_ms >= 0) {
+        double left = app->st.confirm_left_ms / 1000.0;
+        int secs = (int)(left > 0 ? left + 0.499 : 0);
+        snprintf(cd_full, sizeof cd_full, "no in %d s", secs);
+        snprintf(cd_short, sizeof cd_short, "%d s", secs);
+    }
+    bool narrow = (int)strlen(cd_full) > inner;
+    for (int i = 0; i < 3; i++) narrow |= ui_text_width(full[i], strlen(full[i])) > inner;
+    const char *const *labels = narrow ? keys : full;
+    const char *cd = narrow ? cd_short : cd_full;
+    int gap = narrow ? 1 : 3;
+    ui_line row = { 0 };
+    for (int k = 0; k < 4; k++) {
+        const char *item = k < 3 ? labels[order[k]] : cd;
+        if (!*item) continue;
+        int w = ui_text_width(item, strlen(item));
+        if (row.width && row.width + gap + w > inner) {
+            ui_lines_push(out, &row);
+            memset(&row, 0, sizeof row);
+        }
+        if (row.width)
+            for (int g = 0; g < gap; g++) ui_line_adds(&row, " ", 0);
+        ui_style st = k == 3 ? UI_C_MUTED
+                      : order[k] == app->confirm_choice ? (ui_style)(UI_C_ACCENT | UI_REVERSE | UI_BOLD)
+                                                        : 0;
+        ui_line_adds(&row, item, st);
+        ui_line_truncate(&row, inner);
+    }
+    if (row.width) ui_lines_push(out, &row);
+    else ui_line_free(&row);
+}
+
 static void draw_dialog(ui_app *app, int pane_h)
 {
     int width = COLS - 4 > 76 ? 76 : COLS - 4;
     if (width < 20) width = COLS;
     int inner = width - 4;
-    if (inner < 4) return;
+    if (inner < 3) return;
+    line_list opts = { 0 };
+    dialog_options(app, inner, &opts);
+    /* the question's text gives way first when rows are short: the
+     * answers and the time left are what must stay */
+    int text_rows = pane_h - 3 - (int)opts.n;
+    if (text_rows > DIALOG_TEXT_ROWS) text_rows = DIALOG_TEXT_ROWS;
     line_list rows = { 0 };
     char title[160];
     snprintf(title, sizeof title, "\xe2\x94\x80 Allow %s? ", app->confirm_tool[0] ? app->confirm_tool : "this call");
-    box_edge(&rows, "\xe2\x95\xad", title, "\xe2\x95\xae", inner);
+    if (ui_text_width(title, strlen(title)) > inner + 2)
+        snprintf(title, sizeof title, "\xe2\x94\x80 Allow? ");
+    box_edge(&rows, "\xe2\x95\xad", ui_text_width(title, strlen(title)) <= inner + 2 ? title : NULL,
+             "\xe2\x95\xae", inner);
     line_list text = { 0 };
     ui_line para = { 0 };
     ui_line_adds(&para, app->confirm_text ? app->confirm_text : "", UI_BOLD);
     ui_wrap_para(&text, &para, inner, NULL, true);
     ui_line_free(&para);
-    for (size_t i = 0; i < text.n && i < DIALOG_TEXT_ROWS; i++) box_row(&rows, &text.v[i], inner);
+    for (size_t i = 0; i < text.n && (int)i < text_rows; i++) box_row(&rows, &text.v[i], inner);
     ui_lines_free(&text);
-    box_row(&rows, NULL, inner);
-    static const char *const labels[] = { "[n] No", "[y] Yes", "[a] Always" };
-    static const int order[] = { 1, 0, 2 };
-    ui_line opts = { 0 };
-    for (int k = 0; k < 3; k++) {
-        int i = order[k];
-        if (k) ui_line_adds(&opts, "   ", 0);
-        ui_line_adds(&opts, labels[i], i == app->confirm_choice ? (ui_style)(UI_C_ACCENT | UI_REVERSE | UI_BOLD) : 0);
-    }
-    double left = (app->confirm_deadline - now_ms()) / 1000.0;
-    char cd[64];
-    snprintf(cd, sizeof cd, "   no in %.0f s", left > 0 ? left + 0.499 : 0);
-    ui_line_adds(&opts, cd, UI_C_MUTED);
-    ui_line_truncate(&opts, inner);
-    box_row(&rows, &opts, inner);
-    ui_line_free(&opts);
+    if (text_rows > 0) box_row(&rows, NULL, inner);
+    for (size_t i = 0; i < opts.n; i++) box_row(&rows, &opts.v[i], inner);
+    ui_lines_free(&opts);
     box_edge(&rows, "\xe2\x95\xb0", NULL, "\xe2\x95\xaf", inner);
     int top = pane_h - (int)rows.n;
     if (top < 0) top = 0;

@@ -34,10 +34,6 @@
 #include "agent/agent.h"
 #include "sessions/sessions.h"
 
-/* How long a permission question waits for an answer before it is a no;
- * DS4CL_CONFIRM_TIMEOUT (seconds) overrides it. */
-#define UI_CONFIRM_TIMEOUT_S 30
-
 typedef struct {
     agent **a;              /* the running agent; /switch, /new and /fork replace it */
     session **s;            /* its session; NULL when sessions are unavailable */

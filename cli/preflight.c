@@ -1,0 +1,72 @@
+/* preflight.c — see preflight.h. */
+#include "cli/preflight.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cli/commands.h"
+#include "opencl/cl_runtime.h"
+#include "tools/tools.h"
+
+static int check_script(const ds4cl_options *o)
+{
+    if (o->backend != DS4_BACKEND_SCRIPT) return EXIT_DONE;
+    FILE *f = fopen(o->script_path, "r");
+    if (!f) {
+        fprintf(stderr, "ds4cl: --engine script:%s: %s\n", o->script_path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    fclose(f);
+    return EXIT_DONE;
+}
+
+static int check_device(const ds4cl_options *o)
+{
+    if (o->backend == DS4_BACKEND_CPU && o->device) {
+        fprintf(stderr, "ds4cl: --device %s picks an OpenCL device; add --backend opencl to use one\n", o->device);
+        return EXIT_USAGE;
+    }
+    if (o->backend != DS4_BACKEND_OPENCL) return EXIT_DONE;
+    clrt_device *devs;
+    int n;
+    char msg[1024];
+    if (clrt_devices(&devs, &n, msg, sizeof msg) != 0) {
+        fprintf(stderr, "ds4cl: --backend opencl: %s\n", msg);
+        return EXIT_ERROR;
+    }
+    int pick = clrt_pick(devs, n, o->device, msg, sizeof msg);
+    free(devs);
+    if (pick < 0) {
+        /* the message names --device=D or DS4CL_DEVICE=D */
+        fprintf(stderr, "ds4cl: %s\n", msg);
+        return EXIT_ERROR;
+    }
+    return EXIT_DONE;
+}
+
+/* The rules are read the way the tools will read them, from the same
+ * files, so that what passes here also loads when the agent starts. */
+static int check_rules(const ds4cl_options *o, const char *ws)
+{
+    tool_env_config tc = { .workspace = ws, .rules_path = o->rules_path };
+    char msg[768] = "";
+    tool_env *env = tool_env_new(&tc, msg, sizeof msg);
+    if (env) {
+        tool_env_free(env);
+        return EXIT_DONE;
+    }
+    bool given = o->rules_path && strstr(msg, o->rules_path);
+    fprintf(stderr, "ds4cl: %s%s\n", given ? "--rules: " : "", msg);
+    return given ? EXIT_USAGE : EXIT_ERROR;
+}
+
+int preflight_check(const ds4cl_options *o, const char *ws)
+{
+    int rc = check_script(o);
+    if (rc == EXIT_DONE) rc = check_device(o);
+    if (rc == EXIT_DONE) rc = check_rules(o, ws);
+    return rc;
+}
