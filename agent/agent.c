@@ -149,13 +149,16 @@ void agent_set_state(agent *a, agent_state s)
 
 void agent_set_error(agent *a, const char *fmt, ...)
 {
-    char buf[256];
+    char buf[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&a->mu);
-    snprintf(a->st.error, sizeof a->st.error, "%s", buf);
+    /* the status keeps its start; the event carries all of it */
+    size_t keep = strlen(buf) < sizeof a->st.error ? strlen(buf) : sizeof a->st.error - 1;
+    memcpy(a->st.error, buf, keep);
+    a->st.error[keep] = 0;
     pthread_mutex_unlock(&a->mu);
     agent_publish(a, AGENT_EV_ERROR, buf, strlen(buf), NULL, NULL, NULL, true, 0);
     trace_line(a->tr, "error \"%s\"", buf);
@@ -201,6 +204,17 @@ static void turn_push(agent *a, agent_turn_kind kind, size_t start, size_t end, 
     r->text[len] = 0;
 }
 
+/* Hands a record to the persistence hook. A record it could not keep ends
+ * the turn (once: what follows is not kept either, and says so no more). */
+static void persist_turn(agent *a, const agent_turn *t)
+{
+    char msg[480] = "";
+    if (a->cfg.persist->on_turn(a->cfg.persist->ud, t, msg, sizeof msg) == 0 || a->persist_failed) return;
+    a->persist_failed = true;
+    agent_set_error(a, "%s", msg[0] ? msg : "the session could not be saved");
+    atomic_store(&a->interrupt, true);
+}
+
 void turn_log_add_tool(agent *a, size_t start, const char *text, size_t len, const agent_tool_call *calls, size_t n)
 {
     turn_push(a, AGENT_TURN_TOOL, start, a->tx.n, text, len);
@@ -210,7 +224,7 @@ void turn_log_add_tool(agent *a, size_t start, const char *text, size_t len, con
             .tokens = a->tx.ids + start, .n_tokens = a->tx.n - start, .transcript_len = a->tx.n,
             .calls = calls, .n_calls = n,
         };
-        a->cfg.persist->on_turn(a->cfg.persist->ud, &t);
+        persist_turn(a, &t);
     }
 }
 
@@ -222,7 +236,7 @@ void turn_log_add(agent *a, agent_turn_kind kind, size_t start, const char *text
             .kind = kind, .text = text ? text : "", .len = len,
             .tokens = a->tx.ids + start, .n_tokens = a->tx.n - start, .transcript_len = a->tx.n,
         };
-        a->cfg.persist->on_turn(a->cfg.persist->ud, &t);
+        persist_turn(a, &t);
     }
 }
 
@@ -247,7 +261,7 @@ static void report_whole(agent *a, agent_turn_kind kind, const char *text, size_
             .kind = kind, .text = text ? text : "", .len = len,
             .tokens = a->tx.ids, .n_tokens = a->tx.n, .transcript_len = a->tx.n,
         };
-        a->cfg.persist->on_turn(a->cfg.persist->ud, &t);
+        persist_turn(a, &t);
     }
 }
 
@@ -404,7 +418,9 @@ static void *worker_main(void *arg)
         }
         apply_think(a);
         if (text) {
+            a->persist_failed = false;
             const char *why = agent_run_turn(a, text);
+            if (a->persist_failed) why = AGENT_END_NOT_SAVED;
             free(text);
             agent_publish(a, AGENT_EV_TURN_END, why, strlen(why), NULL, NULL, NULL,
                           strcmp(why, AGENT_END_DONE) != 0 && strcmp(why, AGENT_END_INTERRUPTED) != 0, 0);

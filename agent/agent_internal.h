@@ -76,6 +76,7 @@ struct agent {
     ds4_think think;      /* mode of the next rounds */
     bool started_note;    /* the session-start note was given */
     bool resumed;         /* started from agent_resume */
+    bool persist_failed;  /* the persistence hook refused a record this turn */
     char *last_user;      /* the latest user request, verbatim */
     trace *tr;
     strbuf reply;         /* bytes of the reply being sampled */

@@ -284,26 +284,23 @@ void journal_scan_free(journal_scan *s)
     memset(s, 0, sizeof *s);
 }
 
-int journal_append(int fd, const void *data, size_t len, char *err, size_t errlen)
+int journal_append(int fd, const char *path, const void *data, size_t len, char *err, size_t errlen)
 {
     off_t start = lseek(fd, 0, SEEK_END);
-    const char *p = data;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : ENOSPC;
-            /* When the cut fails too, readers skip the torn record. */
-            if (start >= 0) (void)!ftruncate(fd, start);
-            snprintf(err, errlen, "cannot append to the session journal: %s", strerror(e));
-            return -1;
-        }
-        p += w;
-        left -= (size_t)w;
+    const char *what = "cannot append to the session journal";
+    int rc = fd_write_all(fd, data, len);
+    if (rc == 0 && fdatasync(fd) != 0) {
+        what = "cannot sync the session journal";
+        rc = -1;
     }
-    if (fdatasync(fd) != 0) {
-        snprintf(err, errlen, "cannot sync the session journal: %s", strerror(errno));
+    if (rc != 0) {
+        int e = errno;
+        /* Whatever reached the file is not known to be durable: cut it
+         * off, so that writing it again later cannot repeat it. When the
+         * cut fails too, the next append cuts first (the caller knows
+         * where the journal ends) and readers skip a torn record. */
+        if (start >= 0) (void)!ftruncate(fd, start);
+        snprintf(err, errlen, "%s %s: %s", what, path, strerror(e));
         return -1;
     }
     return 0;

@@ -70,8 +70,8 @@ agent_turn journal_rec_turn(const journal_rec *r);
 agent_tool_call *tool_calls_dup(const agent_tool_call *calls, size_t n);
 void tool_calls_free(agent_tool_call *calls, size_t n);
 
-/* Appends bytes and fdatasyncs; on a short write the file is cut back to
- * where it was. 0 or -1 with err. */
-int journal_append(int fd, const void *data, size_t len, char *err, size_t errlen);
+/* Appends bytes and fdatasyncs; when either fails the file is cut back
+ * to where it was. 0, or -1 with err naming path and the cause. */
+int journal_append(int fd, const char *path, const void *data, size_t len, char *err, size_t errlen);
 
 #endif

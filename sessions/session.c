@@ -46,7 +46,13 @@ struct session {
     size_t n_turns, cap_turns;
     char **notes;
     size_t n_notes;
-    char io_err[320];         /* a journal failure to report at the next idle */
+    char io_err[320];         /* a metadata failure to report at the next idle */
+    /* Records the journal does not hold yet (a write failed: the disk was
+     * full, say), encoded, oldest first: written before the next record,
+     * so the journal always holds a prefix of the conversation in order.
+     * Under io. */
+    strbuf pending;
+    off_t durable_end;        /* where the journal ends after its last good append; -1 = not open yet */
 
     /* Serialises the hooks' file writes with session_fork. */
     pthread_mutex_t io;
@@ -67,7 +73,7 @@ struct session {
 };
 
 static void note(session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void hook_turn(void *ud, const agent_turn *t);
+static int hook_turn(void *ud, const agent_turn *t, char *msg, size_t msglen);
 static int hook_idle(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
 static int hook_save(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
 
@@ -98,6 +104,7 @@ static session *session_alloc(const char *dir, int lock_fd)
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     s->lock_fd = lock_fd;
     s->jfd = -1;
+    s->durable_end = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->io, NULL);
     return s;
@@ -106,6 +113,7 @@ static session *session_alloc(const char *dir, int lock_fd)
 static void session_free(session *s)
 {
     if (s->jfd >= 0) close(s->jfd);
+    sb_free(&s->pending);
     if (s->map) munmap(s->map, s->map_len);
     if (s->sys_map) munmap(s->sys_map, s->sys_map_len);
     if (s->lock_fd >= 0) close(s->lock_fd);
@@ -251,7 +259,6 @@ static void load_journal(session *s)
             note(s, "the incomplete record could not be cut off: %s", strerror(errno));
     }
     journal_scan_free(&j);
-    s->jfd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
 }
 
 /* A locked directory becomes an open session. */
@@ -660,16 +667,23 @@ static int ensure_journal(session *s, char *err, size_t errlen)
     if (s->jfd >= 0) return 0;
     char path[PATH_MAX];
     path_in(s, JOURNAL_FILE, path, sizeof path);
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    /* O_NONBLOCK: a FIFO put in its place must not hang the agent */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0600);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        fd = -1;
+        errno = EINVAL;
+    }
     if (fd < 0) {
-        strf(err, errlen, "cannot create the session journal %s: %s", path, strerror(errno));
+        strf(err, errlen, "cannot open the session journal %s: %s", path,
+             errno == EINVAL || errno == EISDIR || errno == ENXIO ? "it is not a regular file" : strerror(errno));
         return -1;
     }
-    struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_size == 0) {
+    if (st.st_size == 0) {
         strbuf h = { 0 };
         journal_encode_header(&h);
-        int rc = journal_append(fd, h.s, h.len, err, errlen);
+        int rc = journal_append(fd, path, h.s, h.len, err, errlen);
         sb_free(&h);
         int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd >= 0) {
@@ -680,35 +694,90 @@ static int ensure_journal(session *s, char *err, size_t errlen)
             close(fd);
             return -1;
         }
+        st.st_size = JOURNAL_HEADER_LEN;
     }
     s->jfd = fd;
+    if (s->durable_end < 0) s->durable_end = st.st_size;
     return 0;
 }
 
-static void hook_turn(void *ud, const agent_turn *t)
+/* Writes the records the journal does not hold yet (caller holds io). */
+static int flush_pending(session *s, char *err, size_t errlen)
+{
+    if (!s->pending.len) return 0;
+    if (ensure_journal(s, err, errlen) != 0) return -1;
+    /* a failed append whose cut failed too left a torn record behind */
+    struct stat st;
+    if (fstat(s->jfd, &st) == 0 && st.st_size != s->durable_end && ftruncate(s->jfd, s->durable_end) != 0) {
+        strf(err, errlen, "cannot cut the session journal of %s back to its last record: %s", s->meta.info.id,
+             strerror(errno));
+        return -1;
+    }
+    char path[PATH_MAX];
+    path_in(s, JOURNAL_FILE, path, sizeof path);
+    if (journal_append(s->jfd, path, s->pending.s, s->pending.len, err, errlen) != 0) return -1;
+    s->durable_end += (off_t)s->pending.len;
+    sb_clear(&s->pending);
+    return 0;
+}
+
+static int hook_turn(void *ud, const agent_turn *t, char *msg, size_t msglen)
 {
     session *s = ud;
-    strbuf rec = { 0 };
-    journal_encode(&rec, t);
     pthread_mutex_lock(&s->io);
-    char err[320] = "";
-    int rc = ensure_journal(s, err, sizeof err);
-    if (rc == 0) rc = journal_append(s->jfd, rec.s, rec.len, err, sizeof err);
+    bool behind = s->pending.len > 0;
+    journal_encode(&s->pending, t);
+    char err[400] = "";
+    int rc = flush_pending(s, err, sizeof err);
     pthread_mutex_lock(&s->mu);
     apply_record(s, t);
     s->dirty = true;
-    if (rc != 0 && !s->io_err[0]) snprintf(s->io_err, sizeof s->io_err, "%s", err);
+    if (rc != 0)
+        strf(msg, msglen, "session %s: %s is not saved: %s", s->meta.info.id,
+             behind ? "the conversation since an earlier failure" : "this turn", err);
     /* The first user turn makes the session worth listing. */
-    if (t->kind == AGENT_TURN_USER && !s->meta_written && write_meta_locked(s, err, sizeof err) != 0 && !s->io_err[0])
-        snprintf(s->io_err, sizeof s->io_err, "%s", err);
+    char merr[320];
+    if (t->kind == AGENT_TURN_USER && !s->meta_written && write_meta_locked(s, merr, sizeof merr) != 0 && !s->io_err[0])
+        strf(s->io_err, sizeof s->io_err, "session %s: %s", s->meta.info.id, merr);
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_unlock(&s->io);
-    sb_free(&rec);
+    return rc;
 }
 
 static bool same_tokens(const int32_t *a, size_t na, const ds4_tokens *b)
 {
     return na == b->n && (na == 0 || !memcmp(a, b->ids, na * sizeof *a));
+}
+
+/* Room left free beside a KV state: the journal and the metadata (small,
+ * and what holds the conversation) go first; a state can be read again. */
+#define SPACE_KEPT (16ull << 20)
+
+/* Writes a KV state file once the disk has room for it and SPACE_KEPT
+ * beside: -1 with err when it has not (nothing written) or the write
+ * fails. */
+static int save_state(ds4_session *ks, const char *path, ds4_error *err)
+{
+    void *buf;
+    size_t len;
+    if (ds4_session_snapshot(ks, &buf, &len, err) != 0) return -1;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    uint64_t avail = fs_free_bytes(dir);
+    int rc = 0;
+    if (avail != UINT64_MAX && avail < len + SPACE_KEPT) {
+        rc = ds4_error_set(err, "skipped: it takes %.1f MiB and %s has %.1f MiB free, %llu MiB of which are kept "
+                                "for the conversation", (double)len / (1 << 20), dir, (double)avail / (1 << 20),
+                           SPACE_KEPT >> 20);
+    } else {
+        char msg[512];
+        rc = file_write_atomic(path, buf, len, 0600, true, msg, sizeof msg);
+        if (rc != 0) ds4_error_set(err, "%s", msg);
+    }
+    free(buf);
+    return rc;
 }
 
 /* Writes state.kv when the KV state holds something it does not. forced:
@@ -736,10 +805,18 @@ static int snapshot_locked(session *s, ds4_session *ks, bool forced, char *msg, 
     path_in(s, STATE_FILE, path, sizeof path);
     if (!unchanged && (forced || !eos_only)) {
         ds4_error err = { "" };
-        if (ds4_session_save(ks, path, &err) != 0) {
+        /* A state ahead of the journal would describe a conversation
+         * that is not on disk: the journal first. */
+        if (s->pending.len) {
+            snprintf(msg, msglen, "session %s: the KV state was not saved either (the conversation could not be "
+                                  "written first)", s->meta.info.id);
+            return -1;
+        }
+        if (save_state(ks, path, &err) != 0) {
             /* msg is a short line for the user: the start of the
              * engine's error says what failed */
-            snprintf(msg, msglen, "session %s: the KV state could not be saved: %.300s", s->meta.info.id, err.msg);
+            snprintf(msg, msglen, "session %s: the KV state was not saved (%.300s); the conversation is saved and "
+                                  "resuming reads it again", s->meta.info.id, err.msg);
             return -1;
         }
         pthread_mutex_lock(&s->mu);
@@ -756,15 +833,39 @@ static int snapshot_locked(session *s, ds4_session *ks, bool forced, char *msg, 
     return 0;
 }
 
+/* Adds a line to what the idle hook reports. */
+static void report(strbuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(strbuf *out, const char *fmt, ...)
+{
+    if (out->len) sb_puts(out, "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(out, fmt, ap);
+    va_end(ap);
+}
+
+/* rc: 0, 1 (something to tell: msg), -1 (a forced save failed). Every
+ * failure is told, the journal's first: it holds the conversation. */
 static int idle_or_save(session *s, ds4_session *ks, const int32_t *tokens, size_t n, bool forced, char *msg,
                         size_t msglen)
 {
     pthread_mutex_lock(&s->io);
     int rc = 0;
-    msg[0] = 0;
+    strbuf out = { 0 };
+    char err[400];
+    /* space may have come back since a record could not be written */
+    if (s->pending.len) {
+        if (flush_pending(s, err, sizeof err) != 0) {
+            report(&out, "session %s is still not saved: %s", s->meta.info.id, err);
+            rc = 1;
+        } else {
+            report(&out, "session %s: the turns that could not be written before are saved now", s->meta.info.id);
+            rc = 1;
+        }
+    }
     pthread_mutex_lock(&s->mu);
     if (s->io_err[0]) {
-        snprintf(msg, msglen, "%s", s->io_err);
+        report(&out, "%s", s->io_err);
         s->io_err[0] = 0;
         rc = 1;
     }
@@ -776,31 +877,32 @@ static int idle_or_save(session *s, ds4_session *ks, const int32_t *tokens, size
     if (s->cache_path[0]) {
         if (same_tokens(tokens, n, &s->cache_tokens) && same_tokens(ds4_session_tokens(ks), ds4_session_n_tokens(ks), &s->cache_tokens) &&
             ds4_session_logits(ks) && (!s->cache_hit || ds4_session_last_prefilled(ks) > 0)) {
-            ds4_error err = { "" };
-            if (ds4_session_save(ks, s->cache_path, &err) == 0) sessions_enforce_budget(s->budget);
+            ds4_error derr = { "" };
+            if (save_state(ks, s->cache_path, &derr) == 0) sessions_enforce_budget(s->budget);
         }
         s->cache_path[0] = 0;
     }
 
     if (user_turns == 0) {
-        if (forced) snprintf(msg, msglen, "nothing to save yet");
+        if (forced) report(&out, "nothing to save yet");
     } else {
         char smsg[512] = "";
         if (snapshot_locked(s, ks, forced, smsg, sizeof smsg) != 0) {
-            snprintf(msg, msglen, "%s", smsg);
+            report(&out, "%s", smsg);
             rc = forced ? -1 : 1;
-        } else if (forced && rc == 0) {
-            snprintf(msg, msglen, "%s", smsg);
+        } else if (forced && smsg[0]) {
+            report(&out, "%s", smsg);
         }
         pthread_mutex_lock(&s->mu);
-        char err[256];
-        if (s->dirty && write_meta_locked(s, err, sizeof err) != 0 && rc == 0) {
-            snprintf(msg, msglen, "session %s: %s", s->meta.info.id, err);
-            rc = 1;
+        if (s->dirty && write_meta_locked(s, err, sizeof err) != 0) {
+            report(&out, "session %s: %s", s->meta.info.id, err);
+            if (rc == 0) rc = 1;
         }
         pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_unlock(&s->io);
+    snprintf(msg, msglen, "%s", sb_str(&out));
+    sb_free(&out);
     return rc;
 }
 
