@@ -32,6 +32,7 @@ struct session {
     int lock_fd;
     int jfd;                  /* journal opened for appending; -1 until needed */
     bool created_here;        /* removed on close when it never got a user turn */
+    bool need_system;         /* the journal lost its first (system prompt) record */
 
     /* Guards everything below that the worker's hooks change and the
      * front end reads (meta, transcript, records). */
@@ -73,6 +74,7 @@ struct session {
 };
 
 static void note(session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int write_meta_locked(session *s, char *err, size_t errlen);
 static int hook_turn(void *ud, const agent_turn *t, char *msg, size_t msglen);
 static int hook_idle(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
 static int hook_save(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
@@ -181,56 +183,95 @@ static void apply_record(session *s, const agent_turn *t)
 
 /* ---- opening ---------------------------------------------------------------------------- */
 
-/* Rewrites a journal that has damage in the middle from its intact
- * records, keeping the damaged original beside it. */
-static void repair_journal(session *s, const journal_scan *j, const char *path)
+/* Keeps a damaged journal beside its place (journal.damaged-TIME): the
+ * path of the copy in backup, or false with a note saying why not. */
+static bool keep_damaged(session *s, const char *path, char *backup, size_t size)
 {
     size_t len;
-    char *raw = file_read_all(path, &len);
-    char backup[PATH_MAX + 64], err[256];
-    snprintf(backup, sizeof backup, "%s.damaged-%lld", path, (long long)wall_time_s());
+    char *raw = file_read_regular(path, &len);
+    char err[320];
+    /* never over an earlier copy (two repairs within a second) */
+    long long now = (long long)wall_time_s();
+    snprintf(backup, size, "%s.damaged-%lld", path, now);
+    for (int k = 2; access(backup, F_OK) == 0 && k < 1000; k++) snprintf(backup, size, "%s.damaged-%lld-%d", path, now, k);
     if (!raw || file_write_atomic(backup, raw, len, 0600, false, err, sizeof err) != 0) {
-        note(s, "the damaged journal could not be backed up (%s); it is left as it is",
-             raw ? err : strerror(errno));
+        note(s, "the damaged journal of session %s could not be kept beside (%s); it is left as it is",
+             s->meta.info.id, raw ? err : strerror(errno));
         free(raw);
-        return;
+        return false;
     }
     free(raw);
+    return true;
+}
+
+/* Rewrites the journal from the records that checked out, each with the
+ * transcript length it makes (so the result adds up and never warns
+ * again). */
+static bool rewrite_journal(session *s, const journal_rec *recs, size_t n, const char *path)
+{
     strbuf b = { 0 };
     journal_encode_header(&b);
-    for (size_t i = 0; i < j->n; i++) {
-        agent_turn t = journal_rec_turn(&j->recs[i]);
-        journal_encode(&b, &t);
-    }
-    if (file_write_atomic(path, b.s, b.len, 0600, false, err, sizeof err) != 0)
-        note(s, "the damaged journal could not be rewritten: %s", err);
-    else
-        note(s, "the journal was rewritten from its intact records; the damaged original is %s", backup);
+    journal_encode_all(&b, recs, n);
+    char err[320];
+    bool ok = file_write_atomic(path, b.s, b.len, 0600, false, err, sizeof err) == 0;
+    if (!ok) note(s, "the journal of session %s could not be rewritten: %s", s->meta.info.id, err);
+    sb_free(&b);
+    return ok;
+}
+
+static const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link"
+                                                                                                       : "not a regular file";
+}
+
+/* What a damaged journal cost, as one note: turns, records and bytes. */
+static void note_loss(session *s, const journal_scan *j, int turns_lost, uint64_t bytes_lost, const char *what,
+                      const char *kept, bool rewritten)
+{
+    strbuf b = { 0 };
+    sb_printf(&b, "the journal of session %s %s: ", s->meta.info.id, what);
+    if (turns_lost > 0) sb_printf(&b, "%d user turn%s and ", turns_lost, turns_lost == 1 ? "" : "s");
+    else sb_puts(&b, "no whole user turn, but ");
+    sb_printf(&b, "%" PRIu64 " bytes", bytes_lost);
+    if (j->lost_records) sb_printf(&b, " (%zu record%s)", j->lost_records, j->lost_records == 1 ? "" : "s");
+    sb_printf(&b, " were lost; %d user turn%s kept", s->meta.info.user_turns, s->meta.info.user_turns == 1 ? "" : "s");
+    if (rewritten) sb_puts(&b, "; the journal was rewritten from its intact records");
+    if (kept) sb_printf(&b, "; the damaged original is %s", kept);
+    note(s, "%s", sb_str(&b));
     sb_free(&b);
 }
 
-static void load_journal(session *s)
+/* Reads the journal into s, repairing what a crash or damage left:
+ * -1 with err when it is there but cannot be read at all (a directory, a
+ * FIFO: the session is refused rather than started over). */
+static int load_journal(session *s, char *err, size_t errlen)
 {
     char path[PATH_MAX];
     path_in(s, JOURNAL_FILE, path, sizeof path);
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "the journal of session %s (%s) is %s; move it away to open the session", s->meta.info.id,
+                 path, file_kind(st.st_mode));
+        return -1;
+    }
     journal_scan j;
-    if (journal_read(path, &j) != 0) {
-        if (errno != ENOENT)
-            note(s, "the journal of session %s cannot be read (%s); its conversation is not available",
-                 s->meta.info.id, strerror(errno));
-        else if (s->meta.info.user_turns > 0)
-            note(s, "the journal of session %s is missing; its conversation cannot be recovered", s->meta.info.id);
-        return;
-    }
-    if (j.n == 0 && j.file_size < JOURNAL_HEADER_LEN) {
-        /* Created, then stopped before (or while) its header was written:
-         * it starts over with a header at the first record. */
-        journal_scan_free(&j);
-        if (truncate(path, 0) != 0 && errno != ENOENT)
-            note(s, "the empty journal could not be reset: %s", strerror(errno));
-        return;
-    }
     int turns_before = s->meta.info.user_turns;
+    uint64_t bytes_before = s->meta.journal_bytes;
+    if (journal_read(path, &j) != 0) {
+        if (errno != ENOENT) {
+            snprintf(err, errlen, "the journal of session %s (%s) cannot be read: %s", s->meta.info.id, path,
+                     strerror(errno));
+            return -1;
+        }
+        if (turns_before > 0) {
+            note(s, "the journal of session %s is missing: its %d user turns cannot be recovered", s->meta.info.id,
+                 turns_before);
+            s->meta.info.user_turns = 0;
+            s->dirty = true;
+        }
+        return 0;
+    }
     s->meta.info.user_turns = 0;
     bool inconsistent = false;
     for (size_t i = 0; i < j.n; i++) {
@@ -238,31 +279,55 @@ static void load_journal(session *s)
         apply_record(s, &t);
         if (t.transcript_len != s->tx.n) inconsistent = true;
     }
-    if (j.bad_header)
-        note(s, "the journal header of session %s is damaged; its records were read anyway", s->meta.info.id);
-    if (j.damaged_spans)
-        note(s, "the journal of session %s is damaged: %" PRIu64 " bytes in %zu places were skipped; "
-                "the conversation may miss those parts", s->meta.info.id, j.skipped, j.damaged_spans);
-    if (inconsistent && !j.damaged_spans)
-        note(s, "the journal of session %s does not add up (records out of order); continuing with what it holds",
-             s->meta.info.id);
-    if (j.torn)
-        note(s, "the last record of session %s was incomplete (ds4cl stopped while writing it) and was dropped",
-             s->meta.info.id);
-    if (turns_before > s->meta.info.user_turns && !j.damaged_spans && !j.torn)
-        note(s, "the journal of session %s holds %d user turns, its metadata said %d", s->meta.info.id,
-             s->meta.info.user_turns, turns_before);
-    if (j.bad_header || j.damaged_spans) {
-        repair_journal(s, &j, path);
-    } else if (j.torn) {
+    int turns_lost = turns_before - s->meta.info.user_turns;
+    if ((int)j.lost_user > turns_lost) turns_lost = (int)j.lost_user;
+    /* records cut off at a record boundary leave no trace but the size */
+    uint64_t bytes_lost = j.skipped + j.torn + (bytes_before > j.file_size ? bytes_before - j.file_size : 0);
+    bool shrunk = bytes_before > j.file_size;
+    /* A crash while appending leaves the start of one record: the turn it
+     * belonged to never completed. Anything else lost something. */
+    bool crash_tail = j.torn && j.torn_partial && !j.bad_header && !j.damaged_spans && turns_lost <= 0 && !shrunk;
+    bool fresh = j.n == 0 && j.file_size < JOURNAL_HEADER_LEN && turns_before == 0 && !shrunk;
+    bool damaged = !fresh && !crash_tail && (j.bad_header || j.damaged_spans || j.torn || turns_lost > 0 || shrunk);
+    /* without a SYSTEM or REBUILD record the transcript has no system
+     * prompt: attaching puts one back */
+    s->need_system = j.n > 0;
+    for (size_t i = 0; i < j.n; i++)
+        if (j.recs[i].kind == AGENT_TURN_SYSTEM || j.recs[i].kind == AGENT_TURN_REBUILD) s->need_system = false;
+    if (fresh) {
+        /* created, then stopped before (or while) its header was written:
+         * it starts over with a header at the first record */
+        if (j.file_size && truncate(path, 0) != 0)
+            note(s, "the empty journal of session %s could not be reset: %s", s->meta.info.id, strerror(errno));
+    } else if (crash_tail) {
+        note(s, "the last record of session %s was incomplete (ds4cl stopped while writing it, %" PRIu64
+                " bytes) and was dropped; no completed turn was lost", s->meta.info.id, j.torn);
         if (truncate(path, (off_t)j.valid_end) != 0)
             note(s, "the incomplete record could not be cut off: %s", strerror(errno));
+    } else if (damaged || inconsistent) {
+        char backup[PATH_MAX + 64];
+        bool kept = keep_damaged(s, path, backup, sizeof backup);
+        bool rewritten = kept && rewrite_journal(s, j.recs, j.n, path);
+        if (damaged) {
+            const char *what = j.file_size == 0                 ? "is empty"
+                               : j.n == 0                        ? "holds no readable record"
+                               : (j.torn || shrunk) && !j.damaged_spans ? "was cut short"
+                                                                 : "is damaged";
+            note_loss(s, &j, turns_lost, bytes_lost, what, kept ? backup : NULL, rewritten);
+        } else {
+            note(s, "the journal of session %s did not add up (records out of order); it was rewritten in order%s%s",
+                 s->meta.info.id, kept ? ", the original is " : "", kept ? backup : "");
+        }
+        /* the metadata says what the journal holds now: no second warning */
+        s->dirty = true;
     }
     journal_scan_free(&j);
+    return 0;
 }
 
-/* A locked directory becomes an open session. */
-static session *load_locked(const char *id, const char *dir, int lock_fd)
+/* A locked directory becomes an open session, or NULL with err (the lock
+ * is released then). */
+static session *load_locked(const char *id, const char *dir, int lock_fd, char *err, size_t errlen)
 {
     session *s = session_alloc(dir, lock_fd);
     session_remove_leftovers(dir);
@@ -271,7 +336,10 @@ static session *load_locked(const char *id, const char *dir, int lock_fd)
         memset(&s->meta, 0, sizeof s->meta);
         snprintf(s->meta.info.id, sizeof s->meta.info.id, "%s", id);
     }
-    load_journal(s);
+    if (load_journal(s, err, errlen) != 0) {
+        session_free(s);
+        return NULL;
+    }
     if (!have_meta) {
         char path[PATH_MAX];
         path_in(s, JOURNAL_FILE, path, sizeof path);
@@ -283,6 +351,13 @@ static session *load_locked(const char *id, const char *dir, int lock_fd)
         }
     }
     s->meta_written = have_meta;
+    /* a loss is told once: the metadata now counts what is left */
+    if (have_meta && s->dirty) {
+        char merr[320];
+        pthread_mutex_lock(&s->mu);
+        if (write_meta_locked(s, merr, sizeof merr) != 0) note(s, "session %s: %s", id, merr);
+        pthread_mutex_unlock(&s->mu);
+    }
     return s;
 }
 
@@ -308,7 +383,7 @@ session *session_open(const char *id, char *err, size_t errlen)
         else snprintf(err, errlen, "cannot lock session %s: %s", id, strerror(errno));
         return NULL;
     }
-    return load_locked(id, dir, fd);
+    return load_locked(id, dir, fd, err, errlen);
 }
 
 session *session_create(const char *id, const char *cwd, char *err, size_t errlen)
@@ -407,6 +482,51 @@ session_open_status session_open_request(const session_request *rq, session **ou
 }
 
 /* ---- attaching to an engine ------------------------------------------------------------ */
+
+/* The journal lost its system prompt record (damage at its start): the
+ * conversation goes on after the prompt the agent renders now, and the
+ * journal is rewritten to begin with it. Caller holds mu. */
+static void rebuild_system(session *s, const ds4_tokens *sys)
+{
+    journal_rec *recs = calloc(s->n_turns + 1, sizeof *recs);
+    if (!recs) abort();
+    recs[0] = (journal_rec){ .kind = AGENT_TURN_SYSTEM, .text = "", .tokens = sys->ids, .n_tokens = sys->n };
+    size_t off = 0;
+    for (size_t i = 0; i < s->n_turns; i++) {
+        const turn_rec *r = &s->turns[i];
+        recs[i + 1] = (journal_rec){ .kind = r->kind, .text = r->text, .len = r->len, .tokens = s->tx.ids + off,
+                                     .n_tokens = r->n_tokens, .calls = r->calls, .n_calls = r->n_calls };
+        off += r->n_tokens;
+    }
+    char path[PATH_MAX];
+    path_in(s, JOURNAL_FILE, path, sizeof path);
+    if (off == s->tx.n && rewrite_journal(s, recs, s->n_turns + 1, path)) {
+        ds4_tokens tx = { 0 };
+        ds4_tokens_append(&tx, sys->ids, sys->n);
+        ds4_tokens_append(&tx, s->tx.ids, s->tx.n);
+        ds4_tokens_free(&s->tx);
+        s->tx = tx;
+        s->sys_rec.n = 0;
+        ds4_tokens_append(&s->sys_rec, sys->ids, sys->n);
+        s->system_len = sys->n;
+        if (s->n_turns == s->cap_turns) {
+            s->cap_turns = s->cap_turns ? s->cap_turns * 2 : 32;
+            s->turns = realloc(s->turns, s->cap_turns * sizeof *s->turns);
+            if (!s->turns) abort();
+        }
+        memmove(s->turns + 1, s->turns, s->n_turns * sizeof *s->turns);
+        s->turns[0] = (turn_rec){ .kind = AGENT_TURN_SYSTEM, .text = strdup("") };
+        if (!s->turns[0].text) abort();
+        s->n_turns++;
+        s->meta.info.n_tokens = s->tx.n;
+        s->meta.snap_tokens = 0;
+        s->dirty = true;
+        note(s, "the system prompt record of session %s was lost; the conversation goes on after the current "
+                "system prompt", s->meta.info.id);
+    }
+    free(recs);
+    s->need_system = false;
+}
 
 static uint64_t tokenizer_fingerprint(const ds4_tokenizer *t)
 {
@@ -528,6 +648,12 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     if (rc != 0) {
         pthread_mutex_unlock(&s->mu);
         return -1;
+    }
+    if (s->need_system) {
+        ds4_error derr = { "" };
+        ds4_tokens sys = { 0 };
+        if (agent_system_prompt(cfg, &sys, &derr) == 0 && s->tx.n + sys.n < (size_t)cfg->n_ctx) rebuild_system(s, &sys);
+        ds4_tokens_free(&sys);
     }
     bool other_model = info->model_identity && info->model_identity != mi.identity;
     bool other_backend = info->backend[0] && mi.backend_name &&
@@ -656,6 +782,9 @@ void session_attach_done(session *s)
 static int write_meta_locked(session *s, char *err, size_t errlen)
 {
     s->meta.info.updated = wall_time_s();
+    char path[PATH_MAX];
+    path_in(s, JOURNAL_FILE, path, sizeof path);
+    s->meta.journal_bytes = file_bytes(path);
     if (meta_write(s->dir, &s->meta, err, errlen) != 0) return -1;
     s->meta_written = true;
     s->dirty = false;
@@ -737,7 +866,8 @@ static int hook_turn(void *ud, const agent_turn *t, char *msg, size_t msglen)
              behind ? "the conversation since an earlier failure" : "this turn", err);
     /* The first user turn makes the session worth listing. */
     char merr[320];
-    if (t->kind == AGENT_TURN_USER && !s->meta_written && write_meta_locked(s, merr, sizeof merr) != 0 && !s->io_err[0])
+    if (rc == 0 && t->kind == AGENT_TURN_USER && !s->meta_written && write_meta_locked(s, merr, sizeof merr) != 0 &&
+        !s->io_err[0])
         strf(s->io_err, sizeof s->io_err, "session %s: %s", s->meta.info.id, merr);
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_unlock(&s->io);
@@ -894,7 +1024,8 @@ static int idle_or_save(session *s, ds4_session *ks, const int32_t *tokens, size
             report(&out, "%s", smsg);
         }
         pthread_mutex_lock(&s->mu);
-        if (s->dirty && write_meta_locked(s, err, sizeof err) != 0) {
+        /* the metadata counts what the journal holds: not while it is behind */
+        if (s->dirty && !s->pending.len && write_meta_locked(s, err, sizeof err) != 0) {
             report(&out, "session %s: %s", s->meta.info.id, err);
             if (rc == 0) rc = 1;
         }
@@ -1038,18 +1169,23 @@ session *session_fork(session *s, char *err, size_t errlen)
     int fd = f->lock_fd;
     f->lock_fd = -1;
     session_free(f);
-    return load_locked(id, dir, fd);
+    return load_locked(id, dir, fd, err, errlen);
 }
 
 void session_close(session *s)
 {
     if (!s) return;
     session_attach_done(s);
+    /* a last try at what a full disk kept out of the journal */
+    char ferr[400];
+    pthread_mutex_lock(&s->io);
+    (void)flush_pending(s, ferr, sizeof ferr);
+    pthread_mutex_unlock(&s->io);
     pthread_mutex_lock(&s->mu);
     if (s->run_dir[0]) rm_rf(s->run_dir);
     if (s->created_here && s->meta.info.user_turns == 0) {
         rm_rf(s->dir);
-    } else if (s->dirty && s->meta.info.user_turns > 0) {
+    } else if (s->dirty && s->meta.info.user_turns > 0 && !s->pending.len) {
         char err[256];
         (void)write_meta_locked(s, err, sizeof err);
     }

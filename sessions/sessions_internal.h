@@ -25,6 +25,9 @@ typedef struct {
     size_t snap_tokens;       /* tokens of state.kv when it was written */
     uint64_t snap_hash;       /* tokens_hash of them */
     uint64_t snap_file_bytes; /* its size then (to notice a replaced file) */
+    /* The journal's size when this was written: it only grows (a repair
+     * writes both), so a smaller journal lost records. 0 = unknown. */
+    uint64_t journal_bytes;
 } session_meta;
 
 /* $XDG_DATA_HOME/ds4cl/sessions/ID into buf; NULL when there is no home. */

@@ -230,6 +230,7 @@ int meta_write(const char *dir, const session_meta *m, char *err, size_t errlen)
     add_hex(snap, "hash", m->snap_hash);
     json_object_object_add(snap, "bytes", json_object_new_uint64(m->snap_file_bytes));
     json_object_object_add(o, "snapshot", snap);
+    if (m->journal_bytes) json_object_object_add(o, "journal_bytes", json_object_new_uint64(m->journal_bytes));
     const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
     char path[PATH_MAX];
     path_join(path, sizeof path, dir, META_FILE);
@@ -281,7 +282,7 @@ int meta_read(const char *dir, session_meta *out)
     char path[PATH_MAX];
     path_join(path, sizeof path, dir, META_FILE);
     size_t len;
-    char *text = file_read_all(path, &len);
+    char *text = file_read_regular(path, &len);
     if (!text) return -1;
     struct json_tokener *tok = json_tokener_new();
     struct json_object *o = json_tokener_parse_ex(tok, text, (int)len);
@@ -329,6 +330,8 @@ int meta_read(const char *dir, session_meta *out)
     out->snap_tokens = st > 0 ? (size_t)st : 0;
     out->snap_hash = get_hex(snap, "hash");
     out->snap_file_bytes = sb > 0 ? (uint64_t)sb : 0;
+    int64_t jb = get_int(o, "journal_bytes");
+    out->journal_bytes = jb > 0 ? (uint64_t)jb : 0;
     json_object_put(o);
     return 0;
 }
