@@ -387,6 +387,11 @@ static void *worker_main(void *arg)
     agent *a = arg;
     trace_line(a->tr, "agent worker start ctx=%d tokens=%zu", a->n_ctx, a->tx.n);
     if (!a->resumed) report_whole(a, AGENT_TURN_SYSTEM, "", 0);
+    if (a->unanswered) {
+        agent_answer_unanswered(a, a->unanswered, a->unanswered_len);
+        free(a->unanswered);
+        a->unanswered = NULL;
+    }
     agent_sync(a, a->tx.ids, a->tx.n, "initial_system_prompt");
     agent_update_ctx(a);
     finish_busy(a);
@@ -495,6 +500,7 @@ static void agent_free(agent *a)
     if (a->env && tool_env_free) tool_env_free(a->env);
     for (size_t i = 0; i < a->n_schemas; i++) free(a->schemas[i]);
     free(a->schemas);
+    free(a->unanswered);
     dsml_parser_free(a->parser);
     dsml_masker_free(a->masker);
     dsml_vocab_free(a->dvocab);
@@ -721,6 +727,12 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         bool fresh = rs->system_len && rs->system_len == rs->n_tokens;
         a->started_note = !fresh;
         a->resumed = !fresh;
+        if (rs->last_reply && rs->last_reply_len) {
+            a->unanswered = malloc(rs->last_reply_len);
+            if (!a->unanswered) abort();
+            memcpy(a->unanswered, rs->last_reply, rs->last_reply_len);
+            a->unanswered_len = rs->last_reply_len;
+        }
     } else {
         agent_render_system(a, &a->tx);
         a->sys_len = a->tx.n;

@@ -176,6 +176,14 @@ typedef struct {
      * when it is used; one that does not load is ignored. */
     const void *system_snapshot;
     size_t system_snapshot_len;
+    /* The transcript ends with this assistant reply (its text as sampled),
+     * or NULL. When it made tool calls, their results never reached the
+     * saved transcript (the process stopped while they ran): the agent
+     * answers each with an error saying it may or may not have taken
+     * effect (and, for write and edit, what the file holds now), reported
+     * as a TOOL record before anything else. */
+    const char *last_reply;
+    size_t last_reply_len;
 } agent_resume;
 
 /* Tools for the model other than the registry (tests, embedding). */

@@ -77,6 +77,8 @@ struct agent {
     bool started_note;    /* the session-start note was given */
     bool resumed;         /* started from agent_resume */
     bool persist_failed;  /* the persistence hook refused a record this turn */
+    char *unanswered;     /* a resumed transcript's last reply, until its calls are answered */
+    size_t unanswered_len;
     char *last_user;      /* the latest user request, verbatim */
     trace *tr;
     strbuf reply;         /* bytes of the reply being sampled */
@@ -125,6 +127,12 @@ void agent_status_update(agent *a, void (*fn)(agent_status *st, void *ud), void 
 bool agent_cancelled(agent *a);
 void agent_update_ctx(agent *a);
 
+/* ---- resume.c --------------------------------------------------------------------- */
+
+/* Answers the tool calls of a resumed conversation's last reply that got
+ * no result (see agent_resume.last_reply); nothing when it made none. */
+void agent_answer_unanswered(agent *a, const char *reply, size_t len);
+
 /* ---- turn log ------------------------------------------------------------------ */
 
 /* Records tx[start..] as a turn and calls the persistence hook. */
@@ -146,6 +154,9 @@ sync_result agent_sync(agent *a, const int32_t *tokens, size_t n, const char *la
 const char *agent_run_turn(agent *a, const char *text);
 /* The parser's events, published as agent events (parser callback). */
 void agent_dsml_event(void *ud, const dsml_event *ev);
+/* Appends a tool message with its calls and results (journaled as a TOOL
+ * record); false when not even a short error fits the context. */
+bool agent_add_tool_results(agent *a, const char *text, agent_tool_call *calls, size_t n);
 /* Tokens a compaction needs to be able to run at all. */
 size_t agent_compact_reserve(const agent *a);
 

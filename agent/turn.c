@@ -472,6 +472,12 @@ static bool append_tool_message(agent *a, const char *text, const call_log *call
     return true;
 }
 
+bool agent_add_tool_results(agent *a, const char *text, agent_tool_call *calls, size_t n)
+{
+    call_log l = { calls, n };
+    return append_tool_message(a, text, &l);
+}
+
 static void reset_turn_status(agent_status *st, void *ud)
 {
     (void)ud;

@@ -687,6 +687,11 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     if (s->tx.n) {
         ds4_tokens_append(&s->resume_tokens, s->tx.ids, s->tx.n);
         s->resume.tokens = s->resume_tokens.ids;
+        /* a reply whose calls got no result: the agent answers them */
+        if (s->n_turns && s->turns[s->n_turns - 1].kind == AGENT_TURN_ASSISTANT) {
+            s->resume.last_reply = s->turns[s->n_turns - 1].text;
+            s->resume.last_reply_len = s->turns[s->n_turns - 1].len;
+        }
         s->resume.n_tokens = s->resume_tokens.n;
         s->resume.system_len = s->system_len;
         char path[PATH_MAX];

@@ -3,7 +3,8 @@
  * its system prompt record damaged is reported in user turns and bytes,
  * kept beside as it was, repaired so that it does not warn again; a
  * journal that is a directory or a FIFO is refused at once with a clear
- * error (never opened blocking). */
+ * error (never opened blocking); a tool call whose result never reached
+ * the journal is answered on resume. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,4 +272,105 @@ TEST(sessions_load, a_journal_that_is_a_directory_or_a_fifo_is_refused_at_once)
     CHECK_EQ_INT(rc, 1);
     CHECK_CONTAINS(out, "\"type\":\"result\"");
     CHECK_CONTAINS(out, "is a FIFO");
+}
+
+/* ds4cl -p in the test's directory over script, every call allowed. */
+static int run_p(char **out, const char *script, const char *flags)
+{
+    return test_runf(out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --yes %s 2>&1", test_tmpdir(),
+                     test_bindir(), agent_test_model(), script, flags);
+}
+
+/* The session as a kill -9 during its last tool call leaves it: the
+ * journal ends with the reply that made the call, the metadata is the one
+ * of the turn before. */
+static void kill_during_the_call(const char *id, const char *script, const char *call_block)
+{
+    char *out;
+    CHECK_EQ_INT(run_p(&out, script, test_printf("--session %s -p one", id)), 0);
+    size_t mlen;
+    char *meta = slurp(sess_path(id, "meta.json"), &mlen);
+    CHECK_EQ_INT(run_p(&out, script, test_printf("--session %s -p two", id)), 0);
+    journal_scan j;
+    read_journal(id, &j);
+    size_t off = JOURNAL_HEADER_LEN, cut = 0;
+    bool after_two = false;
+    for (size_t i = 0; i < j.n && !cut; i++) {
+        strbuf b = { 0 };
+        agent_turn t = journal_rec_turn(&j.recs[i]);
+        journal_encode(&b, &t);
+        off += b.len;
+        sb_free(&b);
+        if (j.recs[i].kind == AGENT_TURN_USER) after_two = !strcmp(j.recs[i].text, "two");
+        if (after_two && j.recs[i].kind == AGENT_TURN_ASSISTANT && strstr(j.recs[i].text, call_block)) cut = off;
+    }
+    journal_scan_free(&j);
+    CHECK_MSG(cut > 0, "no call in the journal of %s", id);
+    CHECK_EQ_INT(truncate(sess_path(id, "journal"), (off_t)cut), 0);
+    put(sess_path(id, "meta.json"), meta, mlen);
+    unlink(sess_path(id, "state.kv"));
+    free(meta);
+}
+
+/* The result the resumed session gave the call, and the journal's order. */
+static const char *answered_call(const char *id, const char *tool)
+{
+    journal_scan j;
+    read_journal(id, &j);
+    const char *result = NULL;
+    for (size_t i = 1; i < j.n && !result; i++) {
+        if (j.recs[i].kind != AGENT_TURN_TOOL || j.recs[i - 1].kind != AGENT_TURN_ASSISTANT) continue;
+        if (!strstr(j.recs[i - 1].text, "DSML") || j.recs[i].n_calls != 1 || strcmp(j.recs[i].calls[0].name, tool))
+            continue;
+        if (strstr(j.recs[i].calls[0].result, "may or may not")) result = test_strdup(j.recs[i].calls[0].result);
+    }
+    journal_scan_free(&j);
+    CHECK_MSG(result != NULL, "no answered %s call in the journal", tool);
+    return result;
+}
+
+TEST(sessions_load, a_call_killed_before_its_result_was_saved_is_answered_on_resume)
+{
+    sessions_test_home();
+    const char *wblock = dsml_block("write", "path", "f.txt", "content", "hello\n", NULL);
+    const char *wlines[] = {
+        script_line("a</think>First.", NULL),
+        script_line(test_printf("b</think>Writing.%s", wblock), NULL),
+        script_line("c</think>Written.", NULL),
+        script_line("d</think>Resumed.", NULL),
+        script_line("e</think>Resumed.", NULL),
+        NULL,
+    };
+    const char *script = write_script(wlines);
+    kill_during_the_call("w", script, "f.txt");
+    char *out;
+    int rc = run_p(&out, script, "--session w -p three --output-format stream-json");
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_CONTAINS(out, "got no result");
+    const char *r = answered_call("w", "write");
+    CHECK_CONTAINS(r, "f.txt now holds exactly the content of this call");
+    CHECK_STR_EQ(journal_users("w"), "one|two|three");
+
+    /* an edit whose file is as it was before the call */
+    test_write_file(test_tmp_path("g.txt"), "old text\n", 9);
+    const char *eblock = dsml_block("edit", "path", "g.txt", "old", "old text", "new", "new text", NULL);
+    const char *elines[] = {
+        script_line("a</think>First.", NULL),
+        script_line(test_printf("b</think>Editing.%s", eblock), NULL),
+        script_line("c</think>Edited.", NULL),
+        script_line("d</think>Resumed.", NULL),
+        script_line("e</think>Resumed.", NULL),
+        NULL,
+    };
+    script = write_script(elines);
+    kill_during_the_call("e", script, "g.txt");
+    test_write_file(test_tmp_path("g.txt"), "old text\n", 9);
+    rc = run_p(&out, script, "--session e -p three --output-format stream-json");
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    r = answered_call("e", "edit");
+    CHECK_CONTAINS(r, "still holds the old text and not the new: the edit did not take effect");
+    /* answered once: a later resume adds nothing */
+    rc = run_p(&out, script, "--session e -p four --output-format stream-json");
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK(strstr(out, "got no result") == NULL);
 }
