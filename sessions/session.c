@@ -614,8 +614,19 @@ static bool map_file(const char *path, void **map, size_t *map_len)
 
 static bool map_snapshot(session *s, const char *path) { return map_file(path, &s->map, &s->map_len); }
 
+/* Directory entries of the workspace looked at for the temporary files
+ * an interrupted atomic write left: bounds the walk in a huge tree. */
+#define TEMP_SWEEP_ENTRIES 50000
+
 int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size_t errlen)
 {
+    /* A write killed halfway (an edit of a large file, say) leaves its
+     * temporary file beside the target; the next session here removes
+     * those whose writer is gone (see temp_sweep). */
+    size_t swept = cfg->workspace ? temp_sweep(cfg->workspace, TEMP_SWEEP_ENTRIES) : 0;
+    if (swept)
+        note(s, "removed %zu temporary file%s that an interrupted write left in %s", swept, swept == 1 ? "" : "s",
+             cfg->workspace);
     ds4_model_info mi;
     ds4_engine_info(e, &mi);
     const ds4_tokenizer *tok = ds4_engine_tokenizer(e);
@@ -1187,7 +1198,7 @@ void session_close(session *s)
     (void)flush_pending(s, ferr, sizeof ferr);
     pthread_mutex_unlock(&s->io);
     pthread_mutex_lock(&s->mu);
-    if (s->run_dir[0]) rm_rf(s->run_dir);
+    if (s->run_dir[0]) session_trim_run(s->run_dir);
     if (s->created_here && s->meta.info.user_turns == 0) {
         rm_rf(s->dir);
     } else if (s->dirty && s->meta.info.user_turns > 0 && !s->pending.len) {
