@@ -205,13 +205,20 @@ static void turn_push(agent *a, agent_turn_kind kind, size_t start, size_t end, 
 }
 
 /* Hands a record to the persistence hook. A record it could not keep ends
- * the turn (once: what follows is not kept either, and says so no more). */
+ * the turn (once: what follows is not kept either, and says so no more);
+ * outside a turn (the system prompt at start, a compaction asked for) it
+ * is reported, and the next turn meets it again. */
 static void persist_turn(agent *a, const agent_turn *t)
 {
     char msg[480] = "";
     if (a->cfg.persist->on_turn(a->cfg.persist->ud, t, msg, sizeof msg) == 0 || a->persist_failed) return;
+    const char *text = msg[0] ? msg : "the session could not be saved";
+    if (!a->in_turn) {
+        agent_publish(a, AGENT_EV_ERROR, text, strlen(text), NULL, NULL, NULL, true, 0);
+        return;
+    }
     a->persist_failed = true;
-    agent_set_error(a, "%s", msg[0] ? msg : "the session could not be saved");
+    agent_set_error(a, "%s", text);
     atomic_store(&a->interrupt, true);
 }
 
@@ -424,7 +431,9 @@ static void *worker_main(void *arg)
         apply_think(a);
         if (text) {
             a->persist_failed = false;
+            a->in_turn = true;
             const char *why = agent_run_turn(a, text);
+            a->in_turn = false;
             if (a->persist_failed) why = AGENT_END_NOT_SAVED;
             free(text);
             agent_publish(a, AGENT_EV_TURN_END, why, strlen(why), NULL, NULL, NULL,

@@ -76,6 +76,7 @@ struct agent {
     ds4_think think;      /* mode of the next rounds */
     bool started_note;    /* the session-start note was given */
     bool resumed;         /* started from agent_resume */
+    bool in_turn;         /* agent_run_turn runs */
     bool persist_failed;  /* the persistence hook refused a record this turn */
     char *unanswered;     /* a resumed transcript's last reply, until its calls are answered */
     size_t unanswered_len;

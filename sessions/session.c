@@ -595,7 +595,8 @@ static bool sysprompt_path(const ds4_model_info *mi, const int32_t *ids, size_t 
  * least recently used). false when absent or unreadable. */
 static bool map_file(const char *path, void **map, size_t *map_len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: a FIFO in its place is refused, not waited on */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return false;
     struct stat st;
     bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;

@@ -66,6 +66,7 @@ TEST(sessions_disk, a_full_disk_ends_the_turn_with_an_error_and_the_next_write_r
     /* everything before the failed record is on disk and loads */
     CHECK_STR_EQ(journal_users("full"), "first");
     check_adds_up("full");
+    CHECK_CONTAINS(sb_str(&x.log.notices), "is still not saved");
 
     /* room again: the next turn writes what was missed first */
     fault_space_set(-1);
@@ -75,6 +76,33 @@ TEST(sessions_disk, a_full_disk_ends_the_turn_with_an_error_and_the_next_write_r
     check_adds_up("full");
     sa_stop(&x);
     CHECK_STR_EQ(open_notes("full"), "");
+}
+
+TEST(sessions_disk, a_journal_failure_and_a_kv_failure_are_both_told)
+{
+    sess_agent x;
+    ds4_engine *e = script_engine(answers_script(3));
+    sa_start(&x, e, "both", true);
+    sa_turn(&x, "first");
+    /* room for the next user record exactly: its reply is refused, and
+     * the KV state that holds the reply has to wait for it */
+    ds4_tokens u = { 0 };
+    ds4_chat_user(ds4_engine_tokenizer(e), &u, "second");
+    fault_space_set(JOURNAL_FRAME_LEN + JOURNAL_BODY_FIXED + 6 + 4 * u.n);
+    ds4_tokens_free(&u);
+    sa_turn(&x, "second");
+    CHECK_STR_EQ(x.log.end, AGENT_END_NOT_SAVED);
+    CHECK_CONTAINS(sb_str(&x.log.errors), "No space left on device");
+    const char *notices = sb_str(&x.log.notices);
+    CHECK_CONTAINS(notices, "is still not saved");
+    CHECK_CONTAINS(notices, "the KV state was not saved either");
+    CHECK_STR_EQ(journal_users("both"), "first|second");
+    fault_space_set(-1);
+    sa_turn(&x, "third");
+    CHECK_STR_EQ(journal_users("both"), "first|second|third");
+    check_adds_up("both");
+    sa_stop(&x);
+    CHECK_STR_EQ(open_notes("both"), "");
 }
 
 TEST(sessions_disk, little_space_keeps_the_journal_and_skips_the_kv_state_saying_so)
@@ -126,6 +154,10 @@ TEST(sessions_disk, prompt_mode_exits_5_with_an_error_result_when_the_session_is
     rc = run_p(&out, "DS4CL_FAULT_SPACE=0", script, "--session disk -p three");
     CHECK_MSG(rc == 5, "exit %d: %s", rc, out);
     CHECK_CONTAINS(out, "No space left on device");
+
+    /* a new session on a full disk: the same */
+    rc = run_p(&out, "DS4CL_FAULT_SPACE=0", script, "--session fresh -p one --output-format stream-json");
+    CHECK_MSG(rc == 5, "exit %d: %s", rc, out);
 
     /* what was saved loads without a word, and the next turn adds up */
     rc = run_p(&out, "", script, "--session disk -p four --output-format stream-json");
