@@ -314,24 +314,24 @@ static struct json_object *string_array(const char *const *v)
 int cmd_prompt(const ds4cl_options *o)
 {
     char *prompt = load_prompt(o);
-    if (!prompt) return EXIT_ERROR;
+    if (!prompt) return refused(o, EXIT_ERROR, NULL, "the prompt cannot be read (the reason is on stderr)");
     bool blank = true;
     for (const char *p = prompt; *p && blank; p++) blank = *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r';
     if (blank) {
         fprintf(stderr, "ds4cl: the prompt is empty\n");
         free(prompt);
-        return EXIT_USAGE;
+        return refused(o, EXIT_USAGE, NULL, "the prompt is empty");
     }
     if (o->backend == DS4_BACKEND_SCRIPT && !o->model_path) {
         fprintf(stderr, "ds4cl: the script engine needs -m MODEL (its tokenizer is used)\n");
         free(prompt);
-        return EXIT_USAGE;
+        return refused(o, EXIT_USAGE, NULL, "the script engine needs -m MODEL (its tokenizer is used)");
     }
     char ws[PATH_MAX];
     int wrc = workspace_resolve(o, ws);
     if (wrc != 0) {
         free(prompt);
-        return wrc;
+        return refused(o, wrc, NULL, "the workspace cannot be used (the reason is on stderr)");
     }
 
     /* The session first: a resumed one brings its context size. */

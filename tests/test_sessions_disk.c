@@ -187,4 +187,13 @@ TEST(sessions_disk, a_refused_stream_json_run_still_ends_with_a_result)
     CHECK_CONTAINS(r, "\"exit_code\":1");
     CHECK_CONTAINS(r, "open in another ds4cl process");
     CHECK_CONTAINS(r, "\"session_id\":\"held\"");
+
+    /* refused for its arguments: a result too, with the usage status */
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' -p ' ' --output-format stream-json "
+                         "2>/dev/null",
+                   test_tmpdir(), test_bindir(), agent_test_model(), script);
+    CHECK_EQ_INT(rc, 2);
+    CHECK_CONTAINS(out, "\"type\":\"result\"");
+    CHECK_CONTAINS(out, "\"exit_code\":2");
+    CHECK_CONTAINS(out, "the prompt is empty");
 }
