@@ -43,7 +43,8 @@ static void file_state(agent *a, const char *tool, const char *args_json, strbuf
                            "effect.", path, len);
     } else {
         const char *old = arg_str(args, "old"), *new_text = arg_str(args, "new");
-        bool has_old = now && old && *old && strstr(now, old), has_new = now && new_text && *new_text && strstr(now, new_text);
+        bool has_old = now && old && *old && strstr(now, old);
+        bool has_new = now && new_text && *new_text && strstr(now, new_text);
         if (!now)
             sb_printf(out, " %s cannot be read now (%s).", path, strerror(err));
         else if (!old || !*old)

@@ -375,7 +375,7 @@ int cmd_prompt(const ds4cl_options *o)
     ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc);
     if (!e) {
         const char *sid = sess ? session_id(sess) : NULL;
-        if (o->output == OUTPUT_STREAM_JSON) refused(o, open_rc, sid, "the model could not be opened (the reason is on stderr)");
+        refused(o, open_rc, sid, "the model could not be opened (the reason is on stderr)");
         session_close(sess);
         free(prompt);
         return open_rc;
@@ -400,8 +400,7 @@ int cmd_prompt(const ds4cl_options *o)
     cfg.session_id = o->session_id;
     int ctx_rc = agent_setup_check_ctx(&cfg, o);
     if (ctx_rc != EXIT_DONE) {
-        if (o->output == OUTPUT_STREAM_JSON)
-            refused(o, ctx_rc, sess ? session_id(sess) : NULL, "the context size does not fit (the reason is on stderr)");
+        refused(o, ctx_rc, sess ? session_id(sess) : NULL, "the context size does not fit (the reason is on stderr)");
         ds4_engine_close(e);
         session_close(sess);
         free(prompt);
@@ -514,7 +513,8 @@ int cmd_prompt(const ds4cl_options *o)
         json_object_object_add(r, "exit_code", json_object_new_int(code));
         json_object_object_add(r, "is_error", json_object_new_boolean(code != EXIT_DONE));
         json_object_object_add(r, "text", jstr(rs.answer.s, alen));
-        if (rs.error[0] || st.error[0]) json_object_object_add(r, "error", jstr(rs.error[0] ? rs.error : st.error, strlen(rs.error[0] ? rs.error : st.error)));
+        const char *error = rs.error[0] ? rs.error : st.error;
+        if (error[0]) json_object_object_add(r, "error", jstr(error, strlen(error)));
         json_object_object_add(r, "prefilled_tokens", json_object_new_int64((int64_t)st.prefilled_total));
         json_object_object_add(r, "generated_tokens", json_object_new_int64((int64_t)st.generated_total));
         json_object_object_add(r, "prefill_ms", json_object_new_double(st.prefill_ms));

@@ -1,10 +1,9 @@
-/* session.c — one open session: loading and repairing its journal,
- * binding it to an engine (what to restore, what to read again), the
- * agent's persistence hooks (journal records, snapshots, the system
- * prompt cache, the budget), forking and closing. */
-#include "sessions/sessions_internal.h"
+/* session.c — one open session: opening and creating it, binding it to
+ * an engine (what to restore, what to read again), queries, forking and
+ * closing. Its journal is read in load.c, written by the hooks in
+ * persist.c. */
+#include "sessions/session_impl.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,68 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef struct {
-    agent_turn_kind kind;
-    char *text;
-    size_t len;
-    size_t n_tokens;
-    agent_tool_call *calls;
-    size_t n_calls;
-} turn_rec;
-
-struct session {
-    char dir[PATH_MAX];
-    int lock_fd;
-    int jfd;                  /* journal opened for appending; -1 until needed */
-    bool created_here;        /* removed on close when it never got a user turn */
-    bool need_system;         /* the journal lost its first (system prompt) record */
-
-    /* Guards everything below that the worker's hooks change and the
-     * front end reads (meta, transcript, records). */
-    pthread_mutex_t mu;
-    session_meta meta;
-    bool meta_written;        /* meta.json describes this session */
-    bool dirty;               /* meta changed since it was written */
-    ds4_tokens tx;            /* the transcript so far */
-    size_t system_len;
-    ds4_tokens sys_rec;       /* tokens of the last SYSTEM record */
-    turn_rec *turns;
-    size_t n_turns, cap_turns;
-    char **notes;
-    size_t n_notes;
-    char io_err[320];         /* a metadata failure to report at the next idle */
-    /* Records the journal does not hold yet (a write failed: the disk was
-     * full, say), encoded, oldest first: written before the next record,
-     * so the journal always holds a prefix of the conversation in order.
-     * Under io. */
-    strbuf pending;
-    off_t durable_end;        /* where the journal ends after its last good append; -1 = not open yet */
-
-    /* Serialises the hooks' file writes with session_fork. */
-    pthread_mutex_t io;
-
-    /* set by session_attach */
-    agent_persist_hooks hooks;
-    agent_resume resume;
-    ds4_tokens resume_tokens;
-    void *map;
-    size_t map_len;
-    void *sys_map;             /* the cached system prompt beside a saved state */
-    size_t sys_map_len;
-    char cache_path[PATH_MAX]; /* system prompt cache to check at the first idle; "" = none */
-    char run_dir[PATH_MAX];    /* the tools' state directory when it is ours; "" = none */
-    ds4_tokens cache_tokens;
-    bool cache_hit;
-    uint64_t budget;
-};
-
-static void note(session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int write_meta_locked(session *s, char *err, size_t errlen);
-static int hook_turn(void *ud, const agent_turn *t, char *msg, size_t msglen);
-static int hook_idle(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
-static int hook_save(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
-
-static void note(session *s, const char *fmt, ...)
+void session_note(session *s, const char *fmt, ...)
 {
     char buf[512];
     va_list ap;
@@ -94,7 +32,7 @@ static void note(session *s, const char *fmt, ...)
     s->n_notes++;
 }
 
-static void path_in(const session *s, const char *name, char *buf, size_t size)
+void session_path_in(const session *s, const char *name, char *buf, size_t size)
 {
     path_join(buf, size, s->dir, name);
 }
@@ -142,7 +80,7 @@ static bool starts_with(const ds4_tokens *t, const int32_t *ids, size_t n)
     return t->n && t->n <= n && !memcmp(t->ids, ids, t->n * sizeof *ids);
 }
 
-static void apply_record(session *s, const agent_turn *t)
+void session_apply_record(session *s, const agent_turn *t)
 {
     agent_turn_kind kind = t->kind;
     const char *text = t->text ? t->text : "";
@@ -183,148 +121,6 @@ static void apply_record(session *s, const agent_turn *t)
 
 /* ---- opening ---------------------------------------------------------------------------- */
 
-/* Keeps a damaged journal beside its place (journal.damaged-TIME): the
- * path of the copy in backup, or false with a note saying why not. */
-static bool keep_damaged(session *s, const char *path, char *backup, size_t size)
-{
-    size_t len;
-    char *raw = file_read_regular(path, &len);
-    char err[320];
-    /* never over an earlier copy (two repairs within a second) */
-    long long now = (long long)wall_time_s();
-    snprintf(backup, size, "%s.damaged-%lld", path, now);
-    for (int k = 2; access(backup, F_OK) == 0 && k < 1000; k++) snprintf(backup, size, "%s.damaged-%lld-%d", path, now, k);
-    if (!raw || file_write_atomic(backup, raw, len, 0600, false, err, sizeof err) != 0) {
-        note(s, "the damaged journal of session %s could not be kept beside (%s); it is left as it is",
-             s->meta.info.id, raw ? err : strerror(errno));
-        free(raw);
-        return false;
-    }
-    free(raw);
-    return true;
-}
-
-/* Rewrites the journal from the records that checked out, each with the
- * transcript length it makes (so the result adds up and never warns
- * again). */
-static bool rewrite_journal(session *s, const journal_rec *recs, size_t n, const char *path)
-{
-    strbuf b = { 0 };
-    journal_encode_header(&b);
-    journal_encode_all(&b, recs, n);
-    char err[320];
-    bool ok = file_write_atomic(path, b.s, b.len, 0600, false, err, sizeof err) == 0;
-    if (!ok) note(s, "the journal of session %s could not be rewritten: %s", s->meta.info.id, err);
-    sb_free(&b);
-    return ok;
-}
-
-static const char *file_kind(mode_t m)
-{
-    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link"
-                                                                                                       : "not a regular file";
-}
-
-/* What a damaged journal cost, as one note: turns, records and bytes. */
-static void note_loss(session *s, const journal_scan *j, int turns_lost, uint64_t bytes_lost, const char *what,
-                      const char *kept, bool rewritten)
-{
-    strbuf b = { 0 };
-    sb_printf(&b, "the journal of session %s %s: ", s->meta.info.id, what);
-    if (turns_lost > 0) sb_printf(&b, "%d user turn%s and ", turns_lost, turns_lost == 1 ? "" : "s");
-    else sb_puts(&b, "no whole user turn, but ");
-    sb_printf(&b, "%" PRIu64 " bytes", bytes_lost);
-    if (j->lost_records) sb_printf(&b, " (%zu record%s)", j->lost_records, j->lost_records == 1 ? "" : "s");
-    sb_printf(&b, " were lost; %d user turn%s kept", s->meta.info.user_turns, s->meta.info.user_turns == 1 ? "" : "s");
-    if (rewritten) sb_puts(&b, "; the journal was rewritten from its intact records");
-    if (kept) sb_printf(&b, "; the damaged original is %s", kept);
-    note(s, "%s", sb_str(&b));
-    sb_free(&b);
-}
-
-/* Reads the journal into s, repairing what a crash or damage left:
- * -1 with err when it is there but cannot be read at all (a directory, a
- * FIFO: the session is refused rather than started over). */
-static int load_journal(session *s, char *err, size_t errlen)
-{
-    char path[PATH_MAX];
-    path_in(s, JOURNAL_FILE, path, sizeof path);
-    struct stat st;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "the journal of session %s (%s) is %s; move it away to open the session", s->meta.info.id,
-                 path, file_kind(st.st_mode));
-        return -1;
-    }
-    journal_scan j;
-    int turns_before = s->meta.info.user_turns;
-    uint64_t bytes_before = s->meta.journal_bytes;
-    if (journal_read(path, &j) != 0) {
-        if (errno != ENOENT) {
-            snprintf(err, errlen, "the journal of session %s (%s) cannot be read: %s", s->meta.info.id, path,
-                     strerror(errno));
-            return -1;
-        }
-        if (turns_before > 0) {
-            note(s, "the journal of session %s is missing: its %d user turns cannot be recovered", s->meta.info.id,
-                 turns_before);
-            s->meta.info.user_turns = 0;
-            s->dirty = true;
-        }
-        return 0;
-    }
-    s->meta.info.user_turns = 0;
-    bool inconsistent = false;
-    for (size_t i = 0; i < j.n; i++) {
-        agent_turn t = journal_rec_turn(&j.recs[i]);
-        apply_record(s, &t);
-        if (t.transcript_len != s->tx.n) inconsistent = true;
-    }
-    int turns_lost = turns_before - s->meta.info.user_turns;
-    if ((int)j.lost_user > turns_lost) turns_lost = (int)j.lost_user;
-    /* records cut off at a record boundary leave no trace but the size */
-    uint64_t bytes_lost = j.skipped + j.torn + (bytes_before > j.file_size ? bytes_before - j.file_size : 0);
-    bool shrunk = bytes_before > j.file_size;
-    /* A crash while appending leaves the start of one record: the turn it
-     * belonged to never completed. Anything else lost something. */
-    bool crash_tail = j.torn && j.torn_partial && !j.bad_header && !j.damaged_spans && turns_lost <= 0 && !shrunk;
-    bool fresh = j.n == 0 && j.file_size < JOURNAL_HEADER_LEN && turns_before == 0 && !shrunk;
-    bool damaged = !fresh && !crash_tail && (j.bad_header || j.damaged_spans || j.torn || turns_lost > 0 || shrunk);
-    /* without a SYSTEM or REBUILD record the transcript has no system
-     * prompt: attaching puts one back */
-    s->need_system = j.n > 0;
-    for (size_t i = 0; i < j.n; i++)
-        if (j.recs[i].kind == AGENT_TURN_SYSTEM || j.recs[i].kind == AGENT_TURN_REBUILD) s->need_system = false;
-    if (fresh) {
-        /* created, then stopped before (or while) its header was written:
-         * it starts over with a header at the first record */
-        if (j.file_size && truncate(path, 0) != 0)
-            note(s, "the empty journal of session %s could not be reset: %s", s->meta.info.id, strerror(errno));
-    } else if (crash_tail) {
-        note(s, "the last record of session %s was incomplete (ds4cl stopped while writing it, %" PRIu64
-                " bytes) and was dropped; no completed turn was lost", s->meta.info.id, j.torn);
-        if (truncate(path, (off_t)j.valid_end) != 0)
-            note(s, "the incomplete record could not be cut off: %s", strerror(errno));
-    } else if (damaged || inconsistent) {
-        char backup[PATH_MAX + 64];
-        bool kept = keep_damaged(s, path, backup, sizeof backup);
-        bool rewritten = kept && rewrite_journal(s, j.recs, j.n, path);
-        if (damaged) {
-            const char *what = j.file_size == 0                 ? "is empty"
-                               : j.n == 0                        ? "holds no readable record"
-                               : (j.torn || shrunk) && !j.damaged_spans ? "was cut short"
-                                                                 : "is damaged";
-            note_loss(s, &j, turns_lost, bytes_lost, what, kept ? backup : NULL, rewritten);
-        } else {
-            note(s, "the journal of session %s did not add up (records out of order); it was rewritten in order%s%s",
-                 s->meta.info.id, kept ? ", the original is " : "", kept ? backup : "");
-        }
-        /* the metadata says what the journal holds now: no second warning */
-        s->dirty = true;
-    }
-    journal_scan_free(&j);
-    return 0;
-}
-
 /* A locked directory becomes an open session, or NULL with err (the lock
  * is released then). */
 static session *load_locked(const char *id, const char *dir, int lock_fd, char *err, size_t errlen)
@@ -336,17 +132,17 @@ static session *load_locked(const char *id, const char *dir, int lock_fd, char *
         memset(&s->meta, 0, sizeof s->meta);
         snprintf(s->meta.info.id, sizeof s->meta.info.id, "%s", id);
     }
-    if (load_journal(s, err, errlen) != 0) {
+    if (session_load_journal(s, err, errlen) != 0) {
         session_free(s);
         return NULL;
     }
     if (!have_meta) {
         char path[PATH_MAX];
-        path_in(s, JOURNAL_FILE, path, sizeof path);
+        session_path_in(s, JOURNAL_FILE, path, sizeof path);
         struct stat st;
         s->meta.info.created = s->meta.info.updated = stat(path, &st) == 0 ? (int64_t)st.st_mtime : wall_time_s();
         if (s->meta.info.user_turns > 0) {
-            note(s, "the metadata of session %s was missing or unreadable; it was rebuilt from the journal", id);
+            session_note(s, "the metadata of session %s was missing or unreadable; it was rebuilt from the journal", id);
             s->dirty = true;
         }
     }
@@ -355,7 +151,7 @@ static session *load_locked(const char *id, const char *dir, int lock_fd, char *
     if (have_meta && s->dirty) {
         char merr[320];
         pthread_mutex_lock(&s->mu);
-        if (write_meta_locked(s, merr, sizeof merr) != 0) note(s, "session %s: %s", id, merr);
+        if (session_write_meta_locked(s, merr, sizeof merr) != 0) session_note(s, "session %s: %s", id, merr);
         pthread_mutex_unlock(&s->mu);
     }
     return s;
@@ -471,10 +267,10 @@ session_open_status session_open_request(const session_request *rq, session **ou
         *out = session_create(NULL, rq->cwd, err, errlen);
         if (!*out) return SESSION_OPEN_ERROR;
         if (busy_id[0])
-            note(*out, "the latest session of this directory (%s) is open in another ds4cl process; "
+            session_note(*out, "the latest session of this directory (%s) is open in another ds4cl process; "
                        "this is a new session", busy_id);
         else
-            note(*out, "no earlier session in this directory; this is a new session");
+            session_note(*out, "no earlier session in this directory; this is a new session");
         return SESSION_OPEN_OK;
     }
     *out = session_create(NULL, rq->cwd, err, errlen);
@@ -482,51 +278,6 @@ session_open_status session_open_request(const session_request *rq, session **ou
 }
 
 /* ---- attaching to an engine ------------------------------------------------------------ */
-
-/* The journal lost its system prompt record (damage at its start): the
- * conversation goes on after the prompt the agent renders now, and the
- * journal is rewritten to begin with it. Caller holds mu. */
-static void rebuild_system(session *s, const ds4_tokens *sys)
-{
-    journal_rec *recs = calloc(s->n_turns + 1, sizeof *recs);
-    if (!recs) abort();
-    recs[0] = (journal_rec){ .kind = AGENT_TURN_SYSTEM, .text = "", .tokens = sys->ids, .n_tokens = sys->n };
-    size_t off = 0;
-    for (size_t i = 0; i < s->n_turns; i++) {
-        const turn_rec *r = &s->turns[i];
-        recs[i + 1] = (journal_rec){ .kind = r->kind, .text = r->text, .len = r->len, .tokens = s->tx.ids + off,
-                                     .n_tokens = r->n_tokens, .calls = r->calls, .n_calls = r->n_calls };
-        off += r->n_tokens;
-    }
-    char path[PATH_MAX];
-    path_in(s, JOURNAL_FILE, path, sizeof path);
-    if (off == s->tx.n && rewrite_journal(s, recs, s->n_turns + 1, path)) {
-        ds4_tokens tx = { 0 };
-        ds4_tokens_append(&tx, sys->ids, sys->n);
-        ds4_tokens_append(&tx, s->tx.ids, s->tx.n);
-        ds4_tokens_free(&s->tx);
-        s->tx = tx;
-        s->sys_rec.n = 0;
-        ds4_tokens_append(&s->sys_rec, sys->ids, sys->n);
-        s->system_len = sys->n;
-        if (s->n_turns == s->cap_turns) {
-            s->cap_turns = s->cap_turns ? s->cap_turns * 2 : 32;
-            s->turns = realloc(s->turns, s->cap_turns * sizeof *s->turns);
-            if (!s->turns) abort();
-        }
-        memmove(s->turns + 1, s->turns, s->n_turns * sizeof *s->turns);
-        s->turns[0] = (turn_rec){ .kind = AGENT_TURN_SYSTEM, .text = strdup("") };
-        if (!s->turns[0].text) abort();
-        s->n_turns++;
-        s->meta.info.n_tokens = s->tx.n;
-        s->meta.snap_tokens = 0;
-        s->dirty = true;
-        note(s, "the system prompt record of session %s was lost; the conversation goes on after the current "
-                "system prompt", s->meta.info.id);
-    }
-    free(recs);
-    s->need_system = false;
-}
 
 static uint64_t tokenizer_fingerprint(const ds4_tokenizer *t)
 {
@@ -626,7 +377,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
      * those whose writer is gone (see temp_sweep). */
     size_t swept = cfg->workspace ? temp_sweep(cfg->workspace, TEMP_SWEEP_ENTRIES) : 0;
     if (swept)
-        note(s, "removed %zu temporary file%s that an interrupted write left in %s", swept, swept == 1 ? "" : "s",
+        session_note(s, "removed %zu temporary file%s that an interrupted write left in %s", swept, swept == 1 ? "" : "s",
              cfg->workspace);
     ds4_model_info mi;
     ds4_engine_info(e, &mi);
@@ -664,14 +415,15 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     if (s->need_system) {
         ds4_error derr = { "" };
         ds4_tokens sys = { 0 };
-        if (agent_system_prompt(cfg, &sys, &derr) == 0 && s->tx.n + sys.n < (size_t)cfg->n_ctx) rebuild_system(s, &sys);
+        if (agent_system_prompt(cfg, &sys, &derr) == 0 && s->tx.n + sys.n < (size_t)cfg->n_ctx)
+            session_rebuild_system(s, &sys);
         ds4_tokens_free(&sys);
     }
     bool other_model = info->model_identity && info->model_identity != mi.identity;
     bool other_backend = info->backend[0] && mi.backend_name &&
                          (!strcmp(info->backend, "script")) != (!strcmp(mi.backend_name, "script"));
     if (other_model && s->tx.n)
-        note(s, "session %s was saved with another model (%s); continuing with %s", id,
+        session_note(s, "session %s was saved with another model (%s); continuing with %s", id,
              info->model_name[0] ? info->model_name : "unknown", mi.name);
     snprintf(info->model_name, sizeof info->model_name, "%s", mi.name);
     snprintf(info->backend, sizeof info->backend, "%s", mi.backend_name ? mi.backend_name : "");
@@ -682,7 +434,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     if (cfg->workspace && strcmp(info->cwd, cfg->workspace)) {
         /* The tools work where ds4cl runs now; --continue finds it there. */
         if (info->cwd[0] && s->tx.n)
-            note(s, "session %s was started in %s; its tools now work in %s", id, info->cwd, cfg->workspace);
+            session_note(s, "session %s was started in %s; its tools now work in %s", id, info->cwd, cfg->workspace);
         strf(info->cwd, sizeof info->cwd, "%s", cfg->workspace);
     }
     s->meta.tokenizer = fp;
@@ -690,7 +442,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
 
     char warn[256];
     s->budget = sessions_budget(warn, sizeof warn);
-    if (warn[0]) note(s, "%s", warn);
+    if (warn[0]) session_note(s, "%s", warn);
 
     s->cache_path[0] = 0;
     s->cache_hit = false;
@@ -707,10 +459,10 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         s->resume.n_tokens = s->resume_tokens.n;
         s->resume.system_len = s->system_len;
         char path[PATH_MAX];
-        path_in(s, STATE_FILE, path, sizeof path);
+        session_path_in(s, STATE_FILE, path, sizeof path);
         bool have = file_bytes(path) > 0, own_state = false;
         if (have && (other_model || other_backend)) {
-            note(s, "the saved KV state of session %s belongs to another model; reading its %zu tokens again", id,
+            session_note(s, "the saved KV state of session %s belongs to another model; reading its %zu tokens again", id,
                  s->tx.n);
         } else if (have && map_snapshot(s, path)) {
             own_state = s->meta.snap_file_bytes == s->map_len;
@@ -731,7 +483,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
                 s->resume.system_snapshot = s->map;
                 s->resume.system_snapshot_len = s->map_len;
             }
-            note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
+            session_note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
                  have ? " that can be read" : " (removed by the disk budget or never written)",
                  cached ? s->tx.n - s->system_len : s->tx.n);
         }
@@ -765,15 +517,15 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     s->hooks.ud = s;
     pthread_mutex_unlock(&s->mu);
 
-    s->hooks.on_turn = hook_turn;
-    s->hooks.on_idle = hook_idle;
-    s->hooks.on_save = hook_save;
+    s->hooks.on_turn = session_hook_turn;
+    s->hooks.on_idle = session_hook_idle;
+    s->hooks.on_save = session_hook_save;
     cfg->persist = &s->hooks;
     /* The tools keep their scratch (a browser profile, job logs) in the
      * session: one place to clean, also after a crash (see
      * session_remove_leftovers). Set whatever cfg held: a config reused
      * from an earlier attach points into a session that may be closed. */
-    path_in(s, RUN_DIR, s->run_dir, sizeof s->run_dir);
+    session_path_in(s, RUN_DIR, s->run_dir, sizeof s->run_dir);
     cfg->tools.state_dir = s->run_dir;
     cfg->resume = s->resume.n_tokens ? &s->resume : NULL;
     cfg->session_id = s->meta.info.id;
@@ -794,276 +546,6 @@ void session_attach_done(session *s)
     s->resume.system_snapshot_len = 0;
 }
 
-/* ---- hooks (the worker's thread) --------------------------------------------------------- */
-
-static int write_meta_locked(session *s, char *err, size_t errlen)
-{
-    s->meta.info.updated = wall_time_s();
-    char path[PATH_MAX];
-    path_in(s, JOURNAL_FILE, path, sizeof path);
-    s->meta.journal_bytes = file_bytes(path);
-    if (meta_write(s->dir, &s->meta, err, errlen) != 0) return -1;
-    s->meta_written = true;
-    s->dirty = false;
-    return 0;
-}
-
-static int ensure_journal(session *s, char *err, size_t errlen)
-{
-    if (s->jfd >= 0) return 0;
-    char path[PATH_MAX];
-    path_in(s, JOURNAL_FILE, path, sizeof path);
-    /* O_NONBLOCK: a FIFO put in its place must not hang the agent */
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0600);
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
-        close(fd);
-        fd = -1;
-        errno = EINVAL;
-    }
-    if (fd < 0) {
-        strf(err, errlen, "cannot open the session journal %s: %s", path,
-             errno == EINVAL || errno == EISDIR || errno == ENXIO ? "it is not a regular file" : strerror(errno));
-        return -1;
-    }
-    if (st.st_size == 0) {
-        strbuf h = { 0 };
-        journal_encode_header(&h);
-        int rc = journal_append(fd, path, h.s, h.len, err, errlen);
-        sb_free(&h);
-        int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-        if (rc != 0) {
-            close(fd);
-            return -1;
-        }
-        st.st_size = JOURNAL_HEADER_LEN;
-    }
-    s->jfd = fd;
-    if (s->durable_end < 0) s->durable_end = st.st_size;
-    return 0;
-}
-
-/* Writes the records the journal does not hold yet (caller holds io). */
-static int flush_pending(session *s, char *err, size_t errlen)
-{
-    if (!s->pending.len) return 0;
-    if (ensure_journal(s, err, errlen) != 0) return -1;
-    /* a failed append whose cut failed too left a torn record behind */
-    struct stat st;
-    if (fstat(s->jfd, &st) == 0 && st.st_size != s->durable_end && ftruncate(s->jfd, s->durable_end) != 0) {
-        strf(err, errlen, "cannot cut the session journal of %s back to its last record: %s", s->meta.info.id,
-             strerror(errno));
-        return -1;
-    }
-    char path[PATH_MAX];
-    path_in(s, JOURNAL_FILE, path, sizeof path);
-    if (journal_append(s->jfd, path, s->pending.s, s->pending.len, err, errlen) != 0) return -1;
-    s->durable_end += (off_t)s->pending.len;
-    sb_clear(&s->pending);
-    return 0;
-}
-
-static int hook_turn(void *ud, const agent_turn *t, char *msg, size_t msglen)
-{
-    session *s = ud;
-    pthread_mutex_lock(&s->io);
-    bool behind = s->pending.len > 0;
-    journal_encode(&s->pending, t);
-    char err[400] = "";
-    int rc = flush_pending(s, err, sizeof err);
-    pthread_mutex_lock(&s->mu);
-    apply_record(s, t);
-    s->dirty = true;
-    if (rc != 0)
-        strf(msg, msglen, "session %s: %s is not saved: %s", s->meta.info.id,
-             behind ? "the conversation since an earlier failure" : "this turn", err);
-    /* The first user turn makes the session worth listing. */
-    char merr[320];
-    if (rc == 0 && t->kind == AGENT_TURN_USER && !s->meta_written && write_meta_locked(s, merr, sizeof merr) != 0 &&
-        !s->io_err[0])
-        strf(s->io_err, sizeof s->io_err, "session %s: %s", s->meta.info.id, merr);
-    pthread_mutex_unlock(&s->mu);
-    pthread_mutex_unlock(&s->io);
-    return rc;
-}
-
-static bool same_tokens(const int32_t *a, size_t na, const ds4_tokens *b)
-{
-    return na == b->n && (na == 0 || !memcmp(a, b->ids, na * sizeof *a));
-}
-
-/* Room left free beside a KV state: the journal and the metadata (small,
- * and what holds the conversation) go first; a state can be read again. */
-#define SPACE_KEPT (16ull << 20)
-
-/* Writes a KV state file once the disk has room for it and SPACE_KEPT
- * beside: -1 with err when it has not (nothing written) or the write
- * fails. */
-static int save_state(ds4_session *ks, const char *path, ds4_error *err)
-{
-    void *buf;
-    size_t len;
-    if (ds4_session_snapshot(ks, &buf, &len, err) != 0) return -1;
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    uint64_t avail = fs_free_bytes(dir);
-    int rc = 0;
-    if (avail != UINT64_MAX && avail < len + SPACE_KEPT) {
-        rc = ds4_error_set(err, "skipped: it takes %.1f MiB and %s has %.1f MiB free, %llu MiB of which are kept "
-                                "for the conversation", (double)len / (1 << 20), dir, (double)avail / (1 << 20),
-                           SPACE_KEPT >> 20);
-    } else {
-        char msg[512];
-        rc = file_write_atomic(path, buf, len, 0600, true, msg, sizeof msg);
-        if (rc != 0) ds4_error_set(err, "%s", msg);
-    }
-    free(buf);
-    return rc;
-}
-
-/* Writes state.kv when the KV state holds something it does not. forced:
- * also when nothing changed (then only the message). */
-static int snapshot_locked(session *s, ds4_session *ks, bool forced, char *msg, size_t msglen)
-{
-    size_t have = ds4_session_n_tokens(ks);
-    const int32_t *ids = ds4_session_tokens(ks);
-    if (have == 0) return 0;
-    uint64_t h = tokens_hash(ids, have);
-    pthread_mutex_lock(&s->mu);
-    size_t snap_n = s->meta.snap_tokens;
-    uint64_t snap_h = s->meta.snap_hash;
-    pthread_mutex_unlock(&s->mu);
-    /* Everything was read from scratch: whatever state.kv holds did not
-     * load (damaged, or never written), whatever the metadata says. */
-    bool full_read = have > 1 && ds4_session_last_prefilled(ks) == have;
-    bool unchanged = have == snap_n && h == snap_h && !full_read;
-    /* Only the EOS closing the last reply is new (the state restored at
-     * resume, plus what every next turn reads first anyway): rewriting a
-     * large state for one token would delay the next turn. */
-    bool eos_only = snap_n && have == snap_n + 1 && ds4_session_last_prefilled(ks) <= 1 &&
-                    tokens_hash(ids, snap_n) == snap_h;
-    char path[PATH_MAX];
-    path_in(s, STATE_FILE, path, sizeof path);
-    if (!unchanged && (forced || !eos_only)) {
-        ds4_error err = { "" };
-        /* A state ahead of the journal would describe a conversation
-         * that is not on disk: the journal first. */
-        if (s->pending.len) {
-            snprintf(msg, msglen, "session %s: the KV state was not saved either (the conversation could not be "
-                                  "written first)", s->meta.info.id);
-            return -1;
-        }
-        if (save_state(ks, path, &err) != 0) {
-            /* msg is a short line for the user: the start of the
-             * engine's error says what failed */
-            snprintf(msg, msglen, "session %s: the KV state was not saved (%.300s); the conversation is saved and "
-                                  "resuming reads it again", s->meta.info.id, err.msg);
-            return -1;
-        }
-        pthread_mutex_lock(&s->mu);
-        s->meta.snap_tokens = have;
-        s->meta.snap_hash = h;
-        s->meta.snap_file_bytes = file_bytes(path);
-        s->dirty = true;
-        pthread_mutex_unlock(&s->mu);
-        sessions_enforce_budget(s->budget);
-    }
-    if (forced)
-        snprintf(msg, msglen, "saved session %s (%zu tokens, %.1f MiB)", s->meta.info.id, have,
-                 (double)file_bytes(path) / (1 << 20));
-    return 0;
-}
-
-/* Adds a line to what the idle hook reports. */
-static void report(strbuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void report(strbuf *out, const char *fmt, ...)
-{
-    if (out->len) sb_puts(out, "; ");
-    va_list ap;
-    va_start(ap, fmt);
-    sb_vprintf(out, fmt, ap);
-    va_end(ap);
-}
-
-/* rc: 0, 1 (something to tell: msg), -1 (a forced save failed). Every
- * failure is told, the journal's first: it holds the conversation. */
-static int idle_or_save(session *s, ds4_session *ks, const int32_t *tokens, size_t n, bool forced, char *msg,
-                        size_t msglen)
-{
-    pthread_mutex_lock(&s->io);
-    int rc = 0;
-    strbuf out = { 0 };
-    char err[400];
-    /* space may have come back since a record could not be written */
-    if (s->pending.len) {
-        if (flush_pending(s, err, sizeof err) != 0) {
-            report(&out, "session %s is still not saved: %s", s->meta.info.id, err);
-            rc = 1;
-        } else {
-            report(&out, "session %s: the turns that could not be written before are saved now", s->meta.info.id);
-            rc = 1;
-        }
-    }
-    pthread_mutex_lock(&s->mu);
-    if (s->io_err[0]) {
-        report(&out, "%s", s->io_err);
-        s->io_err[0] = 0;
-        rc = 1;
-    }
-    int user_turns = s->meta.info.user_turns;
-    pthread_mutex_unlock(&s->mu);
-
-    /* The system prompt's state, once: when it was not cached, or the
-     * cached one could not be used (the prompt was read after all). */
-    if (s->cache_path[0]) {
-        if (same_tokens(tokens, n, &s->cache_tokens) && same_tokens(ds4_session_tokens(ks), ds4_session_n_tokens(ks), &s->cache_tokens) &&
-            ds4_session_logits(ks) && (!s->cache_hit || ds4_session_last_prefilled(ks) > 0)) {
-            ds4_error derr = { "" };
-            if (save_state(ks, s->cache_path, &derr) == 0) sessions_enforce_budget(s->budget);
-        }
-        s->cache_path[0] = 0;
-    }
-
-    if (user_turns == 0) {
-        if (forced) report(&out, "nothing to save yet");
-    } else {
-        char smsg[512] = "";
-        if (snapshot_locked(s, ks, forced, smsg, sizeof smsg) != 0) {
-            report(&out, "%s", smsg);
-            rc = forced ? -1 : 1;
-        } else if (forced && smsg[0]) {
-            report(&out, "%s", smsg);
-        }
-        pthread_mutex_lock(&s->mu);
-        /* the metadata counts what the journal holds: not while it is behind */
-        if (s->dirty && !s->pending.len && write_meta_locked(s, err, sizeof err) != 0) {
-            report(&out, "session %s: %s", s->meta.info.id, err);
-            if (rc == 0) rc = 1;
-        }
-        pthread_mutex_unlock(&s->mu);
-    }
-    pthread_mutex_unlock(&s->io);
-    snprintf(msg, msglen, "%s", sb_str(&out));
-    sb_free(&out);
-    return rc;
-}
-
-static int hook_idle(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen)
-{
-    return idle_or_save(ud, ks, tokens, n, false, msg, msglen);
-}
-
-static int hook_save(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen)
-{
-    return idle_or_save(ud, ks, tokens, n, true, msg, msglen) < 0 ? -1 : 0;
-}
-
 /* ---- queries ---------------------------------------------------------------------------- */
 
 size_t session_notes(const session *s, const char *const **lines)
@@ -1080,7 +562,7 @@ void session_get_info(session *s, session_info *out)
     *out = s->meta.info;
     pthread_mutex_unlock(&s->mu);
     char path[PATH_MAX];
-    path_in(s, STATE_FILE, path, sizeof path);
+    session_path_in(s, STATE_FILE, path, sizeof path);
     out->snapshot_bytes = file_bytes(path);
     out->in_use = true;
 }
@@ -1156,11 +638,11 @@ session *session_fork(session *s, char *err, size_t errlen)
     if (!f) return NULL;
     pthread_mutex_lock(&s->io);
     char from[PATH_MAX], to[PATH_MAX];
-    path_in(s, JOURNAL_FILE, from, sizeof from);
-    path_in(f, JOURNAL_FILE, to, sizeof to);
+    session_path_in(s, JOURNAL_FILE, from, sizeof from);
+    session_path_in(f, JOURNAL_FILE, to, sizeof to);
     int rc = copy_file(from, to, err, errlen);
-    path_in(s, STATE_FILE, from, sizeof from);
-    path_in(f, STATE_FILE, to, sizeof to);
+    session_path_in(s, STATE_FILE, from, sizeof from);
+    session_path_in(f, STATE_FILE, to, sizeof to);
     /* Snapshots are never changed in place (always replaced by rename),
      * so both sessions may share one file. */
     if (rc == 0 && file_bytes(from) > 0 && link(from, to) != 0) (void)copy_file(from, to, err, errlen);
@@ -1196,7 +678,7 @@ void session_close(session *s)
     /* a last try at what a full disk kept out of the journal */
     char ferr[400];
     pthread_mutex_lock(&s->io);
-    (void)flush_pending(s, ferr, sizeof ferr);
+    (void)session_flush_pending(s, ferr, sizeof ferr);
     pthread_mutex_unlock(&s->io);
     pthread_mutex_lock(&s->mu);
     if (s->run_dir[0]) session_trim_run(s->run_dir);
@@ -1204,7 +686,7 @@ void session_close(session *s)
         rm_rf(s->dir);
     } else if (s->dirty && s->meta.info.user_turns > 0 && !s->pending.len) {
         char err[256];
-        (void)write_meta_locked(s, err, sizeof err);
+        (void)session_write_meta_locked(s, err, sizeof err);
     }
     pthread_mutex_unlock(&s->mu);
     session_free(s);
