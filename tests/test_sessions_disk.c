@@ -67,6 +67,9 @@ TEST(sessions_disk, a_full_disk_ends_the_turn_with_an_error_and_the_next_write_r
     CHECK_STR_EQ(journal_users("full"), "first");
     check_adds_up("full");
     CHECK_CONTAINS(sb_str(&x.log.notices), "is still not saved");
+    /* the turn stopped for the disk, not for the user */
+    CHECK(strstr(sb_str(&x.log.notices), "by user") == NULL);
+    CHECK(strstr(sb_str(&x.log.notices), "reading interrupted") == NULL);
 
     /* room again: the next turn writes what was missed first */
     fault_space_set(-1);
