@@ -111,14 +111,14 @@ int session_load_journal(session *s, char *err, size_t errlen)
         session_apply_record(s, &t);
         if (t.transcript_len != s->tx.n) inconsistent = true;
     }
-    int turns_lost = turns_before - s->meta.info.user_turns;
-    if ((int)j.lost_user > turns_lost) turns_lost = (int)j.lost_user;
+    int meta_lost = turns_before - s->meta.info.user_turns;
+    int turns_lost = (int)j.lost_user > meta_lost ? (int)j.lost_user : meta_lost;
     /* records cut off at a record boundary leave no trace but the size */
     uint64_t bytes_lost = j.skipped + j.torn + (bytes_before > j.file_size ? bytes_before - j.file_size : 0);
     bool shrunk = bytes_before > j.file_size;
     /* A crash while appending leaves the start of one record: the turn it
      * belonged to never completed. Anything else lost something. */
-    bool crash_tail = j.torn && j.torn_partial && !j.bad_header && !j.damaged_spans && turns_lost <= 0 && !shrunk;
+    bool crash_tail = j.torn && j.torn_partial && !j.bad_header && !j.damaged_spans && meta_lost <= 0 && !shrunk;
     bool fresh = j.n == 0 && j.file_size < JOURNAL_HEADER_LEN && turns_before == 0 && !shrunk;
     bool damaged = !fresh && !crash_tail && (j.bad_header || j.damaged_spans || j.torn || turns_lost > 0 || shrunk);
     /* without a SYSTEM or REBUILD record the transcript has no system

@@ -152,6 +152,29 @@ TEST(sessions_load, a_journal_cut_anywhere_reports_the_turns_and_bytes_lost_once
         check_adds_up("cut");
         CHECK_STR_EQ(opened_notes("cut"), "");
     }
+
+    /* a crash while appending a record after the last metadata write
+     * leaves the start of that record: cut off with a line, nothing lost,
+     * nothing kept beside */
+    put(jp, orig, full);
+    put(mp, meta, mlen);
+    strbuf rec = { 0 };
+    int32_t toks[3] = { 1, 2, 3 };
+    agent_turn t = { .kind = AGENT_TURN_USER, .text = "four", .len = 4, .tokens = toks, .n_tokens = 3 };
+    journal_encode(&rec, &t);
+    strbuf torn = { 0 };
+    sb_append(&torn, orig, full);
+    sb_append(&torn, rec.s, rec.len / 2);
+    put(jp, torn.s, torn.len);
+    int copies = damaged_copies("cut");
+    const char *notes = opened_notes("cut");
+    CHECK_CONTAINS(notes, "was incomplete");
+    CHECK_CONTAINS(notes, "no completed turn was lost");
+    CHECK_EQ_INT(damaged_copies("cut"), copies);
+    CHECK_EQ_INT(file_bytes(jp), full);
+    CHECK_STR_EQ(opened_notes("cut"), "");
+    sb_free(&rec);
+    sb_free(&torn);
     free(orig);
     free(meta);
 }
