@@ -115,10 +115,13 @@ static bool same_tokens(const int32_t *a, size_t na, const ds4_tokens *b)
 }
 
 /* Room left free beside a KV state: the journal and the metadata (small,
- * and what holds the conversation) go first; a state can be read again. */
+ * and what hold the conversation) go first; a state can be read again.
+ * A small state (the script engine's) keeps less, so a small disk still
+ * takes one. */
 #define SPACE_KEPT (16ull << 20)
+#define SPACE_KEPT_SMALL (1ull << 20)
 
-/* Writes a KV state file once the disk has room for it and SPACE_KEPT
+/* Writes a KV state file once the disk has room for it and the room kept
  * beside: -1 with err when it has not (nothing written) or the write
  * fails. */
 static int save_state(ds4_session *ks, const char *path, ds4_error *err)
@@ -132,10 +135,11 @@ static int save_state(ds4_session *ks, const char *path, ds4_error *err)
     if (slash) *slash = 0;
     uint64_t avail = fs_free_bytes(dir);
     int rc = 0;
-    if (avail != UINT64_MAX && avail < len + SPACE_KEPT) {
+    uint64_t kept = len < SPACE_KEPT ? SPACE_KEPT_SMALL : SPACE_KEPT;
+    if (avail != UINT64_MAX && avail < len + kept) {
         rc = ds4_error_set(err, "skipped: it takes %.1f MiB and %s has %.1f MiB free, %llu MiB of which are kept "
                                 "for the conversation", (double)len / (1 << 20), dir, (double)avail / (1 << 20),
-                           SPACE_KEPT >> 20);
+                           (unsigned long long)(kept >> 20));
     } else {
         char msg[512];
         rc = file_write_atomic(path, buf, len, 0600, true, msg, sizeof msg);

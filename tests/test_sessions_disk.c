@@ -200,3 +200,72 @@ TEST(sessions_disk, a_refused_stream_json_run_still_ends_with_a_result)
     CHECK_CONTAINS(out, "\"exit_code\":2");
     CHECK_CONTAINS(out, "the prompt is empty");
 }
+
+/* The same on a real file system that fills up: an 8 MiB tmpfs in a
+ * mount namespace of its own (skipped where mounting is not allowed). */
+TEST(sessions_disk, a_full_tmpfs_never_loses_a_turn_that_reported_success)
+{
+    sessions_test_home();
+    const char *script = answers_script(20);
+    const char *mnt = test_tmp_path("mnt"), *out = test_tmp_path("out"), *ws = test_tmp_path("ws");
+    CHECK_EQ_INT(mkdir_p(mnt, 0700), 0);
+    CHECK_EQ_INT(mkdir_p(out, 0700), 0);
+    CHECK_EQ_INT(mkdir_p(ws, 0700), 0);
+    const char *sh = test_tmp_path("full.sh");
+    const char *text =
+        "set -u\n"
+        "D=$1 OUT=$2 BIN=$3 MODEL=$4 SCRIPT=$5 WS=$6\n"
+        "mount -t tmpfs -o size=8m tmpfs \"$D\" 2>/dev/null || exit 77\n"
+        "export XDG_DATA_HOME=\"$D/data\"\n"
+        "run() { \"$BIN/ds4cl\" -m \"$MODEL\" --engine \"script:$SCRIPT\" --session full -p \"turn $1\" "
+        "--output-format stream-json > \"$OUT/run$1.json\" 2>/dev/null; echo \"$1 $?\" >> \"$OUT/rcs\"; }\n"
+        "cd \"$WS\"\n"
+        "run 0\n"
+        "cat /dev/zero > \"$D/fill\" 2>/dev/null\n"
+        "for i in 1 2 3 4 5 6 7 8 9 10; do run $i; done\n"
+        "rm -f \"$D/fill\"\n"
+        "run 11\n"
+        "cp -r \"$D/data\" \"$OUT/data\"\n"
+        "umount \"$D\"\n";
+    test_write_file(sh, text, strlen(text));
+    char *log;
+    const char *args = test_printf("'%s' '%s' '%s' '%s' '%s' '%s' '%s'", sh, mnt, out, test_bindir(), agent_test_model(),
+                                   script, ws);
+    int rc = test_runf(&log, "unshare -m sh %s 2>&1 || { [ $? = 77 ] || unshare -rm sh %s 2>&1; }", args, args);
+    if (access(test_printf("%s/rcs", out), F_OK) != 0) SKIP("cannot mount a tmpfs here (%d: %.200s)", rc, log);
+
+    size_t n;
+    char *rcs = file_read_all(test_printf("%s/rcs", out), &n);
+    CHECK(rcs != NULL);
+    int refused = 0, saved = 0;
+    strbuf want = { 0 };
+    for (char *line = strtok(rcs, "\n"); line; line = strtok(NULL, "\n")) {
+        int i, code;
+        CHECK(sscanf(line, "%d %d", &i, &code) == 2);
+        char *res = file_read_all(test_printf("%s/run%d.json", out, i), &n);
+        CHECK(res != NULL);
+        const char *r = strstr(res, "{\"type\":\"result\"");
+        CHECK_MSG(r != NULL, "run %d: no result: %s", i, res);
+        CHECK_MSG(code == 0 || code == 5, "run %d: exit %d: %s", i, code, r);
+        if (code == 0) {
+            CHECK_MSG(strstr(r, "\"stop_reason\":\"done\"") != NULL, "run %d: %s", i, r);
+            sb_printf(&want, "%sturn %d", want.len ? "|" : "", i);
+            saved++;
+        } else {
+            CHECK_CONTAINS(r, "\"stop_reason\":\"not saved\"");
+            CHECK_CONTAINS(r, "No space left on device");
+            refused++;
+        }
+        free(res);
+    }
+    free(rcs);
+    printf("%d runs saved, %d refused with the disk full\n", saved, refused);
+    CHECK_MSG(refused > 0, "the disk never filled up");
+    CHECK(saved >= 2);
+    /* every run that said done is in the journal, in order, and nothing else */
+    setenv("XDG_DATA_HOME", test_printf("%s/data", out), 1);
+    CHECK_STR_EQ(journal_users("full"), sb_str(&want));
+    check_adds_up("full");
+    CHECK_STR_EQ(open_notes("full"), "");
+    sb_free(&want);
+}
