@@ -262,9 +262,22 @@ TEST(sessions_disk, a_full_tmpfs_never_loses_a_turn_that_reported_success)
     printf("%d runs saved, %d refused with the disk full\n", saved, refused);
     CHECK_MSG(refused > 0, "the disk never filled up");
     CHECK(saved >= 2);
-    /* every run that said done is in the journal, in order, and nothing else */
+    /* every run that said done is in the journal, in order (a refused
+     * run's user record may be there too when only its reply found no
+     * room: it was said not saved, and what reached the disk is kept) */
     setenv("XDG_DATA_HOME", test_printf("%s/data", out), 1);
-    CHECK_STR_EQ(journal_users("full"), sb_str(&want));
+    const char *users = journal_users("full");
+    for (const char *p = sb_str(&want); *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        char *turn = test_strdup(p);
+        turn[len] = 0;
+        const char *at = strstr(users, turn);
+        CHECK_MSG(at && (at[len] == '|' || at[len] == 0), "\"%s\" said done and is not in the journal: %s", turn,
+                  journal_users("full"));
+        users = at + len;
+        p += len + (bar ? 1 : 0);
+    }
     check_adds_up("full");
     CHECK_STR_EQ(open_notes("full"), "");
     sb_free(&want);
