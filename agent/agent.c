@@ -149,13 +149,16 @@ void agent_set_state(agent *a, agent_state s)
 
 void agent_set_error(agent *a, const char *fmt, ...)
 {
-    char buf[256];
+    char buf[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&a->mu);
-    snprintf(a->st.error, sizeof a->st.error, "%s", buf);
+    /* the status keeps its start; the event carries all of it */
+    size_t keep = strlen(buf) < sizeof a->st.error ? strlen(buf) : sizeof a->st.error - 1;
+    memcpy(a->st.error, buf, keep);
+    a->st.error[keep] = 0;
     pthread_mutex_unlock(&a->mu);
     agent_publish(a, AGENT_EV_ERROR, buf, strlen(buf), NULL, NULL, NULL, true, 0);
     trace_line(a->tr, "error \"%s\"", buf);
@@ -201,6 +204,24 @@ static void turn_push(agent *a, agent_turn_kind kind, size_t start, size_t end, 
     r->text[len] = 0;
 }
 
+/* Hands a record to the persistence hook. A record it could not keep ends
+ * the turn (once: what follows is not kept either, and says so no more);
+ * outside a turn (the system prompt at start, a compaction asked for) it
+ * is reported, and the next turn meets it again. */
+static void persist_turn(agent *a, const agent_turn *t)
+{
+    char msg[480] = "";
+    if (a->cfg.persist->on_turn(a->cfg.persist->ud, t, msg, sizeof msg) == 0 || a->persist_failed) return;
+    const char *text = msg[0] ? msg : "the session could not be saved";
+    if (!a->in_turn) {
+        agent_publish(a, AGENT_EV_ERROR, text, strlen(text), NULL, NULL, NULL, true, 0);
+        return;
+    }
+    a->persist_failed = true;
+    agent_set_error(a, "%s", text);
+    atomic_store(&a->interrupt, true);
+}
+
 void turn_log_add_tool(agent *a, size_t start, const char *text, size_t len, const agent_tool_call *calls, size_t n)
 {
     turn_push(a, AGENT_TURN_TOOL, start, a->tx.n, text, len);
@@ -210,7 +231,7 @@ void turn_log_add_tool(agent *a, size_t start, const char *text, size_t len, con
             .tokens = a->tx.ids + start, .n_tokens = a->tx.n - start, .transcript_len = a->tx.n,
             .calls = calls, .n_calls = n,
         };
-        a->cfg.persist->on_turn(a->cfg.persist->ud, &t);
+        persist_turn(a, &t);
     }
 }
 
@@ -222,7 +243,7 @@ void turn_log_add(agent *a, agent_turn_kind kind, size_t start, const char *text
             .kind = kind, .text = text ? text : "", .len = len,
             .tokens = a->tx.ids + start, .n_tokens = a->tx.n - start, .transcript_len = a->tx.n,
         };
-        a->cfg.persist->on_turn(a->cfg.persist->ud, &t);
+        persist_turn(a, &t);
     }
 }
 
@@ -247,7 +268,7 @@ static void report_whole(agent *a, agent_turn_kind kind, const char *text, size_
             .kind = kind, .text = text ? text : "", .len = len,
             .tokens = a->tx.ids, .n_tokens = a->tx.n, .transcript_len = a->tx.n,
         };
-        a->cfg.persist->on_turn(a->cfg.persist->ud, &t);
+        persist_turn(a, &t);
     }
 }
 
@@ -373,6 +394,11 @@ static void *worker_main(void *arg)
     agent *a = arg;
     trace_line(a->tr, "agent worker start ctx=%d tokens=%zu", a->n_ctx, a->tx.n);
     if (!a->resumed) report_whole(a, AGENT_TURN_SYSTEM, "", 0);
+    if (a->unanswered) {
+        agent_answer_unanswered(a, a->unanswered, a->unanswered_len);
+        free(a->unanswered);
+        a->unanswered = NULL;
+    }
     agent_sync(a, a->tx.ids, a->tx.n, "initial_system_prompt");
     agent_update_ctx(a);
     finish_busy(a);
@@ -404,7 +430,11 @@ static void *worker_main(void *arg)
         }
         apply_think(a);
         if (text) {
+            a->persist_failed = false;
+            a->in_turn = true;
             const char *why = agent_run_turn(a, text);
+            a->in_turn = false;
+            if (a->persist_failed) why = AGENT_END_NOT_SAVED;
             free(text);
             agent_publish(a, AGENT_EV_TURN_END, why, strlen(why), NULL, NULL, NULL,
                           strcmp(why, AGENT_END_DONE) != 0 && strcmp(why, AGENT_END_INTERRUPTED) != 0, 0);
@@ -479,6 +509,7 @@ static void agent_free(agent *a)
     if (a->env && tool_env_free) tool_env_free(a->env);
     for (size_t i = 0; i < a->n_schemas; i++) free(a->schemas[i]);
     free(a->schemas);
+    free(a->unanswered);
     dsml_parser_free(a->parser);
     dsml_masker_free(a->masker);
     dsml_vocab_free(a->dvocab);
@@ -725,6 +756,12 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         bool fresh = rs->system_len && rs->system_len == rs->n_tokens;
         a->started_note = !fresh;
         a->resumed = !fresh;
+        if (rs->last_reply && rs->last_reply_len) {
+            a->unanswered = malloc(rs->last_reply_len);
+            if (!a->unanswered) abort();
+            memcpy(a->unanswered, rs->last_reply, rs->last_reply_len);
+            a->unanswered_len = rs->last_reply_len;
+        }
     } else {
         agent_render_system(a, &a->tx);
         a->sys_len = a->tx.n;

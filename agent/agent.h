@@ -116,7 +116,11 @@ typedef struct {
  * journal of these records plus a KV snapshot of some prefix resumes a
  * session: restore the snapshot, pass the journal's tokens as
  * agent_resume.tokens, and only the tokens after the snapshot are
- * prefilled. on_idle is called whenever the worker is about to become
+ * prefilled. on_turn returns nonzero with msg when the record could not
+ * be kept (a full disk): the turn stops at its next safe point and ends
+ * with AGENT_END_NOT_SAVED after an AGENT_EV_ERROR carrying msg; the
+ * records stay in the transcript (a front end keeps them to write later).
+ * on_idle is called whenever the worker is about to become
  * idle (state SAVING meanwhile), with the session in a stable state: it may
  * be snapshotted with ds4_session_save until the hook returns; a nonzero
  * return shows msg as a notice. on_save answers AGENT_REQ_SAVE (state
@@ -148,7 +152,7 @@ typedef struct {
 } agent_turn;
 
 typedef struct {
-    void (*on_turn)(void *ud, const agent_turn *t);
+    int (*on_turn)(void *ud, const agent_turn *t, char *msg, size_t msglen);
     int (*on_idle)(void *ud, ds4_session *s, const int32_t *tokens, size_t n, char *msg, size_t msglen);
     int (*on_save)(void *ud, ds4_session *s, const int32_t *tokens, size_t n, char *msg, size_t msglen);
     /* When set, the first reading of the system prompt stops after its
@@ -179,6 +183,14 @@ typedef struct {
     size_t system_snapshot_len;
     size_t system_snapshot_tokens; /* the tokens it holds when fewer than system_len (a
                                       cached shared prefix); 0 = system_len */
+    /* The transcript ends with this assistant reply (its text as sampled),
+     * or NULL. When it made tool calls, their results never reached the
+     * saved transcript (the process stopped while they ran): the agent
+     * answers each with an error saying it may or may not have taken
+     * effect (and, for write and edit, what the file holds now), reported
+     * as a TOOL record before anything else. */
+    const char *last_reply;
+    size_t last_reply_len;
 } agent_resume;
 
 /* Tools for the model other than the registry (tests, embedding). */
@@ -306,5 +318,6 @@ bool agent_sandbox(agent *a, const char **why);
 #define AGENT_END_MAX_TOOL_ROUNDS "max tool rounds"
 #define AGENT_END_MAX_TOKENS "max tokens"
 #define AGENT_END_MALFORMED "malformed tool calls"
+#define AGENT_END_NOT_SAVED "not saved"
 
 #endif

@@ -77,6 +77,10 @@ struct agent {
     ds4_think think;      /* mode of the next rounds */
     bool started_note;    /* the session-start note was given */
     bool resumed;         /* started from agent_resume */
+    bool in_turn;         /* agent_run_turn runs */
+    bool persist_failed;  /* the persistence hook refused a record this turn */
+    char *unanswered;     /* a resumed transcript's last reply, until its calls are answered */
+    size_t unanswered_len;
     char *last_user;      /* the latest user request, verbatim */
     trace *tr;
     strbuf reply;         /* bytes of the reply being sampled */
@@ -127,6 +131,12 @@ void agent_status_update(agent *a, void (*fn)(agent_status *st, void *ud), void 
 bool agent_cancelled(agent *a);
 void agent_update_ctx(agent *a);
 
+/* ---- resume.c --------------------------------------------------------------------- */
+
+/* Answers the tool calls of a resumed conversation's last reply that got
+ * no result (see agent_resume.last_reply); nothing when it made none. */
+void agent_answer_unanswered(agent *a, const char *reply, size_t len);
+
 /* ---- turn log ------------------------------------------------------------------ */
 
 /* Records tx[start..] as a turn and calls the persistence hook. */
@@ -152,6 +162,9 @@ void agent_dsml_event(void *ud, const dsml_event *ev);
  * event, holding back an incomplete character at its end; all: the reply
  * or its region ended, and such a character is dropped. */
 void agent_stream_flush(agent *a, bool all);
+/* Appends a tool message with its calls and results (journaled as a TOOL
+ * record); false when not even a short error fits the context. */
+bool agent_add_tool_results(agent *a, const char *text, agent_tool_call *calls, size_t n);
 /* Tokens a compaction needs to be able to run at all. */
 size_t agent_compact_reserve(const agent *a);
 

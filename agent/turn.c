@@ -427,7 +427,9 @@ static void run_calls(agent *a, strbuf *msg, call_log *log)
         snprintf(a->call_tool, sizeof a->call_tool, "%s", c->name);
         a->call_index = (int)i;
         if (agent_cancelled(a)) {
-            res.text = strdup("Tool error: not run: the user interrupted");
+            /* a turn also stops when the session cannot record it */
+            res.text = strdup(a->persist_failed ? "Tool error: not run: the session could not be saved"
+                                                : "Tool error: not run: the user interrupted");
             res.is_error = true;
         } else {
             agent_set_state(a, AGENT_TOOL);
@@ -518,6 +520,12 @@ static bool append_tool_message(agent *a, const char *text, const call_log *call
     return true;
 }
 
+bool agent_add_tool_results(agent *a, const char *text, agent_tool_call *calls, size_t n)
+{
+    call_log l = { calls, n };
+    return append_tool_message(a, text, &l);
+}
+
 static void reset_turn_status(agent_status *st, void *ud)
 {
     (void)ud;
@@ -604,7 +612,8 @@ const char *agent_run_turn(agent *a, const char *text)
              * not read yet is read with the next turn. */
             ds4_chat_assistant_end(a->tok, &a->tx);
             turn_log_add(a, AGENT_TURN_ASSISTANT, astart, "", 0);
-            agent_notice(a, "Model reading interrupted; it may only be aware of the part it read so far.");
+            if (!a->persist_failed)
+                agent_notice(a, "Model reading interrupted; it may only be aware of the part it read so far.");
             return AGENT_END_INTERRUPTED;
         }
         size_t room = (size_t)a->n_ctx > a->tx.n + reserve + 1 ? (size_t)a->n_ctx - a->tx.n - reserve - 1 : 0;
@@ -621,7 +630,7 @@ const char *agent_run_turn(agent *a, const char *text)
 
         if (stop == STOP_ERROR) return AGENT_END_ERROR;
         if (stop == STOP_INTERRUPT) {
-            agent_notice(a, "Stopped by user.");
+            if (!a->persist_failed) agent_notice(a, "Stopped by user.");
             return AGENT_END_INTERRUPTED;
         }
         strbuf msg = { 0 };
@@ -701,7 +710,7 @@ const char *agent_run_turn(agent *a, const char *text)
             free(steer);
         }
         if (agent_cancelled(a)) {
-            agent_notice(a, "Stopped by user.");
+            if (!a->persist_failed) agent_notice(a, "Stopped by user.");
             return AGENT_END_INTERRUPTED;
         }
         if ((size_t)rounds >= a->max_tool_rounds) {

@@ -30,6 +30,24 @@ const char *sb_str(const strbuf *b);      /* "" when empty */
 
 /* Reads a whole file (NUL-terminated). NULL with errno set on failure. */
 char *file_read_all(const char *path, size_t *len);
+/* The same for a file that must be a regular one (session data): opened
+ * without blocking, so a FIFO in its place cannot hang the caller; a
+ * directory fails with EISDIR, anything else not regular with EINVAL. */
+char *file_read_regular(const char *path, size_t *len);
+
+/* Writes all of data to fd, going on after short writes and EINTR. 0, or
+ * -1 with errno (what was written before the failure stays written). */
+int fd_write_all(int fd, const void *data, size_t len);
+
+/* Bytes an unprivileged writer may still put on the file system holding
+ * path; UINT64_MAX when that cannot be told. */
+uint64_t fs_free_bytes(const char *path);
+
+/* Testing: after `bytes` more bytes written through fd_write_all (and so
+ * file_write_atomic), writes fail with ENOSPC, and fs_free_bytes reports
+ * at most what is left. Negative turns it off. The environment variable
+ * DS4CL_FAULT_SPACE=BYTES sets it when the process first writes. */
+void fault_space_set(int64_t bytes);
 
 /* Replaces path with data atomically: write a temp file in the same
  * directory, fsync it, rename over path, fsync the directory. mode < 0 keeps
@@ -38,6 +56,17 @@ char *file_read_all(const char *path, size_t *len);
  * fills err, and leaves any existing file untouched. */
 int file_write_atomic(const char *path, const void *data, size_t len, int mode,
                       bool make_parents, char *err, size_t errlen);
+
+/* The prefix of the temporary files file_write_atomic makes beside path
+ * (".NAME.tmp.PID." in its directory: the PID tells a later process whether
+ * the writer may still be running); -1 when it does not fit. */
+int temp_prefix_for(char *buf, size_t size, const char *path);
+
+/* Removes the temporary files of file_write_atomic under root (bounded:
+ * at most max_entries directory entries are looked at, symlinks are not
+ * followed) whose writer is gone: its PID runs no process, or runs one
+ * that started after the file was last written. Returns how many. */
+size_t temp_sweep(const char *root, size_t max_entries);
 
 /* A template for mkstemp/mkdtemp in buf: prefix followed by the six
  * placeholder characters they replace. -1 (errno ENAMETOOLONG) when it

@@ -2,16 +2,24 @@
  * locations and clocks. */
 #include "base/base.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <ftw.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
+
+static char *read_fd(int fd, const struct stat *st, size_t *len);
 
 char *file_read_all(const char *path, size_t *len)
 {
@@ -20,6 +28,27 @@ char *file_read_all(const char *path, size_t *len)
     struct stat st;
     if (fstat(fd, &st) != 0) { close(fd); return NULL; }
     if (S_ISDIR(st.st_mode)) { close(fd); errno = EISDIR; return NULL; }
+    return read_fd(fd, &st, len);
+}
+
+char *file_read_regular(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0) { close(fd); return NULL; }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        return NULL;
+    }
+    return read_fd(fd, &st, len);
+}
+
+/* Reads fd to its end and closes it. */
+static char *read_fd(int fd, const struct stat *stp, size_t *len)
+{
+    struct stat st = *stp;
     size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
     char *buf = malloc(cap);
     if (!buf) abort();
@@ -71,6 +100,69 @@ static void fmt_err(char *err, size_t errlen, const char *what, const char *path
     if (err && errlen) snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
 }
 
+/* ---- writes, free space and the test hook that fills the disk ----------------- */
+
+static atomic_llong fault_left = -1;
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+
+static void fault_from_env(void)
+{
+    const char *v = getenv("DS4CL_FAULT_SPACE");
+    if (v && *v >= '0' && *v <= '9') atomic_store(&fault_left, strtoll(v, NULL, 10));
+}
+
+void fault_space_set(int64_t bytes)
+{
+    pthread_once(&fault_once, fault_from_env);
+    atomic_store(&fault_left, bytes < 0 ? -1 : (long long)bytes);
+}
+
+/* How many of n bytes the simulated disk still takes (n when it is off). */
+static size_t fault_take(size_t n)
+{
+    pthread_once(&fault_once, fault_from_env);
+    for (;;) {
+        long long left = atomic_load(&fault_left);
+        if (left < 0) return n;
+        size_t k = (unsigned long long)left < n ? (size_t)left : n;
+        if (atomic_compare_exchange_weak(&fault_left, &left, left - (long long)k)) return k;
+    }
+}
+
+int fd_write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        size_t allowed = fault_take(len);
+        if (allowed == 0) {
+            errno = ENOSPC;
+            return -1;
+        }
+        ssize_t w = write(fd, p, allowed);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = ENOSPC;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+uint64_t fs_free_bytes(const char *path)
+{
+    struct statvfs v;
+    uint64_t free_b = statvfs(path, &v) == 0 ? (uint64_t)v.f_bavail * (uint64_t)v.f_frsize : UINT64_MAX;
+    pthread_once(&fault_once, fault_from_env);
+    long long left = atomic_load(&fault_left);
+    if (left >= 0 && (uint64_t)left < free_b) free_b = (uint64_t)left;
+    return free_b;
+}
+
 int temp_template(char *buf, size_t size, const char *prefix)
 {
     size_t n = strlen(prefix);
@@ -82,6 +174,99 @@ int temp_template(char *buf, size_t size, const char *prefix)
     memset(buf + n, 'X', 6);
     buf[n + 6] = '\0';
     return 0;
+}
+
+int temp_prefix_for(char *buf, size_t size, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    int n = snprintf(buf, size, "%.*s.%s.tmp.%ld.", (int)(name - path), path, name, (long)getpid());
+    if (n < 0 || (size_t)n >= size) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
+}
+
+/* The PID in a name made by temp_prefix_for + temp_template
+ * (".NAME.tmp.PID.XXXXXX"), or 0 when it is not one. */
+static long temp_writer(const char *name)
+{
+    size_t n = strlen(name);
+    if (name[0] != '.' || n < 1 + 5 + 2 + 6) return 0;
+    const char *tail = name + n - 7; /* ".XXXXXX" */
+    if (tail[0] != '.') return 0;
+    for (int i = 1; i < 7; i++)
+        if (!isalnum((unsigned char)tail[i])) return 0;
+    const char *d = tail;
+    while (d > name && isdigit((unsigned char)d[-1])) d--;
+    if (d == tail || tail - d > 10 || d - name < 6 || memcmp(d - 5, ".tmp.", 5)) return 0;
+    return strtol(d, NULL, 10);
+}
+
+/* When the process now running as pid started (seconds since the epoch);
+ * -1 when there is none, 0 when that cannot be told. */
+static int64_t process_start(long pid)
+{
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return -1;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? -1 : 0;
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (r <= 0) return 0;
+    buf[r] = 0;
+    /* field 22, counted after the command name, which may hold anything */
+    char *p = strrchr(buf, ')');
+    for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
+    if (!p) return 0;
+    unsigned long long ticks = strtoull(p + 1, NULL, 10);
+    char *st = file_read_all("/proc/stat", NULL);
+    char *bt = st ? strstr(st, "\nbtime ") : NULL;
+    int64_t boot = bt ? strtoll(bt + 7, NULL, 10) : 0;
+    free(st);
+    long hz = sysconf(_SC_CLK_TCK);
+    return boot && hz > 0 ? boot + (int64_t)(ticks / (unsigned long long)hz) : 0;
+}
+
+static void sweep_dir(int dfd, int depth, size_t *budget, size_t *removed)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return;
+    }
+    struct dirent *de;
+    while (*budget > 0 && (de = readdir(d))) {
+        (*budget)--;
+        const char *name = de->d_name;
+        if (!strcmp(name, ".") || !strcmp(name, "..")) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (depth >= 32 || !strcmp(name, ".git")) continue;
+            int sub = openat(dirfd(d), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0) sweep_dir(sub, depth + 1, budget, removed);
+            continue;
+        }
+        long pid;
+        if (!S_ISREG(st.st_mode) || (pid = temp_writer(name)) <= 0 || pid == (long)getpid()) continue;
+        int64_t started = process_start(pid);
+        /* a PID used again by a process that started after the last write */
+        if (started < 0 || (started > 0 && started > (int64_t)st.st_mtime + 1)) {
+            if (unlinkat(dirfd(d), name, 0) == 0) (*removed)++;
+        }
+    }
+    closedir(d);
+}
+
+size_t temp_sweep(const char *root, size_t max_entries)
+{
+    size_t removed = 0, budget = max_entries;
+    int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) sweep_dir(fd, 0, &budget, &removed);
+    return removed;
 }
 
 int file_write_atomic(const char *path, const void *data, size_t len, int mode,
@@ -111,25 +296,17 @@ int file_write_atomic(const char *path, const void *data, size_t len, int mode,
     }
     if (mode >= 0) m = (mode_t)mode;
     char prefix[4200];
-    snprintf(prefix, sizeof prefix, "%s/.%s.tmp.", d, strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
-    int fd = temp_template(tmp, sizeof tmp, prefix) == 0 ? mkstemp(tmp) : -1;
+    int fd = temp_prefix_for(prefix, sizeof prefix, path) == 0 && temp_template(tmp, sizeof tmp, prefix) == 0
+                 ? mkstemp(tmp) : -1;
     if (fd < 0) {
         fmt_err(err, errlen, "cannot create a temporary file next to", path);
         return -1;
     }
-    const char *p = data;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            fmt_err(err, errlen, "cannot write", tmp);
-            close(fd);
-            unlink(tmp);
-            return -1;
-        }
-        p += w;
-        left -= (size_t)w;
+    if (fd_write_all(fd, data, len) != 0) {
+        fmt_err(err, errlen, "cannot write", tmp);
+        close(fd);
+        unlink(tmp);
+        return -1;
     }
     if (fchmod(fd, m) != 0 || fsync(fd) != 0) {
         fmt_err(err, errlen, "cannot sync", tmp);

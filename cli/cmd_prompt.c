@@ -13,9 +13,10 @@
  * Output: with --output-format text (default), the final answer on stdout
  * and progress on stderr; with stream-json, one JSON object per line on
  * stdout (schema in README.md, "type" and "schema" in every object) ending
- * with a "result" object; with json, that "result" object alone, at the
- * end, and nothing on stderr but errors before the run starts. Exit status: 0 done, 1 error, 2 usage,
- * 3 interrupted, 4 context exhausted.
+ * with a "result" object, also when the run is refused before it starts;
+ * with json, that "result" object alone, at the end, and nothing on stderr
+ * but errors before the run starts. Exit status: 0 done, 1 error, 2 usage,
+ * 3 interrupted, 4 context exhausted, 5 the session could not be saved.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -96,6 +97,7 @@ typedef struct {
     const char *end;     /* TURN_END reason */
     char end_buf[64];
     bool saw_end;
+    char error[640];     /* the last error, whole (the status keeps its start) */
 } run_state;
 
 static void emit(struct json_object *o)
@@ -232,6 +234,7 @@ static void handle(run_state *rs, const agent_event *e)
         }
         break;
     case AGENT_EV_ERROR:
+        snprintf(rs->error, sizeof rs->error, "%s", e->text ? e->text : "error");
         if (rs->json) {
             struct json_object *o = typed("error");
             json_object_object_add(o, "message", jstr(e->text, e->len));
@@ -253,7 +256,24 @@ static int exit_code_for(const char *end)
     if (!strcmp(end, AGENT_END_DONE) || !strcmp(end, AGENT_END_MAX_TOKENS)) return EXIT_DONE;
     if (!strcmp(end, AGENT_END_INTERRUPTED)) return EXIT_INTERRUPTED;
     if (!strcmp(end, AGENT_END_CONTEXT_FULL)) return EXIT_CONTEXT_FULL;
+    if (!strcmp(end, AGENT_END_NOT_SAVED)) return EXIT_NOT_SAVED;
     return EXIT_ERROR;
+}
+
+/* A run refused before its agent started: the stream still ends with a
+ * result, so that a script reading it learns why. msg was printed. */
+static int refused(const ds4cl_options *o, int code, const char *session_id, const char *msg)
+{
+    if (o->output != OUTPUT_STREAM_JSON && o->output != OUTPUT_JSON) return code;
+    struct json_object *r = typed("result");
+    json_object_object_add(r, "session_id", json_object_new_string(session_id ? session_id : ""));
+    json_object_object_add(r, "stop_reason", json_object_new_string(code == EXIT_USAGE ? "usage" : AGENT_END_ERROR));
+    json_object_object_add(r, "exit_code", json_object_new_int(code));
+    json_object_object_add(r, "is_error", json_object_new_boolean(true));
+    json_object_object_add(r, "text", json_object_new_string(""));
+    json_object_object_add(r, "error", jstr(msg, strlen(msg)));
+    emit(r);
+    return code;
 }
 
 /* Waits for the wake fd or a signal; forwards signals as interrupts. */
@@ -304,25 +324,25 @@ static struct json_object *string_array(const char *const *v)
 int cmd_prompt(const ds4cl_options *o)
 {
     char *prompt = load_prompt(o);
-    if (!prompt) return EXIT_ERROR;
+    if (!prompt) return refused(o, EXIT_ERROR, NULL, "the prompt cannot be read (the reason is on stderr)");
     bool blank = true;
     for (const char *p = prompt; *p && blank; p++) blank = *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r';
     if (blank) {
         fprintf(stderr, "ds4cl: the prompt is empty\n");
         free(prompt);
-        return EXIT_USAGE;
+        return refused(o, EXIT_USAGE, NULL, "the prompt is empty");
     }
     if (o->backend == DS4_BACKEND_SCRIPT && !o->model_path) {
         fprintf(stderr, "ds4cl: the script engine needs -m MODEL (its tokenizer is used)\n");
         free(prompt);
-        return EXIT_USAGE;
+        return refused(o, EXIT_USAGE, NULL, "the script engine needs -m MODEL (its tokenizer is used)");
     }
     char ws[PATH_MAX];
     int wrc = workspace_resolve(o, ws);
     if (wrc == 0) wrc = preflight_check(o, ws);
     if (wrc != 0) {
         free(prompt);
-        return wrc;
+        return refused(o, wrc, NULL, "the workspace cannot be used (the reason is on stderr)");
     }
 
     /* The session first: a resumed one brings its context size. */
@@ -354,7 +374,9 @@ int cmd_prompt(const ds4cl_options *o)
             fprintf(stderr, "ds4cl: %s\n", serr);
         }
         free(prompt);
-        return so == SESSION_OPEN_PICK ? EXIT_USAGE : EXIT_ERROR;
+        if (so == SESSION_OPEN_PICK)
+            return refused(o, EXIT_USAGE, NULL, "--resume needs a session ID with --prompt");
+        return refused(o, EXIT_ERROR, o->session_id ? o->session_id : o->resume_id, serr);
     }
     session_info sinfo = { .n_ctx = 0 };
     if (sess) session_get_info(sess, &sinfo);
@@ -365,6 +387,8 @@ int cmd_prompt(const ds4cl_options *o)
     model_open_check mc = { agent_setup_check_engine, &chk };
     ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc);
     if (!e) {
+        const char *sid = sess ? session_id(sess) : NULL;
+        refused(o, open_rc, sid, "the model could not be opened (the reason is on stderr)");
         session_close(sess);
         free(prompt);
         return open_rc;
@@ -399,6 +423,7 @@ int cmd_prompt(const ds4cl_options *o)
     }
     if (!a) {
         fprintf(stderr, "ds4cl: %s\n", err.msg);
+        refused(o, EXIT_ERROR, sess ? session_id(sess) : NULL, err.msg);
         ds4_engine_close(e);
         session_close(sess);
         free(prompt);
@@ -470,6 +495,15 @@ int cmd_prompt(const ds4cl_options *o)
             break;
         }
     }
+    /* The idle hook runs once the turn has ended (the KV state is saved
+     * then): what it reports belongs to this run, before its result. */
+    while (rs.saw_end) {
+        agent_get_status(a, &st);
+        if (st.state == AGENT_IDLE || st.state == AGENT_ERROR) break;
+        wait_events(a, 100);
+        drain(a, &rs);
+    }
+    drain(a, &rs);
     agent_get_status(a, &st);
     const char *end = rs.end ? rs.end : AGENT_END_ERROR;
     int code = exit_code_for(end);
@@ -484,7 +518,8 @@ int cmd_prompt(const ds4cl_options *o)
         json_object_object_add(r, "exit_code", json_object_new_int(code));
         json_object_object_add(r, "is_error", json_object_new_boolean(code != EXIT_DONE));
         json_object_object_add(r, "text", jstr(rs.answer.s, alen));
-        if (st.error[0]) json_object_object_add(r, "error", json_object_new_string(st.error));
+        const char *error = rs.error[0] ? rs.error : st.error;
+        if (error[0]) json_object_object_add(r, "error", jstr(error, strlen(error)));
         json_object_object_add(r, "prefilled_tokens", json_object_new_int64((int64_t)st.prefilled_total));
         json_object_object_add(r, "generated_tokens", json_object_new_int64((int64_t)st.generated_total));
         struct json_object *usage = json_object_new_object();

@@ -1,6 +1,7 @@
 /* commands.h — the modes of `ds4cl`, one function each, implemented in
  * cli/cmd_*.c. Each returns the process exit status:
- * 0 done, 1 error, 2 usage, 3 interrupted, 4 context exhausted. */
+ * 0 done, 1 error, 2 usage, 3 interrupted, 4 context exhausted, 5 the
+ * session could not be saved (the turn stopped there). */
 #ifndef DS4CL_COMMANDS_H
 #define DS4CL_COMMANDS_H
 
@@ -12,6 +13,7 @@ enum {
     EXIT_USAGE = 2,
     EXIT_INTERRUPTED = 3,
     EXIT_CONTEXT_FULL = 4,
+    EXIT_NOT_SAVED = 5,
 };
 
 /* Declared weak while the program is assembled from parts: main() reports a

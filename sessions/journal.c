@@ -229,6 +229,32 @@ static void push(journal_scan *s, const journal_rec *r)
     s->recs[s->n++] = *r;
 }
 
+/* A frame header that checks out at p (its body may be damaged or cut
+ * off): its kind when the body's first byte is there, else -1; -2 when
+ * there is no frame. */
+static int frame_kind_at(const unsigned char *p, size_t avail, uint32_t *body_len)
+{
+    if (avail < JOURNAL_FRAME_LEN || get_u32(p) != REC_MAGIC || get_u32(p + 12) != journal_crc32(0, p, 12)) return -2;
+    *body_len = get_u32(p + 4);
+    return avail > JOURNAL_FRAME_LEN ? p[JOURNAL_FRAME_LEN] : -1;
+}
+
+/* Counts the frames in [from, to) into lost_records and lost_user. */
+static void count_lost(const unsigned char *data, size_t len, size_t from, size_t to, journal_scan *out)
+{
+    for (size_t at = from; at < to && at < len;) {
+        uint32_t body_len;
+        int kind = frame_kind_at(data + at, len - at, &body_len);
+        if (kind == -2) {
+            at++;
+            continue;
+        }
+        out->lost_records++;
+        if (kind == AGENT_TURN_USER) out->lost_user++;
+        at += JOURNAL_FRAME_LEN;
+    }
+}
+
 void journal_parse(const unsigned char *data, size_t len, journal_scan *out)
 {
     memset(out, 0, sizeof *out);
@@ -255,18 +281,39 @@ void journal_parse(const unsigned char *data, size_t len, journal_scan *out)
         size_t next = pos + 1;
         while (next < len && !record_at(data + next, len - next, NULL)) next++;
         if (next >= len) break;
+        count_lost(data, len, pos, next, out);
         out->skipped += next - pos;
         out->damaged_spans++;
         pos = next;
     }
     out->torn = len - out->valid_end;
+    if (out->torn) {
+        size_t at = out->valid_end;
+        uint32_t body_len = 0;
+        int kind = frame_kind_at(data + at, len - at, &body_len);
+        out->torn_partial = out->torn < JOURNAL_FRAME_LEN ||
+                            (kind != -2 && (uint64_t)JOURNAL_FRAME_LEN + body_len > out->torn);
+        count_lost(data, len, at, len, out);
+    }
+}
+
+void journal_encode_all(strbuf *out, const journal_rec *recs, size_t n)
+{
+    uint64_t tx = 0;
+    for (size_t i = 0; i < n; i++) {
+        agent_turn t = journal_rec_turn(&recs[i]);
+        if (t.kind == AGENT_TURN_SYSTEM || t.kind == AGENT_TURN_REBUILD) tx = 0;
+        tx += t.n_tokens;
+        t.transcript_len = (size_t)tx;
+        journal_encode(out, &t);
+    }
 }
 
 int journal_read(const char *path, journal_scan *out)
 {
     memset(out, 0, sizeof *out);
     size_t len;
-    char *data = file_read_all(path, &len);
+    char *data = file_read_regular(path, &len);
     if (!data) return -1;
     journal_parse((const unsigned char *)data, len, out);
     free(data);
@@ -284,26 +331,23 @@ void journal_scan_free(journal_scan *s)
     memset(s, 0, sizeof *s);
 }
 
-int journal_append(int fd, const void *data, size_t len, char *err, size_t errlen)
+int journal_append(int fd, const char *path, const void *data, size_t len, char *err, size_t errlen)
 {
     off_t start = lseek(fd, 0, SEEK_END);
-    const char *p = data;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : ENOSPC;
-            /* When the cut fails too, readers skip the torn record. */
-            if (start >= 0) (void)!ftruncate(fd, start);
-            snprintf(err, errlen, "cannot append to the session journal: %s", strerror(e));
-            return -1;
-        }
-        p += w;
-        left -= (size_t)w;
+    const char *what = "cannot append to the session journal";
+    int rc = fd_write_all(fd, data, len);
+    if (rc == 0 && fdatasync(fd) != 0) {
+        what = "cannot sync the session journal";
+        rc = -1;
     }
-    if (fdatasync(fd) != 0) {
-        snprintf(err, errlen, "cannot sync the session journal: %s", strerror(errno));
+    if (rc != 0) {
+        int e = errno;
+        /* Whatever reached the file is not known to be durable: cut it
+         * off, so that writing it again later cannot repeat it. When the
+         * cut fails too, the next append cuts first (the caller knows
+         * where the journal ends) and readers skip a torn record. */
+        if (start >= 0) (void)!ftruncate(fd, start);
+        snprintf(err, errlen, "%s %s: %s", what, path, strerror(e));
         return -1;
     }
     return 0;

@@ -13,7 +13,8 @@
  * before reading that far; the body checksum covers the rest. A reader
  * keeps every record that checks out: an incomplete last record (the
  * process died while appending) is a torn tail, anything unreadable in
- * the middle is skipped up to the next record that checks out.
+ * the middle is skipped up to the next record that checks out. Readers
+ * open it without blocking and refuse anything but a regular file.
  */
 #ifndef DS4CL_SESSIONS_JOURNAL_H
 #define DS4CL_SESSIONS_JOURNAL_H
@@ -50,6 +51,14 @@ typedef struct {
     size_t damaged_spans;
     uint64_t torn;          /* bytes after valid_end that form no record */
     bool bad_header;
+    /* torn is what an append cut short leaves: the start of one record
+     * (less than a frame, or a frame that checks out and runs past the
+     * end), nothing else */
+    bool torn_partial;
+    /* frames whose header checks out inside the skipped spans and the torn
+     * tail (records that were there and could not be read), and how many
+     * of them were user turns */
+    size_t lost_records, lost_user;
 } journal_scan;
 
 uint32_t journal_crc32(uint32_t crc, const void *data, size_t len);
@@ -57,6 +66,9 @@ uint32_t journal_crc32(uint32_t crc, const void *data, size_t len);
 /* Reads and checks a journal. -1 with errno when the file cannot be read
  * (ENOENT: there is none); 0 otherwise, whatever its damage. */
 int journal_read(const char *path, journal_scan *out);
+/* The transcript length each record of recs should carry (SYSTEM and
+ * REBUILD start over): the journal a repair writes adds up again. */
+void journal_encode_all(strbuf *out, const journal_rec *recs, size_t n);
 /* Decodes a journal held in memory (the same checks). */
 void journal_parse(const unsigned char *data, size_t len, journal_scan *out);
 void journal_scan_free(journal_scan *s);
@@ -70,8 +82,8 @@ agent_turn journal_rec_turn(const journal_rec *r);
 agent_tool_call *tool_calls_dup(const agent_tool_call *calls, size_t n);
 void tool_calls_free(agent_tool_call *calls, size_t n);
 
-/* Appends bytes and fdatasyncs; on a short write the file is cut back to
- * where it was. 0 or -1 with err. */
-int journal_append(int fd, const void *data, size_t len, char *err, size_t errlen);
+/* Appends bytes and fdatasyncs; when either fails the file is cut back
+ * to where it was. 0, or -1 with err naming path and the cause. */
+int journal_append(int fd, const char *path, const void *data, size_t len, char *err, size_t errlen);
 
 #endif

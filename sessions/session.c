@@ -1,10 +1,9 @@
-/* session.c — one open session: loading and repairing its journal,
- * binding it to an engine (what to restore, what to read again), the
- * agent's persistence hooks (journal records, snapshots, the system
- * prompt cache, the budget), forking and closing. */
-#include "sessions/sessions_internal.h"
+/* session.c — one open session: opening and creating it, binding it to
+ * an engine (what to restore, what to read again), queries, forking and
+ * closing. Its journal is read in load.c, written by the hooks in
+ * persist.c. */
+#include "sessions/session_impl.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,61 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef struct {
-    agent_turn_kind kind;
-    char *text;
-    size_t len;
-    size_t n_tokens;
-    agent_tool_call *calls;
-    size_t n_calls;
-} turn_rec;
-
-struct session {
-    char dir[PATH_MAX];
-    int lock_fd;
-    int jfd;                  /* journal opened for appending; -1 until needed */
-    bool created_here;        /* removed on close when it never got a user turn */
-
-    /* Guards everything below that the worker's hooks change and the
-     * front end reads (meta, transcript, records). */
-    pthread_mutex_t mu;
-    session_meta meta;
-    bool meta_written;        /* meta.json describes this session */
-    bool dirty;               /* meta changed since it was written */
-    ds4_tokens tx;            /* the transcript so far */
-    size_t system_len;
-    ds4_tokens sys_rec;       /* tokens of the last SYSTEM record */
-    turn_rec *turns;
-    size_t n_turns, cap_turns;
-    char **notes;
-    size_t n_notes;
-    char io_err[320];         /* a journal failure to report at the next idle */
-
-    /* Serialises the hooks' file writes with session_fork. */
-    pthread_mutex_t io;
-
-    /* set by session_attach */
-    agent_persist_hooks hooks;
-    agent_resume resume;
-    ds4_tokens resume_tokens;
-    void *map;
-    size_t map_len;
-    void *sys_map;             /* the cached system prompt beside a saved state */
-    size_t sys_map_len;
-    char cache_path[PATH_MAX]; /* system prompt cache to check at the first idle; "" = none */
-    char run_dir[PATH_MAX];    /* the tools' state directory when it is ours; "" = none */
-    ds4_tokens cache_tokens;
-    bool cache_hit;
-    uint64_t budget;
-};
-
-static void note(session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void hook_turn(void *ud, const agent_turn *t);
-static void hook_shared_prefix(void *ud, ds4_session *ks, const int32_t *tokens, size_t n);
-static int hook_idle(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
-static int hook_save(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
-
-static void note(session *s, const char *fmt, ...)
+void session_note(session *s, const char *fmt, ...)
 {
     char buf[512];
     va_list ap;
@@ -87,7 +32,7 @@ static void note(session *s, const char *fmt, ...)
     s->n_notes++;
 }
 
-static void path_in(const session *s, const char *name, char *buf, size_t size)
+void session_path_in(const session *s, const char *name, char *buf, size_t size)
 {
     path_join(buf, size, s->dir, name);
 }
@@ -99,6 +44,7 @@ static session *session_alloc(const char *dir, int lock_fd)
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     s->lock_fd = lock_fd;
     s->jfd = -1;
+    s->durable_end = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->io, NULL);
     return s;
@@ -107,6 +53,7 @@ static session *session_alloc(const char *dir, int lock_fd)
 static void session_free(session *s)
 {
     if (s->jfd >= 0) close(s->jfd);
+    sb_free(&s->pending);
     if (s->map) munmap(s->map, s->map_len);
     if (s->sys_map) munmap(s->sys_map, s->sys_map_len);
     if (s->lock_fd >= 0) close(s->lock_fd);
@@ -133,7 +80,7 @@ static bool starts_with(const ds4_tokens *t, const int32_t *ids, size_t n)
     return t->n && t->n <= n && !memcmp(t->ids, ids, t->n * sizeof *ids);
 }
 
-static void apply_record(session *s, const agent_turn *t)
+void session_apply_record(session *s, const agent_turn *t)
 {
     agent_turn_kind kind = t->kind;
     const char *text = t->text ? t->text : "";
@@ -174,89 +121,9 @@ static void apply_record(session *s, const agent_turn *t)
 
 /* ---- opening ---------------------------------------------------------------------------- */
 
-/* Rewrites a journal that has damage in the middle from its intact
- * records, keeping the damaged original beside it. */
-static void repair_journal(session *s, const journal_scan *j, const char *path)
-{
-    size_t len;
-    char *raw = file_read_all(path, &len);
-    char backup[PATH_MAX + 64], err[256];
-    snprintf(backup, sizeof backup, "%s.damaged-%lld", path, (long long)wall_time_s());
-    if (!raw || file_write_atomic(backup, raw, len, 0600, false, err, sizeof err) != 0) {
-        note(s, "the damaged journal could not be backed up (%s); it is left as it is",
-             raw ? err : strerror(errno));
-        free(raw);
-        return;
-    }
-    free(raw);
-    strbuf b = { 0 };
-    journal_encode_header(&b);
-    for (size_t i = 0; i < j->n; i++) {
-        agent_turn t = journal_rec_turn(&j->recs[i]);
-        journal_encode(&b, &t);
-    }
-    if (file_write_atomic(path, b.s, b.len, 0600, false, err, sizeof err) != 0)
-        note(s, "the damaged journal could not be rewritten: %s", err);
-    else
-        note(s, "the journal was rewritten from its intact records; the damaged original is %s", backup);
-    sb_free(&b);
-}
-
-static void load_journal(session *s)
-{
-    char path[PATH_MAX];
-    path_in(s, JOURNAL_FILE, path, sizeof path);
-    journal_scan j;
-    if (journal_read(path, &j) != 0) {
-        if (errno != ENOENT)
-            note(s, "the journal of session %s cannot be read (%s); its conversation is not available",
-                 s->meta.info.id, strerror(errno));
-        else if (s->meta.info.user_turns > 0)
-            note(s, "the journal of session %s is missing; its conversation cannot be recovered", s->meta.info.id);
-        return;
-    }
-    if (j.n == 0 && j.file_size < JOURNAL_HEADER_LEN) {
-        /* Created, then stopped before (or while) its header was written:
-         * it starts over with a header at the first record. */
-        journal_scan_free(&j);
-        if (truncate(path, 0) != 0 && errno != ENOENT)
-            note(s, "the empty journal could not be reset: %s", strerror(errno));
-        return;
-    }
-    int turns_before = s->meta.info.user_turns;
-    s->meta.info.user_turns = 0;
-    bool inconsistent = false;
-    for (size_t i = 0; i < j.n; i++) {
-        agent_turn t = journal_rec_turn(&j.recs[i]);
-        apply_record(s, &t);
-        if (t.transcript_len != s->tx.n) inconsistent = true;
-    }
-    if (j.bad_header)
-        note(s, "the journal header of session %s is damaged; its records were read anyway", s->meta.info.id);
-    if (j.damaged_spans)
-        note(s, "the journal of session %s is damaged: %" PRIu64 " bytes in %zu places were skipped; "
-                "the conversation may miss those parts", s->meta.info.id, j.skipped, j.damaged_spans);
-    if (inconsistent && !j.damaged_spans)
-        note(s, "the journal of session %s does not add up (records out of order); continuing with what it holds",
-             s->meta.info.id);
-    if (j.torn)
-        note(s, "the last record of session %s was incomplete (ds4cl stopped while writing it) and was dropped",
-             s->meta.info.id);
-    if (turns_before > s->meta.info.user_turns && !j.damaged_spans && !j.torn)
-        note(s, "the journal of session %s holds %d user turns, its metadata said %d", s->meta.info.id,
-             s->meta.info.user_turns, turns_before);
-    if (j.bad_header || j.damaged_spans) {
-        repair_journal(s, &j, path);
-    } else if (j.torn) {
-        if (truncate(path, (off_t)j.valid_end) != 0)
-            note(s, "the incomplete record could not be cut off: %s", strerror(errno));
-    }
-    journal_scan_free(&j);
-    s->jfd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
-}
-
-/* A locked directory becomes an open session. */
-static session *load_locked(const char *id, const char *dir, int lock_fd)
+/* A locked directory becomes an open session, or NULL with err (the lock
+ * is released then). */
+static session *load_locked(const char *id, const char *dir, int lock_fd, char *err, size_t errlen)
 {
     session *s = session_alloc(dir, lock_fd);
     session_remove_leftovers(dir);
@@ -265,18 +132,28 @@ static session *load_locked(const char *id, const char *dir, int lock_fd)
         memset(&s->meta, 0, sizeof s->meta);
         snprintf(s->meta.info.id, sizeof s->meta.info.id, "%s", id);
     }
-    load_journal(s);
+    if (session_load_journal(s, err, errlen) != 0) {
+        session_free(s);
+        return NULL;
+    }
     if (!have_meta) {
         char path[PATH_MAX];
-        path_in(s, JOURNAL_FILE, path, sizeof path);
+        session_path_in(s, JOURNAL_FILE, path, sizeof path);
         struct stat st;
         s->meta.info.created = s->meta.info.updated = stat(path, &st) == 0 ? (int64_t)st.st_mtime : wall_time_s();
         if (s->meta.info.user_turns > 0) {
-            note(s, "the metadata of session %s was missing or unreadable; it was rebuilt from the journal", id);
+            session_note(s, "the metadata of session %s was missing or unreadable; it was rebuilt from the journal", id);
             s->dirty = true;
         }
     }
     s->meta_written = have_meta;
+    /* a loss is told once: the metadata now counts what is left */
+    if (have_meta && s->dirty) {
+        char merr[320];
+        pthread_mutex_lock(&s->mu);
+        if (session_write_meta_locked(s, merr, sizeof merr) != 0) session_note(s, "session %s: %s", id, merr);
+        pthread_mutex_unlock(&s->mu);
+    }
     return s;
 }
 
@@ -302,7 +179,7 @@ session *session_open(const char *id, char *err, size_t errlen)
         else snprintf(err, errlen, "cannot lock session %s: %s", id, strerror(errno));
         return NULL;
     }
-    return load_locked(id, dir, fd);
+    return load_locked(id, dir, fd, err, errlen);
 }
 
 session *session_create(const char *id, const char *cwd, char *err, size_t errlen)
@@ -390,10 +267,10 @@ session_open_status session_open_request(const session_request *rq, session **ou
         *out = session_create(NULL, rq->cwd, err, errlen);
         if (!*out) return SESSION_OPEN_ERROR;
         if (busy_id[0])
-            note(*out, "the latest session of this directory (%s) is open in another ds4cl process; "
+            session_note(*out, "the latest session of this directory (%s) is open in another ds4cl process; "
                        "this is a new session", busy_id);
         else
-            note(*out, "no earlier session in this directory; this is a new session");
+            session_note(*out, "no earlier session in this directory; this is a new session");
         return SESSION_OPEN_OK;
     }
     *out = session_create(NULL, rq->cwd, err, errlen);
@@ -469,7 +346,8 @@ static bool sysprompt_path(const ds4_model_info *mi, const int32_t *ids, size_t 
  * least recently used). false when absent or unreadable. */
 static bool map_file(const char *path, void **map, size_t *map_len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: a FIFO in its place is refused, not waited on */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return false;
     struct stat st;
     bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
@@ -488,8 +366,19 @@ static bool map_file(const char *path, void **map, size_t *map_len)
 
 static bool map_snapshot(session *s, const char *path) { return map_file(path, &s->map, &s->map_len); }
 
+/* Directory entries of the workspace looked at for the temporary files
+ * an interrupted atomic write left: bounds the walk in a huge tree. */
+#define TEMP_SWEEP_ENTRIES 50000
+
 int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size_t errlen)
 {
+    /* A write killed halfway (an edit of a large file, say) leaves its
+     * temporary file beside the target; the next session here removes
+     * those whose writer is gone (see temp_sweep). */
+    size_t swept = cfg->workspace ? temp_sweep(cfg->workspace, TEMP_SWEEP_ENTRIES) : 0;
+    if (swept)
+        session_note(s, "removed %zu temporary file%s that an interrupted write left in %s", swept, swept == 1 ? "" : "s",
+             cfg->workspace);
     ds4_model_info mi;
     ds4_engine_info(e, &mi);
     const ds4_tokenizer *tok = ds4_engine_tokenizer(e);
@@ -523,11 +412,18 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         pthread_mutex_unlock(&s->mu);
         return -1;
     }
+    if (s->need_system) {
+        ds4_error derr = { "" };
+        ds4_tokens sys = { 0 };
+        if (agent_system_prompt(cfg, &sys, &derr) == 0 && s->tx.n + sys.n < (size_t)cfg->n_ctx)
+            session_rebuild_system(s, &sys);
+        ds4_tokens_free(&sys);
+    }
     bool other_model = info->model_identity && info->model_identity != mi.identity;
     bool other_backend = info->backend[0] && mi.backend_name &&
                          (!strcmp(info->backend, "script")) != (!strcmp(mi.backend_name, "script"));
     if (other_model && s->tx.n)
-        note(s, "session %s was saved with another model (%s); continuing with %s", id,
+        session_note(s, "session %s was saved with another model (%s); continuing with %s", id,
              info->model_name[0] ? info->model_name : "unknown", mi.name);
     snprintf(info->model_name, sizeof info->model_name, "%s", mi.name);
     snprintf(info->backend, sizeof info->backend, "%s", mi.backend_name ? mi.backend_name : "");
@@ -538,7 +434,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     if (cfg->workspace && strcmp(info->cwd, cfg->workspace)) {
         /* The tools work where ds4cl runs now; --continue finds it there. */
         if (info->cwd[0] && s->tx.n)
-            note(s, "session %s was started in %s; its tools now work in %s", id, info->cwd, cfg->workspace);
+            session_note(s, "session %s was started in %s; its tools now work in %s", id, info->cwd, cfg->workspace);
         strf(info->cwd, sizeof info->cwd, "%s", cfg->workspace);
     }
     s->meta.tokenizer = fp;
@@ -546,7 +442,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
 
     char warn[256];
     s->budget = sessions_budget(warn, sizeof warn);
-    if (warn[0]) note(s, "%s", warn);
+    if (warn[0]) session_note(s, "%s", warn);
 
     s->cache_path[0] = 0;
     s->cache_hit = false;
@@ -566,13 +462,18 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         ds4_tokens_free(&now);
         ds4_tokens_append(&s->resume_tokens, s->tx.ids, s->tx.n);
         s->resume.tokens = s->resume_tokens.ids;
+        /* a reply whose calls got no result: the agent answers them */
+        if (s->n_turns && s->turns[s->n_turns - 1].kind == AGENT_TURN_ASSISTANT) {
+            s->resume.last_reply = s->turns[s->n_turns - 1].text;
+            s->resume.last_reply_len = s->turns[s->n_turns - 1].len;
+        }
         s->resume.n_tokens = s->resume_tokens.n;
         s->resume.system_len = s->system_len;
         char path[PATH_MAX];
-        path_in(s, STATE_FILE, path, sizeof path);
+        session_path_in(s, STATE_FILE, path, sizeof path);
         bool have = file_bytes(path) > 0, own_state = false;
         if (have && (other_model || other_backend)) {
-            note(s, "the saved KV state of session %s belongs to another model; reading its %zu tokens again", id,
+            session_note(s, "the saved KV state of session %s belongs to another model; reading its %zu tokens again", id,
                  s->tx.n);
         } else if (have && map_snapshot(s, path)) {
             own_state = s->meta.snap_file_bytes == s->map_len;
@@ -593,7 +494,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
                 s->resume.system_snapshot = s->map;
                 s->resume.system_snapshot_len = s->map_len;
             }
-            note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
+            session_note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
                  have ? " that can be read" : " (removed by the disk budget or never written)",
                  cached ? s->tx.n - shared : s->tx.n);
         }
@@ -632,16 +533,16 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     s->hooks.ud = s;
     pthread_mutex_unlock(&s->mu);
 
-    s->hooks.on_turn = hook_turn;
-    s->hooks.on_idle = hook_idle;
-    s->hooks.on_shared_prefix = hook_shared_prefix;
-    s->hooks.on_save = hook_save;
+    s->hooks.on_turn = session_hook_turn;
+    s->hooks.on_idle = session_hook_idle;
+    s->hooks.on_shared_prefix = session_hook_shared_prefix;
+    s->hooks.on_save = session_hook_save;
     cfg->persist = &s->hooks;
     /* The tools keep their scratch (a browser profile, job logs) in the
      * session: one place to clean, also after a crash (see
      * session_remove_leftovers). Set whatever cfg held: a config reused
      * from an earlier attach points into a session that may be closed. */
-    path_in(s, RUN_DIR, s->run_dir, sizeof s->run_dir);
+    session_path_in(s, RUN_DIR, s->run_dir, sizeof s->run_dir);
     cfg->tools.state_dir = s->run_dir;
     cfg->resume = s->resume.n_tokens ? &s->resume : NULL;
     cfg->session_id = s->meta.info.id;
@@ -662,191 +563,6 @@ void session_attach_done(session *s)
     s->resume.system_snapshot_len = 0;
 }
 
-/* ---- hooks (the worker's thread) --------------------------------------------------------- */
-
-static int write_meta_locked(session *s, char *err, size_t errlen)
-{
-    s->meta.info.updated = wall_time_s();
-    if (meta_write(s->dir, &s->meta, err, errlen) != 0) return -1;
-    s->meta_written = true;
-    s->dirty = false;
-    return 0;
-}
-
-static int ensure_journal(session *s, char *err, size_t errlen)
-{
-    if (s->jfd >= 0) return 0;
-    char path[PATH_MAX];
-    path_in(s, JOURNAL_FILE, path, sizeof path);
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        strf(err, errlen, "cannot create the session journal %s: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_size == 0) {
-        strbuf h = { 0 };
-        journal_encode_header(&h);
-        int rc = journal_append(fd, h.s, h.len, err, errlen);
-        sb_free(&h);
-        int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-        if (rc != 0) {
-            close(fd);
-            return -1;
-        }
-    }
-    s->jfd = fd;
-    return 0;
-}
-
-static void hook_turn(void *ud, const agent_turn *t)
-{
-    session *s = ud;
-    strbuf rec = { 0 };
-    journal_encode(&rec, t);
-    pthread_mutex_lock(&s->io);
-    char err[320] = "";
-    int rc = ensure_journal(s, err, sizeof err);
-    if (rc == 0) rc = journal_append(s->jfd, rec.s, rec.len, err, sizeof err);
-    pthread_mutex_lock(&s->mu);
-    apply_record(s, t);
-    s->dirty = true;
-    if (rc != 0 && !s->io_err[0]) snprintf(s->io_err, sizeof s->io_err, "%s", err);
-    /* The first user turn makes the session worth listing. */
-    if (t->kind == AGENT_TURN_USER && !s->meta_written && write_meta_locked(s, err, sizeof err) != 0 && !s->io_err[0])
-        snprintf(s->io_err, sizeof s->io_err, "%s", err);
-    pthread_mutex_unlock(&s->mu);
-    pthread_mutex_unlock(&s->io);
-    sb_free(&rec);
-}
-
-static bool same_tokens(const int32_t *a, size_t na, const ds4_tokens *b)
-{
-    return na == b->n && (na == 0 || !memcmp(a, b->ids, na * sizeof *a));
-}
-
-/* Writes state.kv when the KV state holds something it does not. forced:
- * also when nothing changed (then only the message). */
-static int snapshot_locked(session *s, ds4_session *ks, bool forced, char *msg, size_t msglen)
-{
-    size_t have = ds4_session_n_tokens(ks);
-    const int32_t *ids = ds4_session_tokens(ks);
-    if (have == 0) return 0;
-    uint64_t h = tokens_hash(ids, have);
-    pthread_mutex_lock(&s->mu);
-    size_t snap_n = s->meta.snap_tokens;
-    uint64_t snap_h = s->meta.snap_hash;
-    pthread_mutex_unlock(&s->mu);
-    /* Everything was read from scratch: whatever state.kv holds did not
-     * load (damaged, or never written), whatever the metadata says. */
-    bool full_read = have > 1 && ds4_session_last_prefilled(ks) == have;
-    bool unchanged = have == snap_n && h == snap_h && !full_read;
-    /* Only the EOS closing the last reply is new (the state restored at
-     * resume, plus what every next turn reads first anyway): rewriting a
-     * large state for one token would delay the next turn. */
-    bool eos_only = snap_n && have == snap_n + 1 && ds4_session_last_prefilled(ks) <= 1 &&
-                    tokens_hash(ids, snap_n) == snap_h;
-    char path[PATH_MAX];
-    path_in(s, STATE_FILE, path, sizeof path);
-    if (!unchanged && (forced || !eos_only)) {
-        ds4_error err = { "" };
-        if (ds4_session_save(ks, path, &err) != 0) {
-            /* msg is a short line for the user: the start of the
-             * engine's error says what failed */
-            snprintf(msg, msglen, "session %s: the KV state could not be saved: %.300s", s->meta.info.id, err.msg);
-            return -1;
-        }
-        pthread_mutex_lock(&s->mu);
-        s->meta.snap_tokens = have;
-        s->meta.snap_hash = h;
-        s->meta.snap_file_bytes = file_bytes(path);
-        s->dirty = true;
-        pthread_mutex_unlock(&s->mu);
-        sessions_enforce_budget(s->budget);
-    }
-    if (forced)
-        snprintf(msg, msglen, "saved session %s (%zu tokens, %.1f MiB)", s->meta.info.id, have,
-                 (double)file_bytes(path) / (1 << 20));
-    return 0;
-}
-
-static int idle_or_save(session *s, ds4_session *ks, const int32_t *tokens, size_t n, bool forced, char *msg,
-                        size_t msglen)
-{
-    pthread_mutex_lock(&s->io);
-    int rc = 0;
-    msg[0] = 0;
-    pthread_mutex_lock(&s->mu);
-    if (s->io_err[0]) {
-        snprintf(msg, msglen, "%s", s->io_err);
-        s->io_err[0] = 0;
-        rc = 1;
-    }
-    int user_turns = s->meta.info.user_turns;
-    pthread_mutex_unlock(&s->mu);
-
-    /* The system prompt's state, once: when it was not cached, or the
-     * cached one could not be used (the prompt was read after all). */
-    if (s->cache_path[0]) {
-        if (same_tokens(tokens, n, &s->cache_tokens) && same_tokens(ds4_session_tokens(ks), ds4_session_n_tokens(ks), &s->cache_tokens) &&
-            ds4_session_logits(ks) && (!s->cache_hit || ds4_session_last_prefilled(ks) > 0)) {
-            ds4_error err = { "" };
-            if (ds4_session_save(ks, s->cache_path, &err) == 0) sessions_enforce_budget(s->budget);
-        }
-        s->cache_path[0] = 0;
-    }
-
-    if (user_turns == 0) {
-        if (forced) snprintf(msg, msglen, "nothing to save yet");
-    } else {
-        char smsg[512] = "";
-        if (snapshot_locked(s, ks, forced, smsg, sizeof smsg) != 0) {
-            snprintf(msg, msglen, "%s", smsg);
-            rc = forced ? -1 : 1;
-        } else if (forced && rc == 0) {
-            snprintf(msg, msglen, "%s", smsg);
-        }
-        pthread_mutex_lock(&s->mu);
-        char err[256];
-        if (s->dirty && write_meta_locked(s, err, sizeof err) != 0 && rc == 0) {
-            snprintf(msg, msglen, "session %s: %s", s->meta.info.id, err);
-            rc = 1;
-        }
-        pthread_mutex_unlock(&s->mu);
-    }
-    pthread_mutex_unlock(&s->io);
-    return rc;
-}
-
-/* The worker read the system prompt's shared prefix: its state is cached
- * for every workspace (when it was not, or could not be used). */
-static void hook_shared_prefix(void *ud, ds4_session *ks, const int32_t *tokens, size_t n)
-{
-    session *s = ud;
-    pthread_mutex_lock(&s->io);
-    if (s->cache_path[0] && same_tokens(tokens, n, &s->cache_tokens) &&
-        same_tokens(ds4_session_tokens(ks), ds4_session_n_tokens(ks), &s->cache_tokens) && ds4_session_logits(ks)) {
-        ds4_error err = { "" };
-        if (ds4_session_save(ks, s->cache_path, &err) == 0) sessions_enforce_budget(s->budget);
-        s->cache_path[0] = 0;
-    }
-    pthread_mutex_unlock(&s->io);
-}
-
-static int hook_idle(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen)
-{
-    return idle_or_save(ud, ks, tokens, n, false, msg, msglen);
-}
-
-static int hook_save(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen)
-{
-    return idle_or_save(ud, ks, tokens, n, true, msg, msglen) < 0 ? -1 : 0;
-}
-
 /* ---- queries ---------------------------------------------------------------------------- */
 
 size_t session_notes(const session *s, const char *const **lines)
@@ -863,7 +579,7 @@ void session_get_info(session *s, session_info *out)
     *out = s->meta.info;
     pthread_mutex_unlock(&s->mu);
     char path[PATH_MAX];
-    path_in(s, STATE_FILE, path, sizeof path);
+    session_path_in(s, STATE_FILE, path, sizeof path);
     out->snapshot_bytes = file_bytes(path);
     out->in_use = true;
 }
@@ -939,11 +655,11 @@ session *session_fork(session *s, char *err, size_t errlen)
     if (!f) return NULL;
     pthread_mutex_lock(&s->io);
     char from[PATH_MAX], to[PATH_MAX];
-    path_in(s, JOURNAL_FILE, from, sizeof from);
-    path_in(f, JOURNAL_FILE, to, sizeof to);
+    session_path_in(s, JOURNAL_FILE, from, sizeof from);
+    session_path_in(f, JOURNAL_FILE, to, sizeof to);
     int rc = copy_file(from, to, err, errlen);
-    path_in(s, STATE_FILE, from, sizeof from);
-    path_in(f, STATE_FILE, to, sizeof to);
+    session_path_in(s, STATE_FILE, from, sizeof from);
+    session_path_in(f, STATE_FILE, to, sizeof to);
     /* Snapshots are never changed in place (always replaced by rename),
      * so both sessions may share one file. */
     if (rc == 0 && file_bytes(from) > 0 && link(from, to) != 0) (void)copy_file(from, to, err, errlen);
@@ -969,20 +685,25 @@ session *session_fork(session *s, char *err, size_t errlen)
     int fd = f->lock_fd;
     f->lock_fd = -1;
     session_free(f);
-    return load_locked(id, dir, fd);
+    return load_locked(id, dir, fd, err, errlen);
 }
 
 void session_close(session *s)
 {
     if (!s) return;
     session_attach_done(s);
+    /* a last try at what a full disk kept out of the journal */
+    char ferr[400];
+    pthread_mutex_lock(&s->io);
+    (void)session_flush_pending(s, ferr, sizeof ferr);
+    pthread_mutex_unlock(&s->io);
     pthread_mutex_lock(&s->mu);
-    if (s->run_dir[0]) rm_rf(s->run_dir);
+    if (s->run_dir[0]) session_trim_run(s->run_dir);
     if (s->created_here && s->meta.info.user_turns == 0) {
         rm_rf(s->dir);
-    } else if (s->dirty && s->meta.info.user_turns > 0) {
+    } else if (s->dirty && s->meta.info.user_turns > 0 && !s->pending.len) {
         char err[256];
-        (void)write_meta_locked(s, err, sizeof err);
+        (void)session_write_meta_locked(s, err, sizeof err);
     }
     pthread_mutex_unlock(&s->mu);
     session_free(s);

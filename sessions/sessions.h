@@ -16,9 +16,12 @@
  *               idle after a turn, on /save, and so also on exit;
  *   lock        flock()ed by the one process that has the session open;
  *   run/        the tools' scratch while it is open (the browser's
- *               throwaway profile, logs of background commands), removed
+ *               throwaway profile, logs of background commands), emptied
  *               at close, and after a crash by the next process that opens
- *               the session or enforces the budget.
+ *               the session or enforces the budget, but for the newest
+ *               job logs (64 MiB at most: the transcript points at them);
+ *   journal.damaged-TIME  a damaged journal as it was found, kept beside
+ *               the repaired one.
  * Resuming restores state.kv and replays the journal: only the tokens
  * after the snapshot are read (agent_resume). A missing, damaged or
  * foreign snapshot costs a re-read of the transcript, never the

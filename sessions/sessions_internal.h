@@ -15,8 +15,11 @@
 #define STATE_FILE "state.kv"
 #define LOCK_FILE "lock"
 /* Scratch of the tools while the session is open (the browser's throwaway
- * profile, logs of background commands); removed when it closes. */
+ * profile, logs of background commands); emptied when it closes but for
+ * the newest job logs (the transcript points at them), up to
+ * JOB_LOGS_KEPT bytes. */
 #define RUN_DIR "run"
+#define JOB_LOGS_KEPT (64ull << 20)
 
 /* What meta.json holds beyond session_info. */
 typedef struct {
@@ -25,6 +28,9 @@ typedef struct {
     size_t snap_tokens;       /* tokens of state.kv when it was written */
     uint64_t snap_hash;       /* tokens_hash of them */
     uint64_t snap_file_bytes; /* its size then (to notice a replaced file) */
+    /* The journal's size when this was written: it only grows (a repair
+     * writes both), so a smaller journal lost records. 0 = unknown. */
+    uint64_t journal_bytes;
 } session_meta;
 
 /* $XDG_DATA_HOME/ds4cl/sessions/ID into buf; NULL when there is no home. */
@@ -38,9 +44,12 @@ int session_lock(const char *dir);
 /* True when some process holds the lock of dir. */
 bool session_locked(const char *dir);
 /* Removes what a process killed while it had the session open left
- * behind: half-written temporary files and the run directory. Only with
- * the lock held. */
+ * behind: half-written temporary files and the run directory (its job
+ * logs kept, see RUN_DIR). Only with the lock held. */
 void session_remove_leftovers(const char *dir);
+/* Empties a run directory but for its newest job logs (JOB_LOGS_KEPT);
+ * removes it when nothing is kept. */
+void session_trim_run(const char *run_dir);
 
 int meta_read(const char *dir, session_meta *out);   /* -1 when absent or unreadable */
 /* The same from the text of a meta.json held in memory. */

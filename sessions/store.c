@@ -119,13 +119,94 @@ static bool is_leftover(const char *name)
     return !strcmp(name, RUN_DIR) || (name[0] == '.' && strstr(name, ".tmp."));
 }
 
+typedef struct {
+    char name[256];
+    int64_t mtime;
+    uint64_t bytes;
+} log_entry;
+
+static int newest_first(const void *a, const void *b)
+{
+    const log_entry *x = a, *y = b;
+    if (x->mtime != y->mtime) return x->mtime > y->mtime ? -1 : 1;
+    return strcmp(y->name, x->name);
+}
+
+static bool is_job_log(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 8 && !strncmp(name, "job-", 4) && !strcmp(name + n - 4, ".log") && n < 256;
+}
+
+void session_trim_run(const char *run_dir)
+{
+    DIR *d = opendir(run_dir);
+    if (!d) return;
+    log_entry *logs = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char path[PATH_MAX];
+        if (!path_join(path, sizeof path, run_dir, de->d_name)) continue;
+        struct stat st;
+        if (is_job_log(de->d_name) && lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                logs = realloc(logs, cap * sizeof *logs);
+                if (!logs) abort();
+            }
+            snprintf(logs[n].name, sizeof logs[n].name, "%s", de->d_name);
+            logs[n].mtime = (int64_t)st.st_mtime;
+            logs[n].bytes = (uint64_t)st.st_size;
+            n++;
+        } else {
+            rm_rf(path);
+        }
+    }
+    closedir(d);
+    if (n) qsort(logs, n, sizeof *logs, newest_first);
+    uint64_t total = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        if (!path_join(path, sizeof path, run_dir, logs[i].name)) continue;
+        if (total + logs[i].bytes <= JOB_LOGS_KEPT) {
+            total += logs[i].bytes;
+            kept++;
+        } else {
+            unlink(path);
+        }
+    }
+    free(logs);
+    if (!kept) rmdir(run_dir);
+}
+
+/* Whether the run directory holds anything but job logs. */
+static bool run_has_scratch(const char *run_dir)
+{
+    DIR *d = opendir(run_dir);
+    if (!d) return false;
+    bool found = false;
+    struct dirent *de;
+    while (!found && (de = readdir(d)))
+        found = strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && !is_job_log(de->d_name);
+    closedir(d);
+    return found;
+}
+
 static bool has_leftovers(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d) return false;
     bool found = false;
     struct dirent *de;
-    while (!found && (de = readdir(d))) found = is_leftover(de->d_name);
+    while (!found && (de = readdir(d))) {
+        char path[PATH_MAX];
+        /* job logs alone are kept, not left over */
+        if (!strcmp(de->d_name, RUN_DIR)) found = path_join(path, sizeof path, dir, RUN_DIR) && run_has_scratch(path);
+        else found = is_leftover(de->d_name);
+    }
     closedir(d);
     return found;
 }
@@ -138,7 +219,9 @@ void session_remove_leftovers(const char *dir)
     while ((de = readdir(d))) {
         if (!is_leftover(de->d_name)) continue;
         char path[PATH_MAX];
-        if (path_join(path, sizeof path, dir, de->d_name)) rm_rf(path);
+        if (!path_join(path, sizeof path, dir, de->d_name)) continue;
+        if (!strcmp(de->d_name, RUN_DIR)) session_trim_run(path);
+        else rm_rf(path);
     }
     closedir(d);
 }
@@ -230,6 +313,7 @@ int meta_write(const char *dir, const session_meta *m, char *err, size_t errlen)
     add_hex(snap, "hash", m->snap_hash);
     json_object_object_add(snap, "bytes", json_object_new_uint64(m->snap_file_bytes));
     json_object_object_add(o, "snapshot", snap);
+    if (m->journal_bytes) json_object_object_add(o, "journal_bytes", json_object_new_uint64(m->journal_bytes));
     const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
     char path[PATH_MAX];
     path_join(path, sizeof path, dir, META_FILE);
@@ -281,7 +365,7 @@ int meta_read(const char *dir, session_meta *out)
     char path[PATH_MAX];
     path_join(path, sizeof path, dir, META_FILE);
     size_t len;
-    char *text = file_read_all(path, &len);
+    char *text = file_read_regular(path, &len);
     if (!text) return -1;
     int rc = meta_parse(text, len, out);
     free(text);
@@ -338,6 +422,8 @@ int meta_parse(const char *text, size_t len, session_meta *out)
     out->snap_tokens = st > 0 ? (size_t)st : 0;
     out->snap_hash = get_hex(snap, "hash");
     out->snap_file_bytes = sb > 0 ? (uint64_t)sb : 0;
+    int64_t jb = get_int(o, "journal_bytes");
+    out->journal_bytes = jb > 0 ? (uint64_t)jb : 0;
     json_object_put(o);
     return 0;
 }

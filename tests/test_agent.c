@@ -99,8 +99,10 @@ typedef struct {
     int idles;
 } persist_rec;
 
-static void rec_turn(void *ud, const agent_turn *t)
+static int rec_turn(void *ud, const agent_turn *t, char *msg, size_t msglen)
 {
+    (void)msg;
+    (void)msglen;
     persist_rec *r = ud;
     switch (t->kind) {
     case AGENT_TURN_USER: if (r->users < 8) r->user_tokens[r->users] = t->n_tokens; r->users++; break;
@@ -111,6 +113,7 @@ static void rec_turn(void *ud, const agent_turn *t)
     }
     ds4_tokens_append(&r->journal, t->tokens, t->n_tokens);
     CHECK_EQ_INT(r->journal.n, t->transcript_len);
+    return 0;
 }
 
 static int rec_idle(void *ud, ds4_session *s, const int32_t *tokens, size_t n, char *msg, size_t msglen)
@@ -786,10 +789,12 @@ typedef struct {
     int rebuilds;
 } rebuild_rec;
 
-static void rec_rebuild(void *ud, const agent_turn *t)
+static int rec_rebuild(void *ud, const agent_turn *t, char *msg, size_t msglen)
 {
+    (void)msg;
+    (void)msglen;
     rebuild_rec *r = ud;
-    if (t->kind != AGENT_TURN_REBUILD) return;
+    if (t->kind != AGENT_TURN_REBUILD) return 0;
     r->rebuilds++;
     sb_clear(&r->rebuilt);
     for (size_t i = 0; i < t->n_tokens; i++) {
@@ -797,6 +802,7 @@ static void rec_rebuild(void *ud, const agent_turn *t)
         const char *b = ds4_token_bytes(r->tok, t->tokens[i], &len);
         if (b) sb_append(&r->rebuilt, b, len);
     }
+    return 0;
 }
 
 static int occurrences(const char *hay, const char *needle)
@@ -1217,10 +1223,12 @@ typedef struct {
     char results[256];
 } tool_rec;
 
-static void rec_tools(void *ud, const agent_turn *t)
+static int rec_tools(void *ud, const agent_turn *t, char *msg, size_t msglen)
 {
+    (void)msg;
+    (void)msglen;
     tool_rec *r = ud;
-    if (t->kind != AGENT_TURN_TOOL) return;
+    if (t->kind != AGENT_TURN_TOOL) return 0;
     r->tool_records++;
     for (size_t i = 0; i < t->n_calls; i++) {
         strncat(r->names, t->calls[i].name, sizeof r->names - strlen(r->names) - 2);
@@ -1228,6 +1236,7 @@ static void rec_tools(void *ud, const agent_turn *t)
         strncat(r->results, t->calls[i].result, sizeof r->results - strlen(r->results) - 2);
         strncat(r->results, t->calls[i].is_error ? "!;" : ";", sizeof r->results - strlen(r->results) - 1);
     }
+    return 0;
 }
 
 TEST(agent, tool_records_carry_calls_and_results)

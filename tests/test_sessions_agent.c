@@ -222,14 +222,15 @@ TEST(sessions_agent, damaged_journal_keeps_every_intact_turn)
     size_t n_before = j.n;
     journal_scan_free(&j);
 
-    /* a torn tail: the last bytes of the last record are gone */
+    /* a torn tail after a completed turn: the last bytes of the last
+     * record are gone, and the metadata knows the journal was longer */
     const char *jp = sess_path("j1", "journal");
     struct stat st;
     stat(jp, &st);
     CHECK_EQ_INT(truncate(jp, st.st_size - 5), 0);
     sess_agent x;
     sa_start(&x, script_engine(script), "j1", false);
-    CHECK_CONTAINS(notes_of(x.s), "was incomplete");
+    CHECK_CONTAINS(notes_of(x.s), "was cut short");
     CHECK_STR_EQ(journal_users("j1"), "remember blue|what colour");
     sa_turn(&x, "third");
     sa_stop(&x);
@@ -257,6 +258,7 @@ TEST(sessions_agent, damaged_journal_keeps_every_intact_turn)
     sa_start(&x, script_engine(script), "j1", false);
     CHECK_CONTAINS(notes_of(x.s), "is damaged");
     CHECK_CONTAINS(notes_of(x.s), "rewritten from its intact records");
+    CHECK_CONTAINS(notes_of(x.s), "the damaged original is");
     CHECK_STR_EQ(journal_users("j1"), "remember blue|what colour|third");
     sa_stop(&x);
     char *ls;

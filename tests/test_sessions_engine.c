@@ -52,9 +52,9 @@ TEST(sessions_engine, cpu_logits_after_resume_are_bit_identical)
     agent_turn t1 = { .kind = AGENT_TURN_SYSTEM, .text = "", .tokens = sys.ids, .n_tokens = sys.n, .transcript_len = sys.n };
     agent_turn t2 = { .kind = AGENT_TURN_USER, .text = "primes", .len = 6, .tokens = all.ids + sys.n,
                       .n_tokens = all.n - sys.n, .transcript_len = all.n };
-    h->on_turn(h->ud, &t1);
-    h->on_turn(h->ud, &t2);
     char msg[256];
+    CHECK(h->on_turn(h->ud, &t1, msg, sizeof msg) == 0);
+    CHECK(h->on_turn(h->ud, &t2, msg, sizeof msg) == 0);
     CHECK_MSG(h->on_idle(h->ud, ks, all.ids, all.n, msg, sizeof msg) == 0, "%s", msg);
     session_close(s);
 

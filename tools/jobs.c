@@ -446,7 +446,9 @@ job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox,
     j->id = id;
     j->report_fd = j->log_fd = -1;
     j->command = xstrdup(command);
-    j->log_path = xprintf("%s/job-%d.log", env->state_dir, id);
+    /* The process in the name: a session's logs outlive it (see
+     * sessions.h), and the next process numbers its jobs from 1 again. */
+    j->log_path = xprintf("%s/job-%d-%ld.log", env->state_dir, id, (long)getpid());
     j->timeout_s = timeout_s;
     j->sandboxed = sandbox;
     int log_w = open(j->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
@@ -666,7 +668,8 @@ void jobs_free(tool_env *env)
         if (!j->reaper_joined) pthread_join(j->reaper, NULL);
         if (j->report_fd >= 0) close(j->report_fd);
         if (j->log_fd >= 0) close(j->log_fd);
-        unlink(j->log_path);
+        /* kept: the transcript may point at it; its directory's owner
+         * (a session, or the environment's own temporary one) bounds it */
         free(j->command);
         free(j->log_path);
         free(j);
