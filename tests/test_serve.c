@@ -564,3 +564,22 @@ TEST(serve, a_slow_client_is_dropped_after_the_timeout)
     CHECK_EQ_INT(http(&s, "GET", "/v1/models", NULL, NULL, &body), 200);
     CHECK_EQ_INT(server_stop(&s), 0);
 }
+
+TEST(serve, bench_rows_compare_the_server_with_in_process)
+{
+    char *out;
+    int rc = test_runf(&out, "'%s/ds4cl-bench' --serve-bench -m '%s' --prompt-file '%s/README.md' --prompt-bytes 300 "
+                             "--gen-tokens 4 --runs 1 --threads 1 --ctx 1024",
+                       test_bindir(), tiny_model(), test_root());
+    CHECK_MSG(rc == 0, "%s", out);
+    CHECK_CONTAINS(out, "path,prompt_tokens,gen_tokens,ttft_ms,decode_tps,ttft_ratio,decode_ratio\n");
+    const char *a = strstr(out, "\nin_process,"), *b = strstr(out, "\nserver,");
+    CHECK(a && b);
+    long pa = strtol(a + 12, NULL, 10), pb = strtol(b + 8, NULL, 10);
+    /* the same prompt and, greedy on the same engine, the same reply length */
+    CHECK(pa > 50);
+    CHECK_EQ_INT(pa, pb);
+    const char *ga = strchr(a + 12, ',') + 1, *gb = strchr(b + 8, ',') + 1;
+    CHECK_EQ_INT(strtol(ga, NULL, 10), strtol(gb, NULL, 10));
+    CHECK(strtod(strchr(gb, ',') + 1, NULL) > 0);
+}
