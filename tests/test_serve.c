@@ -583,3 +583,45 @@ TEST(serve, bench_rows_compare_the_server_with_in_process)
     CHECK_EQ_INT(strtol(ga, NULL, 10), strtol(gb, NULL, 10));
     CHECK(strtod(strchr(gb, ',') + 1, NULL) > 0);
 }
+
+TEST(serve, stop_sequences_max_tokens_and_token_counts)
+{
+    const char *lines[] = { reply_line("hm</think>Hello there, world.", NULL), reply_line("hm</think>Hello there, world.", NULL),
+                            reply_line("hm</think>Hello there, world.", NULL), NULL };
+    server s;
+    server_start(&s, script(lines), NULL);
+    char *body;
+    CHECK_EQ_INT(http(&s, "POST", "/v1/chat/completions",
+                      "{\"stop\": [\"zzz\", \"there\"], \"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}", NULL, &body),
+                 200);
+    struct json_object *o = parse(body);
+    CHECK_STR_EQ(str_at(o, "choices.0.message.content"), "Hello ");
+    CHECK_STR_EQ(str_at(o, "choices.0.finish_reason"), "stop");
+    json_object_put(o);
+    CHECK_EQ_INT(http(&s, "POST", "/v1/messages",
+                      "{\"max_tokens\": 100, \"stop_sequences\": [\"world\"], \"thinking\": {\"type\": \"enabled\", "
+                      "\"budget_tokens\": 50}, \"messages\": [{\"role\": \"user\", \"content\": \"bb\"}]}",
+                      NULL, &body),
+                 200);
+    o = parse(body);
+    CHECK_STR_EQ(str_at(o, "stop_reason"), "stop_sequence");
+    CHECK_STR_EQ(str_at(o, "stop_sequence"), "world");
+    CHECK_STR_EQ(str_at(o, "content.1.text"), "Hello there, ");
+    json_object_put(o);
+    /* five tokens end the reply long before its end */
+    CHECK_EQ_INT(http(&s, "POST", "/v1/chat/completions",
+                      "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": \"ccc\"}]}", NULL, &body),
+                 200);
+    o = parse(body);
+    CHECK_STR_EQ(str_at(o, "choices.0.finish_reason"), "length");
+    CHECK_EQ_INT(int_at(o, "usage.completion_tokens"), 5);
+    json_object_put(o);
+    CHECK_EQ_INT(http(&s, "POST", "/v1/messages/count_tokens",
+                      "{\"model\": \"x\", \"messages\": [{\"role\": \"user\", \"content\": \"ccc\"}]}", NULL, &body),
+                 200);
+    o = parse(body);
+    /* BOS, <｜User｜>, the text, <｜Assistant｜>, </think> */
+    CHECK(int_at(o, "input_tokens") >= 5);
+    json_object_put(o);
+    CHECK_EQ_INT(server_stop(&s), 0);
+}
