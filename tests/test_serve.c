@@ -414,6 +414,7 @@ TEST(serve, sse_framing_of_both_apis_and_keepalives_while_reading)
     CHECK_STR_EQ(text, "Hi there.");
     CHECK_STR_EQ(thinking, "mull");
     CHECK_STR_EQ(str_at(data[n - 1], "choices.0.finish_reason"), "stop");
+    for (int i = 0; i < n; i++) json_object_put(data[i]);
 
     CHECK_EQ_INT(http(&s, "POST", "/v1/messages",
                       "{\"stream\": true, \"max_tokens\": 50, \"thinking\": {\"type\": \"enabled\", \"budget_tokens\": 100}, "
@@ -437,6 +438,7 @@ TEST(serve, sse_framing_of_both_apis_and_keepalives_while_reading)
     }
     CHECK_EQ_INT(starts, 2);
     CHECK_EQ_INT(stops, 2);
+    for (int i = 0; i < n; i++) json_object_put(data[i]);
     CHECK_EQ_INT(server_stop(&s), 0);
 }
 
