@@ -62,7 +62,7 @@ for suite in ${BENCH_SUITES:-speed open tokenizer serve}; do
         echo "# serve"
         # shellcheck disable=SC2086
         "$bin/ds4cl-bench" --serve-bench -m "$model" --prompt-file "$prompt" $threads \
-            --prompt-bytes "${BENCH_SERVE_BYTES:-2000}" --gen-tokens "${BENCH_GEN:-16}" --runs 3 > "$dir/serve.csv"
+            --prompt-bytes "${BENCH_SERVE_BYTES:-2000}" --gen-tokens "${BENCH_GEN:-16}" --runs 4 > "$dir/serve.csv"
         cat "$dir/serve.csv"
         ;;
     *)

@@ -574,7 +574,8 @@ TEST(serve, bench_rows_compare_the_server_with_in_process)
                              "--gen-tokens 4 --runs 1 --threads 1 --ctx 1024",
                        test_bindir(), tiny_model(), test_root());
     CHECK_MSG(rc == 0, "%s", out);
-    CHECK_CONTAINS(out, "path,prompt_tokens,gen_tokens,ttft_ms,decode_tps,ttft_ratio,decode_ratio\n");
+    CHECK_CONTAINS(out, "path,prompt_tokens,gen_tokens,ttft_ms,decode_tps,ttft_cpu_ms,decode_cpu_ms_per_token,"
+                        "ttft_ratio,decode_ratio,ttft_cpu_ratio,decode_cpu_ratio\n");
     const char *a = strstr(out, "\nin_process,"), *b = strstr(out, "\nserver,");
     CHECK(a && b);
     long pa = strtol(a + 12, NULL, 10), pb = strtol(b + 8, NULL, 10);
