@@ -628,3 +628,30 @@ TEST(serve, stop_sequences_max_tokens_and_token_counts)
     json_object_put(o);
     CHECK_EQ_INT(server_stop(&s), 0);
 }
+
+TEST(serve, a_switched_conversation_goes_on_from_the_cached_state)
+{
+    const char *lines[] = { reply_line("a</think>Answer A.", NULL), reply_line("b</think>Answer B.", NULL),
+                            reply_line("c</think>Answer C.", NULL), NULL };
+    server s;
+    server_start(&s, script(lines), NULL);
+    char *body;
+    const char *a1[] = { "conversation A begins here", NULL };
+    CHECK_EQ_INT(http(&s, "POST", "/v1/chat/completions", chat_body(a1), NULL, &body), 200);
+    struct json_object *r1 = parse(body);
+    long p1 = int_at(r1, "usage.prompt_tokens"), c1 = int_at(r1, "usage.completion_tokens");
+    const char *b1[] = { "and B is another one", NULL };
+    CHECK_EQ_INT(http(&s, "POST", "/v1/chat/completions", chat_body(b1), NULL, &body), 200);
+    struct json_object *r2 = parse(body);
+    /* B shares only BOS and the user marker with A: the rest is read */
+    CHECK_EQ_INT(int_at(r2, "usage.prefilled_tokens"), int_at(r2, "usage.prompt_tokens") - 2);
+    const char *a2[] = { "conversation A begins here", "Answer A.", "A goes on", NULL };
+    CHECK_EQ_INT(http(&s, "POST", "/v1/chat/completions", chat_body(a2), NULL, &body), 200);
+    struct json_object *r3 = parse(body);
+    /* A's state came back from the cache: only its new turn is read */
+    CHECK_EQ_INT(int_at(r3, "usage.prefilled_tokens"), int_at(r3, "usage.prompt_tokens") - p1 - c1);
+    CHECK_EQ_INT(server_stop(&s), 0);
+    json_object_put(r1);
+    json_object_put(r2);
+    json_object_put(r3);
+}
