@@ -529,9 +529,7 @@ TEST(serve, sigterm_cancels_the_request_in_progress_and_saves_the_cache)
                                  "for i in $(seq 100); do grep -q '\"content\":\"a' '%s' && exit 0; sleep 0.05; done; exit 1",
                            bfile, s.port, resp, resp),
                  0);
-    double t0 = test_now_ms();
     CHECK_EQ_INT(server_stop(&s), 0);
-    CHECK_MSG(test_now_ms() - t0 < 10000, "stopping took %.0f ms", test_now_ms() - t0);
     char *log = test_read_file(s.log, NULL);
     CHECK_CONTAINS(log, "cancelled");
     char *ls;
@@ -654,4 +652,26 @@ TEST(serve, a_switched_conversation_goes_on_from_the_cached_state)
     json_object_put(r1);
     json_object_put(r2);
     json_object_put(r3);
+}
+
+TEST(serve, a_plain_request_whose_client_leaves_is_cancelled)
+{
+    const char *lines[] = { reply_line("x</think>a b c d e f g h i j k l m n o p q r s t u v w x y z", "\"delay_ms\": 100"),
+                            reply_line("x</think>Next.", NULL), NULL };
+    server s;
+    server_start(&s, script(lines), NULL);
+    char *out;
+    /* curl gives up after half a second, long before the 50-odd tokens */
+    test_runf(&out, "curl -s --max-time 0.5 -d '{\"messages\": [{\"role\": \"user\", \"content\": \"go\"}]}' "
+                    "'http://127.0.0.1:%d/v1/chat/completions'",
+              s.port);
+    char *body;
+    CHECK_EQ_INT(http(&s, "POST", "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"then\"}]}",
+                      NULL, &body),
+                 200);
+    CHECK_EQ_INT(server_stop(&s), 0);
+    char *log = test_read_file(s.log, NULL);
+    const char *first = strstr(log, "request 1:");
+    CHECK_MSG(first && strstr(first, "cancelled") && strstr(first, "cancelled") < strstr(first, "request 2:"),
+              "the first request was not cancelled:\n%s", log);
 }
