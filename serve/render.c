@@ -5,8 +5,8 @@
  * ending with the assistant prefix of the reply to sample.
  *
  * Assistant turns the server wrote come back as the very tokens sampled
- * (the reply memory, keyed by what a client can send back: the visible
- * text and the calls); others are rendered in the canonical DSML shape of
+ * (the reply memory, keyed by the tokens before the reply and by what a
+ * client can send back of it: the visible text and the calls); others are rendered in the canonical DSML shape of
  * the tool block, markup as trusted text and values as untrusted, so a
  * value can never become a control token. */
 #include <json-c/json.h>
@@ -39,9 +39,25 @@ static uint64_t fnv(uint64_t h, const char *s, size_t n)
     return (h ^ 0xff) * 0x100000001b3ull; /* a separator no byte string ends with */
 }
 
-static uint64_t memo_key(const char *text, const sv_call *calls, size_t n_calls)
+/* A hash of the tokens before the reply, continued as they grow. */
+typedef struct {
+    uint64_t h;
+    size_t n;
+} ctx_hash;
+
+static void ctx_hash_to(ctx_hash *c, const int32_t *ids, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    if (!c->n && !c->h) c->h = 0xcbf29ce484222325ull;
+    const unsigned char *p = (const unsigned char *)(ids + c->n);
+    for (size_t i = 0; i < (n - c->n) * sizeof *ids; i++) c->h = (c->h ^ p[i]) * 0x100000001b3ull;
+    c->n = n;
+}
+
+/* The key: what came before the reply (two conversations may well get the
+ * same short answer, each after its own reasoning), its text and calls. */
+static uint64_t memo_key(uint64_t before, const char *text, const sv_call *calls, size_t n_calls)
+{
+    uint64_t h = before;
     h = fnv(h, text ? text : "", text ? strlen(text) : 0);
     for (size_t i = 0; i < n_calls; i++) {
         h = fnv(h, calls[i].name, strlen(calls[i].name));
@@ -93,18 +109,23 @@ static void memo_put_key(sv_memo *m, uint64_t key, const int32_t *ids, size_t n)
     slot->used = ++m->clock;
 }
 
-void sv_memo_put(sv_memo *m, const char *text, const sv_call *calls, size_t n_calls, const int32_t *ids, size_t n)
+void sv_memo_put(sv_memo *m, const int32_t *before, size_t n_before, const char *text, const sv_call *calls,
+                 size_t n_calls, const int32_t *ids, size_t n)
 {
+    ctx_hash c = { 0 };
+    ctx_hash_to(&c, before, n_before);
     pthread_mutex_lock(&m->mu);
-    memo_put_key(m, memo_key(text, calls, n_calls), ids, n);
+    memo_put_key(m, memo_key(c.h, text, calls, n_calls), ids, n);
     pthread_mutex_unlock(&m->mu);
 }
 
 /* Appends the remembered tokens; false when there are none. */
-static bool memo_get(sv_memo *m, const char *text, const sv_call *calls, size_t n_calls, ds4_tokens *out)
+static bool memo_get(sv_memo *m, ctx_hash *before, const char *text, const sv_call *calls, size_t n_calls,
+                     ds4_tokens *out)
 {
     if (!m) return false;
-    uint64_t key = memo_key(text, calls, n_calls);
+    ctx_hash_to(before, out->ids, out->n);
+    uint64_t key = memo_key(before->h, text, calls, n_calls);
     bool hit = false;
     pthread_mutex_lock(&m->mu);
     for (size_t i = 0; i < m->n && !hit; i++) {
@@ -218,9 +239,10 @@ static void render_calls(const ds4_tokenizer *t, ds4_tokens *out, const sv_call 
     trusted(t, out, "</" D "tool_calls>");
 }
 
-static void render_assistant(const ds4_tokenizer *t, sv_memo *memo, const sv_msg *m, ds4_tokens *out)
+static void render_assistant(const ds4_tokenizer *t, sv_memo *memo, ctx_hash *before, const sv_msg *m,
+                             ds4_tokens *out)
 {
-    if (memo_get(memo, m->text, m->calls, m->n_calls, out)) return;
+    if (memo_get(memo, before, m->text, m->calls, m->n_calls, out)) return;
     bool reasoned = m->reasoning && *m->reasoning;
     ds4_chat_assistant_prefix(t, out, reasoned ? DS4_THINK_HIGH : DS4_THINK_NONE);
     if (reasoned) {
@@ -265,12 +287,13 @@ int sv_render(const ds4_tokenizer *t, sv_memo *memo, const serve_request *r, boo
         sb_free(&s);
     }
     const sv_msg *asst = NULL;
+    ctx_hash before = { 0 };
     for (size_t i = 0; i < r->n_msgs; i++) {
         const sv_msg *m = &r->msgs[i];
         if (m->role == SV_USER) {
             ds4_chat_user(t, out, m->text);
         } else if (m->role == SV_ASSISTANT) {
-            render_assistant(t, memo, m, out);
+            render_assistant(t, memo, &before, m, out);
             asst = m;
         } else {
             /* one tool message for the run of results, as the agent writes it */

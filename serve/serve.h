@@ -22,9 +22,10 @@
  * it); a later request whose prompt begins with a cached prefix goes on
  * from it. The oldest files go once the directory exceeds cache_max_bytes.
  * The assistant replies the server produced are remembered (and kept in the
- * cache directory) by their visible content, so a client that sends one back
- * in its history gets the very tokens the model wrote: the prefix stays
- * reusable whatever the client kept of the reasoning.
+ * cache directory) by the tokens before them and their visible content, so a
+ * client that sends one back in its history gets the very tokens the model
+ * wrote: the prefix stays reusable whatever the client kept of the
+ * reasoning.
  */
 #ifndef DS4CL_SERVE_H
 #define DS4CL_SERVE_H

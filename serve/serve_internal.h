@@ -61,9 +61,10 @@ typedef struct sv_memo sv_memo;
 
 sv_memo *sv_memo_new(void);
 void sv_memo_free(sv_memo *m);
-/* Remembers the tokens of a reply (assistant prefix … EOS) by its visible
- * text and calls. Thread-safe. */
-void sv_memo_put(sv_memo *m, const char *text, const sv_call *calls, size_t n_calls, const int32_t *ids, size_t n);
+/* Remembers the tokens of a reply (assistant prefix … EOS) by the tokens
+ * before it, its visible text and its calls. Thread-safe. */
+void sv_memo_put(sv_memo *m, const int32_t *before, size_t n_before, const char *text, const sv_call *calls,
+                 size_t n_calls, const int32_t *ids, size_t n);
 int sv_memo_save(sv_memo *m, const char *path);
 void sv_memo_load(sv_memo *m, const char *path);
 

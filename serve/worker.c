@@ -308,7 +308,8 @@ static void sample_reply(sv_worker *w, gen *g)
         ds4_tokens_append(&whole, j->prompt.ids + j->prompt.n - 2, 2);
         ds4_tokens_append(&whole, sampled.ids, sampled.n);
         ds4_tokens_push(&whole, w->t_eos);
-        sv_memo_put(w->memo, j->text.s ? j->text.s : "", j->calls, j->n_calls, whole.ids, whole.n);
+        sv_memo_put(w->memo, j->prompt.ids, j->prompt.n - 2, j->text.s ? j->text.s : "", j->calls, j->n_calls,
+                    whole.ids, whole.n);
         ds4_tokens_free(&whole);
     }
     ds4_tokens_free(&sampled);

@@ -629,8 +629,11 @@ TEST(serve, stop_sequences_max_tokens_and_token_counts)
 
 TEST(serve, a_switched_conversation_goes_on_from_the_cached_state)
 {
-    const char *lines[] = { reply_line("a</think>Answer A.", NULL), reply_line("b</think>Answer B.", NULL),
-                            reply_line("c</think>Answer C.", NULL), NULL };
+    /* the same answer after different reasoning: each conversation keeps
+     * its own */
+    const char *lines[] = { reply_line("first this</think>Same answer.", NULL),
+                            reply_line("then that</think>Same answer.", NULL), reply_line("c</think>Answer C.", NULL),
+                            NULL };
     server s;
     server_start(&s, script(lines), NULL);
     char *body;
@@ -643,7 +646,7 @@ TEST(serve, a_switched_conversation_goes_on_from_the_cached_state)
     struct json_object *r2 = parse(body);
     /* B shares only BOS and the user marker with A: the rest is read */
     CHECK_EQ_INT(int_at(r2, "usage.prefilled_tokens"), int_at(r2, "usage.prompt_tokens") - 2);
-    const char *a2[] = { "conversation A begins here", "Answer A.", "A goes on", NULL };
+    const char *a2[] = { "conversation A begins here", "Same answer.", "A goes on", NULL };
     CHECK_EQ_INT(http(&s, "POST", "/v1/chat/completions", chat_body(a2), NULL, &body), 200);
     struct json_object *r3 = parse(body);
     /* A's state came back from the cache: only its new turn is read */
