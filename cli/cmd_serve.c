@@ -41,6 +41,8 @@ static void serve_help(void)
           "      --cache-dir D       snapshot cache (default: the user cache directory)\n"
           "      --cache-max MIB     size of the snapshot cache (default 16384)\n"
           "      --no-cache          keep no snapshots on disk\n"
+          "      --parallel N        N sessions (1..16), each keeping its own conversation's\n"
+          "                          prefix; their steps interleave on the one engine\n"
           "      --quiet             no request log on stderr\n"
           "\n"
           "Also: -m FILE, --ctx N|auto, --backend, --device, --threads, --engine, --temp, --top-p,\n"
@@ -72,7 +74,7 @@ static int take_flag(int argc, char **argv, int *i, serve_flags *f)
     const char *a = argv[*i];
     static const char *const with_value[] = { "--host", "--port", "--api-key", "--model-id", "--max-body",
                                               "--timeout", "--max-connections", "--keepalive", "--cache-dir",
-                                              "--cache-max", NULL };
+                                              "--cache-max", "--parallel", NULL };
     if (!strcmp(a, "--no-cache")) return f->no_cache = true, 1;
     if (!strcmp(a, "--quiet")) return f->cfg.quiet = true, 1;
     const char *name = NULL, *val = NULL;
@@ -103,6 +105,7 @@ static int take_flag(int argc, char **argv, int *i, serve_flags *f)
     else if (!strcmp(name, "--max-connections") && num(val, 1, 100000, &v)) c->max_connections = (int)v;
     else if (!strcmp(name, "--keepalive") && num(val, 0.01, 3600, &v)) c->keepalive_s = v;
     else if (!strcmp(name, "--cache-max") && num(val, 1, 1e9, &v)) c->cache_max_bytes = (uint64_t)(v * 1048576.0);
+    else if (!strcmp(name, "--parallel") && num(val, 1, 16, &v) && v == (int)v) c->parallel = (int)v;
     else {
         fprintf(stderr, "ds4cl serve: %s: '%s' is not a valid value\n", name, val);
         return -1;

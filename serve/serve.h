@@ -54,6 +54,7 @@ typedef struct {
     const char *cache_dir;     /* snapshot cache; NULL = none */
     uint64_t cache_max_bytes;  /* 0 = default */
     bool quiet;                /* no request log on stderr */
+    int parallel;              /* sessions, each with its own prefix (1..16); 0 = 1 */
 } serve_config;
 
 typedef struct serve serve;

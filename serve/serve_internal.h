@@ -96,6 +96,7 @@ struct sv_job {
     bool think;
     char id[48];
     char model[128];
+    int skips;                  /* times a later job went first (the worker's, under its lock) */
     int64_t created;
     unsigned long seq;
 

@@ -1,6 +1,11 @@
-/* worker.c — the one thread that drives the engine session.
+/* worker.c — the threads that drive the engine sessions: one slot (a
+ * session and its thread) by default, --parallel N of them otherwise.
  *
- * Jobs arrive rendered (their prompt tokens) in a FIFO queue. For each:
+ * Jobs arrive rendered (their prompt tokens) in a queue. An idle slot takes
+ * the job that suits it best (see fit), leaving a job to another idle slot
+ * that suits it better, so that conversations keep to their slots. The engine evaluates one session at a
+ * time (its steps interleave; weights are read once per sequence). For
+ * each job:
  * the session goes to the prompt keeping the longest common prefix with
  * its live state, or from a cached snapshot of a longer prefix (the live
  * state is saved to the cache first when the prompt leaves it); then the
@@ -20,21 +25,34 @@
 #include "agent/dsml.h"
 #include "serve/serve_internal.h"
 
+#define MAX_SLOTS 16
+
+/* One engine session and the thread that drives it. */
+typedef struct {
+    sv_worker *w;
+    int index;
+    ds4_session *sess;
+    pthread_t th;
+    bool started, idle;
+    uint64_t used;    /* when it last took a job (the worker's clock) */
+} slot;
+
 struct sv_worker {
     serve_config cfg;
     sv_memo *memo;
     sv_cache *cache;
-    ds4_session *sess;
+    pthread_mutex_t cache_mu; /* the cache is one directory for every slot */
+    slot slots[MAX_SLOTS];
+    int n_slots;
     const ds4_tokenizer *tok;
     int n_vocab;
     int32_t t_eos, t_bos, t_user, t_assistant, t_dsml;
     dsml_vocab *dvocab;
-    pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     sv_job **q;
     size_t nq, capq;
-    sv_job *cur;
+    uint64_t clock;
     atomic_bool stop;
 };
 
@@ -42,6 +60,7 @@ struct sv_worker {
 typedef struct {
     sv_worker *w;
     sv_job *j;
+    ds4_session *sess;
     dsml_parser *parser;
     dsml_masker *masker;
     dsml_schema *schema;
@@ -212,20 +231,23 @@ static ds4_status prefill(sv_worker *w, gen *g, ds4_error *err)
 {
     sv_job *j = g->j;
     const int32_t *ids = j->prompt.ids;
-    size_t n = j->prompt.n, have = ds4_session_n_tokens(w->sess), common = 0;
-    const int32_t *cur = ds4_session_tokens(w->sess);
+    size_t n = j->prompt.n, have = ds4_session_n_tokens(g->sess), common = 0;
+    const int32_t *cur = ds4_session_tokens(g->sess);
     while (common < have && common < n && cur[common] == ids[common]) common++;
-    if (w->cache && common < have) {
-        char msg[512];
-        if (sv_cache_save(w->cache, w->sess, msg, sizeof msg) != 0 && !w->cfg.quiet)
-            fprintf(stderr, "ds4cl serve: cannot cache the session state: %s\n", msg);
-    }
     size_t base_len = 0, base_n = 0;
-    void *base = sv_cache_find(w->cache, ids, n, common, &base_len, &base_n);
+    void *base = NULL;
+    if (w->cache) {
+        pthread_mutex_lock(&w->cache_mu);
+        char msg[512];
+        if (common < have && sv_cache_save(w->cache, g->sess, msg, sizeof msg) != 0 && !w->cfg.quiet)
+            fprintf(stderr, "ds4cl serve: cannot cache the session state: %s\n", msg);
+        base = sv_cache_find(w->cache, ids, n, common, &base_len, &base_n);
+        pthread_mutex_unlock(&w->cache_mu);
+    }
     ds4_callbacks cb = { .cancel = job_cancelled, .ud = g };
-    ds4_status rc = ds4_session_sync_from(w->sess, ids, n, base, base_len, &cb, err);
+    ds4_status rc = ds4_session_sync_from(g->sess, ids, n, base, base_len, &cb, err);
     free(base);
-    j->prefilled = ds4_session_last_prefilled(w->sess);
+    j->prefilled = ds4_session_last_prefilled(g->sess);
     j->prompt_tokens = n;
     j->cached_tokens = n > j->prefilled ? n - j->prefilled : 0;
     return rc;
@@ -258,7 +280,7 @@ static void sample_reply(sv_worker *w, gen *g)
             j->finish = SV_FINISH_LENGTH;
             break;
         }
-        const float *logits = ds4_session_logits(w->sess);
+        const float *logits = ds4_session_logits(g->sess);
         int32_t id = logits ? ds4_sample(sampler, logits, w->n_vocab, sample_hook, g) : -1;
         if (id < 0) {
             snprintf(j->error, sizeof j->error, "%s", logits ? "every token was masked" : "no logits to sample from");
@@ -278,7 +300,7 @@ static void sample_reply(sv_worker *w, gen *g)
         dsml_state ds = dsml_get_state(g->parser);
         if (ds == DSML_DONE || ds == DSML_ERROR || g->stopped) break;
         ds4_error err = { "" };
-        ds4_status rc = ds4_session_eval(w->sess, id, &cb, &err);
+        ds4_status rc = ds4_session_eval(g->sess, id, &cb, &err);
         if (rc == DS4_INTERRUPTED) {
             j->finish = SV_FINISH_CANCEL;
             break;
@@ -316,9 +338,18 @@ static void sample_reply(sv_worker *w, gen *g)
     ds4_sampler_free(sampler);
 }
 
-static void run_job(sv_worker *w, sv_job *j)
+static const char *slot_name(const slot *sl)
 {
-    gen g = { .w = w, .j = j };
+    static const char *const names[MAX_SLOTS] = { " (slot 1)", " (slot 2)", " (slot 3)", " (slot 4)", " (slot 5)",
+                                                  " (slot 6)", " (slot 7)", " (slot 8)", " (slot 9)", " (slot 10)",
+                                                  " (slot 11)", " (slot 12)", " (slot 13)", " (slot 14)",
+                                                  " (slot 15)", " (slot 16)" };
+    return names[sl->index];
+}
+
+static void run_job(sv_worker *w, slot *sl, sv_job *j)
+{
+    gen g = { .w = w, .j = j, .sess = sl->sess };
     gen_setup(&g);
     double t0 = now_ms();
     ds4_error err = { "" };
@@ -334,9 +365,9 @@ static void run_job(sv_worker *w, sv_job *j)
         sample_reply(w, &g);
     }
     if (!w->cfg.quiet)
-        fprintf(stderr, "ds4cl serve: request %lu: prompt %zu tokens (%zu prefilled, %zu cached) in %.0f ms, "
+        fprintf(stderr, "ds4cl serve: request %lu%s: prompt %zu tokens (%zu prefilled, %zu cached) in %.0f ms, "
                         "%zu generated in %.0f ms, %s\n",
-                j->seq, j->prompt_tokens, j->prefilled, j->cached_tokens, t1 - t0, j->completion_tokens,
+                j->seq, w->n_slots > 1 ? slot_name(sl) : "", j->prompt_tokens, j->prefilled, j->cached_tokens, t1 - t0, j->completion_tokens,
                 now_ms() - t1,
                 j->finish == SV_FINISH_CANCEL ? "cancelled" : j->finish == SV_FINISH_ERROR ? j->error
                                                                                            : sv_finish_openai(j->finish));
@@ -344,19 +375,74 @@ static void run_job(sv_worker *w, sv_job *j)
     gen_free(&g);
 }
 
+static size_t common_prefix(const ds4_session *s, const ds4_tokens *t)
+{
+    size_t have = ds4_session_n_tokens(s), k = 0;
+    const int32_t *cur = ds4_session_tokens(s);
+    while (k < have && k < t->n && cur[k] == t->ids[k]) k++;
+    return k;
+}
+
+/* How well a job suits a slot: best, a session that holds mostly the
+ * job's own prefix (a conversation going on, the longer the better); then
+ * an empty session; last, the least recently used one, whose state is
+ * given up (to the snapshot cache). */
+static int64_t fit(const slot *sl, const sv_job *j)
+{
+    size_t held = ds4_session_n_tokens(sl->sess), common = common_prefix(sl->sess, &j->prompt);
+    if (common > 0 && common * 2 >= held) return ((int64_t)1 << 50) + (int64_t)common;
+    if (!held) return (int64_t)1 << 49;
+    return -(int64_t)sl->used;
+}
+
+/* Jobs passed over this often go first: a conversation going on in a busy
+ * slot cannot keep a new one waiting for ever. */
+#define MAX_SKIPS 2
+
+/* The queued job this idle slot should take (under w->mu), or -1: the
+ * oldest of those that suit it best (the oldest of all once it has been
+ * passed over MAX_SKIPS times), unless another idle slot suits that job
+ * better: it is left to that slot, which was woken too. */
+static long pick_job(sv_worker *w, const slot *sl)
+{
+    long best = -1;
+    int64_t best_fit = 0;
+    for (size_t i = 0; i < w->nq; i++) {
+        int64_t f = fit(sl, w->q[i]);
+        bool overdue = w->q[i]->skips >= MAX_SKIPS;
+        if (best < 0 || f > best_fit || overdue) {
+            best = (long)i;
+            best_fit = f;
+        }
+        if (overdue) break;
+    }
+    for (int k = 0; best >= 0 && k < w->n_slots; k++) {
+        const slot *o = &w->slots[k];
+        if (o != sl && o->idle && fit(o, w->q[best]) > best_fit) return -1;
+    }
+    return best;
+}
+
 static void *worker_main(void *arg)
 {
-    sv_worker *w = arg;
+    slot *sl = arg;
+    sv_worker *w = sl->w;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->nq && !atomic_load(&w->stop)) pthread_cond_wait(&w->cv, &w->mu);
+        long pick = -1;
+        sl->idle = true;
+        while (!atomic_load(&w->stop) && (pick = pick_job(w, sl)) < 0) pthread_cond_wait(&w->cv, &w->mu);
         if (atomic_load(&w->stop)) break;
-        sv_job *j = w->q[0];
-        memmove(w->q, w->q + 1, (w->nq - 1) * sizeof *w->q);
+        sv_job *j = w->q[pick];
+        for (long i = 0; i < pick; i++) w->q[i]->skips++;
+        memmove(w->q + pick, w->q + pick + 1, (w->nq - (size_t)pick - 1) * sizeof *w->q);
         w->nq--;
-        w->cur = j;
+        sl->idle = false;
+        sl->used = ++w->clock;
+        /* the job another idle slot left to this one may suit it now */
+        pthread_cond_broadcast(&w->cv);
         pthread_mutex_unlock(&w->mu);
-        if (!atomic_load(&j->cancel)) run_job(w, j);
+        if (!atomic_load(&j->cancel)) run_job(w, sl, j);
         else j->finish = SV_FINISH_CANCEL;
         pthread_mutex_lock(&j->mu);
         j->done = true;
@@ -364,7 +450,6 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&j->mu);
         sv_job_unref(j);
         pthread_mutex_lock(&w->mu);
-        w->cur = NULL;
     }
     /* jobs still queued end unanswered: the server is going away */
     for (size_t i = 0; i < w->nq; i++) {
@@ -382,18 +467,32 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+static void close_slots(sv_worker *w)
+{
+    for (int k = 0; k < w->n_slots; k++) {
+        ds4_session_close(w->slots[k].sess);
+        w->slots[k].sess = NULL;
+    }
+}
+
 sv_worker *sv_worker_start(const serve_config *cfg, sv_memo *memo, char *err, size_t errlen)
 {
     sv_worker *w = calloc(1, sizeof *w);
     if (!w) abort();
     w->cfg = *cfg;
     w->memo = memo;
+    w->n_slots = cfg->parallel < 1 ? 1 : cfg->parallel > MAX_SLOTS ? MAX_SLOTS : cfg->parallel;
     ds4_error e = { "" };
-    w->sess = ds4_session_open(cfg->engine, cfg->n_ctx, &e);
-    if (!w->sess) {
-        snprintf(err, errlen, "cannot open a session of %d tokens: %s", cfg->n_ctx, e.msg);
-        free(w);
-        return NULL;
+    for (int k = 0; k < w->n_slots; k++) {
+        w->slots[k] = (slot){ .w = w, .index = k };
+        w->slots[k].sess = ds4_session_open(cfg->engine, cfg->n_ctx, &e);
+        if (!w->slots[k].sess) {
+            snprintf(err, errlen, "cannot open %s of %d tokens: %s", k ? "another session" : "a session", cfg->n_ctx,
+                     e.msg);
+            close_slots(w);
+            free(w);
+            return NULL;
+        }
     }
     w->tok = ds4_engine_tokenizer(cfg->engine);
     w->n_vocab = ds4_vocab_size(w->tok);
@@ -413,14 +512,16 @@ sv_worker *sv_worker_start(const serve_config *cfg, sv_memo *memo, char *err, si
         else sv_memo_load(memo, sv_cache_memo_path(w->cache));
     }
     pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->cache_mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
-        snprintf(err, errlen, "cannot start the engine thread");
-        ds4_session_close(w->sess);
-        dsml_vocab_free(w->dvocab);
-        sv_cache_close(w->cache);
-        free(w);
-        return NULL;
+    for (int k = 0; k < w->n_slots; k++) {
+        if (pthread_create(&w->slots[k].th, NULL, worker_main, &w->slots[k]) != 0) {
+            snprintf(err, errlen, "cannot start an engine thread");
+            sv_worker_stop(w);
+            sv_worker_free(w);
+            return NULL;
+        }
+        w->slots[k].started = true;
     }
     return w;
 }
@@ -459,11 +560,14 @@ void sv_worker_stop(sv_worker *w)
     atomic_store(&w->stop, true);
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
-    pthread_join(w->th, NULL);
-    if (w->cache) {
+    for (int k = 0; k < w->n_slots; k++)
+        if (w->slots[k].started) pthread_join(w->slots[k].th, NULL);
+    for (int k = 0; w->cache && k < w->n_slots; k++) {
         char msg[512];
-        if (sv_cache_save(w->cache, w->sess, msg, sizeof msg) != 0)
+        if (sv_cache_save(w->cache, w->slots[k].sess, msg, sizeof msg) != 0)
             fprintf(stderr, "ds4cl serve: cannot cache the session state: %s\n", msg);
+    }
+    if (w->cache) {
         if (sv_memo_save(w->memo, sv_cache_memo_path(w->cache)) != 0)
             fprintf(stderr, "ds4cl serve: cannot save the reply memory in %s\n", sv_cache_memo_path(w->cache));
     }
@@ -471,14 +575,14 @@ void sv_worker_stop(sv_worker *w)
     w->cache = NULL;
     dsml_vocab_free(w->dvocab);
     w->dvocab = NULL;
-    ds4_session_close(w->sess);
-    w->sess = NULL;
+    close_slots(w);
 }
 
 void sv_worker_free(sv_worker *w)
 {
     if (!w) return;
     pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->cache_mu);
     pthread_cond_destroy(&w->cv);
     free(w->q);
     free(w);

@@ -678,3 +678,45 @@ TEST(serve, a_plain_request_whose_client_leaves_is_cancelled)
     CHECK_MSG(first && strstr(first, "cancelled") && strstr(first, "cancelled") < strstr(first, "request 2:"),
               "the first request was not cancelled:\n%s", log);
 }
+
+TEST(serve, parallel_sessions_keep_each_conversation_to_its_own)
+{
+    /* the script's replies go in order per session */
+    const char *lines[] = { reply_line("r</think>First reply.", NULL), reply_line("r</think>Second reply.", NULL), NULL };
+    server s;
+    server_start(&s, script(lines), "--parallel 2 --no-cache");
+    char *body;
+    const char *a1[] = { "conversation A", NULL }, *b1[] = { "and then conversation B", NULL };
+    CHECK_EQ_INT(http(&s, "POST", "/v1/chat/completions", chat_body(a1), NULL, &body), 200);
+    struct json_object *ra = parse(body);
+    CHECK_EQ_INT(http(&s, "POST", "/v1/chat/completions", chat_body(b1), NULL, &body), 200);
+    struct json_object *rb = parse(body);
+    /* each went to a session of its own: both got their session's first reply */
+    CHECK_STR_EQ(str_at(ra, "choices.0.message.content"), "First reply.");
+    CHECK_STR_EQ(str_at(rb, "choices.0.message.content"), "First reply.");
+    const char *a2[] = { "conversation A", "First reply.", "A again", NULL };
+    const char *b2[] = { "and then conversation B", "First reply.", "B again", NULL };
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ_INT(http(&s, "POST", "/v1/chat/completions", chat_body(k ? b2 : a2), NULL, &body), 200);
+        struct json_object *r2 = parse(body), *r1 = k ? rb : ra;
+        /* no cache on disk: the live session still held this conversation */
+        CHECK_EQ_INT(int_at(r2, "usage.prefilled_tokens"), int_at(r2, "usage.prompt_tokens") -
+                                                               int_at(r1, "usage.prompt_tokens") -
+                                                               int_at(r1, "usage.completion_tokens"));
+        CHECK_STR_EQ(str_at(r2, "choices.0.message.content"), "Second reply.");
+        json_object_put(r2);
+    }
+    json_object_put(ra);
+    json_object_put(rb);
+    /* two at once: both sessions run on the engine side by side */
+    char *out;
+    CHECK_EQ_INT(test_runf(&out,
+                           "for c in one two; do curl -s -d \"{\\\"messages\\\": [{\\\"role\\\": \\\"user\\\", "
+                           "\\\"content\\\": \\\"$c\\\"}]}\" 'http://127.0.0.1:%d/v1/chat/completions' & done; wait",
+                           s.port),
+                 0);
+    CHECK_CONTAINS(out, "\"object\":\"chat.completion\"");
+    CHECK_CONTAINS(strstr(out, "\"object\":\"chat.completion\"") + 1, "\"object\":\"chat.completion\"");
+    CHECK_EQ_INT(server_stop(&s), 0);
+    CHECK_CONTAINS(test_read_file(s.log, NULL), "(slot 2)");
+}
