@@ -20,9 +20,9 @@ PREFIX    ?= /usr/local
 DESTDIR   ?=
 CC        ?= cc
 PKG_CONFIG ?= pkg-config
-PKGS      := ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto
+PKGS      := ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto libmicrohttpd
 
-MODULES   := base engine opencl agent tools ui sessions prompts cli
+MODULES   := base engine opencl agent tools ui sessions prompts serve cli
 
 ifeq ($(SAN),1)
   VARIANT   := san

@@ -5,7 +5,8 @@
 # On a generated flash-width model (DeepSeek V4 Flash widths, 2 layers,
 # random weights), cached in build/bench/: engine speed, the time to open
 # the model, and the tokenizer against the npm reference. Environment:
-#   BENCH_SUITES     which of "speed open tokenizer" to run (default all)
+#   BENCH_SUITES     which of "speed open tokenizer serve" to run (default all)
+#   BENCH_SERVE_BYTES  prompt bytes of the serve suite (default 2000)
 #   BENCH_BACKENDS   backends to run, default "cpu opencl" ("cpu" where
 #                    ds4cl --list-devices finds no OpenCL device)
 #   BENCH_THREADS    CPU threads (default: all cores)
@@ -34,7 +35,7 @@ if [ -z "${BENCH_BACKENDS:-}" ]; then
     BENCH_BACKENDS=cpu
     if "$bin/ds4cl" --list-devices > /dev/null 2>&1; then BENCH_BACKENDS="cpu opencl"; fi
 fi
-for suite in ${BENCH_SUITES:-speed open tokenizer}; do
+for suite in ${BENCH_SUITES:-speed open tokenizer serve}; do
     case $suite in
     speed)
         echo "# speed"
@@ -57,8 +58,15 @@ for suite in ${BENCH_SUITES:-speed open tokenizer}; do
         "$bin/ds4cl-bench" --tokenizer-bench "$prompt" -m "$model" --runs 5 > "$dir/tokenizer.csv"
         cat "$dir/tokenizer.csv"
         ;;
+    serve)
+        echo "# serve"
+        # shellcheck disable=SC2086
+        "$bin/ds4cl-bench" --serve-bench -m "$model" --prompt-file "$prompt" $threads \
+            --prompt-bytes "${BENCH_SERVE_BYTES:-2000}" --gen-tokens "${BENCH_GEN:-16}" --runs 4 > "$dir/serve.csv"
+        cat "$dir/serve.csv"
+        ;;
     *)
-        echo "bench: unknown suite '$suite' (speed, open, tokenizer)" >&2
+        echo "bench: unknown suite '$suite' (speed, open, tokenizer, serve)" >&2
         exit 2
         ;;
     esac

@@ -6,11 +6,11 @@ set -u
 
 PKGS="build-essential pkg-config clang libclang-rt-14-dev libncursesw5-dev
 libcurl4-openssl-dev libssl-dev libwebsockets-dev libjson-c-dev libpcre2-dev
-ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo tmux chromium
+libmicrohttpd-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo tmux chromium
 ca-certificates curl"
 
 missing() {
-    for lib in ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto; do
+    for lib in ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto libmicrohttpd; do
         ${PKG_CONFIG:-pkg-config} --exists "$lib" 2>/dev/null || { echo "library $lib"; return 0; }
     done
     for prog in cc clang make pkg-config clinfo tmux node npm; do

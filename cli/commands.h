@@ -26,5 +26,7 @@ DS4CL_COMMAND int cmd_model_info(const ds4cl_options *o);
 DS4CL_COMMAND int cmd_dump_tokens(const ds4cl_options *o);
 DS4CL_COMMAND int cmd_list_devices(const ds4cl_options *o);
 DS4CL_COMMAND int cmd_download(const ds4cl_options *o);
+/* `ds4cl serve …` (argv[0] is "serve"). */
+int cmd_serve(int argc, char **argv);
 
 #endif

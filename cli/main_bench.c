@@ -9,6 +9,7 @@
 #include "cli/bench_open.h"
 #include "cli/bench_quant.h"
 #include "cli/bench_search.h"
+#include "cli/bench_serve.h"
 #include "cli/bench_tokenizer.h"
 
 static void help(void)
@@ -31,6 +32,8 @@ static void help(void)
           "                   tokenizer MB/s against the npm reference tokenizer\n"
           "       ds4cl-bench --open-bench -m MODEL [--runs N]\n"
           "                   seconds to open the model, stage by stage, cold and warm\n"
+          "       ds4cl-bench --serve-bench -m MODEL --prompt-file F [--prompt-bytes N] [--gen-tokens G] [--runs R]\n"
+          "                   CSV: time to first token and decode tokens/s through ds4cl serve vs in process\n"
           "       ds4cl-bench --attn-bench [--backend cpu|opencl|both] [--rows LIST] [--ctx LIST] [--f32]\n"
           "                   attention and indexer cost per decode step at long context\n"
           "       ds4cl-bench --search-bench DIR [--runs N] [--query [literal:|icase:|regex:]TEXT]...\n"
@@ -47,6 +50,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--tokenizer-bench")) return bench_tokenizer_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--search-bench")) return bench_search_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--open-bench")) return bench_open_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--serve-bench")) return bench_serve_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--attn-bench")) return bench_attn(argc - 2, argv + 2);

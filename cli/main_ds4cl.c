@@ -3,9 +3,12 @@
 #include "cli/commands.h"
 
 #include <stdio.h>
+#include <string.h>
 
 int main(int argc, char **argv)
 {
+    /* `ds4cl serve` has flags of its own and parses them itself */
+    if (argc > 1 && !strcmp(argv[1], "serve")) return cmd_serve(argc - 1, argv + 1);
     ds4cl_options o;
     int rc = options_parse(argc, argv, &o);
     if (rc == 1) return EXIT_DONE;

@@ -83,6 +83,7 @@ void options_print_help(void)
 "       ds4cl --dump-tokens -m FILE (-p TEXT | --prompt-file F) [--raw]\n"
 "       ds4cl --list-devices            list OpenCL devices\n"
 "       ds4cl download [q2|q4|q2-imatrix|q4-imatrix|URL] [--dir D] [--token T]\n"
+"       ds4cl serve [--host H] [--port N] [--api-key K] [options]  HTTP APIs (serve --help)\n"
 "\n"
 "model and engine:\n"
 "  -m, --model FILE        DS4 GGUF (default: the downloaded model)\n"

@@ -1,0 +1,695 @@
+/* request.c — the three APIs' request bodies as one normalized
+ * conversation: system text, tool schemas, user / assistant / tool
+ * messages, and the sampling parameters. Every shape the server does not
+ * understand is refused with a message the client can act on; nothing is
+ * silently dropped except fields that do not change the reply (metadata,
+ * store, user, …). */
+#include <errno.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve_internal.h"
+
+typedef struct json_object jo;
+
+typedef struct {
+    char *err;
+    size_t errlen;
+} perr;
+
+static int fail(perr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(perr *e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->err, e->errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+char *sv_strdup(const char *s)
+{
+    char *d = strdup(s ? s : "");
+    if (!d) abort();
+    return d;
+}
+
+char *sv_strndup(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (!d) abort();
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+static jo *get(jo *o, const char *key)
+{
+    jo *v = NULL;
+    if (!o || !json_object_is_type(o, json_type_object) || !json_object_object_get_ex(o, key, &v)) return NULL;
+    return json_object_is_type(v, json_type_null) ? NULL : v;
+}
+
+static int get_string(jo *o, const char *key, const char **out, bool required, perr *e)
+{
+    jo *v = get(o, key);
+    *out = NULL;
+    if (!v) return required ? fail(e, "'%s' is required", key) : 0;
+    if (!json_object_is_type(v, json_type_string)) return fail(e, "'%s' must be a string", key);
+    *out = json_object_get_string(v);
+    return 0;
+}
+
+static int get_bool(jo *o, const char *key, bool *out, perr *e)
+{
+    jo *v = get(o, key);
+    if (!v) return 0;
+    if (!json_object_is_type(v, json_type_boolean)) return fail(e, "'%s' must be a boolean", key);
+    *out = json_object_get_boolean(v);
+    return 0;
+}
+
+static int get_number(jo *o, const char *key, double lo, double hi, bool *have, double *out, perr *e)
+{
+    jo *v = get(o, key);
+    if (!v) return 0;
+    if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+        return fail(e, "'%s' must be a number", key);
+    double d = json_object_get_double(v);
+    if (!(d >= lo && d <= hi)) return fail(e, "'%s' must be between %g and %g", key, lo, hi);
+    *have = true;
+    *out = d;
+    return 0;
+}
+
+static int get_int(jo *o, const char *key, long lo, long hi, bool *have, long *out, perr *e)
+{
+    jo *v = get(o, key);
+    if (!v) return 0;
+    if (!json_object_is_type(v, json_type_int)) return fail(e, "'%s' must be an integer", key);
+    errno = 0;
+    int64_t x = json_object_get_int64(v);
+    if (errno || x < lo || x > hi) return fail(e, "'%s' must be between %ld and %ld", key, lo, hi);
+    *have = true;
+    *out = (long)x;
+    return 0;
+}
+
+static const char *compact(jo *o)
+{
+    return json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+}
+
+/* ---- building the request ---------------------------------------------------------- */
+
+static sv_msg *add_msg(serve_request *r, sv_role role)
+{
+    if (r->n_msgs == r->cap_msgs) {
+        r->cap_msgs = r->cap_msgs ? 2 * r->cap_msgs : 8;
+        r->msgs = realloc(r->msgs, r->cap_msgs * sizeof *r->msgs);
+        if (!r->msgs) abort();
+    }
+    sv_msg *m = &r->msgs[r->n_msgs++];
+    memset(m, 0, sizeof *m);
+    m->role = role;
+    return m;
+}
+
+static void add_call(sv_msg *m, const char *id, const char *name, const char *args)
+{
+    m->calls = realloc(m->calls, (m->n_calls + 1) * sizeof *m->calls);
+    if (!m->calls) abort();
+    m->calls[m->n_calls++] = (sv_call){ sv_strdup(id), sv_strdup(name), sv_strdup(args) };
+}
+
+static void add_system(serve_request *r, const char *text)
+{
+    if (!text || !*text) return;
+    if (r->system.len) sb_puts(&r->system, "\n\n");
+    sb_puts(&r->system, text);
+}
+
+/* Arguments as a compact JSON object (the DSML parameters are its members). */
+static int args_object(const char *text, jo *obj, char **out, perr *e)
+{
+    jo *parsed = obj ? json_object_get(obj) : NULL;
+    if (!parsed) {
+        if (!text || !*text) text = "{}";
+        parsed = json_tokener_parse(text);
+    }
+    if (!parsed || !json_object_is_type(parsed, json_type_object)) {
+        json_object_put(parsed);
+        return fail(e, "tool call arguments must be a JSON object");
+    }
+    *out = sv_strdup(compact(parsed));
+    json_object_put(parsed);
+    return 0;
+}
+
+static int add_tool_schema(serve_request *r, const char *name, const char *desc, jo *params, perr *e)
+{
+    if (!name || !*name) return fail(e, "every tool needs a name");
+    if (params && !json_object_is_type(params, json_type_object))
+        return fail(e, "tool '%s': its parameters must be a JSON schema object", name);
+    jo *s = json_object_new_object();
+    json_object_object_add(s, "name", json_object_new_string(name));
+    if (desc) json_object_object_add(s, "description", json_object_new_string(desc));
+    json_object_object_add(s, "parameters",
+                           params ? json_object_get(params) : json_tokener_parse("{\"type\":\"object\",\"properties\":{}}"));
+    r->tools = realloc(r->tools, (r->n_tools + 1) * sizeof *r->tools);
+    if (!r->tools) abort();
+    r->tools[r->n_tools++] = sv_strdup(compact(s));
+    json_object_put(s);
+    return 0;
+}
+
+/* Text of a content value: a string, or an array of text parts (types
+ * listed in kinds, separated by '|'). Other parts are refused. */
+static int content_text(jo *v, const char *kinds, strbuf *out, perr *e)
+{
+    if (!v) return 0;
+    if (json_object_is_type(v, json_type_string)) {
+        sb_puts(out, json_object_get_string(v));
+        return 0;
+    }
+    if (!json_object_is_type(v, json_type_array)) return fail(e, "'content' must be a string or an array of parts");
+    for (size_t i = 0; i < json_object_array_length(v); i++) {
+        jo *p = json_object_array_get_idx(v, i);
+        const char *type, *text;
+        if (!p || !json_object_is_type(p, json_type_object)) return fail(e, "content parts must be objects");
+        if (get_string(p, "type", &type, true, e)) return -1;
+        char want[64];
+        snprintf(want, sizeof want, "|%s|", type);
+        char list[128];
+        snprintf(list, sizeof list, "|%s|", kinds);
+        if (!strstr(list, want)) return fail(e, "content parts of type '%s' are not supported", type);
+        if (get_string(p, "text", &text, true, e)) return -1;
+        sb_puts(out, text);
+    }
+    return 0;
+}
+
+static int parse_stop(serve_request *r, jo *v, perr *e)
+{
+    if (!v) return 0;
+    size_t n = json_object_is_type(v, json_type_array) ? json_object_array_length(v) : 1;
+    if (!json_object_is_type(v, json_type_array) && !json_object_is_type(v, json_type_string))
+        return fail(e, "'stop' must be a string or an array of strings");
+    if (n > 16) return fail(e, "at most 16 stop sequences");
+    r->stop = calloc(n ? n : 1, sizeof *r->stop);
+    if (!r->stop) abort();
+    for (size_t i = 0; i < n; i++) {
+        jo *s = json_object_is_type(v, json_type_array) ? json_object_array_get_idx(v, i) : v;
+        if (!s || !json_object_is_type(s, json_type_string)) return fail(e, "stop sequences must be strings");
+        if (!json_object_get_string_len(s)) continue;
+        r->stop[r->n_stop++] = sv_strdup(json_object_get_string(s));
+    }
+    return 0;
+}
+
+static int parse_sampling(serve_request *r, jo *o, const char *max_key, perr *e)
+{
+    double d;
+    long l;
+    bool have = false;
+    if (get_number(o, "temperature", 0, 2, &r->have_temp, &d, e)) return -1;
+    if (r->have_temp) r->temp = (float)d;
+    if (get_number(o, "top_p", 0, 1, &r->have_top_p, &d, e)) return -1;
+    if (r->have_top_p) r->top_p = (float)d;
+    if (get_int(o, "top_k", 0, 1 << 20, &r->have_top_k, &l, e)) return -1;
+    if (r->have_top_k) r->top_k = (int)l;
+    if (get_int(o, "seed", INT64_MIN / 2, INT64_MAX / 2, &r->have_seed, &l, e)) return -1;
+    if (r->have_seed) r->seed = (uint64_t)l;
+    if (get_int(o, max_key, 1, 1 << 30, &have, &l, e)) return -1;
+    if (have) r->max_tokens = (int)l;
+    /* the older name */
+    have = false;
+    if (!r->max_tokens && get_int(o, "max_tokens", 1, 1 << 30, &have, &l, e)) return -1;
+    if (have) r->max_tokens = (int)l;
+    return get_bool(o, "stream", &r->stream, e);
+}
+
+/* "none"/"minimal" turn reasoning off; any other effort turns it on. */
+static int effort_think(const char *effort)
+{
+    if (!effort) return -1;
+    return strcmp(effort, "none") && strcmp(effort, "minimal") ? 1 : 0;
+}
+
+/* {"type":"enabled"|"disabled"} as DeepSeek's and Anthropic's APIs spell it. */
+static int thinking_object(jo *v, int *think, perr *e)
+{
+    if (!v) return 0;
+    const char *type;
+    if (!json_object_is_type(v, json_type_object)) return fail(e, "'thinking' must be an object");
+    if (get_string(v, "type", &type, true, e)) return -1;
+    if (!strcmp(type, "enabled") || !strcmp(type, "adaptive")) *think = 1;
+    else if (!strcmp(type, "disabled")) *think = 0;
+    else return fail(e, "thinking type '%s' is not one of enabled, adaptive, disabled", type);
+    return 0;
+}
+
+/* tool_choice: "auto" | "none" | "required" | {"type":"function",…name}
+ * (OpenAI) or {"type":"auto"|"any"|"none"|"tool","name"} (Anthropic). */
+static int parse_choice(serve_request *r, jo *v, perr *e)
+{
+    if (!v) return 0;
+    const char *type = NULL, *name = NULL;
+    if (json_object_is_type(v, json_type_string)) {
+        type = json_object_get_string(v);
+    } else if (json_object_is_type(v, json_type_object)) {
+        if (get_string(v, "type", &type, true, e)) return -1;
+        jo *fn = get(v, "function");
+        if (get_string(fn ? fn : v, "name", &name, false, e)) return -1;
+    } else {
+        return fail(e, "'tool_choice' must be a string or an object");
+    }
+    if (!strcmp(type, "auto")) r->choice = SV_CHOICE_AUTO;
+    else if (!strcmp(type, "none")) r->choice = SV_CHOICE_NONE;
+    else if (!strcmp(type, "required") || !strcmp(type, "any")) r->choice = SV_CHOICE_REQUIRED;
+    else if ((!strcmp(type, "function") || !strcmp(type, "tool")) && name) {
+        r->choice = SV_CHOICE_NAMED;
+        r->choice_name = sv_strdup(name);
+    } else return fail(e, "tool_choice '%s' is not supported", type);
+    return 0;
+}
+
+static int check_choice(serve_request *r, perr *e)
+{
+    if (r->choice == SV_CHOICE_NAMED) {
+        for (size_t i = 0; i < r->n_tools; i++) {
+            jo *s = json_tokener_parse(r->tools[i]);
+            const char *n = json_object_get_string(get(s, "name"));
+            bool hit = n && !strcmp(n, r->choice_name);
+            json_object_put(s);
+            if (hit) return 0;
+        }
+        return fail(e, "tool_choice names '%s', which is not among the tools", r->choice_name);
+    }
+    if (r->choice == SV_CHOICE_REQUIRED && !r->n_tools) return fail(e, "tool_choice requires a tool but none are given");
+    return 0;
+}
+
+/* ---- OpenAI chat completions --------------------------------------------------------- */
+
+static int chat_tools(serve_request *r, jo *tools, perr *e)
+{
+    if (!tools) return 0;
+    if (!json_object_is_type(tools, json_type_array)) return fail(e, "'tools' must be an array");
+    for (size_t i = 0; i < json_object_array_length(tools); i++) {
+        jo *t = json_object_array_get_idx(tools, i);
+        const char *type, *name, *desc;
+        if (get_string(t, "type", &type, false, e)) return -1;
+        if (type && strcmp(type, "function")) return fail(e, "tools of type '%s' are not supported", type);
+        jo *fn = get(t, "function");
+        if (!fn || !json_object_is_type(fn, json_type_object)) return fail(e, "each tool needs a 'function' object");
+        if (get_string(fn, "name", &name, true, e) || get_string(fn, "description", &desc, false, e)) return -1;
+        if (add_tool_schema(r, name, desc, get(fn, "parameters"), e)) return -1;
+    }
+    return 0;
+}
+
+static int chat_assistant(serve_request *r, jo *m, perr *e)
+{
+    sv_msg *a = add_msg(r, SV_ASSISTANT);
+    strbuf text = { 0 };
+    int rc = content_text(get(m, "content"), "text|refusal", &text, e);
+    a->text = sb_take(&text);
+    if (rc) return -1;
+    const char *reasoning;
+    if (get_string(m, "reasoning_content", &reasoning, false, e)) return -1;
+    if (reasoning) a->reasoning = sv_strdup(reasoning);
+    jo *calls = get(m, "tool_calls");
+    if (!calls) return 0;
+    if (!json_object_is_type(calls, json_type_array)) return fail(e, "'tool_calls' must be an array");
+    for (size_t i = 0; i < json_object_array_length(calls); i++) {
+        jo *c = json_object_array_get_idx(calls, i), *fn = get(c, "function");
+        const char *id, *name, *args;
+        if (get_string(c, "id", &id, false, e)) return -1;
+        if (!fn || !json_object_is_type(fn, json_type_object)) return fail(e, "each tool call needs a 'function' object");
+        if (get_string(fn, "name", &name, true, e) || get_string(fn, "arguments", &args, false, e)) return -1;
+        char *obj;
+        if (args_object(args, NULL, &obj, e)) return -1;
+        add_call(a, id, name, obj);
+        free(obj);
+    }
+    return 0;
+}
+
+static int chat_messages(serve_request *r, jo *msgs, perr *e)
+{
+    if (!msgs || !json_object_is_type(msgs, json_type_array)) return fail(e, "'messages' must be an array");
+    for (size_t i = 0; i < json_object_array_length(msgs); i++) {
+        jo *m = json_object_array_get_idx(msgs, i);
+        const char *role;
+        if (!m || !json_object_is_type(m, json_type_object)) return fail(e, "messages[%zu] must be an object", i);
+        if (get_string(m, "role", &role, true, e)) return -1;
+        strbuf text = { 0 };
+        int rc = 0;
+        if (!strcmp(role, "system") || !strcmp(role, "developer")) {
+            rc = content_text(get(m, "content"), "text", &text, e);
+            if (!rc) add_system(r, sb_str(&text));
+        } else if (!strcmp(role, "user")) {
+            rc = content_text(get(m, "content"), "text", &text, e);
+            if (!rc) add_msg(r, SV_USER)->text = sb_take(&text);
+        } else if (!strcmp(role, "assistant")) {
+            rc = chat_assistant(r, m, e);
+        } else if (!strcmp(role, "tool")) {
+            const char *id;
+            rc = get_string(m, "tool_call_id", &id, false, e);
+            if (!rc) rc = content_text(get(m, "content"), "text", &text, e);
+            if (!rc) {
+                sv_msg *t = add_msg(r, SV_TOOL);
+                t->text = sb_take(&text);
+                t->call_id = sv_strdup(id);
+            }
+        } else {
+            rc = fail(e, "messages[%zu]: unknown role '%s'", i, role);
+        }
+        sb_free(&text);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static int parse_chat(serve_request *r, jo *o, perr *e)
+{
+    const char *effort;
+    if (chat_messages(r, get(o, "messages"), e) || chat_tools(r, get(o, "tools"), e) ||
+        parse_choice(r, get(o, "tool_choice"), e) || parse_sampling(r, o, "max_completion_tokens", e) ||
+        parse_stop(r, get(o, "stop"), e) || get_string(o, "reasoning_effort", &effort, false, e) ||
+        thinking_object(get(o, "thinking"), &r->think, e))
+        return -1;
+    if (effort) r->think = effort_think(effort);
+    jo *so = get(o, "stream_options");
+    if (so && get_bool(so, "include_usage", &r->include_usage, e)) return -1;
+    jo *n = get(o, "n");
+    if (n && (!json_object_is_type(n, json_type_int) || json_object_get_int(n) != 1))
+        return fail(e, "only n = 1 is supported");
+    return 0;
+}
+
+/* ---- Anthropic messages ----------------------------------------------------------------- */
+
+static int anthropic_result_text(jo *c, strbuf *out, perr *e)
+{
+    if (!c) return 0;
+    return content_text(c, "text", out, e);
+}
+
+static int anthropic_blocks(serve_request *r, const char *role, jo *content, perr *e)
+{
+    bool user = !strcmp(role, "user");
+    if (json_object_is_type(content, json_type_string)) {
+        sv_msg *m = add_msg(r, user ? SV_USER : SV_ASSISTANT);
+        m->text = sv_strdup(json_object_get_string(content));
+        return 0;
+    }
+    if (!json_object_is_type(content, json_type_array)) return fail(e, "'content' must be a string or an array of blocks");
+    strbuf text = { 0 }, thinking = { 0 };
+    sv_msg *a = user ? NULL : add_msg(r, SV_ASSISTANT);
+    bool have_thinking = false;
+    int rc = 0;
+    for (size_t i = 0; i < json_object_array_length(content) && !rc; i++) {
+        jo *b = json_object_array_get_idx(content, i);
+        const char *type, *s;
+        if (!b || !json_object_is_type(b, json_type_object)) { rc = fail(e, "content blocks must be objects"); break; }
+        if (get_string(b, "type", &type, true, e)) { rc = -1; break; }
+        if (!strcmp(type, "text")) {
+            rc = get_string(b, "text", &s, true, e);
+            if (!rc) sb_puts(&text, s);
+        } else if (!user && !strcmp(type, "thinking")) {
+            rc = get_string(b, "thinking", &s, true, e);
+            if (!rc) sb_puts(&thinking, s);
+            have_thinking = true;
+        } else if (!user && !strcmp(type, "redacted_thinking")) {
+            continue;
+        } else if (!user && !strcmp(type, "tool_use")) {
+            const char *id, *name;
+            char *obj = NULL;
+            rc = get_string(b, "id", &id, false, e) || get_string(b, "name", &name, true, e) ||
+                 args_object(NULL, get(b, "input") ? get(b, "input") : NULL, &obj, e);
+            if (!rc) add_call(a, id, name, obj);
+            free(obj);
+        } else if (user && !strcmp(type, "tool_result")) {
+            const char *id;
+            strbuf res = { 0 };
+            rc = get_string(b, "tool_use_id", &id, true, e) || anthropic_result_text(get(b, "content"), &res, e);
+            if (!rc) {
+                /* text before a result is a message of its own, in order */
+                if (text.len) add_msg(r, SV_USER)->text = sb_take(&text);
+                sv_msg *t = add_msg(r, SV_TOOL);
+                t->text = sb_take(&res);
+                t->call_id = sv_strdup(id);
+            }
+            sb_free(&res);
+        } else {
+            rc = fail(e, "content blocks of type '%s' are not supported here", type);
+        }
+    }
+    if (!rc) {
+        if (user && text.len) add_msg(r, SV_USER)->text = sb_take(&text);
+        if (a) {
+            a->text = sb_take(&text);
+            if (have_thinking) a->reasoning = sb_take(&thinking);
+        }
+    }
+    sb_free(&text);
+    sb_free(&thinking);
+    return rc;
+}
+
+static int parse_messages(serve_request *r, jo *o, perr *e)
+{
+    jo *sys = get(o, "system");
+    strbuf s = { 0 };
+    if (content_text(sys, "text", &s, e)) {
+        sb_free(&s);
+        return -1;
+    }
+    add_system(r, sb_str(&s));
+    sb_free(&s);
+    jo *msgs = get(o, "messages"), *tools = get(o, "tools");
+    if (!msgs || !json_object_is_type(msgs, json_type_array)) return fail(e, "'messages' must be an array");
+    for (size_t i = 0; i < json_object_array_length(msgs); i++) {
+        jo *m = json_object_array_get_idx(msgs, i);
+        const char *role;
+        if (!m || !json_object_is_type(m, json_type_object)) return fail(e, "messages.%zu must be an object", i);
+        if (get_string(m, "role", &role, true, e)) return -1;
+        if (strcmp(role, "user") && strcmp(role, "assistant"))
+            return fail(e, "messages.%zu: unknown role '%s' (user or assistant)", i, role);
+        jo *c = get(m, "content");
+        if (!c) return fail(e, "messages.%zu: 'content' is required", i);
+        if (anthropic_blocks(r, role, c, e)) return -1;
+    }
+    if (tools && !json_object_is_type(tools, json_type_array)) return fail(e, "'tools' must be an array");
+    for (size_t i = 0; tools && i < json_object_array_length(tools); i++) {
+        jo *t = json_object_array_get_idx(tools, i);
+        const char *name, *desc, *type;
+        if (get_string(t, "type", &type, false, e)) return -1;
+        if (type && strcmp(type, "custom")) continue; /* server tools (web search, …) run elsewhere */
+        if (get_string(t, "name", &name, true, e) || get_string(t, "description", &desc, false, e)) return -1;
+        if (add_tool_schema(r, name, desc, get(t, "input_schema"), e)) return -1;
+    }
+    r->think = 0;
+    if (thinking_object(get(o, "thinking"), &r->think, e) || parse_choice(r, get(o, "tool_choice"), e) ||
+        parse_sampling(r, o, "max_tokens", e) || parse_stop(r, get(o, "stop_sequences"), e))
+        return -1;
+    return 0;
+}
+
+/* ---- OpenAI responses ---------------------------------------------------------------------- */
+
+static sv_msg *last_assistant(serve_request *r)
+{
+    if (r->n_msgs && r->msgs[r->n_msgs - 1].role == SV_ASSISTANT) return &r->msgs[r->n_msgs - 1];
+    sv_msg *a = add_msg(r, SV_ASSISTANT);
+    a->text = sv_strdup("");
+    return a;
+}
+
+static int responses_item(serve_request *r, jo *it, size_t i, perr *e)
+{
+    const char *type, *role;
+    if (!it || !json_object_is_type(it, json_type_object)) return fail(e, "input[%zu] must be an object", i);
+    if (get_string(it, "type", &type, false, e) || get_string(it, "role", &role, false, e)) return -1;
+    if (!type) type = "message";
+    if (!strcmp(type, "message")) {
+        if (!role) return fail(e, "input[%zu]: a message needs a role", i);
+        strbuf text = { 0 };
+        int rc = content_text(get(it, "content"), "input_text|output_text|text|refusal", &text, e);
+        if (!rc) {
+            if (!strcmp(role, "system") || !strcmp(role, "developer")) add_system(r, sb_str(&text));
+            else if (!strcmp(role, "user")) add_msg(r, SV_USER)->text = sb_take(&text);
+            else if (!strcmp(role, "assistant")) {
+                sv_msg *a = last_assistant(r);
+                if (a->n_calls) a = add_msg(r, SV_ASSISTANT); /* text after calls: a later reply */
+                free(a->text);
+                a->text = sb_take(&text);
+            } else rc = fail(e, "input[%zu]: unknown role '%s'", i, role);
+        }
+        sb_free(&text);
+        return rc;
+    }
+    if (!strcmp(type, "function_call")) {
+        const char *id, *name, *args;
+        char *obj;
+        if (get_string(it, "call_id", &id, true, e) || get_string(it, "name", &name, true, e) ||
+            get_string(it, "arguments", &args, false, e) || args_object(args, NULL, &obj, e))
+            return -1;
+        add_call(last_assistant(r), id, name, obj);
+        free(obj);
+        return 0;
+    }
+    if (!strcmp(type, "function_call_output")) {
+        const char *id;
+        jo *out = get(it, "output");
+        strbuf text = { 0 };
+        if (get_string(it, "call_id", &id, true, e)) return -1;
+        if (content_text(out, "input_text|output_text|text", &text, e)) {
+            sb_free(&text);
+            return -1;
+        }
+        sv_msg *t = add_msg(r, SV_TOOL);
+        t->text = sb_take(&text);
+        t->call_id = sv_strdup(id);
+        return 0;
+    }
+    if (!strcmp(type, "reasoning")) {
+        /* the next assistant reply's reasoning, when the client sends it back */
+        strbuf text = { 0 };
+        jo *parts = get(it, "content") ? get(it, "content") : get(it, "summary");
+        int rc = parts ? content_text(parts, "reasoning_text|summary_text", &text, e) : 0;
+        if (!rc) {
+            sv_msg *a = add_msg(r, SV_ASSISTANT);
+            a->text = sv_strdup("");
+            a->reasoning = sb_take(&text);
+        }
+        sb_free(&text);
+        return rc;
+    }
+    return fail(e, "input[%zu]: items of type '%s' are not supported", i, type);
+}
+
+static int parse_responses(serve_request *r, jo *o, perr *e)
+{
+    const char *instructions;
+    if (get_string(o, "instructions", &instructions, false, e)) return -1;
+    add_system(r, instructions);
+    if (get(o, "previous_response_id")) return fail(e, "previous_response_id is not supported: send the whole input");
+    jo *in = get(o, "input");
+    if (!in) return fail(e, "'input' is required");
+    if (json_object_is_type(in, json_type_string)) {
+        add_msg(r, SV_USER)->text = sv_strdup(json_object_get_string(in));
+    } else if (json_object_is_type(in, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(in); i++)
+            if (responses_item(r, json_object_array_get_idx(in, i), i, e)) return -1;
+    } else {
+        return fail(e, "'input' must be a string or an array of items");
+    }
+    jo *tools = get(o, "tools");
+    if (tools && !json_object_is_type(tools, json_type_array)) return fail(e, "'tools' must be an array");
+    for (size_t i = 0; tools && i < json_object_array_length(tools); i++) {
+        jo *t = json_object_array_get_idx(tools, i);
+        const char *type, *name, *desc;
+        if (get_string(t, "type", &type, true, e)) return -1;
+        if (strcmp(type, "function")) continue; /* hosted tools run elsewhere */
+        if (get_string(t, "name", &name, true, e) || get_string(t, "description", &desc, false, e)) return -1;
+        if (add_tool_schema(r, name, desc, get(t, "parameters"), e)) return -1;
+    }
+    jo *reasoning = get(o, "reasoning");
+    if (reasoning) {
+        const char *effort;
+        if (!json_object_is_type(reasoning, json_type_object)) return fail(e, "'reasoning' must be an object");
+        if (get_string(reasoning, "effort", &effort, false, e)) return -1;
+        r->think = effort ? effort_think(effort) : 1;
+    }
+    return parse_choice(r, get(o, "tool_choice"), e) || parse_sampling(r, o, "max_output_tokens", e);
+}
+
+/* ---- entry points ------------------------------------------------------------------------------ */
+
+/* Tool results must answer calls of the assistant message before them. */
+static int check_order(serve_request *r, perr *e)
+{
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        if (r->msgs[i].role != SV_TOOL) continue;
+        size_t k = i;
+        while (k > 0 && r->msgs[k - 1].role == SV_TOOL) k--;
+        if (k == 0 || r->msgs[k - 1].role != SV_ASSISTANT || !r->msgs[k - 1].n_calls)
+            return fail(e, "a tool result must follow an assistant message with tool calls");
+    }
+    if (!r->n_msgs && !r->count_only) return fail(e, "the conversation has no messages");
+    return 0;
+}
+
+serve_request *serve_request_parse(serve_api api, const char *body, size_t len, char *err, size_t errlen)
+{
+    perr e = { err, errlen };
+    if (errlen) err[0] = 0;
+    json_tokener *tok = json_tokener_new_ex(64);
+    if (!tok) abort();
+    jo *o = json_tokener_parse_ex(tok, body ? body : "", (int)(len > (size_t)INT32_MAX ? INT32_MAX : len));
+    enum json_tokener_error je = json_tokener_get_error(tok);
+    size_t used = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    if (!o || je != json_tokener_success) {
+        json_object_put(o);
+        fail(&e, "the body is not valid JSON: %s",
+             je == json_tokener_continue ? "it ends too early" : json_tokener_error_desc(je));
+        return NULL;
+    }
+    while (used < len && strchr(" \t\r\n", body[used])) used++;
+    if (used < len || !json_object_is_type(o, json_type_object)) {
+        json_object_put(o);
+        fail(&e, "the body must be one JSON object");
+        return NULL;
+    }
+    serve_request *r = calloc(1, sizeof *r);
+    if (!r) abort();
+    r->api = api;
+    r->think = -1;
+    const char *model;
+    int rc = get_string(o, "model", &model, false, &e);
+    if (!rc) r->model = sv_strdup(model);
+    if (!rc) rc = api == SERVE_API_CHAT ? parse_chat(r, o, &e)
+                  : api == SERVE_API_MESSAGES ? parse_messages(r, o, &e)
+                                              : parse_responses(r, o, &e);
+    if (!rc) rc = check_choice(r, &e);
+    if (!rc) rc = check_order(r, &e);
+    json_object_put(o);
+    if (rc) {
+        serve_request_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void serve_request_free(serve_request *r)
+{
+    if (!r) return;
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        sv_msg *m = &r->msgs[i];
+        free(m->text);
+        free(m->reasoning);
+        free(m->call_id);
+        for (size_t k = 0; k < m->n_calls; k++) {
+            free(m->calls[k].id);
+            free(m->calls[k].name);
+            free(m->calls[k].args);
+        }
+        free(m->calls);
+    }
+    free(r->msgs);
+    for (size_t i = 0; i < r->n_tools; i++) free(r->tools[i]);
+    free(r->tools);
+    for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    free(r->choice_name);
+    free(r->model);
+    sb_free(&r->system);
+    free(r);
+}
