@@ -17,6 +17,7 @@
 #include "base/base.h"
 #include "cli/commands.h"
 #include "cli/model_open.h"
+#include "cli/preflight.h"
 #include "serve/serve.h"
 
 #define DEFAULT_CTX 65536
@@ -162,8 +163,10 @@ int cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int code = EXIT_ERROR;
-    ds4_engine *e = model_open(&o, DEFAULT_CTX, &f.cfg.n_ctx, &code);
+    int code = preflight_check_engine(&o);
+    if (code != EXIT_DONE) return code;
+    code = EXIT_ERROR;
+    ds4_engine *e = model_open(&o, DEFAULT_CTX, &f.cfg.n_ctx, &code, NULL);
     if (!e) return code;
     f.cfg.engine = e;
     f.cfg.sampling = o.sampling;

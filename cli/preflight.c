@@ -63,10 +63,16 @@ static int check_rules(const ds4cl_options *o, const char *ws)
     return given ? EXIT_USAGE : EXIT_ERROR;
 }
 
-int preflight_check(const ds4cl_options *o, const char *ws)
+int preflight_check_engine(const ds4cl_options *o)
 {
     int rc = check_script(o);
     if (rc == EXIT_DONE) rc = check_device(o);
+    return rc;
+}
+
+int preflight_check(const ds4cl_options *o, const char *ws)
+{
+    int rc = preflight_check_engine(o);
     if (rc == EXIT_DONE) rc = check_rules(o, ws);
     return rc;
 }

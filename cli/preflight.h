@@ -17,5 +17,8 @@
  * (EXIT_USAGE or EXIT_ERROR) after printing why on stderr. ws is the
  * resolved workspace. */
 int preflight_check(const ds4cl_options *o, const char *ws);
+/* The same for a command without a workspace (the server): the engine
+ * and device flags only. */
+int preflight_check_engine(const ds4cl_options *o);
 
 #endif
