@@ -169,6 +169,12 @@ static int cpu_read(void *ctx, ds4_buf *src, size_t off, void *dst, size_t n)
     return 0;
 }
 
+static void *cpu_host(void *ctx, ds4_buf *b)
+{
+    (void)ctx;
+    return b->p;
+}
+
 static int cpu_copy(void *ctx, ds4_buf *dst, size_t doff, ds4_buf *src, size_t soff, size_t n)
 {
     if (range_ok(ctx, dst, doff, n) || range_ok(ctx, src, soff, n)) return -1;
@@ -856,6 +862,7 @@ const ds4_ops cpu_ops = {
     .write = cpu_write,
     .read = cpu_read,
     .copy = cpu_copy,
+    .host = cpu_host,
     .embed = cpu_embed,
     .hc_pre = cpu_hc_pre,
     .hc_post = cpu_hc_post,

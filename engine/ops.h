@@ -33,6 +33,10 @@
  *   count: a token computed inside a chunk of 256 and alone must give the
  *   same bits, if the backend can (the CPU backend does); at least they
  *   must agree to f32 rounding (ordering) differences.
+ * - One pass may run on several backends (the placement, engine/forward.h):
+ *   each buffer then has a copy on every backend that uses it and the
+ *   schedule hands the current bytes over before an op reads them
+ *   (engine/xbuf.h). An op only ever sees buffers of its own backend.
  * - Each op returns 0, or -1 after recording a message the backend hands
  *   back through last_error(). After an error the schedule abandons the
  *   chunk; the session state is then reset by the caller.
@@ -120,6 +124,11 @@ typedef struct ds4_ops {
     /* Waits until all queued work is done. NULL on a backend whose ops
      * finish before they return. */
     int (*finish)(void *ctx);
+    /* The bytes of b when the backend keeps them in host memory that the
+     * caller may read and write directly once finish() returned (the CPU
+     * backend); NULL otherwise, or when the member is NULL. Hand-overs
+     * between backends (engine/xbuf.h) use it to skip a staging copy. */
+    void *(*host)(void *ctx, ds4_buf *b);
 
     /* ---- embedding and hyper-connections (§5, §6, §9) ---------------------
      *
