@@ -22,7 +22,7 @@ CC        ?= cc
 PKG_CONFIG ?= pkg-config
 PKGS      := ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto
 
-MODULES   := base engine opencl agent tools ui sessions prompts cli
+MODULES   := base engine engine/testkit cpu opencl agent tools ui sessions prompts cli
 
 ifeq ($(SAN),1)
   VARIANT   := san

@@ -28,9 +28,9 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/cpu_ops.h"
+#include "cpu/cpu_ops.h"
 #include "engine/gguf.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "opencl/cl_ops.h"

@@ -17,7 +17,7 @@
 #endif
 
 #include "base/base.h"
-#include "engine/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "engine/quant.h"
 
 typedef struct {

@@ -43,7 +43,7 @@
 #include "engine/backend.h"
 #include "engine/ds4.h"
 #include "engine/forward.h"
-#include "engine/threadpool.h"
+#include "cpu/threadpool.h"
 #include "opencl/cl_ops.h"
 
 typedef struct {

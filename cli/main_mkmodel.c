@@ -1,5 +1,5 @@
 /* main_mkmodel.c — entry point of `ds4cl-mkmodel`: writes DS4-layout GGUF
- * fixtures with random weights (engine/mkmodel.h). */
+ * fixtures with random weights (engine/testkit/mkmodel.h). */
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/npm_vocab.h"
 
 static void help(void)

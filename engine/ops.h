@@ -1,6 +1,6 @@
 /* ops.h — the DS4 forward pass as a schedule of operations over device
  * buffers: the contract between the schedule (engine/forward.c, written
- * once) and each compute backend (CPU: engine/cpu_*.c; OpenCL: opencl/).
+ * once) and each compute backend (CPU: cpu/; OpenCL: opencl/).
  *
  * The schedule owns the order of operations, every buffer (activations,
  * KV caches, compressor frontiers) and their layouts; a backend owns the

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/cpu_ops.h"
+#include "cpu/cpu_ops.h"
 #include "engine/quant.h"
 #include "opencl/cl_runtime.h"
 #include "tests/test.h"

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "engine/gguf.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "opencl/cl_ops.h"

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "engine/quant.h"
-#include "engine/threadpool.h"
+#include "cpu/threadpool.h"
 #include "tests/test.h"
 
 static uint32_t rnd_state = 12345;

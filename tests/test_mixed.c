@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "engine/backend.h"
-#include "engine/cpu_ops.h"
+#include "cpu/cpu_ops.h"
 #include "engine/forward.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/xbuf.h"
 #include "opencl/cl_ops.h"
 #include "tests/fwd_util.h"

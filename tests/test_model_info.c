@@ -2,7 +2,7 @@
  * and for generated fixtures, and its errors. */
 #include <string.h>
 
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "tests/gguf_util.h"
 #include "tests/test.h"
 

@@ -14,7 +14,7 @@
 
 #include "engine/backend.h"
 #include "engine/forward.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "opencl/cl_ops.h"
 #include "tests/fwd_util.h"
 #include "tests/model_cmp.h"

@@ -10,7 +10,7 @@
 #include "engine/backend.h"
 #include "engine/ds4.h"
 #include "engine/forward.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/quant.h"
 #include "opencl/cl_ops.h"
 #include "opencl/cl_runtime.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 
 #define V4_VOCAB 129280
 #define V4_BPE_IDS 128000

@@ -6,8 +6,8 @@
  * disjoint part of the output with a fixed arithmetic, so the bits do not
  * depend on the thread count or on how many tokens share a call.
  */
-#include "engine/cpu_ops.h"
-#include "engine/cpu_impl.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/cpu_impl.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,12 +1,12 @@
 /* backend_cpu.c — the CPU backend: the forward schedule over the host ops
  * of cpu_ops.c. */
 #include "engine/backend.h"
-#include "engine/cpu_ops.h"
+#include "cpu/cpu_ops.h"
 #include "engine/forward.h"
 
 #include <stdio.h>
 
-#include "engine/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 
 static int cpu_open(ds4_engine *e, ds4_error *err)
 {
