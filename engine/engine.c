@@ -109,6 +109,36 @@ void ds4_engine_info(const ds4_engine *e, ds4_model_info *out)
     if (!out->device_name[0]) snprintf(out->device_name, sizeof out->device_name, "%s", e->ops->name);
 }
 
+const ds4_backend *ds4_backends(int *n)
+{
+    static const ds4_backend all[] = { DS4_BACKEND_CPU, DS4_BACKEND_OPENCL, DS4_BACKEND_SCRIPT };
+    *n = (int)(sizeof all / sizeof all[0]);
+    return all;
+}
+
+const char *ds4_backend_name(ds4_backend b) { return backend_label(b); }
+
+const char *ds4_device_kind_name(ds4_device_kind k)
+{
+    switch (k) {
+    case DS4_DEVICE_CPU: return "CPU";
+    case DS4_DEVICE_GPU: return "GPU";
+    case DS4_DEVICE_ACCELERATOR: return "accelerator";
+    case DS4_DEVICE_OTHER: break;
+    }
+    return "other";
+}
+
+int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *n, int *selected, ds4_error *err)
+{
+    const ds4_backend_ops *ops = backend_for(b);
+    *out = NULL;
+    *n = 0;
+    *selected = -1;
+    if (!ops || !ops->devices) return ds4_error_set(err, "the %s backend runs on no device", backend_label(b));
+    return ops->devices(want, out, n, selected, err);
+}
+
 const ds4_tokenizer *ds4_engine_tokenizer(const ds4_engine *e) { return e->tok; }
 
 uint64_t ds4_session_bytes_estimate(const ds4_engine *e, int n_ctx)

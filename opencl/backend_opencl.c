@@ -67,11 +67,48 @@ static uint64_t ocl_session_bytes(const ds4_engine *e, int n_ctx)
     return fwd_session_buffers_bytes(f, n_ctx) + cl_ops_scratch_estimate(fwd_ops_ctx(f), T, n_ctx);
 }
 
+static ds4_device_kind kind_of(cl_device_type t)
+{
+    if (t & CL_DEVICE_TYPE_GPU) return DS4_DEVICE_GPU;
+    if (t & CL_DEVICE_TYPE_CPU) return DS4_DEVICE_CPU;
+    if (t & CL_DEVICE_TYPE_ACCELERATOR) return DS4_DEVICE_ACCELERATOR;
+    return DS4_DEVICE_OTHER;
+}
+
+static int ocl_devices(const char *want, ds4_device **out, int *n, int *selected, ds4_error *err)
+{
+    clrt_device *devs;
+    char msg[sizeof err->msg];
+    if (clrt_devices(&devs, n, msg, sizeof msg) != 0) return ds4_error_set(err, "%s", msg);
+    ds4_device *d = calloc((size_t)*n, sizeof *d);
+    if (!d) {
+        free(devs);
+        return ds4_error_set(err, "out of memory");
+    }
+    for (int i = 0; i < *n; i++) {
+        const clrt_device *c = &devs[i];
+        d[i] = (ds4_device){ .index = c->index, .kind = kind_of(c->type), .compute_units = c->compute_units,
+                             .memory = c->global_mem, .max_alloc = c->max_alloc, .shares_host_memory = c->unified };
+        snprintf(d[i].name, sizeof d[i].name, "%s", c->name);
+        snprintf(d[i].platform, sizeof d[i].platform, "%s", c->platform_name);
+        snprintf(d[i].platform_version, sizeof d[i].platform_version, "%s", c->platform_version);
+        snprintf(d[i].vendor, sizeof d[i].vendor, "%s", c->vendor);
+        snprintf(d[i].driver, sizeof d[i].driver, "%s", c->driver);
+        snprintf(d[i].version, sizeof d[i].version, "%s", c->c_version);
+    }
+    *selected = clrt_pick(devs, *n, want, msg, sizeof msg);
+    if (*selected < 0) ds4_error_set(err, "%s", msg);
+    free(devs);
+    *out = d;
+    return 0;
+}
+
 const ds4_backend_ops ds4_backend_opencl = {
     .name = "opencl",
     .needs_model = true,
     .open = ocl_open,
     .close = ocl_close,
+    .devices = ocl_devices,
     .describe = ocl_describe,
     .session_bytes = ocl_session_bytes,
     FWD_BACKEND_SESSION_OPS,
