@@ -12,15 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The tool registry is a module of its own; a build without it runs the
- * agent without tools. */
-#pragma weak tools_all
-#pragma weak tools_schema_json
-#pragma weak tool_env_new
-#pragma weak tool_env_free
-#pragma weak tools_sandbox_active
-#pragma weak tools_sandbox_status
-
 const char *agent_state_name(agent_state s)
 {
     switch (s) {
@@ -441,7 +432,7 @@ static int setup_tools(agent *a, ds4_error *err)
         a->schemas = calloc(t->n ? t->n : 1, sizeof *a->schemas);
         if (!a->schemas) abort();
         for (size_t i = 0; i < t->n; i++) a->schemas[i] = dup_or_null(t->schemas_json[i]);
-    } else if (tools_all && tools_schema_json && tool_env_new) {
+    } else {
         char msg[512] = "";
         tool_env_config tc = a->cfg.tools;
         if (!tc.workspace) tc.workspace = a->workspace;
@@ -476,7 +467,7 @@ static void random_id(char *out, size_t size)
 
 static void agent_free(agent *a)
 {
-    if (a->env && tool_env_free) tool_env_free(a->env);
+    if (a->env) tool_env_free(a->env);
     for (size_t i = 0; i < a->n_schemas; i++) free(a->schemas[i]);
     free(a->schemas);
     dsml_parser_free(a->parser);
@@ -659,7 +650,7 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         agent_free(a);
         return NULL;
     }
-    if (a->env && tools_sandbox_active && tools_sandbox_status) {
+    if (a->env) {
         a->sandboxed = tools_sandbox_active(a->env);
         snprintf(a->sandbox_why, sizeof a->sandbox_why, "%s", tools_sandbox_status(a->env));
     }

@@ -10,8 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#pragma weak tools_run
-
 /* ---- prefill ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -399,10 +397,10 @@ static void run_calls(agent *a, strbuf *msg, call_log *log)
             double t0 = now_ms();
             if (a->cfg.custom_tools) {
                 a->cfg.custom_tools->run(a->cfg.custom_tools->ud, c->name, c->args_json, &ctx, &res);
-            } else if (tools_run && a->env) {
+            } else if (a->env) {
                 tools_run(a->env, c->name, c->args_json, &ctx, &res);
             } else {
-                res.text = strdup("Tool error: no tools are available in this build");
+                res.text = strdup("Tool error: the tools are not set up");
                 res.is_error = true;
             }
             if (!res.text) {

@@ -30,12 +30,6 @@
 #include "base/base.h"
 #include "tools/tools.h"
 
-/* The tool registry is a module of its own. */
-#pragma weak tool_env_new
-#pragma weak tool_env_free
-#pragma weak tools_run
-#pragma weak tool_result_free
-
 extern char **environ;
 
 typedef enum { Q_LITERAL = 0, Q_ICASE, Q_REGEX } query_kind;
@@ -164,11 +158,6 @@ int bench_search_main(int argc, char **argv)
     if (!dir || runs < 1) {
         free(qs);
         return usage();
-    }
-    if (!tool_env_new || !tools_run) {
-        fputs("ds4cl-bench: the tools are not part of this build\n", stderr);
-        free(qs);
-        return 1;
     }
     const query *list = nq ? qs : default_queries;
     size_t n = nq ? nq : sizeof default_queries / sizeof default_queries[0];

@@ -36,8 +36,6 @@
 #include "cli/workspace.h"
 #include "sessions/sessions.h"
 
-#pragma weak tools_all
-
 #define STREAM_SCHEMA 1
 #define DEFAULT_CTX 65536
 
@@ -415,7 +413,7 @@ int cmd_prompt(const ds4cl_options *o)
         json_object_object_add(init, "workspace", json_object_new_string(ws));
         struct json_object *names = json_object_new_array();
         size_t nt = 0;
-        const tool_def *const *all = tools_all ? tools_all(&nt) : NULL;
+        const tool_def *const *all = tools_all(&nt);
         for (size_t i = 0; i < nt; i++) json_object_array_add(names, json_object_new_string(all[i]->name));
         json_object_object_add(init, "tools", names);
         struct json_object *perm = json_object_new_object();

@@ -14,15 +14,11 @@ enum {
     EXIT_CONTEXT_FULL = 4,
 };
 
-/* Declared weak while the program is assembled from parts: main() reports a
- * mode whose command is not linked instead of failing to link. */
-#define DS4CL_COMMAND __attribute__((weak))
-
-DS4CL_COMMAND int cmd_interactive(const ds4cl_options *o);
-DS4CL_COMMAND int cmd_prompt(const ds4cl_options *o);
-DS4CL_COMMAND int cmd_model_info(const ds4cl_options *o);
-DS4CL_COMMAND int cmd_dump_tokens(const ds4cl_options *o);
-DS4CL_COMMAND int cmd_list_devices(const ds4cl_options *o);
-DS4CL_COMMAND int cmd_download(const ds4cl_options *o);
+int cmd_interactive(const ds4cl_options *o);
+int cmd_prompt(const ds4cl_options *o);
+int cmd_model_info(const ds4cl_options *o);
+int cmd_dump_tokens(const ds4cl_options *o);
+int cmd_list_devices(const ds4cl_options *o);
+int cmd_download(const ds4cl_options *o);
 
 #endif

@@ -14,11 +14,6 @@
 #include "base/base.h"
 #include "cli/progress.h"
 
-/* The engine is linked in by the programs that plan sessions; the planner
- * itself must not depend on it (tests link it without an engine). */
-#pragma weak ds4_engine_info
-#pragma weak ds4_session_bytes_estimate
-
 #define DEFAULT_MAX_CTX 1048576
 #define UNLIMITED_CGROUP (1ull << 60)
 
@@ -460,10 +455,6 @@ int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *de
                         int default_ctx, int *n_ctx)
 {
     int fallback = requested > 0 ? requested : default_ctx;
-    if (!ds4_engine_info || !ds4_session_bytes_estimate) {
-        *n_ctx = fallback;
-        return 0;
-    }
     ds4_model_info info;
     memset(&info, 0, sizeof info);
     ds4_engine_info(e, &info);

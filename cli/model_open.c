@@ -12,11 +12,6 @@
 #include "cli/page_warm.h"
 #include "cli/progress.h"
 
-/* The engine is assembled from parts; a build without it says so. */
-#pragma weak ds4_engine_open
-#pragma weak ds4_engine_close
-#pragma weak ds4_engine_info
-
 static const char *base_name(const char *path)
 {
     const char *s = strrchr(path, '/');
@@ -42,10 +37,6 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
         if (!scripted && memplan_precheck_file(path, o->backend) != 0) return NULL;
     }
 
-    if (!ds4_engine_open) {
-        fprintf(stderr, "ds4cl: this build has no inference engine\n");
-        return NULL;
-    }
     progress p;
     progress_start(&p, "loading model", PROGRESS_QUIET);
     ds4_engine_options eo = {
@@ -72,7 +63,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     }
     ds4_model_info info;
     memset(&info, 0, sizeof info);
-    if (ds4_engine_info) ds4_engine_info(e, &info);
+    ds4_engine_info(e, &info);
     /* the context is decided before the weights are read: a refusal
      * should not cost minutes of disk reads */
     int planned = memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, n_ctx);

@@ -71,9 +71,9 @@ struct ds4_backend_ops {
     int (*load)(void *st, const void *payload, size_t len, size_t n_tokens, ds4_error *err);
 };
 
-/* Backends linked into this build (NULL when absent). */
-extern const ds4_backend_ops ds4_backend_cpu __attribute__((weak));
-extern const ds4_backend_ops ds4_backend_opencl __attribute__((weak));
-extern const ds4_backend_ops ds4_backend_script __attribute__((weak));
+/* The backends (cpu/, opencl/, engine/testkit/). */
+extern const ds4_backend_ops ds4_backend_cpu;
+extern const ds4_backend_ops ds4_backend_opencl;
+extern const ds4_backend_ops ds4_backend_script;
 
 #endif
