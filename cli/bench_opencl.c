@@ -45,7 +45,7 @@ typedef struct {
 #define IQ2 GGML_TYPE_IQ2_XXS
 #define Q2K GGML_TYPE_Q2_K
 
-/* Flash shapes (ds4-forward; opencl-perf notes §8.1 item 3). */
+/* Flash shapes (doc/model.md §1). */
 static const bench_row rows[] = {
     { "attn_q_a", ROW_MATMUL, Q8, 0, 4096, 1024, 1, 0 },
     { "attn_q_b", ROW_MATMUL, Q8, 0, 1024, 32768, 1, 0 },

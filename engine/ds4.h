@@ -51,7 +51,7 @@ typedef enum {
     DS4_BACKEND_SCRIPT, /* test backend: replies scripted in a JSON Lines file */
 } ds4_backend;
 
-/* Rounding simulations the model was trained with (see ds4-forward §3.2-3.4).
+/* Rounding simulations the model was trained with (doc/model.md §2.5).
  * FULL is the model's release numerics; the others exist for verification. */
 typedef enum {
     DS4_QSIM_FULL = 0, /* fp8 KV + FP4 indexer + f16 cache rows */

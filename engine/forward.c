@@ -1,5 +1,5 @@
 /* forward.c — the schedule: one chunk of T tokens through every layer as
- * a sequence of ds4_ops calls (ds4-forward §4–§9), each on the backend
+ * a sequence of ds4_ops calls (doc/model.md §3–§8), each on the backend
  * the placement names for its part, and evaluation in chunks with
  * progress, cancellation and the final logits. */
 #include "engine/forward_impl.h"
@@ -138,7 +138,7 @@ static int attention_block(run *r, int l, int64_t pos0, int T)
     OP(o->rmsnorm(c, IN(a->x), &L->attn_norm, T, D, OUT(a->xn)));
     TRACE("attn_norm", l, a->xn, pos0, T, D);
 
-    /* queries (§7.2) */
+    /* queries (doc/model.md §6.1) */
     OP(o->matmul(c, &L->attn_q_a, IN(a->xn), T, 1, OUT(a->qa)));
     OP(o->rmsnorm(c, IO(a->qa), &L->attn_q_a_norm, T, hp->q_lora, IO(a->qa)));
     TRACE("qr_norm", l, a->qa, pos0, T, hp->q_lora);
@@ -147,7 +147,7 @@ static int attention_block(run *r, int l, int64_t pos0, int T)
     OP(o->rope(c, IO(a->q), T, H, hd, rope, pos0, 1, 0));
     TRACE("q_roped", l, a->q, pos0, T, hp->q_dim);
 
-    /* the shared K=V row (§7.3) */
+    /* the shared K=V row (§6.2) */
     OP(o->matmul(c, &L->attn_kv, IN(a->xn), T, 1, OUT(a->kv)));
     OP(o->rmsnorm(c, IO(a->kv), &L->attn_kv_a_norm, T, hd, IO(a->kv)));
     OP(o->rope(c, IO(a->kv), T, 1, hd, rope, pos0, 1, 0));
@@ -157,7 +157,7 @@ static int attention_block(run *r, int l, int64_t pos0, int T)
 
     xbuf *sel = NULL;
     if (R) {
-        /* attention compressor (§7.6) */
+        /* attention compressor (§6.4) */
         const int lanes = ds4_compress_lanes(R);
         const int64_t w0 = pos0 / R, n_emit = (pos0 + T) / R - w0;
         OP(o->matmul(c, &L->comp_kv, IN(a->xn), T, 1, OUT(a->ca)));
@@ -173,7 +173,7 @@ static int attention_block(run *r, int l, int64_t pos0, int T)
                 trace_rows_as(r, "comp_kv_row", l, &a->pooled, (w0 + 1) * R - 1, R, n_emit, (size_t)hd * 4, true);
         }
         if (R == 4) {
-            /* indexer compressor and selection (§7.7) */
+            /* indexer compressor and selection (§6.5) */
             const int id = hp->indexer_head_dim, nih = hp->n_indexer_head;
             const ds4_sim hs = qs == DS4_QSIM_FULL ? DS4_SIM_HADAMARD_FP4 : DS4_SIM_HADAMARD;
             OP(o->matmul(c, &L->idx_comp_kv, IN(a->xn), T, 1, OUT(a->ia)));
@@ -204,7 +204,7 @@ static int attention_block(run *r, int l, int64_t pos0, int T)
         }
     }
 
-    /* attention, inverse RoPE, grouped output (§7.8–7.10) */
+    /* attention, inverse RoPE, grouped output (§6.6–6.7) */
     OP(o->attention(c, IN(a->q), IN(LS->raw), st->ct, st->raw_rows, IN(LS->comp), R, in(r, sel), hp->indexer_top_k,
                     &L->attn_sinks, pos0, T, OUT(a->o)));
     OP(o->rope(c, IO(a->o), T, H, hd, rope, pos0, 1, 1));

@@ -102,7 +102,7 @@ uint64_t fwd_session_buffers_bytes_on(const fwd_engine *f, int n_ctx, int b);
 
 /* ---- tracing (tests and debugging) -------------------------------------
  * When set, evaluation reads intermediates back and reports them per
- * token: name (see ds4-forward / the golden trace names: embd, attn_cur,
+ * token: name (the golden trace names: embd, attn_cur,
  * attn_norm, qr_norm, q_roped, kv_cache_row, comp_kv_row, index_comp_row,
  * heads_unroped, attn_out, after_attn_hc, ffn_cur, ffn_norm, ffn_moe,
  * ffn_shared, out_hc, output_embd, output_norm, logits; and the decisions

@@ -414,7 +414,7 @@ void quant_matmul(uint32_t type, const void *w, size_t row_bytes, const float *x
 #endif
 }
 
-/* ---- quantized activations (ds4's CPU arithmetic, §5.7) ---------------------- */
+/* ---- quantized activations (doc/model.md §12.3) ---------------------- */
 
 static int8_t clamp_i8(float v)
 {

@@ -2,7 +2,7 @@
  * that read them.
  *
  * Weights: F32, F16, BF16, I32, Q8_0 (32 per block), Q2_K, Q4_K, IQ2_XXS
- * (256 per block). Layouts and dequantization formulas: ds4-gguf.md §5.
+ * (256 per block). Layouts: doc/model.md §12.2.
  * Rows are whole blocks; a matrix is rows of `row_bytes` each.
  *
  * Two families of products:
@@ -12,7 +12,7 @@
  *    them) and agree with the portable scalar versions (quant_*_scalar)
  *    within f32 rounding.
  *  - quantized activations (quant_act_*, quant_dot_act, quant_matvec_act):
- *    ds4's CPU arithmetic (§5.7): Q8_0 weights against per-32 int8 blocks
+ *    the reference CPU arithmetic (doc/model.md §12.3): Q8_0 weights against per-32 int8 blocks
  *    with an f32 scale, K-quant/IQ2 weights against Q8_K blocks of 256, with
  *    integer inner sums. Faster, but not dequant(W)·x.
  *

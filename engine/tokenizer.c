@@ -93,7 +93,7 @@ const char *tokenizer_special_text(ds4_special which)
     return (unsigned)which < DS4_TOK__COUNT ? special_strings[which] : NULL;
 }
 
-/* ---- GPT-2 byte <-> code point map (ds4-gguf.md §6.4) ------------------- */
+/* ---- GPT-2 byte <-> code point map (doc/model.md §13.3) ------------------- */
 
 static bool byte_is_printable(unsigned b)
 {

@@ -2,7 +2,7 @@
  * exact ties, which random weights almost never produce but real runs do
  * (indexer rows whose head dots are all ≤ 0 score exactly 0): the router
  * keeps the lower expert id, the indexer the lower row, as the reference
- * does (ds4-forward §7.7, §8). Thread counts must not change the choice. */
+ * does (doc/model.md §6.5, §7). Thread counts must not change the choice. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Memory planning: the arithmetic under fake limits, the per-context
- * state formula against hand counts of ds4-forward §11.1, memory
+ * state formula against hand counts of doc/model.md §9, memory
  * detection from fake /proc and cgroup trees, and the messages. */
 #include <fcntl.h>
 #include <stdio.h>
@@ -199,7 +199,7 @@ static int flash_ratios[43];
 
 static state_shape flash_shape(void)
 {
-    /* DS4 Flash hyper-parameters (ds4-forward §1, §10) as a caller would
+    /* DS4 Flash hyper-parameters (doc/model.md §1) as a caller would
      * read them from the GGUF */
     for (int l = 0; l < 43; l++) flash_ratios[l] = l < 2 ? 0 : l % 2 == 0 ? 4 : 128;
     return (state_shape){
