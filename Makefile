@@ -63,7 +63,7 @@ LDLIBS    += $(PKG_LIBS) -lm -pthread -ldl
 # Generated sources: OpenCL kernels and prompt texts embedded as C strings.
 CL_SRCS     := $(sort $(wildcard opencl/kernels/*.cl))
 PROMPT_SRCS := $(sort $(wildcard prompts/*.txt))
-GEN_SRCS    := $(GENDIR)/cl_sources.c $(GENDIR)/prompt_texts.c
+GEN_SRCS    := $(GENDIR)/clrt_sources.c $(GENDIR)/prompt_texts.c
 
 # cli/main_*.c are the program entry points; cli/bench_*.c belong to
 # ds4cl-bench alone; every other .c is library code that every program and
@@ -130,9 +130,9 @@ $(OBJDIR)/gen/%.o: $(GENDIR)/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(GENDIR)/cl_sources.c: $(CL_SRCS) build-aux/embed.sh
+$(GENDIR)/clrt_sources.c: $(CL_SRCS) build-aux/embed.sh
 	@mkdir -p $(GENDIR)
-	sh build-aux/embed.sh cl_sources $(CL_SRCS) > $@.tmp && mv $@.tmp $@
+	sh build-aux/embed.sh clrt_sources $(CL_SRCS) > $@.tmp && mv $@.tmp $@
 
 $(GENDIR)/prompt_texts.c: $(PROMPT_SRCS) build-aux/embed.sh
 	@mkdir -p $(GENDIR)

@@ -459,7 +459,7 @@ static void random_id(char *out, size_t size)
     ssize_t got = fd >= 0 ? read(fd, b, sizeof b) : -1;
     if (fd >= 0) close(fd);
     if (got != (ssize_t)sizeof b) {
-        uint64_t x = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(now_ms() * 1000);
+        uint64_t x = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(base_now_ms() * 1000);
         memcpy(b, &x, sizeof b);
     }
     snprintf(out, size, "%02x%02x%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]);
@@ -860,7 +860,7 @@ void agent_get_status(agent *a, agent_status *out)
     out->confirm_pending = a->confirm_waiting && !a->confirm_answered;
     out->confirm_left_ms = 0;
     if (out->confirm_pending) {
-        double left = a->confirm_deadline > 0 ? a->confirm_deadline - now_ms() : -1;
+        double left = a->confirm_deadline > 0 ? a->confirm_deadline - base_now_ms() : -1;
         out->confirm_left_ms = left < 0 && a->confirm_deadline > 0 ? 0 : (int)left;
     }
     pthread_mutex_unlock(&a->mu);

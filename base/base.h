@@ -45,7 +45,7 @@ int file_write_atomic(const char *path, const void *data, size_t len, int mode,
 int temp_template(char *buf, size_t size, const char *prefix);
 
 /* mkdir -p; 0 on success (also when it exists). */
-int mkdir_p(const char *path, mode_t mode);
+int base_mkdir_p(const char *path, mode_t mode);
 
 /* Removes a directory tree (no symlink following); 0 on success. */
 int rm_rf(const char *path);
@@ -58,7 +58,7 @@ typedef enum { XDG_DATA, XDG_CONFIG, XDG_CACHE, XDG_STATE } xdg_kind;
 const char *xdg_dir(xdg_kind kind, char *buf, size_t size);
 
 /* ---- time ------------------------------------------------------------------ */
-double now_ms(void);       /* monotonic */
-int64_t wall_time_s(void); /* seconds since the epoch */
+double base_now_ms(void);       /* monotonic */
+int64_t base_wall_time_s(void); /* seconds since the epoch */
 
 #endif

@@ -48,7 +48,7 @@ char *file_read_all(const char *path, size_t *len)
     return buf;
 }
 
-int mkdir_p(const char *path, mode_t mode)
+int base_mkdir_p(const char *path, mode_t mode)
 {
     char tmp[4096];
     size_t n = strlen(path);
@@ -95,7 +95,7 @@ int file_write_atomic(const char *path, const void *data, size_t len, int mode,
     }
     strcpy(dir, path);
     char *d = dirname(dir);
-    if (make_parents && mkdir_p(d, 0755) != 0) {
+    if (make_parents && base_mkdir_p(d, 0755) != 0) {
         fmt_err(err, errlen, "cannot create directory", d);
         return -1;
     }
@@ -184,15 +184,15 @@ const char *xdg_dir(xdg_kind kind, char *buf, size_t size)
         n = snprintf(buf, size, "%s/%s/ds4cl", home, dflt[kind]);
     }
     if (n < 0 || (size_t)n >= size) return NULL;
-    if (mkdir_p(buf, 0700) != 0) return NULL;
+    if (base_mkdir_p(buf, 0700) != 0) return NULL;
     return buf;
 }
 
-double now_ms(void)
+double base_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-int64_t wall_time_s(void) { return (int64_t)time(NULL); }
+int64_t base_wall_time_s(void) { return (int64_t)time(NULL); }

@@ -73,7 +73,7 @@ static long run_grep(const query *q, const char *dir, double *ms, double *cpu)
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     pid_t pid;
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     int rc = posix_spawnp(&pid, "grep", &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
@@ -97,7 +97,7 @@ static long run_grep(const query *q, const char *dir, double *ms, double *cpu)
     struct rusage ru;
     while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR) {
     }
-    *ms = now_ms() - t0;
+    *ms = base_now_ms() - t0;
     *cpu = cpu_ms(&ru);
     /* 1 = no match, which is a result too */
     if (!WIFEXITED(st) || WEXITSTATUS(st) > 1) return -1;
@@ -115,9 +115,9 @@ static long run_tool(tool_env *env, const query *q, double *ms, double *cpu, cha
     tool_result r;
     struct rusage r0, r1;
     getrusage(RUSAGE_SELF, &r0);
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     tools_run(env, "search", js, NULL, &r);
-    *ms = now_ms() - t0;
+    *ms = base_now_ms() - t0;
     getrusage(RUSAGE_SELF, &r1);
     *cpu = cpu_ms(&r1) - cpu_ms(&r0);
     json_object_put(args);

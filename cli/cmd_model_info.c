@@ -44,8 +44,8 @@ static const char *expert_types(const ds4_model *m, char *buf, size_t size)
         if (m->layers[l].ffn_gate_exps.type != L->ffn_gate_exps.type ||
             m->layers[l].ffn_down_exps.type != L->ffn_down_exps.type)
             uniform = false;
-    snprintf(buf, size, "gate/up %s, down %s%s", ggml_type_name(L->ffn_gate_exps.type),
-             ggml_type_name(L->ffn_down_exps.type), uniform ? "" : " (layer 0; other layers differ)");
+    snprintf(buf, size, "gate/up %s, down %s%s", quant_type_name(L->ffn_gate_exps.type),
+             quant_type_name(L->ffn_down_exps.type), uniform ? "" : " (layer 0; other layers differ)");
     return buf;
 }
 
@@ -181,7 +181,7 @@ int cmd_model_info(const ds4cl_options *o)
     }
     for (uint32_t t = 0; t < 64; t++) {
         if (!count[t]) continue;
-        printf("  %-8s %6llu tensors  ", ggml_type_name(t), (unsigned long long)count[t]);
+        printf("  %-8s %6llu tensors  ", quant_type_name(t), (unsigned long long)count[t]);
         print_bytes(bytes[t]);
         printf("\n");
     }

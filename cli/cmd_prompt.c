@@ -381,7 +381,7 @@ int cmd_prompt(const ds4cl_options *o)
     }
 
     ds4_error err = { "" };
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     agent *a = NULL;
     if (!sess) {
         a = agent_start(&cfg, &err);
@@ -481,7 +481,7 @@ int cmd_prompt(const ds4cl_options *o)
         json_object_object_add(r, "generated_tokens", json_object_new_int64((int64_t)st.generated_total));
         json_object_object_add(r, "prefill_ms", json_object_new_double(st.prefill_ms));
         json_object_object_add(r, "decode_ms", json_object_new_double(st.decode_ms));
-        json_object_object_add(r, "duration_ms", json_object_new_double(now_ms() - t0));
+        json_object_object_add(r, "duration_ms", json_object_new_double(base_now_ms() - t0));
         json_object_object_add(r, "tool_rounds", json_object_new_int(st.tool_rounds));
         json_object_object_add(r, "compactions", json_object_new_int(st.compactions));
         json_object_object_add(r, "ctx_used", json_object_new_int(st.ctx_used));

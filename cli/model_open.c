@@ -50,7 +50,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
         .load_ud = &p,
     };
     ds4_error err = { "" };
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     ds4_engine *e = ds4_engine_open(&eo, &err);
     progress_finish(&p, NULL);
     if (!e) {

@@ -69,7 +69,7 @@ void progress_start_on(progress *p, FILE *out, bool tty, const char *label, prog
     p->tty = tty;
     p->lines = !tty && style == PROGRESS_LINES;
     snprintf(p->label, sizeof p->label, "%s", label ? label : "");
-    p->t_start_ms = now_ms();
+    p->t_start_ms = base_now_ms();
     p->t_last_ms = -1e18;
     p->last_step = -1;
     p->fraction = -1;
@@ -102,7 +102,7 @@ void progress_update(progress *p, double fraction, const char *detail)
     if (fraction > 1.0) fraction = 1.0;
     p->fraction = fraction < 0 ? -1.0 : fraction;
     snprintf(p->detail, sizeof p->detail, "%s", detail ? detail : "");
-    double now = now_ms();
+    double now = base_now_ms();
     if (p->tty) {
         if (now - p->t_last_ms >= REDRAW_INTERVAL_MS) draw(p, p->detail, now);
         return;
@@ -121,7 +121,7 @@ void progress_finish(progress *p, const char *summary)
         if (summary && *summary) {
             fprintf(p->out, "\r%s\033[K\n", summary);
         } else if (p->drawn) {
-            draw(p, p->detail, now_ms()); /* the final state, not the last rate-limited one */
+            draw(p, p->detail, base_now_ms()); /* the final state, not the last rate-limited one */
             fputc('\n', p->out);
         }
     } else if (p->lines && summary && *summary) {
@@ -139,5 +139,5 @@ void progress_load_callback(void *ud, double fraction, const char *what)
 void progress_print_loaded(const char *name, double start_ms)
 {
     fprintf(stderr, "loaded %s in %.1f s\n", name && *name ? name : "model",
-            (now_ms() - start_ms) / 1000.0);
+            (base_now_ms() - start_ms) / 1000.0);
 }

@@ -52,7 +52,7 @@ void progress_finish(progress *p, const char *summary);
  * short label the engine passes becomes the detail text. */
 void progress_load_callback(void *ud, double fraction, const char *what);
 
-/* Prints "loaded NAME in 12.3 s" on stderr (start_ms from now_ms()). */
+/* Prints "loaded NAME in 12.3 s" on stderr (start_ms from base_now_ms()). */
 void progress_print_loaded(const char *name, double start_ms);
 
 /* Human units: "812 B", "1.5 KiB", "80.6 GiB"; "95 s", "9m12s", "2h03m".

@@ -353,7 +353,7 @@ long fwd_backend_eval(void *p, const int32_t *tokens, size_t pos, size_t n, floa
     run r = { .st = st, .hp = f->hp };
     on(&r, st->embed);
     size_t done = 0;
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     int rc = 0;
     pthread_mutex_lock(&f->mu);
     while (done < n) {
@@ -364,7 +364,7 @@ long fwd_backend_eval(void *p, const int32_t *tokens, size_t pos, size_t n, floa
         st->n += T;
         done += (size_t)T;
         if (cb && cb->progress) {
-            double s = (now_ms() - t0) / 1000.0;
+            double s = (base_now_ms() - t0) / 1000.0;
             cb->progress(cb->ud, (int)done, (int)n, s > 0 ? (double)done / s : 0.0);
         }
     }

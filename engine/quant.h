@@ -51,7 +51,7 @@ typedef struct {
 /* NULL for types this engine does not handle. */
 const quant_type_info *quant_type(uint32_t type);
 /* Name of any ggml type id ("Q6_K", …), "?" when unknown. */
-const char *ggml_type_name(uint32_t type);
+const char *quant_type_name(uint32_t type);
 /* Bytes of n elements (n a multiple of the block size); 0 for unknown types. */
 uint64_t quant_row_bytes(uint32_t type, uint64_t n);
 

@@ -97,9 +97,9 @@ int xbuf_handover(xbuf_set *s, xbuf *b, int to, size_t bytes, ds4_error *err)
     int from = source_of(b);
     if (from < 0) return ds4_error_set(err, "internal: a buffer of %zu bytes has no current copy", b->bytes);
     if (bytes > b->bytes) bytes = b->bytes;
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     if (bytes && move(s, b, from, to, bytes, err)) return -1;
-    s->ms += now_ms() - t0;
+    s->ms += base_now_ms() - t0;
     s->handovers++;
     s->bytes_moved += bytes;
     b->valid |= XBUF_ON(to);

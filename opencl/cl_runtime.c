@@ -272,7 +272,7 @@ static void set_cache_dir(clrt *rt, const char *override)
     }
     char dir[PATH_MAX];
     if ((size_t)snprintf(dir, sizeof dir, "%s/cl", base) >= sizeof dir) return;
-    if (mkdir_p(dir, 0700) != 0) return; /* no cache: build every time */
+    if (base_mkdir_p(dir, 0700) != 0) return; /* no cache: build every time */
     snprintf(rt->cache_dir, sizeof rt->cache_dir, "%s", dir);
 }
 
@@ -315,7 +315,7 @@ clrt *clrt_open(const clrt_options *o, char *err, size_t errn)
     }
     set_build_options(rt, (rt->dev.type & CL_DEVICE_TYPE_CPU) != 0);
     set_cache_dir(rt, o ? o->cache_dir : NULL);
-    rt->sources = o && o->sources ? o->sources : cl_sources;
+    rt->sources = o && o->sources ? o->sources : clrt_sources;
     return rt;
 }
 

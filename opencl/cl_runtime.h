@@ -104,7 +104,7 @@ typedef struct {
     const char *cache_dir; /* program cache root instead of the XDG cache
                               dir ("<dir>/ds4cl/cl"); "" disables the cache */
     const struct embedded_file *sources; /* programs (prompts/embedded.h);
-                                            NULL = the built-in cl_sources */
+                                            NULL = the built-in clrt_sources */
 } clrt_options;
 
 /* A context and queue on the selected device; NULL with a message in err. */

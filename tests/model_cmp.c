@@ -78,8 +78,8 @@ void mc_run(ds4_engine *e, const mc_plan *p, mc_outcome *out)
     ds4_session_close(s);
     if (e->opt.backend == DS4_BACKEND_OPENCL && fwd_n_backends(f) == 1) {
         /* the device memory it took stayed within what the planner is told */
-        cl_ops_device_use u;
-        cl_ops_device_usage(fwd_ops_ctx(f), &u);
+        clo_device_use u;
+        clo_device_usage(fwd_ops_ctx(f), &u);
         uint64_t estimate = ds4_session_bytes_estimate(e, N);
         CHECK_MSG(u.peak > 0 && u.peak <= estimate, "device memory peak %llu bytes, estimate %llu",
                   (unsigned long long)u.peak, (unsigned long long)estimate);

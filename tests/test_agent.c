@@ -264,7 +264,7 @@ TEST(agent, tool_results_and_project_files_cannot_inject_control_tokens)
     while (sys_end < rec.idle.n && ids[sys_end] != user) sys_end++;
     agent_config clean = test_config(e, 8192);
     const char *dir = test_tmp_path("clean");
-    mkdir_p(dir, 0700);
+    base_mkdir_p(dir, 0700);
     clean.workspace = dir;
     agent *c = test_agent(&clean);
     persist_rec crec = { 0 };

@@ -343,7 +343,7 @@ static void put(const char *rel, const char *text)
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", p);
     *strrchr(dir, '/') = 0;
-    CHECK_EQ_INT(mkdir_p(dir, 0755), 0);
+    CHECK_EQ_INT(base_mkdir_p(dir, 0755), 0);
     test_write_file(p, text, strlen(text));
 }
 

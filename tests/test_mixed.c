@@ -37,13 +37,13 @@ TEST(mixed_backends, handover_moves_the_named_bytes_to_a_stale_copy)
 {
     oclt *f = oclt_open(NULL);
     ds4_error err = { "" };
-    cl_ops_options co = { .cache_dir = oclt_cache_dir() };
-    void *cl2 = cl_ops_new(f->m, &co, &err);
+    clo_options co = { .cache_dir = oclt_cache_dir() };
+    void *cl2 = clo_new(f->m, &co, &err);
     CHECK_MSG(cl2 != NULL, "second OpenCL context: %s", err.msg);
     xbuf_set s = { .n = 3 };
-    s.be[0] = (xbuf_backend){ &cl_ops, f->ctx[OCLT_CL] };
+    s.be[0] = (xbuf_backend){ &clo_ops, f->ctx[OCLT_CL] };
     s.be[1] = (xbuf_backend){ &cpu_ops, f->ctx[OCLT_CPU] };
-    s.be[2] = (xbuf_backend){ &cl_ops, cl2 };
+    s.be[2] = (xbuf_backend){ &clo_ops, cl2 };
     enum { BYTES = 4096, ROW = 64 };
     xbuf b;
     CHECK_EQ_INT(xbuf_alloc(&s, &b, XBUF_ON(0) | XBUF_ON(1) | XBUF_ON(2), BYTES, ROW), 0);
@@ -69,7 +69,7 @@ TEST(mixed_backends, handover_moves_the_named_bytes_to_a_stale_copy)
 
     /* written on OpenCL: to the other OpenCL context (staged), then to
      * the CPU (read straight into its host memory) */
-    CHECK_EQ_INT(cl_ops.write(s.be[0].ctx, b.on[0], 0, q, BYTES), 0);
+    CHECK_EQ_INT(clo_ops.write(s.be[0].ctx, b.on[0], 0, q, BYTES), 0);
     xbuf_wrote(&b, 0);
     CHECK_EQ_INT(xbuf_handover(&s, &b, 2, BYTES, &err), 0);
     read_copy(&s, &b, 2, got);
@@ -94,7 +94,7 @@ TEST(mixed_backends, handover_moves_the_named_bytes_to_a_stale_copy)
     xbuf_release(&s, &b);
     CHECK(b.on[0] == NULL && !xbuf_present(&b));
     xbuf_set_free(&s);
-    cl_ops_free(cl2);
+    clo_free(cl2);
     oclt_close(f);
 }
 

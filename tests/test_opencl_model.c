@@ -79,7 +79,7 @@ TEST(opencl_model, the_kernel_shape_can_be_chosen)
         setenv("DS4CL_KERNELS", values[i], 1);
         ds4_engine *e = ds4_engine_open(&o, &err);
         CHECK_MSG(e != NULL, "DS4CL_KERNELS=%s: %s", values[i], err.msg);
-        CHECK_EQ_INT(cl_ops_cpu_shaped(fwd_ops_ctx(fwd_of(e))), i == 1);
+        CHECK_EQ_INT(clo_cpu_shaped(fwd_ops_ctx(fwd_of(e))), i == 1);
         ds4_engine_close(e);
     }
     setenv("DS4CL_KERNELS", "fast", 1);

@@ -207,20 +207,20 @@ static void on_progress(void *ud, double fraction, const char *what)
 TEST(opencl_runtime, weights_zero_copy_upload_and_split)
 {
     oclt *f = oclt_open(NULL);
-    cl_ops_weight_info wi;
-    cl_ops_weights(f->ctx[OCLT_CL], &wi);
+    clo_weight_info wi;
+    clo_weights(f->ctx[OCLT_CL], &wi);
     uint64_t total = 0;
     for (size_t i = 0; i < gguf_n_tensors(f->g); i++) total += gguf_tensor_at(f->g, i)->nbytes;
     CHECK_EQ_INT(wi.bytes, total);
     CHECK_EQ_INT(wi.split, 0);
-    bool unified = clrt_dev(cl_ops_runtime(f->ctx[OCLT_CL]))->unified;
+    bool unified = clrt_dev(clo_runtime(f->ctx[OCLT_CL]))->unified;
     CHECK_EQ_INT(wi.uploaded, unified ? 0 : total);
     oclt_close(f);
 
     progress_seen seen = { 0, 0.0, true };
-    cl_ops_options up = { .copy_weights = true, .progress = on_progress, .progress_ud = &seen };
+    clo_options up = { .copy_weights = true, .progress = on_progress, .progress_ud = &seen };
     f = oclt_open_with(NULL, &up);
-    cl_ops_weights(f->ctx[OCLT_CL], &wi);
+    clo_weights(f->ctx[OCLT_CL], &wi);
     CHECK_EQ_INT(wi.uploaded, total);
     CHECK(seen.calls > 10 && seen.monotonic && seen.last == 1.0);
     {
@@ -236,9 +236,9 @@ TEST(opencl_runtime, weights_zero_copy_upload_and_split)
     oclt_close(f);
 
     /* 40 KiB buffers: the tiny embedding (311 rows of 512 B) takes several */
-    cl_ops_options small = { .max_alloc = 40 << 10 };
+    clo_options small = { .max_alloc = 40 << 10 };
     f = oclt_open_with(NULL, &small);
-    cl_ops_weights(f->ctx[OCLT_CL], &wi);
+    clo_weights(f->ctx[OCLT_CL], &wi);
     CHECK(wi.split > 0 && wi.buffers > (int)gguf_n_tensors(f->g));
     const ds4_tensor *tab = &f->m->token_embd;
     int T = 9;
@@ -259,13 +259,13 @@ TEST(opencl_runtime, weights_zero_copy_upload_and_split)
     gguf_file *g = gguf_open_memory(file, len, &err);
     ds4_model *m = g ? model_bind(g, &err) : NULL;
     CHECK(m != NULL);
-    cl_ops_options tiny = { .max_alloc = 256, .cache_dir = oclt_cache_dir() };
-    void *ctx = cl_ops_new(m, &tiny, &err);
+    clo_options tiny = { .max_alloc = 256, .cache_dir = oclt_cache_dir() };
+    void *ctx = clo_new(m, &tiny, &err);
     CHECK(ctx == NULL);
     CHECK_CONTAINS(err.msg, "is larger than the largest buffer");
     /* weights to upload that exceed the device's memory: refused with both sizes */
-    cl_ops_options short_mem = { .copy_weights = true, .device_mem = 8 << 20, .cache_dir = oclt_cache_dir() };
-    CHECK(cl_ops_new(m, &short_mem, &err) == NULL);
+    clo_options short_mem = { .copy_weights = true, .device_mem = 8 << 20, .cache_dir = oclt_cache_dir() };
+    CHECK(clo_new(m, &short_mem, &err) == NULL);
     CHECK_CONTAINS(err.msg, test_printf("the model's weights need %.1f MiB of device memory", (double)total / 1048576.0));
     CHECK_CONTAINS(err.msg, "has 8.0 MiB");
     model_free(m);
@@ -399,7 +399,7 @@ TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
     ds4_engine *e = tiny_opencl_engine(4, NULL);
     ds4_error err = { "" };
     void *ctx = fwd_ops_ctx(fwd_of(e));
-    clrt *rt = cl_ops_runtime(ctx);
+    clrt *rt = clo_runtime(ctx);
     /* every program is ready once the engine is open: none is built later */
     clrt_stats at_open = clrt_get_stats(rt);
     CHECK(at_open.builds + at_open.cache_hits >= 8);
@@ -423,8 +423,8 @@ TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
     }
     clrt_stats at_end = clrt_get_stats(rt);
     CHECK_EQ_INT(at_end.builds + at_end.cache_hits, at_open.builds + at_open.cache_hits);
-    cl_ops_device_use u;
-    cl_ops_device_usage(ctx, &u);
+    clo_device_use u;
+    clo_device_usage(ctx, &u);
     fprintf(stderr, "session of %d tokens: peak %.1f KiB (buffers %.1f, scratch %.1f), estimate %.1f KiB\n", n_ctx,
             (double)u.peak / 1024, (double)u.buffers / 1024, (double)u.scratch / 1024, (double)estimate / 1024);
     CHECK(u.buffers > 0 && u.scratch > 0);
@@ -433,7 +433,7 @@ TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
     CHECK_MSG(estimate <= 2 * u.peak, "estimate %llu bytes for a peak of %llu", (unsigned long long)estimate,
               (unsigned long long)u.peak);
     ds4_session_close(ss);
-    cl_ops_device_usage(ctx, &u);
+    clo_device_usage(ctx, &u);
     CHECK_EQ_INT(u.buffers, 0);
     ds4_tokens_free(&ids);
     ds4_engine_close(e);
@@ -490,7 +490,7 @@ TEST(opencl_runtime, a_cancelled_prefill_stops_the_device_within_a_layer)
     int n_layer = 0;
     ds4_engine *e = tiny_opencl_engine(6, &n_layer);
     ds4_error err = { "" };
-    clrt *rt = cl_ops_runtime(fwd_ops_ctx(fwd_of(e)));
+    clrt *rt = clo_runtime(fwd_ops_ctx(fwd_of(e)));
     ds4_tokens ids = { 0 };
     fwd_random_ids(&ids, 400, e->n_vocab, 33);
     ds4_session *a = ds4_session_open(e, 512, &err), *b = ds4_session_open(e, 512, &err);

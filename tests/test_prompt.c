@@ -285,7 +285,7 @@ TEST(prompt, sigint_interrupts_cooperatively)
 TEST(prompt, reads_edits_and_runs_bash_in_a_workspace)
 {
     const char *ws = test_tmp_path("ws");
-    mkdir_p(ws, 0700);
+    base_mkdir_p(ws, 0700);
     test_write_file(test_tmp_path("ws/hello.c"), "int main(void) { return 1; }\n", 29);
     const char *lines[] = {
         script_line(test_printf("Look first.</think>%s", dsml_block("read", "path", "hello.c", NULL)), NULL),
@@ -399,7 +399,7 @@ TEST(prompt, stream_json_compaction_and_error_events)
      * context is compacted before the next round (the script's second
      * reply is the summary) */
     const char *ws = test_tmp_path("ws");
-    mkdir_p(ws, 0700);
+    base_mkdir_p(ws, 0700);
     strbuf big = { 0 };
     for (int i = 1; i <= 1200; i++) sb_printf(&big, "row %d\n", i);
     test_write_file(test_tmp_path("ws/big.txt"), big.s, big.len);

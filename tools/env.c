@@ -29,7 +29,7 @@ static char *xstrdup(const char *s)
 static int make_state_dir(tool_env *env, char *err, size_t errlen)
 {
     if (env->cfg.state_dir && *env->cfg.state_dir) {
-        if (mkdir_p(env->cfg.state_dir, 0700) != 0) {
+        if (base_mkdir_p(env->cfg.state_dir, 0700) != 0) {
             snprintf(err, errlen, "cannot create state directory %s: %s", env->cfg.state_dir,
                      strerror(errno));
             return -1;

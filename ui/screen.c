@@ -154,7 +154,7 @@ static void draw_dialog(ui_app *app, int pane_h)
         if (k) ui_line_adds(&opts, "   ", 0);
         ui_line_adds(&opts, labels[i], i == app->confirm_choice ? (ui_style)(UI_C_ACCENT | UI_REVERSE | UI_BOLD) : 0);
     }
-    double left = (app->confirm_deadline - now_ms()) / 1000.0;
+    double left = (app->confirm_deadline - base_now_ms()) / 1000.0;
     char cd[64];
     snprintf(cd, sizeof cd, "   no in %.0f s", left > 0 ? left + 0.499 : 0);
     ui_line_adds(&opts, cd, UI_C_MUTED);
