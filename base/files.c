@@ -21,14 +21,11 @@ char *file_read_all(const char *path, size_t *len)
     if (fstat(fd, &st) != 0) { close(fd); return NULL; }
     if (S_ISDIR(st.st_mode)) { close(fd); errno = EISDIR; return NULL; }
     size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) abort();
+    char *buf = xmalloc(cap);
     for (;;) {
         if (n + 1 >= cap) {
             cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) abort();
-            buf = nb;
+            buf = xrealloc(buf, cap);
         }
         ssize_t r = read(fd, buf + n, cap - n - 1);
         if (r < 0) {

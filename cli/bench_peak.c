@@ -99,9 +99,8 @@ static double ocl_run_ms(clrt *rt, cl_kernel k, cl_mem out, size_t items, size_t
 
 double bench_cl_fma_gflops(const char *device)
 {
-    char err[1024];
     clrt_options o = { .device = device };
-    clrt *rt = clrt_open(&o, err, sizeof err);
+    clrt *rt = clrt_open(&o, NULL);
     if (!rt) return 0;
     const clrt_device *d = clrt_dev(rt);
     const bool cpu = (d->type & CL_DEVICE_TYPE_CPU) != 0;

@@ -136,9 +136,8 @@ int bench_search_main(int argc, char **argv)
 {
     const char *dir = NULL;
     int runs = 5;
-    query *qs = calloc((size_t)argc + 1, sizeof *qs);
+    query *qs = xcalloc((size_t)argc + 1, sizeof *qs);
     size_t nq = 0;
-    if (!qs) abort();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--search-bench") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);

@@ -11,23 +11,6 @@
 #define LINE_INTERVAL_MS 30000.0
 #define BAR_WIDTH 24
 
-const char *format_bytes(char *buf, size_t n, uint64_t bytes)
-{
-    static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };
-    if (bytes < 1024) {
-        snprintf(buf, n, "%llu B", (unsigned long long)bytes);
-        return buf;
-    }
-    double v = (double)bytes / 1024.0;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, n, v < 10.0 ? "%.2f %s" : v < 100.0 ? "%.1f %s" : "%.0f %s", v, units[u]);
-    return buf;
-}
-
 const char *format_duration(char *buf, size_t n, double seconds)
 {
     if (!(seconds >= 0) || seconds > 99.0 * 86400) {

@@ -19,19 +19,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
+
 #ifndef DS4CL_VERSION
 #define DS4CL_VERSION "0.0.0"
 #endif
 
 /* ---- errors and token vectors ----------------------------------------- */
 
-typedef struct {
-    char msg[768];
-} ds4_error;
-
-/* Formats into err (no-op when err is NULL). Always returns -1 so callers
- * can `return ds4_error_set(err, ...)`. */
-int ds4_error_set(ds4_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ds4_error and ds4_error_set: the error convention of base/base.h. */
 
 typedef struct {
     int32_t *ids;

@@ -27,14 +27,6 @@ static const char *backend_label(ds4_backend b)
     return "?";
 }
 
-static char *dup_or_null(const char *s)
-{
-    if (!s) return NULL;
-    char *d = strdup(s);
-    if (!d) abort();
-    return d;
-}
-
 ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
 {
     if (!opt || !opt->model_path) {
@@ -50,12 +42,11 @@ ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
         ds4_error_set(err, "the script engine needs a script file (--engine script:FILE)");
         return NULL;
     }
-    ds4_engine *e = calloc(1, sizeof *e);
-    if (!e) abort();
+    ds4_engine *e = xcalloc(1, sizeof *e);
     e->opt = *opt;
-    e->model_path = dup_or_null(opt->model_path);
-    e->script_path = dup_or_null(opt->script_path);
-    e->device = dup_or_null(opt->device);
+    e->model_path = xstrdup(opt->model_path);
+    e->script_path = xstrdup(opt->script_path);
+    e->device = xstrdup(opt->device);
     e->opt.model_path = e->model_path;
     e->opt.script_path = e->script_path;
     e->opt.device = e->device;

@@ -342,16 +342,6 @@ uint64_t fwd_backend_kv_bytes(void *p)
     return payload_bytes(st->f->hp, st->ct, st->n) - KVSTATE_HEADER;
 }
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Reads ring rows of positions [lo, hi) (slot = pos mod ring) as one or
  * two contiguous ranges, appending them to out. */
 static int read_ring(const xbuf_backend *be, ds4_buf *b, int64_t ring, size_t row_bytes, int64_t lo, int64_t hi, strbuf *out)
@@ -380,13 +370,13 @@ int fwd_backend_save(void *p, strbuf *out, ds4_error *err)
     const ds4_hparams *hp = f->hp;
     unsigned char h[KVSTATE_HEADER] = { 0 };
     memcpy(h, KVSTATE_MAGIC, 8);
-    put32(h + 8, st->ct == DS4_CACHE_F16 ? 1u : 0u);
-    put32(h + 12, (uint32_t)hp->n_layer);
-    put32(h + 16, (uint32_t)hp->head_dim);
-    put32(h + 20, (uint32_t)hp->indexer_head_dim);
-    put32(h + 24, (uint32_t)hp->n_swa);
-    put32(h + 32, (uint32_t)st->n);
-    put32(h + 36, (uint32_t)((uint64_t)st->n >> 32));
+    le_put_u32(h + 8, st->ct == DS4_CACHE_F16 ? 1u : 0u);
+    le_put_u32(h + 12, (uint32_t)hp->n_layer);
+    le_put_u32(h + 16, (uint32_t)hp->head_dim);
+    le_put_u32(h + 20, (uint32_t)hp->indexer_head_dim);
+    le_put_u32(h + 24, (uint32_t)hp->n_swa);
+    le_put_u32(h + 32, (uint32_t)st->n);
+    le_put_u32(h + 36, (uint32_t)((uint64_t)st->n >> 32));
     size_t need = out->len + (size_t)payload_bytes(hp, st->ct, st->n) + 1;
     if (out->cap < need) {
         char *nb = realloc(out->s, need);
@@ -472,12 +462,12 @@ int fwd_backend_load(void *p, const void *payload, size_t len, size_t n_tokens, 
     const unsigned char *h = payload;
     if (len < KVSTATE_HEADER || memcmp(h, KVSTATE_MAGIC, 8) != 0)
         return ds4_error_set(err, "snapshot payload is not a DS4 session state");
-    uint32_t ctype = get32(h + 8);
-    uint64_t n = (uint64_t)get32(h + 32) | (uint64_t)get32(h + 36) << 32;
-    if (ctype > 1 || get32(h + 12) != (uint32_t)hp->n_layer || get32(h + 16) != (uint32_t)hp->head_dim ||
-        get32(h + 20) != (uint32_t)hp->indexer_head_dim || get32(h + 24) != (uint32_t)hp->n_swa)
+    uint32_t ctype = le_get_u32(h + 8);
+    uint64_t n = (uint64_t)le_get_u32(h + 32) | (uint64_t)le_get_u32(h + 36) << 32;
+    if (ctype > 1 || le_get_u32(h + 12) != (uint32_t)hp->n_layer || le_get_u32(h + 16) != (uint32_t)hp->head_dim ||
+        le_get_u32(h + 20) != (uint32_t)hp->indexer_head_dim || le_get_u32(h + 24) != (uint32_t)hp->n_swa)
         return ds4_error_set(err, "snapshot state has another shape (%u layers, rows of %u) than this model (%d, %d)",
-                             get32(h + 12), get32(h + 16), hp->n_layer, hp->head_dim);
+                             le_get_u32(h + 12), le_get_u32(h + 16), hp->n_layer, hp->head_dim);
     if (n != n_tokens) return ds4_error_set(err, "snapshot state holds %llu tokens, its header says %zu", (unsigned long long)n, n_tokens);
     if (n > (uint64_t)st->n_ctx) return ds4_error_set(err, "snapshot holds %llu tokens, more than the context of %d", (unsigned long long)n, st->n_ctx);
     ds4_cache_type from = ctype ? DS4_CACHE_F16 : DS4_CACHE_F32;

@@ -78,8 +78,7 @@ static ds4_device_kind kind_of(cl_device_type t)
 static int ocl_devices(const char *want, ds4_device **out, int *n, int *selected, ds4_error *err)
 {
     clrt_device *devs;
-    char msg[sizeof err->msg];
-    if (clrt_devices(&devs, n, msg, sizeof msg) != 0) return ds4_error_set(err, "%s", msg);
+    if (clrt_devices(&devs, n, err) != 0) return -1;
     ds4_device *d = calloc((size_t)*n, sizeof *d);
     if (!d) {
         free(devs);
@@ -96,8 +95,7 @@ static int ocl_devices(const char *want, ds4_device **out, int *n, int *selected
         snprintf(d[i].driver, sizeof d[i].driver, "%s", c->driver);
         snprintf(d[i].version, sizeof d[i].version, "%s", c->c_version);
     }
-    *selected = clrt_pick(devs, *n, want, msg, sizeof msg);
-    if (*selected < 0) ds4_error_set(err, "%s", msg);
+    *selected = clrt_pick(devs, *n, want, err);
     free(devs);
     *out = d;
     return 0;

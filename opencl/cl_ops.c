@@ -113,14 +113,6 @@ cl_mem clo_scratch(clo_ctx *c, int slot, size_t bytes)
 
 /* ---- weights ------------------------------------------------------------------ */
 
-static const char *human_bytes(char *buf, size_t n, uint64_t bytes)
-{
-    if (bytes >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)bytes / (double)(1ull << 30));
-    else if (bytes >= (1ull << 20)) snprintf(buf, n, "%.1f MiB", (double)bytes / (double)(1ull << 20));
-    else snprintf(buf, n, "%.1f KiB", (double)bytes / 1024.0);
-    return buf;
-}
-
 static int add_piece(clo_ctx *c, const uint8_t *data, size_t bytes, cl_mem mem, size_t off)
 {
     if (c->n_w == c->cap_w) {
@@ -184,7 +176,7 @@ static int place(clo_ctx *c, const weight_src *t, const clo_options *o, uint64_t
             char need[32];
             return ds4_error_set(err, "OpenCL device %s: cannot hold tensor %s (%s, %llu bytes; the weights need %s): %s",
                                  d->name, t->name, c->zero_copy ? "zero-copy mapping" : "upload",
-                                 (unsigned long long)n, human_bytes(need, sizeof need, total), clrt_strerror(rc));
+                                 (unsigned long long)n, format_bytes(need, sizeof need, total), clrt_strerror(rc));
         }
         if (add_piece(c, p, (size_t)n, m, off)) {
             clReleaseMemObject(m);
@@ -220,7 +212,7 @@ static int place_file(clo_ctx *c, const clo_options *o, ds4_error *err)
         return ds4_error_set(err,
                              "the model's weights need %s of device memory, but the OpenCL device %s has %s; "
                              "use a device with more memory or --backend cpu",
-                             human_bytes(need, sizeof need, total), d->name, human_bytes(have, sizeof have, c->device_mem));
+                             format_bytes(need, sizeof need, total), d->name, format_bytes(have, sizeof have, c->device_mem));
     }
     for (size_t i = 0; i < nt; i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -265,13 +257,9 @@ static int build_programs(clo_ctx *c, const clo_options *o, ds4_error *err)
 
 void *clo_new(const ds4_model *m, const clo_options *o, ds4_error *err)
 {
-    char msg[4096];
     clrt_options ro = { .device = o ? o->device : NULL, .cache_dir = o ? o->cache_dir : NULL };
-    clrt *rt = clrt_open(&ro, msg, sizeof msg);
-    if (!rt) {
-        ds4_error_set(err, "%s", msg);
-        return NULL;
-    }
+    clrt *rt = clrt_open(&ro, err);
+    if (!rt) return NULL;
     clo_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         clrt_close(rt);

@@ -28,8 +28,8 @@ void oclt_require_device(void)
     setenv("XDG_CACHE_HOME", oclt_cache_dir(), 1);
     clrt_device *devs;
     int n;
-    char err[1024];
-    if (clrt_devices(&devs, &n, err, sizeof err) != 0) SKIP("no OpenCL device: %s", err);
+    ds4_error err = { "" };
+    if (clrt_devices(&devs, &n, &err) != 0) SKIP("no OpenCL device: %s", err.msg);
     free(devs);
 }
 

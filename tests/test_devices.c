@@ -43,8 +43,8 @@ TEST(devices, the_opencl_backend_lists_what_the_runtime_sees)
     oclt_require_device();
     clrt_device *cd;
     int cn;
-    char msg[512];
-    CHECK_EQ_INT(clrt_devices(&cd, &cn, msg, sizeof msg), 0);
+    ds4_error cerr = { "" };
+    CHECK_EQ_INT(clrt_devices(&cd, &cn, &cerr), 0);
     ds4_device *d;
     int n, sel;
     ds4_error err = { "" };

@@ -23,8 +23,8 @@ static clrt_device *devices(int *n)
 {
     oclt_require_device();
     clrt_device *d;
-    char err[1024];
-    CHECK_MSG(clrt_devices(&d, n, err, sizeof err) == 0, "%s", err);
+    ds4_error err = { "" };
+    CHECK_MSG(clrt_devices(&d, n, &err) == 0, "%s", err.msg);
     return d;
 }
 
@@ -38,30 +38,30 @@ TEST(opencl_runtime, devices_and_selection_rule)
         CHECK(d[i].name[0] && d[i].global_mem > 0 && d[i].max_alloc > 0 && d[i].base_align >= 4);
         CHECK_CONTAINS(d[i].c_version, "OpenCL C");
     }
-    char err[512];
+    ds4_error err = { "" };
     unsetenv("DS4CL_DEVICE");
-    int def = clrt_pick(d, n, NULL, err, sizeof err);
+    int def = clrt_pick(d, n, NULL, &err);
     int first_gpu = -1;
     for (int i = n - 1; i >= 0; i--)
         if (d[i].type & CL_DEVICE_TYPE_GPU) first_gpu = i;
     CHECK_EQ_INT(def, first_gpu >= 0 ? first_gpu : 0);
-    CHECK_EQ_INT(clrt_pick(d, n, "", err, sizeof err), def);
+    CHECK_EQ_INT(clrt_pick(d, n, "", &err), def);
     /* by index, and by a case-changed piece of the name */
-    CHECK_EQ_INT(clrt_pick(d, n, test_printf("%d", n - 1), err, sizeof err), n - 1);
+    CHECK_EQ_INT(clrt_pick(d, n, test_printf("%d", n - 1), &err), n - 1);
     char *part = test_strdup(d[n - 1].name + (strlen(d[n - 1].name) > 4 ? 2 : 0));
     part[strlen(part) > 5 ? 5 : strlen(part)] = 0;
     for (char *p = part; *p; p++) *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-    int by_name = clrt_pick(d, n, part, err, sizeof err);
+    int by_name = clrt_pick(d, n, part, &err);
     CHECK(by_name >= 0 && strcasestr(d[by_name].name, part));
-    CHECK_EQ_INT(clrt_pick(d, n, "999", err, sizeof err), -1);
-    CHECK_CONTAINS(err, "no OpenCL device has index 999");
-    CHECK_EQ_INT(clrt_pick(d, n, "no-such-device-xyz", err, sizeof err), -1);
-    CHECK_CONTAINS(err, "no-such-device-xyz");
+    CHECK_EQ_INT(clrt_pick(d, n, "999", &err), -1);
+    CHECK_CONTAINS(err.msg, "no OpenCL device has index 999");
+    CHECK_EQ_INT(clrt_pick(d, n, "no-such-device-xyz", &err), -1);
+    CHECK_CONTAINS(err.msg, "no-such-device-xyz");
     /* the environment applies only when nothing is given */
     setenv("DS4CL_DEVICE", "no-such-device-xyz", 1);
-    CHECK_EQ_INT(clrt_pick(d, n, NULL, err, sizeof err), -1);
-    CHECK_CONTAINS(err, "DS4CL_DEVICE");
-    CHECK_EQ_INT(clrt_pick(d, n, "0", err, sizeof err), 0);
+    CHECK_EQ_INT(clrt_pick(d, n, NULL, &err), -1);
+    CHECK_CONTAINS(err.msg, "DS4CL_DEVICE");
+    CHECK_EQ_INT(clrt_pick(d, n, "0", &err), 0);
     unsetenv("DS4CL_DEVICE");
     free(d);
 }
@@ -70,10 +70,10 @@ TEST(opencl_runtime, program_cache_hit_and_corrupt_entry_rebuilt)
 {
     oclt_require_device();
     const char *root = test_tmpdir();
-    char err[4096];
+    ds4_error err = { "" };
     clrt_options o = { .cache_dir = root };
-    clrt *rt = clrt_open(&o, err, sizeof err);
-    CHECK_MSG(rt != NULL, "%s", err);
+    clrt *rt = clrt_open(&o, &err);
+    CHECK_MSG(rt != NULL, "%s", err.msg);
     char path[4096];
     clrt_cache_path(rt, "basic", path, sizeof path);
     CHECK_CONTAINS(path, test_printf("%s/ds4cl/cl/", root));
@@ -87,7 +87,7 @@ TEST(opencl_runtime, program_cache_hit_and_corrupt_entry_rebuilt)
     CHECK_MSG(stat(path, &sb) == 0 && sb.st_size > 72, "no cache entry %s", path);
 
     /* the second runtime loads the binary */
-    rt = clrt_open(&o, err, sizeof err);
+    rt = clrt_open(&o, &err);
     CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
     st = clrt_get_stats(rt);
     CHECK_EQ_INT(st.cache_hits, 1);
@@ -100,18 +100,18 @@ TEST(opencl_runtime, program_cache_hit_and_corrupt_entry_rebuilt)
     CHECK(bytes && len > 100);
     bytes[len / 2] ^= 0x5a;
     test_write_file(path, bytes, len);
-    rt = clrt_open(&o, err, sizeof err);
+    rt = clrt_open(&o, &err);
     CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
     st = clrt_get_stats(rt);
     CHECK_EQ_INT(st.cache_rejects, 1);
     CHECK_EQ_INT(st.builds, 1);
     clrt_close(rt);
     test_write_file(path, "DS4", 3); /* truncated */
-    rt = clrt_open(&o, err, sizeof err);
+    rt = clrt_open(&o, &err);
     CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
     CHECK_EQ_INT(clrt_get_stats(rt).builds, 1);
     clrt_close(rt);
-    rt = clrt_open(&o, err, sizeof err);
+    rt = clrt_open(&o, &err);
     CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
     CHECK_EQ_INT(clrt_get_stats(rt).cache_hits, 1);
     clrt_close(rt);
@@ -123,9 +123,9 @@ static int built_cpu_loops(int shape)
 {
     static const char probe[] = "__kernel void k(__global int *x) { x[0] = CLRT_CPU; }\n";
     const struct embedded_file table[] = { { "probe", probe, sizeof probe - 1 }, { NULL, NULL, 0 } };
-    char err[4096];
-    clrt *rt = clrt_open(&(clrt_options){ .cache_dir = "", .sources = table }, err, sizeof err);
-    CHECK_MSG(rt != NULL, "%s", err);
+    ds4_error err = { "" };
+    clrt *rt = clrt_open(&(clrt_options){ .cache_dir = "", .sources = table }, &err);
+    CHECK_MSG(rt != NULL, "%s", err.msg);
     if (shape >= 0) CHECK(clrt_set_cpu_loops(rt, shape == 1) == 0);
     cl_int rc, v = -7;
     cl_mem m = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof v, &v, &rc);
@@ -163,10 +163,10 @@ TEST(opencl_runtime, build_and_lookup_errors_are_explained)
         { "fine", fine, sizeof fine - 1 },
         { NULL, NULL, 0 },
     };
-    char err[4096];
+    ds4_error err = { "" };
     clrt_options o = { .cache_dir = "", .sources = table };
-    clrt *rt = clrt_open(&o, err, sizeof err);
-    CHECK_MSG(rt != NULL, "%s", err);
+    clrt *rt = clrt_open(&o, &err);
+    CHECK_MSG(rt != NULL, "%s", err.msg);
     CHECK(clrt_kernel(rt, "broken", "k") == NULL);
     CHECK_CONTAINS(clrt_error(rt), "building OpenCL program broken");
     CHECK_CONTAINS(clrt_error(rt), "undeclared_thing"); /* the build log */
@@ -183,8 +183,8 @@ TEST(opencl_runtime, build_and_lookup_errors_are_explained)
     CHECK_CONTAINS(clrt_error(rt), "OpenCL kernel k, argument 0");
     clrt_close(rt);
 
-    CHECK(clrt_open(&(clrt_options){ .device = "no-such-device-xyz" }, err, sizeof err) == NULL);
-    CHECK_CONTAINS(err, "no OpenCL device name contains");
+    CHECK(clrt_open(&(clrt_options){ .device = "no-such-device-xyz" }, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "no OpenCL device name contains");
 }
 
 typedef struct {
@@ -266,8 +266,9 @@ TEST(opencl_runtime, weights_zero_copy_upload_and_split)
     /* weights to upload that exceed the device's memory: refused with both sizes */
     clo_options short_mem = { .copy_weights = true, .device_mem = 8 << 20, .cache_dir = oclt_cache_dir() };
     CHECK(clo_new(m, &short_mem, &err) == NULL);
-    CHECK_CONTAINS(err.msg, test_printf("the model's weights need %.1f MiB of device memory", (double)total / 1048576.0));
-    CHECK_CONTAINS(err.msg, "has 8.0 MiB");
+    char need[32];
+    CHECK_CONTAINS(err.msg, test_printf("the model's weights need %s of device memory", format_bytes(need, sizeof need, total)));
+    CHECK_CONTAINS(err.msg, "has 8.00 MiB");
     model_free(m);
     gguf_close(g);
     free(file);

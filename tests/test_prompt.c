@@ -373,8 +373,8 @@ TEST(prompt, tiny_model_on_the_opencl_engine)
     CHECK_MSG(programs >= 5, "%d programs cached:\n%s", programs, before);
     clrt_device *d;
     int nd;
-    char err[512];
-    CHECK_MSG(clrt_devices(&d, &nd, err, sizeof err) == 0, "%s", err);
+    ds4_error err = { "" };
+    CHECK_MSG(clrt_devices(&d, &nd, &err) == 0, "%s", err.msg);
     char piece[8];
     snprintf(piece, sizeof piece, "%.7s", d[0].name);
     free(d);

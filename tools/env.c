@@ -16,14 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char *xstrdup(const char *s)
-{
-    if (!s) return NULL;
-    char *d = strdup(s);
-    if (!d) abort();
-    return d;
-}
-
 /* ---- environment ------------------------------------------------------------------ */
 
 static int make_state_dir(tool_env *env, char *err, size_t errlen)

@@ -358,13 +358,6 @@ static _Noreturn void supervise(const spawn_args *sp)
 
 /* ---- the agent's side ------------------------------------------------------------- */
 
-static char *xstrdup(const char *s)
-{
-    char *d = strdup(s);
-    if (!d) abort();
-    return d;
-}
-
 static char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *xprintf(const char *fmt, ...)
 {
