@@ -54,7 +54,12 @@ static ds4_buf *out(run *r, xbuf *b)
         ds4_error_set(&r->err, "internal: an output has no copy on backend %d", r->bk);
         r->fail = true;
     }
-    if (r->n_wrote < (int)(sizeof r->wrote / sizeof r->wrote[0])) r->wrote[r->n_wrote++] = b;
+    if (r->n_wrote < (int)(sizeof r->wrote / sizeof r->wrote[0])) {
+        r->wrote[r->n_wrote++] = b;
+    } else if (!r->fail) {
+        ds4_error_set(&r->err, "internal: an op with more outputs than the schedule tracks");
+        r->fail = true;
+    }
     return b->on[r->bk];
 }
 

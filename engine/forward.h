@@ -81,8 +81,9 @@ typedef struct {
     const fwd_layer_place *layer; /* n_layer entries (copied by fwd_set_placement) */
 } fwd_placement;
 
-/* Adds a backend; returns its index, or -1 with err. ctx belongs to the
- * engine from here on (free_ctx at fwd_close, or now on failure). */
+/* Adds a backend (before sessions are opened); returns its index, or -1
+ * with err. ctx belongs to the engine from here on (free_ctx at
+ * fwd_close, or now on failure). */
 int fwd_add_backend(fwd_engine *f, const ds4_ops *ops, void *ctx, void (*free_ctx)(void *), ds4_error *err);
 int fwd_n_backends(const fwd_engine *f);
 /* Validates and copies p. 0, or -1 with err (a backend index out of range). */
