@@ -1,9 +1,9 @@
 # ds4cl — build, test, demo, bench, install.
 #
 # Every module directory contributes its *.c files to the library objects
-# that all programs and the tests link in full (modules plug into each other
-# through weak references, which a static archive would not resolve);
-# cli/main_*.c are the three program entry points; tests/ holds the test
+# that all programs and the tests link in full (a missing function is a
+# link error); cli/main_*.c are the three program entry points and
+# cli/bench_*.c are linked into ds4cl-bench only; tests/ holds the test
 # runner and one test file per area. New files are picked up automatically.
 #
 #   make            build ds4cl, ds4cl-bench, ds4cl-mkmodel in the repo root
@@ -22,7 +22,7 @@ CC        ?= cc
 PKG_CONFIG ?= pkg-config
 PKGS      := ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto libmicrohttpd
 
-MODULES   := base engine opencl agent tools ui sessions prompts serve cli
+MODULES   := base engine engine/testkit cpu opencl agent tools ui sessions prompts serve cli
 
 ifeq ($(SAN),1)
   VARIANT   := san
@@ -63,13 +63,17 @@ LDLIBS    += $(PKG_LIBS) -lm -pthread -ldl
 # Generated sources: OpenCL kernels and prompt texts embedded as C strings.
 CL_SRCS     := $(sort $(wildcard opencl/kernels/*.cl))
 PROMPT_SRCS := $(sort $(wildcard prompts/*.txt))
-GEN_SRCS    := $(GENDIR)/cl_sources.c $(GENDIR)/prompt_texts.c
+GEN_SRCS    := $(GENDIR)/clrt_sources.c $(GENDIR)/prompt_texts.c
 
-# cli/main_*.c are the program entry points; every other .c is library code.
-MAIN_SRCS := cli/main_ds4cl.c cli/main_bench.c cli/main_mkmodel.c
-LIB_SRCS  := $(filter-out $(MAIN_SRCS),$(sort $(foreach m,$(MODULES),$(wildcard $(m)/*.c))))
-LIB_OBJS  := $(patsubst %.c,$(OBJDIR)/%.o,$(LIB_SRCS)) \
-             $(patsubst $(GENDIR)/%.c,$(OBJDIR)/gen/%.o,$(GEN_SRCS))
+# cli/main_*.c are the program entry points; cli/bench_*.c belong to
+# ds4cl-bench alone; every other .c is library code that every program and
+# the tests link.
+MAIN_SRCS  := cli/main_ds4cl.c cli/main_bench.c cli/main_mkmodel.c
+BENCH_SRCS := $(sort $(wildcard cli/bench_*.c))
+LIB_SRCS   := $(filter-out $(MAIN_SRCS) $(BENCH_SRCS),$(sort $(foreach m,$(MODULES),$(wildcard $(m)/*.c))))
+LIB_OBJS   := $(patsubst %.c,$(OBJDIR)/%.o,$(LIB_SRCS)) \
+              $(patsubst $(GENDIR)/%.c,$(OBJDIR)/gen/%.o,$(GEN_SRCS))
+BENCH_OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(BENCH_SRCS))
 
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(TEST_SRCS))
@@ -77,7 +81,7 @@ TESTBIN   := $(OBJDIR)/ds4cl-tests
 
 PROGRAMS  := $(BINDIR)/ds4cl $(BINDIR)/ds4cl-bench $(BINDIR)/ds4cl-mkmodel
 
-DEPFILES  := $(patsubst %.o,%.d,$(LIB_OBJS) $(TEST_OBJS)) \
+DEPFILES  := $(patsubst %.o,%.d,$(LIB_OBJS) $(BENCH_OBJS) $(TEST_OBJS)) \
              $(patsubst %.c,$(OBJDIR)/%.d,$(MAIN_SRCS))
 
 .PHONY: all test demo bench deps check-deps install uninstall clean fuzz programs
@@ -131,9 +135,9 @@ $(OBJDIR)/gen/%.o: $(GENDIR)/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(GENDIR)/cl_sources.c: $(CL_SRCS) build-aux/embed.sh
+$(GENDIR)/clrt_sources.c: $(CL_SRCS) build-aux/embed.sh
 	@mkdir -p $(GENDIR)
-	sh build-aux/embed.sh cl_sources $(CL_SRCS) > $@.tmp && mv $@.tmp $@
+	sh build-aux/embed.sh clrt_sources $(CL_SRCS) > $@.tmp && mv $@.tmp $@
 
 $(GENDIR)/prompt_texts.c: $(PROMPT_SRCS) build-aux/embed.sh
 	@mkdir -p $(GENDIR)
@@ -143,7 +147,7 @@ $(BINDIR)/ds4cl: $(OBJDIR)/cli/main_ds4cl.o $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/ds4cl-bench: $(OBJDIR)/cli/main_bench.o $(LIB_OBJS)
+$(BINDIR)/ds4cl-bench: $(OBJDIR)/cli/main_bench.o $(BENCH_OBJS) $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
 

@@ -12,15 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The tool registry is a module of its own; a build without it runs the
- * agent without tools. */
-#pragma weak tools_all
-#pragma weak tools_schema_json
-#pragma weak tool_env_new
-#pragma weak tool_env_free
-#pragma weak tools_sandbox_active
-#pragma weak tools_sandbox_status
-
 const char *agent_state_name(agent_state s)
 {
     switch (s) {
@@ -471,7 +462,7 @@ static int setup_tools(agent *a, ds4_error *err)
         a->schemas = calloc(t->n ? t->n : 1, sizeof *a->schemas);
         if (!a->schemas) abort();
         for (size_t i = 0; i < t->n; i++) a->schemas[i] = dup_or_null(t->schemas_json[i]);
-    } else if (tools_all && tools_schema_json && tool_env_new) {
+    } else {
         char msg[512] = "";
         tool_env_config tc = a->cfg.tools;
         if (!tc.workspace) tc.workspace = a->workspace;
@@ -498,7 +489,7 @@ static void random_id(char *out, size_t size)
     ssize_t got = fd >= 0 ? read(fd, b, sizeof b) : -1;
     if (fd >= 0) close(fd);
     if (got != (ssize_t)sizeof b) {
-        uint64_t x = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(now_ms() * 1000);
+        uint64_t x = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(base_now_ms() * 1000);
         memcpy(b, &x, sizeof b);
     }
     snprintf(out, size, "%02x%02x%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]);
@@ -506,7 +497,7 @@ static void random_id(char *out, size_t size)
 
 static void agent_free(agent *a)
 {
-    if (a->env && tool_env_free) tool_env_free(a->env);
+    if (a->env) tool_env_free(a->env);
     for (size_t i = 0; i < a->n_schemas; i++) free(a->schemas[i]);
     free(a->schemas);
     free(a->unanswered);
@@ -703,7 +694,7 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         agent_free(a);
         return NULL;
     }
-    if (a->env && tools_sandbox_active && tools_sandbox_status) {
+    if (a->env) {
         a->sandboxed = tools_sandbox_active(a->env);
         snprintf(a->sandbox_why, sizeof a->sandbox_why, "%s", tools_sandbox_status(a->env));
     }
@@ -926,7 +917,7 @@ void agent_get_status(agent *a, agent_status *out)
     out->confirm_pending = a->confirm_waiting && !a->confirm_answered;
     out->confirm_left_ms = 0;
     if (out->confirm_pending) {
-        double left = a->confirm_deadline > 0 ? a->confirm_deadline - now_ms() : -1;
+        double left = a->confirm_deadline > 0 ? a->confirm_deadline - base_now_ms() : -1;
         out->confirm_left_ms = left < 0 && a->confirm_deadline > 0 ? 0 : (int)left;
     }
     pthread_mutex_unlock(&a->mu);

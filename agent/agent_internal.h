@@ -113,7 +113,7 @@ struct agent {
     agent_status st;
     bool confirm_waiting, confirm_answered;
     tool_confirm confirm_answer;
-    double confirm_deadline;  /* now_ms() when the open question times out; 0 = never */
+    double confirm_deadline;  /* base_now_ms() when the open question times out; 0 = never */
 };
 
 /* ---- agent.c ---------------------------------------------------------------- */

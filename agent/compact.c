@@ -10,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#pragma weak tools_jobs_report
-
 #define TAIL_MAX 50000
 #define SNAPSHOT_KEEP_MAX (512ull << 20)
 
@@ -215,7 +213,7 @@ compact_result agent_compact(agent *a, const char *reason)
         sb_puts(&note, a->last_user);
     }
     /* Background jobs outlive the conversation they were started in. */
-    char *jobs = a->env && tools_jobs_report ? tools_jobs_report(a->env) : NULL;
+    char *jobs = a->env ? tools_jobs_report(a->env) : NULL;
     if (jobs) {
         sb_puts(&note, "\n[Background bash jobs now (see them with bash_status, end them with bash_stop):]\n");
         sb_puts(&note, jobs);

@@ -3,7 +3,7 @@
  *
  * The parser takes the assistant's sampled bytes (everything after the
  * assistant prefix) and splits them into reasoning, visible text and
- * tool-call blocks (ds4-gguf §8.1):
+ * tool-call blocks (doc/model.md §14):
  *
  *   <｜DSML｜tool_calls>
  *   <｜DSML｜invoke name="TOOL">

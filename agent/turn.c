@@ -12,8 +12,6 @@
 
 #include "engine/unicode.h"
 
-#pragma weak tools_run
-
 /* ---- prefill ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -38,7 +36,7 @@ static void set_progress(agent_status *st, void *ud)
 static void on_progress(void *ud, int done, int total, double tps)
 {
     sync_ctx *c = ud;
-    double secs = (now_ms() - c->t0) / 1000.0;
+    double secs = (base_now_ms() - c->t0) / 1000.0;
     (void)total;
     done += c->base;
     progress_upd u = { done, c->total, tps > 0 ? tps : secs > 0 ? done / secs : 0 };
@@ -125,7 +123,7 @@ sync_result agent_sync(agent *a, const int32_t *tokens, size_t n, const char *la
             trace_token(a->tr, label, i, tokens[i], b, b ? len : 0);
         }
     }
-    sync_ctx c = { a, now_ms(), 0, (int)(n - cached) };
+    sync_ctx c = { a, base_now_ms(), 0, (int)(n - cached) };
     ds4_callbacks cb = { .progress = on_progress, .cancel = on_cancel, .ud = &c };
     ds4_error err = { "" };
     size_t prefilled = 0;
@@ -152,7 +150,7 @@ sync_result agent_sync(agent *a, const int32_t *tokens, size_t n, const char *la
         prefilled += ds4_session_last_prefilled(a->sess);
     }
     if (rc == DS4_OK && n == a->sys_len) keep_system_prompt(a);
-    prefill_upd pu = { prefilled, now_ms() - c.t0 };
+    prefill_upd pu = { prefilled, base_now_ms() - c.t0 };
     agent_status_update(a, add_prefill, &pu);
     trace_line(a->tr, "prefill sync done rc=%d prefilled=%zu %.1f ms", (int)rc, pu.prefilled, pu.ms);
     if (rc == DS4_ERROR) {
@@ -271,7 +269,7 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
     a->st.generated = 0;
     a->st.gen_tps = 0;
     pthread_mutex_unlock(&a->mu);
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     ds4_callbacks cb = { .cancel = gen_cancel, .ud = a };
     stop_kind stop = STOP_EOS;
     size_t count = 0;
@@ -310,7 +308,7 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
         dsml_feed(a->parser, b ? b : "", len);
         agent_stream_flush(a, false);
         count++;
-        double secs = (now_ms() - t0) / 1000.0;
+        double secs = (base_now_ms() - t0) / 1000.0;
         gen_upd u = { (int)count, secs > 0 ? count / secs : 0 };
         agent_status_update(a, set_generated, &u);
         dsml_state ds = dsml_get_state(a->parser);
@@ -332,7 +330,7 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
     }
     if (stop != STOP_DSML) dsml_finish(a->parser);
     agent_stream_flush(a, true);
-    double ms = now_ms() - t0;
+    double ms = base_now_ms() - t0;
     agent_status_update(a, add_decode, &ms);
     bool off = false;
     agent_status_update(a, set_greedy, &off);
@@ -361,7 +359,7 @@ static tool_confirm tool_ask(void *ud, const char *tool, const char *summary)
     pthread_mutex_lock(&a->mu);
     a->confirm_waiting = true;
     a->confirm_answered = false;
-    a->confirm_deadline = limit > 0 ? now_ms() + limit : 0;
+    a->confirm_deadline = limit > 0 ? base_now_ms() + limit : 0;
     pthread_mutex_unlock(&a->mu);
     bool on = true;
     agent_status_update(a, set_confirm, &on);
@@ -444,13 +442,13 @@ static void run_calls(agent *a, strbuf *msg, call_log *log)
                 .ud = a,
                 .max_result_bytes = room * 3 / (n - i) + 1,
             };
-            double t0 = now_ms();
+            double t0 = base_now_ms();
             if (a->cfg.custom_tools) {
                 a->cfg.custom_tools->run(a->cfg.custom_tools->ud, c->name, c->args_json, &ctx, &res);
-            } else if (tools_run && a->env) {
+            } else if (a->env) {
                 tools_run(a->env, c->name, c->args_json, &ctx, &res);
             } else {
-                res.text = strdup("Tool error: no tools are available in this build");
+                res.text = strdup("Tool error: the tools are not set up");
                 res.is_error = true;
             }
             if (!res.text) {
@@ -461,7 +459,7 @@ static void run_calls(agent *a, strbuf *msg, call_log *log)
                 strbuf esc = { 0 };
                 trace_escape(&esc, res.text, strlen(res.text));
                 trace_line(a->tr, "tool result index=%zu name=%s error=%d denied=%d bytes=%zu %.0f ms text=\"%s\"", i,
-                           c->name, (int)res.is_error, (int)res.denied, strlen(res.text), now_ms() - t0, sb_str(&esc));
+                           c->name, (int)res.is_error, (int)res.denied, strlen(res.text), base_now_ms() - t0, sb_str(&esc));
                 sb_free(&esc);
             }
         }

@@ -1,6 +1,7 @@
 /* base.h — the few helpers every module needs and none should write twice:
- * a growable string buffer, whole-file reads, atomic file replacement,
- * mkdir -p, the XDG directories of ds4cl, and a monotonic clock. */
+ * the error convention, allocation, little-endian fields, a growable
+ * string buffer, byte counts for people, whole-file reads, atomic file
+ * replacement, mkdir -p, the XDG directories of ds4cl, and a clock. */
 #ifndef DS4CL_BASE_H
 #define DS4CL_BASE_H
 
@@ -9,6 +10,44 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* ---- errors ----------------------------------------------------------------
+ * The convention across module boundaries: a function that can fail
+ * returns -1 (or NULL) and writes why into a ds4_error the caller passes
+ * (which may be NULL when the caller does not want the message). */
+typedef struct {
+    char msg[768];
+} ds4_error;
+
+/* Formats into err (no-op when err is NULL). Always returns -1 so callers
+ * can `return ds4_error_set(err, ...)`. */
+int ds4_error_set(ds4_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- allocation ---------------------------------------------------------------
+ * The policy: running out of memory for bookkeeping (strings, lists, small
+ * tables) is fatal — these print a message and abort, there is no sensible
+ * recovery for a terminal program. Allocations sized by input (model
+ * tensors, sessions, snapshots, files) use malloc directly and report a
+ * failure as an error, so that a too-large request loses nothing. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s); /* NULL stays NULL */
+
+/* ---- little-endian fields of on-disk formats ------------------------------ */
+static inline void le_put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void le_put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t le_get_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t le_get_u64(const unsigned char *p) { return le_get_u32(p) | (uint64_t)le_get_u32(p + 4) << 32; }
 
 /* ---- string buffer (always NUL-terminated once anything was appended) ---- */
 typedef struct {
@@ -25,6 +64,9 @@ void sb_clear(strbuf *b);                 /* keeps the allocation */
 char *sb_take(strbuf *b);                 /* returns the string ("" if empty), resets b */
 void sb_free(strbuf *b);
 const char *sb_str(const strbuf *b);      /* "" when empty */
+
+/* A byte count for people: "512 B", "1.50 KiB", "12.3 MiB", "140 GiB". */
+const char *format_bytes(char *buf, size_t n, uint64_t bytes);
 
 /* ---- files ---------------------------------------------------------------- */
 
@@ -74,7 +116,7 @@ size_t temp_sweep(const char *root, size_t max_entries);
 int temp_template(char *buf, size_t size, const char *prefix);
 
 /* mkdir -p; 0 on success (also when it exists). */
-int mkdir_p(const char *path, mode_t mode);
+int base_mkdir_p(const char *path, mode_t mode);
 
 /* Removes a directory tree (no symlink following); 0 on success. */
 int rm_rf(const char *path);
@@ -87,7 +129,7 @@ typedef enum { XDG_DATA, XDG_CONFIG, XDG_CACHE, XDG_STATE } xdg_kind;
 const char *xdg_dir(xdg_kind kind, char *buf, size_t size);
 
 /* ---- time ------------------------------------------------------------------ */
-double now_ms(void);       /* monotonic */
-int64_t wall_time_s(void); /* seconds since the epoch */
+double base_now_ms(void);       /* monotonic */
+int64_t base_wall_time_s(void); /* seconds since the epoch */
 
 #endif

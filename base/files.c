@@ -50,14 +50,11 @@ static char *read_fd(int fd, const struct stat *stp, size_t *len)
 {
     struct stat st = *stp;
     size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) abort();
+    char *buf = xmalloc(cap);
     for (;;) {
         if (n + 1 >= cap) {
             cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) abort();
-            buf = nb;
+            buf = xrealloc(buf, cap);
         }
         ssize_t r = read(fd, buf + n, cap - n - 1);
         if (r < 0) {
@@ -77,7 +74,7 @@ static char *read_fd(int fd, const struct stat *stp, size_t *len)
     return buf;
 }
 
-int mkdir_p(const char *path, mode_t mode)
+int base_mkdir_p(const char *path, mode_t mode)
 {
     char tmp[4096];
     size_t n = strlen(path);
@@ -280,7 +277,7 @@ int file_write_atomic(const char *path, const void *data, size_t len, int mode,
     }
     strcpy(dir, path);
     char *d = dirname(dir);
-    if (make_parents && mkdir_p(d, 0755) != 0) {
+    if (make_parents && base_mkdir_p(d, 0755) != 0) {
         fmt_err(err, errlen, "cannot create directory", d);
         return -1;
     }
@@ -361,15 +358,15 @@ const char *xdg_dir(xdg_kind kind, char *buf, size_t size)
         n = snprintf(buf, size, "%s/%s/ds4cl", home, dflt[kind]);
     }
     if (n < 0 || (size_t)n >= size) return NULL;
-    if (mkdir_p(buf, 0700) != 0) return NULL;
+    if (base_mkdir_p(buf, 0700) != 0) return NULL;
     return buf;
 }
 
-double now_ms(void)
+double base_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-int64_t wall_time_s(void) { return (int64_t)time(NULL); }
+int64_t base_wall_time_s(void) { return (int64_t)time(NULL); }

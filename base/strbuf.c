@@ -1,5 +1,5 @@
-/* strbuf.c — growable NUL-terminated byte buffer. Allocation failure aborts:
- * there is no sensible recovery for a terminal agent out of memory. */
+/* strbuf.c — growable NUL-terminated byte buffer. Allocation failure is
+ * fatal (base.h's policy). */
 #include "base/base.h"
 
 #include <stdio.h>
@@ -11,9 +11,7 @@ static void sb_reserve(strbuf *b, size_t extra)
     if (b->len + extra + 1 <= b->cap) return;
     size_t cap = b->cap ? b->cap : 64;
     while (cap < b->len + extra + 1) cap *= 2;
-    char *s = realloc(b->s, cap);
-    if (!s) abort();
-    b->s = s;
+    b->s = xrealloc(b->s, cap);
     b->cap = cap;
 }
 
@@ -59,8 +57,7 @@ char *sb_take(strbuf *b)
 {
     char *s = b->s;
     if (!s) {
-        s = malloc(1);
-        if (!s) abort();
+        s = xmalloc(1);
         s[0] = 0;
     }
     b->s = NULL;

@@ -28,7 +28,7 @@ if [ ! -s "$model" ]; then
 fi
 prompt=$dir/prompt.txt
 if [ ! -s "$prompt" ]; then
-    cat README.md doc/*.1 engine/*.h engine/*.c > "$prompt"
+    cat README.md doc/*.1 engine/*.h engine/*.c cpu/*.h cpu/*.c engine/testkit/*.h engine/testkit/*.c > "$prompt"
 fi
 threads=${BENCH_THREADS:+--threads $BENCH_THREADS}
 if [ -z "${BENCH_BACKENDS:-}" ]; then

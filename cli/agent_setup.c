@@ -16,7 +16,7 @@ void agent_setup_config(agent_config *cfg, const ds4cl_options *o, ds4_engine *e
     cfg->engine = e;
     cfg->n_ctx = n_ctx;
     cfg->sampling = o->sampling;
-    if (!o->seed_given) cfg->sampling.seed = (uint64_t)wall_time_s() ^ ((uint64_t)getpid() << 32);
+    if (!o->seed_given) cfg->sampling.seed = (uint64_t)base_wall_time_s() ^ ((uint64_t)getpid() << 32);
     cfg->max_tokens = o->max_tokens;
     cfg->think = o->think;
     cfg->max_tool_rounds = o->max_tool_rounds;

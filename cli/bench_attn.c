@@ -28,9 +28,9 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/cpu_ops.h"
+#include "cpu/cpu_ops.h"
 #include "engine/gguf.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "opencl/cl_ops.h"
@@ -129,12 +129,12 @@ static int run_case(const side *s, const ds4_model *m, const bench_case *bc, boo
         const ds4_tensor *sinks = &m->layers[2].attn_sinks;
         double best = 1e30, best_cpu = 1e30;
         for (int round = -1; round < 3; round++) {
-            double t0 = now_ms(), c0 = cpu_ms();
+            double t0 = base_now_ms(), c0 = cpu_ms();
             for (int r = 0; r < (round < 0 ? 1 : reps); r++)
                 if (s->ops->attention(s->ctx, q, raw, ct, hp->n_swa, comp, bc->R, sel, k, sinks, pos0, 1, o)) goto fail;
             float probe;
             if (s->ops->read(s->ctx, o, 0, &probe, sizeof probe)) goto fail;
-            if (round >= 0 && (now_ms() - t0) / reps < best) best = (now_ms() - t0) / reps;
+            if (round >= 0 && (base_now_ms() - t0) / reps < best) best = (base_now_ms() - t0) / reps;
             if (round >= 0 && (cpu_ms() - c0) / reps < best_cpu) best_cpu = (cpu_ms() - c0) / reps;
         }
         flop = 4.0 * H * hd * (double)rows;
@@ -150,12 +150,12 @@ static int run_case(const side *s, const ds4_model *m, const bench_case *bc, boo
         if (!q || !w || !krows || !sel) goto fail;
         double best = 1e30, best_cpu = 1e30;
         for (int round = -1; round < 3; round++) {
-            double t0 = now_ms(), c0 = cpu_ms();
+            double t0 = base_now_ms(), c0 = cpu_ms();
             for (int r = 0; r < (round < 0 ? 1 : reps); r++)
                 if (s->ops->indexer(s->ctx, q, w, krows, ct, 4, pos0, 1, sel)) goto fail;
             int32_t probe;
             if (s->ops->read(s->ctx, sel, 0, &probe, sizeof probe)) goto fail;
-            if (round >= 0 && (now_ms() - t0) / reps < best) best = (now_ms() - t0) / reps;
+            if (round >= 0 && (base_now_ms() - t0) / reps < best) best = (base_now_ms() - t0) / reps;
             if (round >= 0 && (cpu_ms() - c0) / reps < best_cpu) best_cpu = (cpu_ms() - c0) / reps;
         }
         flop = 2.0 * nih * ihd * (double)rows;
@@ -256,12 +256,12 @@ int bench_attn(int argc, char **argv)
         sides[n_sides++] = (side){ &cpu_ops, c, "cpu" };
     }
     if (want_cl) {
-        void *c = cl_ops_new(m, NULL, &err);
+        void *c = clo_new(m, NULL, &err);
         if (!c) {
             fprintf(stderr, "ds4cl-bench: opencl: %s\n", err.msg);
             goto out;
         }
-        sides[n_sides++] = (side){ &cl_ops, c, "opencl" };
+        sides[n_sides++] = (side){ &clo_ops, c, "opencl" };
     }
     printf("case,backend,cache,rows,ms,cpu_ms,rows_gbps,gflops\n");
     rc = 0;
@@ -288,7 +288,7 @@ int bench_attn(int argc, char **argv)
 out:
     for (int i = 0; i < n_sides; i++) {
         if (sides[i].ops == &cpu_ops) cpu_ops_free(sides[i].ctx);
-        else cl_ops_free(sides[i].ctx);
+        else clo_free(sides[i].ctx);
     }
     model_free(m);
     gguf_close(g);

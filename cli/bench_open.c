@@ -46,17 +46,17 @@ typedef struct {
 
 static int run_once(const char *path, open_times *t, ds4_error *err)
 {
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     gguf_file *f = gguf_open(path, err);
     if (!f) return -1;
-    double t1 = now_ms();
+    double t1 = base_now_ms();
     volatile uint64_t id = gguf_identity(f);
     (void)id;
-    double t2 = now_ms();
+    double t2 = base_now_ms();
     ds4_tokenizer *tok = tokenizer_from_gguf(f, err);
-    double t3 = now_ms();
+    double t3 = base_now_ms();
     ds4_model *m = tok ? model_bind(f, err) : NULL;
-    double t4 = now_ms();
+    double t4 = base_now_ms();
     if (m) model_free(m);
     if (tok) ds4_tokenizer_free(tok);
     gguf_close(f);
@@ -73,9 +73,9 @@ static int engine_once(const char *path, double *s, ds4_error *err)
     ds4_engine_options o = { 0 };
     o.model_path = path;
     o.backend = DS4_BACKEND_CPU;
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     ds4_engine *e = ds4_engine_open(&o, err);
-    *s = (now_ms() - t0) / 1e3;
+    *s = (base_now_ms() - t0) / 1e3;
     if (!e) return -1;
     ds4_engine_close(e);
     return 0;

@@ -45,7 +45,7 @@ typedef struct {
 #define IQ2 GGML_TYPE_IQ2_XXS
 #define Q2K GGML_TYPE_Q2_K
 
-/* Flash shapes (ds4-forward; opencl-perf notes §8.1 item 3). */
+/* Flash shapes (doc/model.md §1). */
 static const bench_row rows[] = {
     { "attn_q_a", ROW_MATMUL, Q8, 0, 4096, 1024, 1, 0 },
     { "attn_q_b", ROW_MATMUL, Q8, 0, 1024, 32768, 1, 0 },
@@ -82,7 +82,7 @@ typedef struct {
 
 typedef struct {
     ds4_model m;
-    cl_ops_options co;
+    clo_options co;
     void *ctx;
     const ds4_ops *ops;
     uint8_t **blobs;
@@ -128,18 +128,18 @@ static int env_open(row_env *e, const bench_opts *o)
     e->m.hp.n_embd = 4096;
     e->co.device = o->device;
     ds4_error err = { "" };
-    e->ctx = cl_ops_new(&e->m, &e->co, &err);
+    e->ctx = clo_new(&e->m, &e->co, &err);
     if (!e->ctx) {
         fprintf(stderr, "ds4cl-bench: --cl-bench: %s\n", err.msg);
         return -1;
     }
-    e->ops = &cl_ops;
+    e->ops = &clo_ops;
     return 0;
 }
 
 static void env_close(row_env *e)
 {
-    if (e->ctx) cl_ops_free(e->ctx);
+    if (e->ctx) clo_free(e->ctx);
     for (size_t i = 0; i < e->n_blobs; i++) free(e->blobs[i]);
     free(e->blobs);
     memset(e, 0, sizeof *e);
@@ -172,7 +172,7 @@ static ds4_tensor *env_tensor(row_env *e, uint32_t type, int64_t ne0, int64_t ne
     bench_fill_weights(type, data, (size_t)t->nbytes);
     t->data = data;
     ds4_error err = { "" };
-    if (cl_ops_add_tensor(e->ctx, t, &err)) {
+    if (clo_add_tensor(e->ctx, t, &err)) {
         fprintf(stderr, "ds4cl-bench: --cl-bench: %s\n", err.msg);
         return NULL;
     }
@@ -226,14 +226,14 @@ static double roof_read_gbps(clrt *rt, const bench_opts *o, double *core_gbps)
         double t[64], u[64];
         int reps = o->reps + 1;
         for (int r = 0; r < reps; r++) {
-            double t0 = now_ms(), c0 = cpu_ms();
+            double t0 = base_now_ms(), c0 = cpu_ms();
             clrt_call call = clrt_begin(rt, k);
             clrt_arg_mem(&call, buf);
             clrt_arg_ulong(&call, n16);
             clrt_arg_mem(&call, out);
             size_t l = cpu ? 1 : 256;
             if (clrt_enqueue(&call, 1, &items, &l) || clrt_finish(rt)) break;
-            t[r] = now_ms() - t0;
+            t[r] = base_now_ms() - t0;
             u[r] = cpu_ms() - c0;
         }
         /* the first pass also faults the pages in */
@@ -257,14 +257,14 @@ static double roof_fma_gflops(clrt *rt, const bench_opts *o, double *core_gflops
     int iters = 1000;
     double gflops = 0, t[64], u[64];
     for (int r = -2; r < o->reps; r++) {
-        double t0 = now_ms(), c0 = cpu_ms();
+        double t0 = base_now_ms(), c0 = cpu_ms();
         clrt_call call = clrt_begin(rt, k);
         clrt_arg_mem(&call, out);
         clrt_arg_int(&call, iters);
         clrt_arg_float(&call, 0.9999999f);
         clrt_arg_float(&call, 1e-7f);
         if (clrt_enqueue(&call, 1, &items, &l) || clrt_finish(rt)) break;
-        double ms = now_ms() - t0;
+        double ms = base_now_ms() - t0;
         if (r < 0) {
             /* calibrate to about 200 ms a run */
             double scale = 200.0 / (ms > 0.01 ? ms : 0.01);
@@ -290,7 +290,7 @@ static double launch_us(clrt *rt)
     const int n = 2000;
     double ms = 0;
     for (int r = 0; r < 2; r++) {
-        double t0 = now_ms();
+        double t0 = base_now_ms();
         for (int i = 0; i < n; i++) {
             clrt_call call = clrt_begin(rt, k);
             clrt_arg_mem(&call, out);
@@ -298,7 +298,7 @@ static double launch_us(clrt *rt)
             if (clrt_enqueue(&call, 1, &g, &g)) break;
         }
         clrt_finish(rt);
-        ms = now_ms() - t0;
+        ms = base_now_ms() - t0;
     }
     clReleaseMemObject(out);
     return ms * 1e3 / n;
@@ -331,11 +331,11 @@ static int run_matmul(const bench_opts *o, const bench_row *r, row_result *res)
     const int calls = r->prefill ? 2 : copies < 8 ? 8 : copies;
     double t[64], u[64];
     for (int rep = -1; !rc && rep < o->reps; rep++) {
-        double t0 = now_ms(), c0 = cpu_ms();
+        double t0 = base_now_ms(), c0 = cpu_ms();
         for (int i = 0; !rc && i < calls; i++) rc = e.ops->matmul(e.ctx, w[i % copies], x, T, r->groups, y);
         if (!rc) rc = env_wait(&e, y);
         if (rep >= 0) {
-            t[rep] = (now_ms() - t0) / calls;
+            t[rep] = (base_now_ms() - t0) / calls;
             u[rep] = (cpu_ms() - c0) / calls;
         }
     }
@@ -386,11 +386,11 @@ static int run_moe(const bench_opts *o, const bench_row *r, row_result *res)
     float clamp = 10.0f;
     double t[64], u[64];
     for (int rep = -1; !rc && rep < o->reps; rep++) {
-        double t0 = now_ms(), c0 = cpu_ms();
+        double t0 = base_now_ms(), c0 = cpu_ms();
         for (int i = 0; !rc && i < calls; i++) rc = e.ops->moe(e.ctx, gate, up, down, x, sel[i % SETS], wt, T, clamp, y);
         if (!rc) rc = env_wait(&e, y);
         if (rep >= 0) {
-            t[rep] = (now_ms() - t0) / calls;
+            t[rep] = (base_now_ms() - t0) / calls;
             u[rep] = (cpu_ms() - c0) / calls;
         }
     }
@@ -420,7 +420,7 @@ static int run_iq2_probe(const bench_opts *o, const bench_row *r, row_result *re
 {
     row_env e;
     if (env_open(&e, o)) return -1;
-    clrt *rt = cl_ops_runtime(e.ctx);
+    clrt *rt = clo_runtime(e.ctx);
     const int n = r->in, rows = r->out, lookups_only = strstr(r->name, "lookups") != NULL;
     const size_t rb = quant_row_bytes(GGML_TYPE_IQ2_XXS, (uint64_t)n), bytes = rb * (size_t)rows;
     size_t copies = (o->rotate_bytes + bytes - 1) / bytes;
@@ -468,7 +468,7 @@ static int run_iq2_probe(const bench_opts *o, const bench_row *r, row_result *re
     const int calls = copies < 8 ? 8 : (int)copies;
     double t[64], u[64];
     for (int rep = -1; !rc && rep < o->reps; rep++) {
-        double t0 = now_ms(), c0 = cpu_ms();
+        double t0 = base_now_ms(), c0 = cpu_ms();
         for (int i = 0; !rc && i < calls; i++) {
             clrt_call call = clrt_begin(rt, k);
             clrt_arg_mem(&call, bw);
@@ -499,7 +499,7 @@ static int run_iq2_probe(const bench_opts *o, const bench_row *r, row_result *re
         }
         if (!rc) rc = clrt_finish(rt);
         if (rep >= 0) {
-            t[rep] = (now_ms() - t0) / calls;
+            t[rep] = (base_now_ms() - t0) / calls;
             u[rep] = (cpu_ms() - c0) / calls;
         }
     }
@@ -578,7 +578,7 @@ int bench_opencl(int argc, char **argv)
 
     row_env probe;
     if (env_open(&probe, &o)) return 1;
-    clrt *rt = cl_ops_runtime(probe.ctx);
+    clrt *rt = clo_runtime(probe.ctx);
     const clrt_device *d = clrt_dev(rt);
     printf("# device: %s (%s), %s, driver %s, %u compute units\n", d->name, clrt_type_name(d->type), d->c_version,
            d->driver, d->compute_units);

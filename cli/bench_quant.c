@@ -17,7 +17,7 @@
 #endif
 
 #include "base/base.h"
-#include "engine/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "engine/quant.h"
 
 typedef struct {
@@ -84,7 +84,7 @@ static double run_split(void *(*fn)(void *), job *proto, int64_t total, int thre
 {
     pthread_t tid[256];
     job jobs[256];
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     for (int t = 0; t < threads; t++) {
         jobs[t] = *proto;
         int64_t a = total * t / threads, b = total * (t + 1) / threads;
@@ -101,7 +101,7 @@ static double run_split(void *(*fn)(void *), job *proto, int64_t total, int thre
     }
     fn(&jobs[0]);
     for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
-    return (now_ms() - t0) / 1000.0;
+    return (base_now_ms() - t0) / 1000.0;
 }
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;

@@ -30,12 +30,6 @@
 #include "base/base.h"
 #include "tools/tools.h"
 
-/* The tool registry is a module of its own. */
-#pragma weak tool_env_new
-#pragma weak tool_env_free
-#pragma weak tools_run
-#pragma weak tool_result_free
-
 extern char **environ;
 
 typedef enum { Q_LITERAL = 0, Q_ICASE, Q_REGEX } query_kind;
@@ -79,7 +73,7 @@ static long run_grep(const query *q, const char *dir, double *ms, double *cpu)
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     pid_t pid;
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     int rc = posix_spawnp(&pid, "grep", &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
@@ -103,7 +97,7 @@ static long run_grep(const query *q, const char *dir, double *ms, double *cpu)
     struct rusage ru;
     while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR) {
     }
-    *ms = now_ms() - t0;
+    *ms = base_now_ms() - t0;
     *cpu = cpu_ms(&ru);
     /* 1 = no match, which is a result too */
     if (!WIFEXITED(st) || WEXITSTATUS(st) > 1) return -1;
@@ -121,9 +115,9 @@ static long run_tool(tool_env *env, const query *q, double *ms, double *cpu, cha
     tool_result r;
     struct rusage r0, r1;
     getrusage(RUSAGE_SELF, &r0);
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     tools_run(env, "search", js, NULL, &r);
-    *ms = now_ms() - t0;
+    *ms = base_now_ms() - t0;
     getrusage(RUSAGE_SELF, &r1);
     *cpu = cpu_ms(&r1) - cpu_ms(&r0);
     json_object_put(args);
@@ -142,9 +136,8 @@ int bench_search_main(int argc, char **argv)
 {
     const char *dir = NULL;
     int runs = 5;
-    query *qs = calloc((size_t)argc + 1, sizeof *qs);
+    query *qs = xcalloc((size_t)argc + 1, sizeof *qs);
     size_t nq = 0;
-    if (!qs) abort();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--search-bench") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
@@ -164,11 +157,6 @@ int bench_search_main(int argc, char **argv)
     if (!dir || runs < 1) {
         free(qs);
         return usage();
-    }
-    if (!tool_env_new || !tools_run) {
-        fputs("ds4cl-bench: the tools are not part of this build\n", stderr);
-        free(qs);
-        return 1;
     }
     const query *list = nq ? qs : default_queries;
     size_t n = nq ? nq : sizeof default_queries / sizeof default_queries[0];

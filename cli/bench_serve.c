@@ -62,7 +62,7 @@ static int in_process(ds4_engine *e, int n_ctx, const char *text, int gen, resul
     const ds4_tokenizer *t = ds4_engine_tokenizer(e);
     ds4_session *s = ds4_session_open(e, n_ctx, err);
     if (!s) return -1;
-    double t0 = now_ms(), c0 = cpu_ms(), cfirst = 0;
+    double t0 = base_now_ms(), c0 = cpu_ms(), cfirst = 0;
     ds4_tokens p = { 0 };
     ds4_chat_begin(t, &p, DS4_THINK_NONE);
     ds4_chat_user(t, &p, text);
@@ -79,14 +79,14 @@ static int in_process(ds4_engine *e, int n_ctx, const char *text, int gen, resul
     while (rc == 0 && n < gen) {
         int32_t id = ds4_sample(sm, ds4_session_logits(s), ds4_vocab_size(t), NULL, NULL);
         if (!n) {
-            first = now_ms();
+            first = base_now_ms();
             cfirst = cpu_ms();
         }
         if (id == stop[0] || id == stop[1] || id == stop[2] || id == stop[3]) break;
         n++;
         if (ds4_session_eval(s, id, &cb, err) != DS4_OK) rc = -1;
     }
-    double end = now_ms(), cend = cpu_ms();
+    double end = base_now_ms(), cend = cpu_ms();
     r->prompt = p.n;
     r->gen = (size_t)n;
     r->ttft_ms = first - t0;
@@ -123,7 +123,7 @@ static int over_http(int port, const char *text, int gen, result *r)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    double t0 = now_ms(), first = 0, end = 0, c0 = cpu_ms(), cfirst = 0, cend = 0;
+    double t0 = base_now_ms(), first = 0, end = 0, c0 = cpu_ms(), cfirst = 0, cend = 0;
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0 || write(fd, msg.s, msg.len) != (ssize_t)msg.len) {
         if (fd >= 0) close(fd);
         sb_free(&msg);
@@ -136,7 +136,7 @@ static int over_http(int port, const char *text, int gen, result *r)
     ssize_t k;
     long completion = -1, prompt = -1;
     while ((k = read(fd, buf, sizeof buf)) > 0) {
-        double now = now_ms(), cnow = cpu_ms();
+        double now = base_now_ms(), cnow = cpu_ms();
         sb_append(&in, buf, (size_t)k);
         /* the first event carrying a token marks the first token */
         for (char *ev; (ev = strstr(in.s + scanned, "data: ")) && strstr(ev, "\n\n");) {

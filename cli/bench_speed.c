@@ -43,7 +43,7 @@
 #include "engine/backend.h"
 #include "engine/ds4.h"
 #include "engine/forward.h"
-#include "engine/threadpool.h"
+#include "cpu/threadpool.h"
 #include "opencl/cl_ops.h"
 
 typedef struct {
@@ -52,7 +52,7 @@ typedef struct {
     int threads;
     ds4_backend backend;
     ds4_quant_sim qsim;
-    bool cl_profile;
+    bool ocl_profile;
 } speed_opts;
 
 static int usage(const char *fmt, const char *arg)
@@ -81,7 +81,7 @@ static int parse(int argc, char **argv, speed_opts *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--cl-profile")) {
-            o->cl_profile = true;
+            o->ocl_profile = true;
             continue;
         }
         if (!v) return usage("option '%s' needs a value", a);
@@ -118,7 +118,7 @@ static int parse(int argc, char **argv, speed_opts *o)
     if (!o->model || !o->prompt_file || !o->ctx_start || !o->ctx_max || !o->step)
         return usage("%s", "needs -m, --prompt-file, --ctx-start, --ctx-max, --step and --gen-tokens");
     if (o->ctx_start > o->ctx_max) return usage("%s", "--ctx-start is larger than --ctx-max");
-    if (o->cl_profile && o->backend != DS4_BACKEND_OPENCL) return usage("%s", "--cl-profile needs --backend opencl");
+    if (o->ocl_profile && o->backend != DS4_BACKEND_OPENCL) return usage("%s", "--cl-profile needs --backend opencl");
     return 0;
 }
 
@@ -187,17 +187,17 @@ static double prefill_flop(const ds4_model *m, long a, long b)
     return f;
 }
 
-static uint64_t cl_launches(const ds4_engine *e)
+static uint64_t ocl_launches(const ds4_engine *e)
 {
     if (e->opt.backend != DS4_BACKEND_OPENCL) return 0;
-    return clrt_get_stats(cl_ops_runtime(fwd_ops_ctx(fwd_of(e)))).launches;
+    return clrt_get_stats(clo_runtime(fwd_ops_ctx(fwd_of(e)))).launches;
 }
 
 /* --cl-profile: the device time of the launches since the last call, per
  * kernel and global size, on stderr (per call of `per`: a decode step). */
 static int print_profile(const ds4_engine *e, const char *what, long frontier, double wall_ms, long per)
 {
-    clrt *rt = cl_ops_runtime(fwd_ops_ctx(fwd_of(e)));
+    clrt *rt = clo_runtime(fwd_ops_ctx(fwd_of(e)));
     clrt_prof_row *rows;
     int n;
     if (clrt_profile_take(rt, &rows, &n) != 0) {
@@ -296,8 +296,8 @@ int bench_speed_main(int argc, char **argv)
     puts("backend,frontier,prefill_tps,decode_tps,weights_bytes_per_token,decode_gbps,ceiling_gbps,kv_bytes,"
          "decode_pct_ceiling,prefill_gflops,peak_gflops,prefill_pct_peak,launches_per_token");
     fflush(stdout);
-    if (o.cl_profile && clrt_profile(cl_ops_runtime(fwd_ops_ctx(fwd_of(e))), true) != 0) {
-        fprintf(stderr, "ds4cl-bench: %s\n", clrt_error(cl_ops_runtime(fwd_ops_ctx(fwd_of(e)))));
+    if (o.ocl_profile && clrt_profile(clo_runtime(fwd_ops_ctx(fwd_of(e))), true) != 0) {
+        fprintf(stderr, "ds4cl-bench: %s\n", clrt_error(clo_runtime(fwd_ops_ctx(fwd_of(e)))));
         goto out;
     }
     long prev = 0;
@@ -307,27 +307,27 @@ int bench_speed_main(int argc, char **argv)
          * reading kept: a probe that met a busy moment reads low, and the
          * prefill beside it would look closer to the peak than it is */
         double peak = fma_peak_gflops(o.backend, threads);
-        double t0 = now_ms();
+        double t0 = base_now_ms();
         if (ds4_session_sync(s, ids.ids, (size_t)f, NULL, &err) != DS4_OK) goto fail;
-        double prefill_s = (now_ms() - t0) / 1000.0;
+        double prefill_s = (base_now_ms() - t0) / 1000.0;
         double peak_after = fma_peak_gflops(o.backend, threads);
         if (peak_after > peak) peak = peak_after;
-        if (o.cl_profile && print_profile(e, "prefill", f, prefill_s * 1000.0, 1) != 0) goto out;
+        if (o.ocl_profile && print_profile(e, "prefill", f, prefill_s * 1000.0, 1) != 0) goto out;
         uint64_t kv = ds4_session_kv_bytes(s);
-        uint64_t launches0 = cl_launches(e);
+        uint64_t launches0 = ocl_launches(e);
         /* the ceiling is read just before and just after the decode steps,
          * and the higher reading kept: a roof, measured at the same moment */
         double ceiling = bench_read_probe_gbps(probe, threads, 3);
-        double t1 = now_ms();
+        double t1 = base_now_ms();
         for (long g = 0; g < o.gen; g++) {
             int32_t next = argmax(ds4_session_logits(s), info.n_vocab);
             if (ds4_session_eval(s, next, NULL, &err) != DS4_OK) goto fail;
         }
-        double decode_s = (now_ms() - t1) / 1000.0;
+        double decode_s = (base_now_ms() - t1) / 1000.0;
         double after = bench_read_probe_gbps(probe, threads, 3);
         if (after > ceiling) ceiling = after;
-        if (o.cl_profile && o.gen > 0 && print_profile(e, "decode", f, decode_s * 1000.0, o.gen) != 0) goto out;
-        uint64_t launches = cl_launches(e) - launches0;
+        if (o.ocl_profile && o.gen > 0 && print_profile(e, "decode", f, decode_s * 1000.0, o.gen) != 0) goto out;
+        uint64_t launches = ocl_launches(e) - launches0;
         double ptps = prefill_s > 0 ? (double)(f - prev) / prefill_s : 0;
         double dtps = decode_s > 0 ? (double)o.gen / decode_s : 0;
         double gbps = (double)wbytes * dtps / 1e9;

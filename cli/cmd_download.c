@@ -103,7 +103,7 @@ int cmd_download(const ds4cl_options *o)
         }
         snprintf(dir, sizeof dir, "%s/models", data);
     }
-    if (mkdir_p(dir, 0755) != 0) {
+    if (base_mkdir_p(dir, 0755) != 0) {
         fprintf(stderr, "ds4cl: cannot create %s: %s\n", dir, strerror(errno));
         return EXIT_ERROR;
     }
@@ -142,7 +142,7 @@ int cmd_download(const ds4cl_options *o)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     download_result res;
     download_status ds = download_file(&rq, &res);
 
@@ -165,7 +165,7 @@ int cmd_download(const ds4cl_options *o)
                     format_bytes(a, sizeof a, (uint64_t)st.st_size), part);
         return EXIT_ERROR;
     }
-    double secs = (now_ms() - t0) / 1000.0;
+    double secs = (base_now_ms() - t0) / 1000.0;
     fprintf(stderr, "saved %s (%s%s; %s fetched in %s)\n", dest, format_bytes(a, sizeof a, res.size),
             res.sha256_checked ? ", SHA-256 verified" : "", format_bytes(b, sizeof b, res.fetched),
             format_duration(err, sizeof err, secs));

@@ -7,37 +7,35 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "opencl/cl_runtime.h"
 
 int cmd_list_devices(const ds4cl_options *o)
 {
-    clrt_device *devs;
-    int n;
-    char err[1024];
-    if (clrt_devices(&devs, &n, err, sizeof err) != 0) {
-        fprintf(stderr, "ds4cl: %s\n", err);
+    ds4_device *devs;
+    int n, pick;
+    ds4_error err = { "" };
+    if (ds4_backend_devices(DS4_BACKEND_OPENCL, o->device, &devs, &n, &pick, &err) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
         return EXIT_ERROR;
     }
-    int pick = clrt_pick(devs, n, o->device, err, sizeof err);
     const char *env = getenv("DS4CL_DEVICE");
     const char *mark = (o->device && *o->device) || (env && *env) ? " (selected)" : " (default)";
     const char *platform = NULL;
     for (int i = 0; i < n; i++) {
-        const clrt_device *d = &devs[i];
-        if (!platform || strcmp(platform, d->platform_name)) {
-            platform = d->platform_name;
-            printf("%sPlatform: %s (%s)\n", i ? "\n" : "", d->platform_name, d->platform_version);
+        const ds4_device *d = &devs[i];
+        if (!platform || strcmp(platform, d->platform)) {
+            platform = d->platform;
+            printf("%sPlatform: %s (%s)\n", i ? "\n" : "", d->platform, d->platform_version);
         }
         char gm[32], ma[32];
         printf("  [%d]%s %s\n", d->index, i == pick ? mark : "", d->name);
-        printf("      type %s, %u compute units, %s\n", clrt_type_name(d->type), d->compute_units, d->c_version);
-        printf("      global memory %s%s, max allocation %s\n", format_bytes(gm, sizeof gm, d->global_mem),
-               d->unified ? " (shared with the host)" : "", format_bytes(ma, sizeof ma, d->max_alloc));
+        printf("      type %s, %u compute units, %s\n", ds4_device_kind_name(d->kind), d->compute_units, d->version);
+        printf("      global memory %s%s, max allocation %s\n", format_bytes(gm, sizeof gm, d->memory),
+               d->shares_host_memory ? " (shared with the host)" : "", format_bytes(ma, sizeof ma, d->max_alloc));
         printf("      driver %s, vendor %s\n", d->driver, d->vendor);
     }
     free(devs);
     if (pick < 0) {
-        fprintf(stderr, "ds4cl: %s\n", err);
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
         return EXIT_ERROR;
     }
     printf("\nSelect with --device INDEX|NAME or DS4CL_DEVICE; without either the first GPU is used, else device 0.\n");

@@ -16,7 +16,6 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
-#include "opencl/cl_runtime.h"
 
 #define DEFAULT_INFO_CTX 32768
 
@@ -48,8 +47,8 @@ static const char *expert_types(const ds4_model *m, char *buf, size_t size)
         if (m->layers[l].ffn_gate_exps.type != L->ffn_gate_exps.type ||
             m->layers[l].ffn_down_exps.type != L->ffn_down_exps.type)
             uniform = false;
-    snprintf(buf, size, "gate/up %s, down %s%s", ggml_type_name(L->ffn_gate_exps.type),
-             ggml_type_name(L->ffn_down_exps.type), uniform ? "" : " (layer 0; other layers differ)");
+    snprintf(buf, size, "gate/up %s, down %s%s", quant_type_name(L->ffn_gate_exps.type),
+             quant_type_name(L->ffn_down_exps.type), uniform ? "" : " (layer 0; other layers differ)");
     return buf;
 }
 
@@ -63,7 +62,7 @@ static void print_split(const ds4_model *m, uint64_t max_alloc)
 
 /* What the OpenCL backend would use: its device and a session's bytes there. */
 typedef struct {
-    clrt_device dev;
+    ds4_device dev;
     uint64_t session;
 } opencl_plan;
 
@@ -71,18 +70,17 @@ typedef struct {
  * output, so that a wrong --device is not lost below the model's details. */
 static int plan_opencl(const ds4cl_options *o, const char *path, int n_ctx, opencl_plan *p)
 {
-    clrt_device *devs;
-    int n;
-    char msg[1024];
-    if (clrt_devices(&devs, &n, msg, sizeof msg) != 0) {
-        fprintf(stderr, "ds4cl: %s\n", msg);
+    ds4_device *devs;
+    int n, pick;
+    ds4_error derr = { "" };
+    if (ds4_backend_devices(DS4_BACKEND_OPENCL, o->device, &devs, &n, &pick, &derr) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", derr.msg);
         return -1;
     }
-    int pick = clrt_pick(devs, n, o->device, msg, sizeof msg);
     if (pick >= 0) p->dev = devs[pick];
     free(devs);
     if (pick < 0) {
-        fprintf(stderr, "ds4cl: %s\n", msg);
+        fprintf(stderr, "ds4cl: %s\n", derr.msg);
         return -1;
     }
     ds4_engine_options eo = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .device = o->device,
@@ -100,23 +98,23 @@ static int plan_opencl(const ds4cl_options *o, const char *path, int n_ctx, open
 
 static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx)
 {
-    const clrt_device *d = &p->dev;
-    printf("\non OpenCL device [%d] %s (%s, %s)\n", d->index, d->name, clrt_type_name(d->type), d->platform_name);
+    const ds4_device *d = &p->dev;
+    printf("\non OpenCL device [%d] %s (%s, %s)\n", d->index, d->name, ds4_device_kind_name(d->kind), d->platform);
     printf("  device memory     ");
-    print_bytes(d->global_mem);
-    printf("%s, largest buffer ", d->unified ? " (shared with the host)" : "");
+    print_bytes(d->memory);
+    printf("%s, largest buffer ", d->shares_host_memory ? " (shared with the host)" : "");
     print_bytes(d->max_alloc);
     printf("\n  weights           ");
     print_bytes(m->weights_bytes);
-    printf(d->unified ? " zero-copy over the mapped file" : " uploaded at load");
+    printf(d->shares_host_memory ? " zero-copy over the mapped file" : " uploaded at load");
     print_split(m, d->max_alloc);
     printf("\n  session           ");
     print_bytes(p->session);
     printf("  (buffers and scratch for %d tokens)\n", n_ctx);
-    uint64_t need = p->session + (d->unified ? 0 : m->weights_bytes);
+    uint64_t need = p->session + (d->shares_host_memory ? 0 : m->weights_bytes);
     printf("  on the device     ");
     print_bytes(need);
-    if (need > d->global_mem) printf("  (more than the device has)");
+    if (need > d->memory) printf("  (more than the device has)");
     printf("\n");
 }
 
@@ -207,7 +205,7 @@ int cmd_model_info(const ds4cl_options *o)
     }
     for (uint32_t t = 0; t < 64; t++) {
         if (!count[t]) continue;
-        printf("  %-8s %6llu tensors  ", ggml_type_name(t), (unsigned long long)count[t]);
+        printf("  %-8s %6llu tensors  ", quant_type_name(t), (unsigned long long)count[t]);
         print_bytes(bytes[t]);
         printf("\n");
     }

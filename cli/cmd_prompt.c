@@ -40,8 +40,6 @@
 #include "cli/workspace.h"
 #include "sessions/sessions.h"
 
-#pragma weak tools_all
-
 #define STREAM_SCHEMA 1
 #define DEFAULT_CTX 65536
 
@@ -413,7 +411,7 @@ int cmd_prompt(const ds4cl_options *o)
     cfg.session_id = o->session_id;
 
     ds4_error err = { "" };
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     agent *a = NULL;
     if (!sess) {
         a = agent_start(&cfg, &err);
@@ -446,7 +444,7 @@ int cmd_prompt(const ds4cl_options *o)
         json_object_object_add(init, "workspace", json_object_new_string(ws));
         struct json_object *names = json_object_new_array();
         size_t nt = 0;
-        const tool_def *const *all = tools_all ? tools_all(&nt) : NULL;
+        const tool_def *const *all = tools_all(&nt);
         for (size_t i = 0; i < nt; i++) json_object_array_add(names, json_object_new_string(all[i]->name));
         json_object_object_add(init, "tools", names);
         struct json_object *perm = json_object_new_object();
@@ -528,7 +526,7 @@ int cmd_prompt(const ds4cl_options *o)
         json_object_object_add(r, "usage", usage);
         json_object_object_add(r, "prefill_ms", json_object_new_int64(llround(st.prefill_ms)));
         json_object_object_add(r, "decode_ms", json_object_new_int64(llround(st.decode_ms)));
-        json_object_object_add(r, "duration_ms", json_object_new_int64(llround(now_ms() - t0)));
+        json_object_object_add(r, "duration_ms", json_object_new_int64(llround(base_now_ms() - t0)));
         json_object_object_add(r, "tool_rounds", json_object_new_int(st.tool_rounds));
         json_object_object_add(r, "compactions", json_object_new_int(st.compactions));
         json_object_object_add(r, "ctx_used", json_object_new_int(st.ctx_used));

@@ -16,16 +16,12 @@ enum {
     EXIT_NOT_SAVED = 5,
 };
 
-/* Declared weak while the program is assembled from parts: main() reports a
- * mode whose command is not linked instead of failing to link. */
-#define DS4CL_COMMAND __attribute__((weak))
-
-DS4CL_COMMAND int cmd_interactive(const ds4cl_options *o);
-DS4CL_COMMAND int cmd_prompt(const ds4cl_options *o);
-DS4CL_COMMAND int cmd_model_info(const ds4cl_options *o);
-DS4CL_COMMAND int cmd_dump_tokens(const ds4cl_options *o);
-DS4CL_COMMAND int cmd_list_devices(const ds4cl_options *o);
-DS4CL_COMMAND int cmd_download(const ds4cl_options *o);
+int cmd_interactive(const ds4cl_options *o);
+int cmd_prompt(const ds4cl_options *o);
+int cmd_model_info(const ds4cl_options *o);
+int cmd_dump_tokens(const ds4cl_options *o);
+int cmd_list_devices(const ds4cl_options *o);
+int cmd_download(const ds4cl_options *o);
 /* `ds4cl serve …` (argv[0] is "serve"). */
 int cmd_serve(int argc, char **argv);
 

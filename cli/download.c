@@ -334,7 +334,7 @@ static size_t on_body(char *buf, size_t size, size_t nmemb, void *ud)
     if (x->md_valid) EVP_DigestUpdate(x->md, buf, len);
     x->offset += len;
     x->got += len;
-    x->last_data_ms = now_ms();
+    x->last_data_ms = base_now_ms();
     x->res->fetched += len;
     return len;
 }
@@ -342,7 +342,7 @@ static size_t on_body(char *buf, size_t size, size_t nmemb, void *ud)
 static void show_progress(xfer *x)
 {
     if (!x->prog_on) return;
-    double now = now_ms();
+    double now = base_now_ms();
     uint64_t fetched = x->res->fetched;
     if (x->rate_t_ms == 0) {
         x->rate_t_ms = now;
@@ -374,7 +374,7 @@ static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     if (interrupted(x)) return 1;
     /* libcurl calls this about once a second even when nothing arrives. */
     int stall_s = x->rq->stall_timeout_s > 0 ? x->rq->stall_timeout_s : 60;
-    if (now_ms() - x->last_data_ms > stall_s * 1000.0) {
+    if (base_now_ms() - x->last_data_ms > stall_s * 1000.0) {
         x->stalled = true;
         return 1;
     }
@@ -509,7 +509,7 @@ static int probe(xfer *x, struct curl_slist *hdrs)
     x->head = true;
     x->status = 0;
     x->stalled = false;
-    x->last_data_ms = now_ms();
+    x->last_data_ms = base_now_ms();
     CURLcode rc = curl_easy_perform(h);
     x->head = false;
     curl_easy_cleanup(h);
@@ -742,7 +742,7 @@ download_status download_file(const download_request *rq, download_result *res)
         x->status = 0;
         x->got = 0;
         x->stalled = false;
-        x->last_data_ms = now_ms();
+        x->last_data_ms = base_now_ms();
         x->fail = FAIL_NONE;
         x->body_to_file = false;
         res->attempts++;

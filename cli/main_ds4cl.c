@@ -2,7 +2,6 @@
  * selected mode. */
 #include "cli/commands.h"
 
-#include <stdio.h>
 #include <string.h>
 
 int main(int argc, char **argv)
@@ -14,19 +13,13 @@ int main(int argc, char **argv)
     if (rc == 1) return EXIT_DONE;
     if (rc != 0) return EXIT_USAGE;
 
-    int (*cmd)(const ds4cl_options *) = NULL;
-    const char *what = "";
     switch (o.mode) {
-    case MODE_INTERACTIVE: cmd = cmd_interactive; what = "the interactive agent"; break;
-    case MODE_PROMPT: cmd = cmd_prompt; what = "--prompt"; break;
-    case MODE_MODEL_INFO: cmd = cmd_model_info; what = "--model-info"; break;
-    case MODE_DUMP_TOKENS: cmd = cmd_dump_tokens; what = "--dump-tokens"; break;
-    case MODE_LIST_DEVICES: cmd = cmd_list_devices; what = "--list-devices"; break;
-    case MODE_DOWNLOAD: cmd = cmd_download; what = "download"; break;
+    case MODE_INTERACTIVE: return cmd_interactive(&o);
+    case MODE_PROMPT: return cmd_prompt(&o);
+    case MODE_MODEL_INFO: return cmd_model_info(&o);
+    case MODE_DUMP_TOKENS: return cmd_dump_tokens(&o);
+    case MODE_LIST_DEVICES: return cmd_list_devices(&o);
+    case MODE_DOWNLOAD: return cmd_download(&o);
     }
-    if (!cmd) {
-        fprintf(stderr, "ds4cl: %s is not part of this build\n", what);
-        return EXIT_ERROR;
-    }
-    return cmd(&o);
+    return EXIT_USAGE;
 }

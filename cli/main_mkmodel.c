@@ -1,5 +1,5 @@
 /* main_mkmodel.c — entry point of `ds4cl-mkmodel`: writes DS4-layout GGUF
- * fixtures with random weights (engine/mkmodel.h). */
+ * fixtures with random weights (engine/testkit/mkmodel.h). */
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/npm_vocab.h"
 
 static void help(void)
@@ -212,7 +212,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ds4cl-mkmodel: %s\n", err.msg);
         return 2;
     }
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     bool tty = !quiet && isatty(2);
     if (mk_write_file(&s, out, tty ? progress : NULL, NULL, &err)) {
         if (tty) fputc('\n', stderr);
@@ -223,7 +223,7 @@ int main(int argc, char **argv)
         struct stat st;
         double mb = stat(out, &st) == 0 ? (double)st.st_size / 1048576.0 : 0.0;
         fprintf(stderr, "ds4cl-mkmodel: wrote %s (%d layers, %.1f MiB) in %.1f s\n", out, s.n_layer, mb,
-                (now_ms() - t0) / 1000.0);
+                (base_now_ms() - t0) / 1000.0);
     }
     return 0;
 }

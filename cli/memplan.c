@@ -13,12 +13,6 @@
 
 #include "base/base.h"
 #include "cli/progress.h"
-#include "opencl/cl_runtime.h"
-
-/* The engine is linked in by the programs that plan sessions; the planner
- * itself must not depend on it (tests link it without an engine). */
-#pragma weak ds4_engine_info
-#pragma weak ds4_session_bytes_estimate
 
 #define DEFAULT_MAX_CTX 1048576
 #define UNLIMITED_CGROUP (1ull << 60)
@@ -374,20 +368,19 @@ void memplan_explain(const memplan_result *r, const memplan_input *in, int reque
 static const char override_hint[] =
     "(DS4CL_MEM_AVAILABLE=BYTES, or DS4CL_DEVICE_MEM for OpenCL, overrides the detected memory)";
 
-/* The device enumeration and selection rule of the OpenCL runtime; no
- * context is created. */
+/* The engine's device enumeration and selection rule; no context is
+ * created. */
 int memplan_opencl_device(const char *device, memplan_device *out)
 {
     memset(out, 0, sizeof *out);
-    clrt_device *devs;
-    int n;
-    char err[512];
-    if (clrt_devices(&devs, &n, err, sizeof err) != 0) return -1;
-    int i = clrt_pick(devs, n, device, err, sizeof err);
+    ds4_device *devs;
+    int n, i;
+    ds4_error err = { "" };
+    if (ds4_backend_devices(DS4_BACKEND_OPENCL, device, &devs, &n, &i, &err) != 0) return -1;
     if (i >= 0) {
         snprintf(out->name, sizeof out->name, "%s", devs[i].name);
-        out->global_mem = devs[i].global_mem;
-        out->unified = devs[i].unified;
+        out->global_mem = devs[i].memory;
+        out->unified = devs[i].shares_host_memory;
     }
     free(devs);
     return i >= 0 && out->global_mem > 0 ? 0 : -1;
@@ -467,10 +460,6 @@ int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char
 {
     if (why && whylen) why[0] = 0;
     int fallback = requested > 0 ? requested : default_ctx;
-    if (!ds4_engine_info || !ds4_session_bytes_estimate) {
-        *n_ctx = fallback;
-        return 0;
-    }
     ds4_model_info info;
     memset(&info, 0, sizeof info);
     ds4_engine_info(e, &info);

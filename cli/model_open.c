@@ -12,11 +12,6 @@
 #include "cli/page_warm.h"
 #include "cli/progress.h"
 
-/* The engine is assembled from parts; a build without it says so. */
-#pragma weak ds4_engine_open
-#pragma weak ds4_engine_close
-#pragma weak ds4_engine_info
-
 static const char *base_name(const char *path)
 {
     const char *s = strrchr(path, '/');
@@ -90,10 +85,6 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
         if (!scripted && memplan_precheck_file(path, o->backend) != 0) return NULL;
     }
 
-    if (!ds4_engine_open) {
-        fprintf(stderr, "ds4cl: this build has no inference engine\n");
-        return NULL;
-    }
     /* Opening for OpenCL uploads the weights: the plan is made on an
      * engine opened without them, so that a refusal costs no upload. */
     if (o->backend == DS4_BACKEND_OPENCL) {
@@ -103,7 +94,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
         ds4_engine_close(plan);
         if (!ok) return NULL;
     }
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     ds4_engine *e = open_engine(o, path, false);
     if (!e) return NULL;
     /* the context is decided before the weights are read: a refusal
@@ -115,7 +106,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     if (scripted) return e;
     ds4_model_info info;
     memset(&info, 0, sizeof info);
-    if (ds4_engine_info) ds4_engine_info(e, &info);
+    ds4_engine_info(e, &info);
     progress p;
     progress_start(&p, "reading weights", PROGRESS_QUIET);
     page_warm_stats ws;

@@ -106,7 +106,7 @@ int default_model_set(const char *target, char *err, size_t errlen)
     }
     snprintf(dir, sizeof dir, "%s", dflt);
     *strrchr(dir, '/') = 0;
-    if (mkdir_p(dir, 0755) != 0) {
+    if (base_mkdir_p(dir, 0755) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
         return -1;
     }

@@ -11,10 +11,6 @@
 #include "agent/agent.h"
 #include "tools/tools.h"
 
-/* The tool registry is a module of its own (weak: a build without it
- * takes any name). */
-#pragma weak tools_find
-
 enum {
     OPT_HELP = 1000, OPT_VERSION, OPT_CTX, OPT_MODEL_INFO, OPT_DUMP_TOKENS, OPT_RAW,
     OPT_PROMPT_FILE, OPT_LIST_DEVICES, OPT_DEVICE, OPT_BACKEND, OPT_THREADS,
@@ -269,7 +265,7 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
         case OPT_ALLOW: {
             if (o->n_allow >= OPT_MAX_ALLOW) return usage_error("too many --allow flags%s", "");
             /* one tool or a list: "read,edit" */
-            for (const char *p = optarg; tools_find && *p;) {
+            for (const char *p = optarg; *p;) {
                 p += strspn(p, ", \t");
                 size_t len = strcspn(p, ", \t");
                 if (!len) break;

@@ -19,7 +19,7 @@
 
 int page_warm(const char *path, page_warm_fn fn, void *ud, page_warm_stats *st, char *err, size_t errlen)
 {
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     page_warm_stats local = { 0 };
     if (!st) st = &local;
     memset(st, 0, sizeof *st);
@@ -87,6 +87,6 @@ int page_warm(const char *path, page_warm_fn fn, void *ud, page_warm_stats *st, 
     (void)sink;
     free(vec);
     munmap(map, (size_t)size);
-    st->ms = now_ms() - t0;
+    st->ms = base_now_ms() - t0;
     return 0;
 }

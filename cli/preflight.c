@@ -8,7 +8,6 @@
 
 #include "base/base.h"
 #include "cli/commands.h"
-#include "opencl/cl_runtime.h"
 #include "tools/tools.h"
 
 static int check_script(const ds4cl_options *o)
@@ -30,18 +29,17 @@ static int check_device(const ds4cl_options *o)
         return EXIT_USAGE;
     }
     if (o->backend != DS4_BACKEND_OPENCL) return EXIT_DONE;
-    clrt_device *devs;
-    int n;
-    char msg[1024];
-    if (clrt_devices(&devs, &n, msg, sizeof msg) != 0) {
-        fprintf(stderr, "ds4cl: --backend opencl: %s\n", msg);
+    ds4_device *devs = NULL;
+    int n = 0, pick = -1;
+    ds4_error err = { "" };
+    if (ds4_backend_devices(DS4_BACKEND_OPENCL, o->device, &devs, &n, &pick, &err) != 0) {
+        fprintf(stderr, "ds4cl: --backend opencl: %s\n", err.msg);
         return EXIT_ERROR;
     }
-    int pick = clrt_pick(devs, n, o->device, msg, sizeof msg);
     free(devs);
     if (pick < 0) {
         /* the message names --device=D or DS4CL_DEVICE=D */
-        fprintf(stderr, "ds4cl: %s\n", msg);
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
         return EXIT_ERROR;
     }
     return EXIT_DONE;

@@ -11,23 +11,6 @@
 #define LINE_INTERVAL_MS 30000.0
 #define BAR_WIDTH 24
 
-const char *format_bytes(char *buf, size_t n, uint64_t bytes)
-{
-    static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };
-    if (bytes < 1024) {
-        snprintf(buf, n, "%llu B", (unsigned long long)bytes);
-        return buf;
-    }
-    double v = (double)bytes / 1024.0;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, n, v < 10.0 ? "%.2f %s" : v < 100.0 ? "%.1f %s" : "%.0f %s", v, units[u]);
-    return buf;
-}
-
 const char *format_duration(char *buf, size_t n, double seconds)
 {
     if (!(seconds >= 0) || seconds > 99.0 * 86400) {
@@ -69,7 +52,7 @@ void progress_start_on(progress *p, FILE *out, bool tty, const char *label, prog
     p->tty = tty;
     p->lines = !tty && style == PROGRESS_LINES;
     snprintf(p->label, sizeof p->label, "%s", label ? label : "");
-    p->t_start_ms = now_ms();
+    p->t_start_ms = base_now_ms();
     p->t_last_ms = -1e18;
     p->last_step = -1;
     p->fraction = -1;
@@ -102,7 +85,7 @@ void progress_update(progress *p, double fraction, const char *detail)
     if (fraction > 1.0) fraction = 1.0;
     p->fraction = fraction < 0 ? -1.0 : fraction;
     snprintf(p->detail, sizeof p->detail, "%s", detail ? detail : "");
-    double now = now_ms();
+    double now = base_now_ms();
     if (p->tty) {
         if (now - p->t_last_ms >= REDRAW_INTERVAL_MS) draw(p, p->detail, now);
         return;
@@ -121,7 +104,7 @@ void progress_finish(progress *p, const char *summary)
         if (summary && *summary) {
             fprintf(p->out, "\r%s\033[K\n", summary);
         } else if (p->drawn) {
-            draw(p, p->detail, now_ms()); /* the final state, not the last rate-limited one */
+            draw(p, p->detail, base_now_ms()); /* the final state, not the last rate-limited one */
             fputc('\n', p->out);
         }
     } else if (p->lines && summary && *summary) {
@@ -139,5 +122,5 @@ void progress_load_callback(void *ud, double fraction, const char *what)
 void progress_print_loaded(const char *name, double start_ms)
 {
     fprintf(stderr, "loaded %s in %.1f s\n", name && *name ? name : "model",
-            (now_ms() - start_ms) / 1000.0);
+            (base_now_ms() - start_ms) / 1000.0);
 }

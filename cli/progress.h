@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/base.h"
+
 typedef enum {
     PROGRESS_QUIET = 0, /* not a terminal: say nothing */
     PROGRESS_LINES,     /* not a terminal: occasional plain lines */
@@ -52,12 +54,11 @@ void progress_finish(progress *p, const char *summary);
  * short label the engine passes becomes the detail text. */
 void progress_load_callback(void *ud, double fraction, const char *what);
 
-/* Prints "loaded NAME in 12.3 s" on stderr (start_ms from now_ms()). */
+/* Prints "loaded NAME in 12.3 s" on stderr (start_ms from base_now_ms()). */
 void progress_print_loaded(const char *name, double start_ms);
 
-/* Human units: "812 B", "1.5 KiB", "80.6 GiB"; "95 s", "9m12s", "2h03m".
- * Return buf. */
-const char *format_bytes(char *buf, size_t n, uint64_t bytes);
+/* Human durations: "95 s", "9m12s", "2h03m" (byte counts: format_bytes,
+ * base/base.h). Return buf. */
 const char *format_duration(char *buf, size_t n, double seconds);
 
 /* The text of one report line without the terminal control codes, e.g.

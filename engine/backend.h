@@ -38,6 +38,8 @@ struct ds4_backend_ops {
 
     int (*open)(ds4_engine *e, ds4_error *err); /* sets e->impl */
     void (*close)(ds4_engine *e);
+    /* Optional: the devices this backend can run on (ds4_backend_devices). */
+    int (*devices)(const char *want, ds4_device **out, int *n, int *selected, ds4_error *err);
     /* Optional: backend/device names into info. */
     void (*describe)(const ds4_engine *e, ds4_model_info *info);
     uint64_t (*session_bytes)(const ds4_engine *e, int n_ctx);
@@ -69,9 +71,9 @@ struct ds4_backend_ops {
     int (*load)(void *st, const void *payload, size_t len, size_t n_tokens, ds4_error *err);
 };
 
-/* Backends linked into this build (NULL when absent). */
-extern const ds4_backend_ops ds4_backend_cpu __attribute__((weak));
-extern const ds4_backend_ops ds4_backend_opencl __attribute__((weak));
-extern const ds4_backend_ops ds4_backend_script __attribute__((weak));
+/* The backends (cpu/, opencl/, engine/testkit/). */
+extern const ds4_backend_ops ds4_backend_cpu;
+extern const ds4_backend_ops ds4_backend_opencl;
+extern const ds4_backend_ops ds4_backend_script;
 
 #endif

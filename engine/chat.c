@@ -1,4 +1,4 @@
-/* chat.c — DS4 chat transcripts as token ids (ds4-gguf.md §7, §8.3).
+/* chat.c — DS4 chat transcripts as token ids (doc/model.md §14).
  *
  * Layout: BOS [Think Max prefix] [system text...] then per turn
  * <｜User｜> text | <｜User｜><tool_result>…</tool_result>, and
@@ -7,7 +7,7 @@
  * control token; only text we render ourselves (the tool block) may be
  * trusted.
  *
- * Adjacent text must be tokenized as one string (§6.6), as the reference
+ * Adjacent text must be tokenized as one string (doc/model.md §13.4), as the reference
  * tokenizer sees the rendered transcript: "….\n\n" is one token where
  * "…." + "\n\n" are two. Since the transcript is append-only token ids, a
  * system text that continues a text run (after the prefix or after other

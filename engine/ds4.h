@@ -19,19 +19,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
+
 #ifndef DS4CL_VERSION
 #define DS4CL_VERSION "0.0.0"
 #endif
 
 /* ---- errors and token vectors ----------------------------------------- */
 
-typedef struct {
-    char msg[768];
-} ds4_error;
-
-/* Formats into err (no-op when err is NULL). Always returns -1 so callers
- * can `return ds4_error_set(err, ...)`. */
-int ds4_error_set(ds4_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ds4_error and ds4_error_set: the error convention of base/base.h. */
 
 typedef struct {
     int32_t *ids;
@@ -51,7 +47,7 @@ typedef enum {
     DS4_BACKEND_SCRIPT, /* test backend: replies scripted in a JSON Lines file */
 } ds4_backend;
 
-/* Rounding simulations the model was trained with (see ds4-forward §3.2-3.4).
+/* Rounding simulations the model was trained with (doc/model.md §2.5).
  * FULL is the model's release numerics; the others exist for verification. */
 typedef enum {
     DS4_QSIM_FULL = 0, /* fp8 KV + FP4 indexer + f16 cache rows */
@@ -92,6 +88,44 @@ typedef struct {
 } ds4_model_info;
 
 void ds4_engine_info(const ds4_engine *e, ds4_model_info *out);
+
+/* ---- backends and their devices ------------------------------------------ */
+
+/* The backends of this build, in ds4_backend order; n is set to how many. */
+const ds4_backend *ds4_backends(int *n);
+const char *ds4_backend_name(ds4_backend b); /* "cpu", "opencl", "script" */
+
+typedef enum {
+    DS4_DEVICE_CPU = 0,
+    DS4_DEVICE_GPU,
+    DS4_DEVICE_ACCELERATOR,
+    DS4_DEVICE_OTHER,
+} ds4_device_kind;
+
+const char *ds4_device_kind_name(ds4_device_kind k); /* "CPU", "GPU", "accelerator", "other" */
+
+typedef struct {
+    int index;                 /* what --device INDEX names */
+    ds4_device_kind kind;
+    char name[128];
+    char platform[128];        /* the driver stack (OpenCL platform), "" for the host */
+    char platform_version[128];
+    char vendor[128];
+    char driver[64];
+    char version[64];          /* the language the device compiles (e.g. "OpenCL C 1.2"), "" for the host */
+    uint32_t compute_units;
+    uint64_t memory;           /* bytes of memory the device computes from */
+    uint64_t max_alloc;        /* the largest single buffer */
+    bool shares_host_memory;   /* zero-copy access to host memory (integrated GPU, CPU device) */
+} ds4_device;
+
+/* The devices of backend b into a malloc'd array (*n entries), and in
+ * *selected the index into it of the device `want` picks (ds4_engine_
+ * options.device rule; NULL = $DS4CL_DEVICE, else the backend's default).
+ * Returns 0; *selected is -1 with the reason in err when `want` matches
+ * none. -1 with err when the backend has no devices to list (no OpenCL
+ * platform, a backend without devices). */
+int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *n, int *selected, ds4_error *err);
 
 /* Bytes a session of n_ctx tokens needs on this engine's backend (KV,
  * compressed rows, scratch), for memory planning before opening it. */

@@ -27,14 +27,6 @@ static const char *backend_label(ds4_backend b)
     return "?";
 }
 
-static char *dup_or_null(const char *s)
-{
-    if (!s) return NULL;
-    char *d = strdup(s);
-    if (!d) abort();
-    return d;
-}
-
 ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
 {
     if (!opt || !opt->model_path) {
@@ -42,20 +34,19 @@ ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
         return NULL;
     }
     const ds4_backend_ops *ops = backend_for(opt->backend);
-    if (!ops || !ops->open) {
-        ds4_error_set(err, "the %s backend is not part of this build", backend_label(opt->backend));
+    if (!ops) {
+        ds4_error_set(err, "unknown backend %d", (int)opt->backend);
         return NULL;
     }
     if (opt->backend == DS4_BACKEND_SCRIPT && !opt->script_path) {
         ds4_error_set(err, "the script engine needs a script file (--engine script:FILE)");
         return NULL;
     }
-    ds4_engine *e = calloc(1, sizeof *e);
-    if (!e) abort();
+    ds4_engine *e = xcalloc(1, sizeof *e);
     e->opt = *opt;
-    e->model_path = dup_or_null(opt->model_path);
-    e->script_path = dup_or_null(opt->script_path);
-    e->device = dup_or_null(opt->device);
+    e->model_path = xstrdup(opt->model_path);
+    e->script_path = xstrdup(opt->script_path);
+    e->device = xstrdup(opt->device);
     e->opt.model_path = e->model_path;
     e->opt.script_path = e->script_path;
     e->opt.device = e->device;
@@ -107,6 +98,36 @@ void ds4_engine_info(const ds4_engine *e, ds4_model_info *out)
     }
     if (e->ops->describe) e->ops->describe(e, out);
     if (!out->device_name[0]) snprintf(out->device_name, sizeof out->device_name, "%s", e->ops->name);
+}
+
+const ds4_backend *ds4_backends(int *n)
+{
+    static const ds4_backend all[] = { DS4_BACKEND_CPU, DS4_BACKEND_OPENCL, DS4_BACKEND_SCRIPT };
+    *n = (int)(sizeof all / sizeof all[0]);
+    return all;
+}
+
+const char *ds4_backend_name(ds4_backend b) { return backend_label(b); }
+
+const char *ds4_device_kind_name(ds4_device_kind k)
+{
+    switch (k) {
+    case DS4_DEVICE_CPU: return "CPU";
+    case DS4_DEVICE_GPU: return "GPU";
+    case DS4_DEVICE_ACCELERATOR: return "accelerator";
+    case DS4_DEVICE_OTHER: break;
+    }
+    return "other";
+}
+
+int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *n, int *selected, ds4_error *err)
+{
+    const ds4_backend_ops *ops = backend_for(b);
+    *out = NULL;
+    *n = 0;
+    *selected = -1;
+    if (!ops || !ops->devices) return ds4_error_set(err, "the %s backend runs on no device", backend_label(b));
+    return ops->devices(want, out, n, selected, err);
 }
 
 const ds4_tokenizer *ds4_engine_tokenizer(const ds4_engine *e) { return e->tok; }

@@ -5,7 +5,7 @@
  * A backend's open() creates its ops context, then fwd_open() with it,
  * and stores the result in e->impl; its ds4_backend_ops then uses the
  * fwd_backend_* functions below for everything per session. The CPU
- * backend (engine/backend_cpu.c) is the example.
+ * backend (cpu/backend_cpu.c) is the example.
  *
  * Evaluation: tokens are computed in chunks of up to `chunk` tokens,
  * layer-major inside a chunk; decode is a chunk of one. The logits of a
@@ -31,6 +31,7 @@
 
 #include "engine/backend.h"
 #include "engine/ops.h"
+#include "engine/xbuf.h"
 
 typedef struct fwd_engine fwd_engine;
 
@@ -56,12 +57,53 @@ void fwd_set_chunk(fwd_engine *f, int chunk);
 int fwd_chunk(const fwd_engine *f);
 
 /* Bytes of the buffers a session of n_ctx tokens allocates through the
- * ops (state and activations); backends add their own scratch. */
+ * ops (state and activations, on every backend of the placement);
+ * backends add their own scratch. */
 uint64_t fwd_session_buffers_bytes(const fwd_engine *f, int n_ctx);
+
+/* ---- several backends in one forward pass --------------------------------
+ * A forward engine starts with the backend it was opened with (index 0);
+ * fwd_add_backend adds more (up to XBUF_MAX_BACKENDS) over the same bound
+ * model. A placement says which backend runs each part of the pass; the
+ * schedule hands buffers over where consecutive parts run on different
+ * backends (engine/xbuf.h). A layer's session state (KV rings, compressed
+ * rows, frontiers) lives on the backend of its attention. Sessions
+ * created afterwards follow the placement in force when they were made;
+ * the default places everything on backend 0. */
+typedef struct {
+    uint8_t attn;    /* hyper-connection, norms, attention, compressors, indexer; the layer's state */
+    uint8_t ffn;     /* hyper-connection, norm, router, shared expert, the sum */
+    uint8_t experts; /* the routed experts (the moe op) */
+} fwd_layer_place;
+
+typedef struct {
+    uint8_t embed, head;          /* the embedding lookup; the output head */
+    const fwd_layer_place *layer; /* n_layer entries (copied by fwd_set_placement) */
+} fwd_placement;
+
+/* Adds a backend (before sessions are opened); returns its index, or -1
+ * with err. ctx belongs to the engine from here on (free_ctx at
+ * fwd_close, or now on failure). */
+int fwd_add_backend(fwd_engine *f, const ds4_ops *ops, void *ctx, void (*free_ctx)(void *), ds4_error *err);
+int fwd_n_backends(const fwd_engine *f);
+/* Validates and copies p. 0, or -1 with err (a backend index out of range). */
+int fwd_set_placement(fwd_engine *f, const fwd_placement *p, ds4_error *err);
+
+/* Hand-overs between backends since the engine opened: how many moved
+ * bytes, how many bytes, and the wall time they took. */
+typedef struct {
+    uint64_t count, bytes;
+    double ms;
+} fwd_handover_stats;
+void fwd_get_handover_stats(fwd_engine *f, fwd_handover_stats *out);
+
+/* Bytes of the buffers a session of n_ctx tokens allocates on backend b
+ * under the current placement. */
+uint64_t fwd_session_buffers_bytes_on(const fwd_engine *f, int n_ctx, int b);
 
 /* ---- tracing (tests and debugging) -------------------------------------
  * When set, evaluation reads intermediates back and reports them per
- * token: name (see ds4-forward / the golden trace names: embd, attn_cur,
+ * token: name (the golden trace names: embd, attn_cur,
  * attn_norm, qr_norm, q_roped, kv_cache_row, comp_kv_row, index_comp_row,
  * heads_unroped, attn_out, after_attn_hc, ffn_cur, ffn_norm, ffn_moe,
  * ffn_shared, out_hc, output_embd, output_norm, logits; and the decisions

@@ -1,5 +1,6 @@
-/* forward_impl.h — what forward.c (the schedule) and forward_state.c
- * (session state: allocation, rewind, snapshots) share. */
+/* forward_impl.h — what forward.c (the schedule), forward_state.c
+ * (session state: allocation, rewind, snapshots) and forward_place.c
+ * (backends and placement) share. */
 #ifndef DS4CL_FORWARD_IMPL_H
 #define DS4CL_FORWARD_IMPL_H
 
@@ -13,30 +14,32 @@ struct fwd_engine {
     uint32_t magic;
     const ds4_model *m;
     const ds4_hparams *hp;
-    const ds4_ops *ops;
-    void *ctx;
+    xbuf_set be;                                  /* be.be[0]: the backend the engine was opened with */
+    void (*free_ctx[XBUF_MAX_BACKENDS])(void *);  /* of added backends; [0] stays the opener's */
+    uint8_t embed, head;                          /* the placement (forward.h) */
+    fwd_layer_place *place;                       /* [n_layer] */
     ds4_quant_sim qsim;
     int chunk, rewind;
     ds4_rope rope_plain, rope_comp;    /* RoPE of ratio-0 and compressed layers */
-    pthread_mutex_t mu;                /* one evaluation at a time on the ops context */
+    pthread_mutex_t mu;                /* one evaluation at a time on the backends */
     fwd_trace_fn trace;
     void *trace_ud;
 };
 
 typedef struct {
-    ds4_buf *raw;            /* raw_rows × head_dim */
-    ds4_buf *comp, *cfront;  /* R ≠ 0 */
-    ds4_buf *icomp, *ifront; /* R = 4 */
+    xbuf raw;            /* raw_rows × head_dim */
+    xbuf comp, cfront;   /* R ≠ 0 */
+    xbuf icomp, ifront;  /* R = 4 */
     int64_t cfront_rows, ifront_rows;
 } fwd_layer;
 
 /* Activations of one chunk of up to T_max tokens. */
 typedef struct {
-    ds4_buf *tokens, *S[2], *x, *xn, *post, *comb;
-    ds4_buf *qa, *q, *kv, *o, *low, *F, *Fm, *Fs;
-    ds4_buf *ca, *cb, *pooled, *ia, *ib, *ipooled, *qI, *iw, *isel;
-    ds4_buf *rlog, *rsel, *rw, *g, *u, *mid;
-    ds4_buf *s_last, *y, *logits;
+    xbuf tokens, S[2], x, xn, post, comb;
+    xbuf qa, q, kv, o, low, F, Fm, Fs;
+    xbuf ca, cb, pooled, ia, ib, ipooled, qI, iw, isel;
+    xbuf rlog, rsel, rw, g, u, mid;
+    xbuf s_last, y, logits;
 } fwd_acts;
 
 typedef struct fwd_state {
@@ -46,6 +49,9 @@ typedef struct fwd_state {
     int64_t hi;       /* one past the highest position written into the rings since reset */
     ds4_cache_type ct;
     int64_t raw_rows, margin;
+    uint8_t embed, head;    /* the placement the state was made for */
+    fwd_layer_place *place; /* [n_layer] */
+    unsigned used;          /* bit set of the backends it uses */
     fwd_layer *L;
     fwd_acts a;
     int s_cur;        /* which of a.S holds the residual state */
@@ -54,5 +60,7 @@ typedef struct fwd_state {
 
 size_t fwd_cache_elem(ds4_cache_type ct);
 int64_t fwd_front_rows(const fwd_state *st, int R);
+/* The bit set of backends a placement uses. */
+unsigned fwd_place_used(const fwd_engine *f, uint8_t embed, uint8_t head, const fwd_layer_place *place);
 
 #endif

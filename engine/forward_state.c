@@ -13,10 +13,10 @@
 
 /* ---- engine ------------------------------------------------------------------- */
 
-static int ops_error(const fwd_engine *f, ds4_error *err, const char *what)
+static int ops_error(const xbuf_backend *be, ds4_error *err, const char *what)
 {
-    const char *m = f->ops->last_error ? f->ops->last_error(f->ctx) : "";
-    return ds4_error_set(err, "%s backend: %s%s%s", f->ops->name, what, m && *m ? ": " : "", m ? m : "");
+    const char *m = be->ops->last_error ? be->ops->last_error(be->ctx) : "";
+    return ds4_error_set(err, "%s backend: %s%s%s", be->ops->name, what, m && *m ? ": " : "", m ? m : "");
 }
 
 fwd_engine *fwd_open(const ds4_model *m, const ds4_ops *ops, void *ctx, ds4_quant_sim qsim, const fwd_config *cfg,
@@ -30,13 +30,19 @@ fwd_engine *fwd_open(const ds4_model *m, const ds4_ops *ops, void *ctx, ds4_quan
     f->magic = FWD_MAGIC;
     f->m = m;
     f->hp = &m->hp;
-    f->ops = ops;
-    f->ctx = ctx;
+    f->be.be[0] = (xbuf_backend){ ops, ctx };
+    f->be.n = 1;
     f->qsim = qsim;
     f->chunk = cfg && cfg->chunk > 0 ? cfg->chunk : FWD_DEFAULT_CHUNK;
     f->rewind = cfg && cfg->rewind_margin > 0 ? cfg->rewind_margin : FWD_DEFAULT_REWIND;
     pthread_mutex_init(&f->mu, NULL);
     const ds4_hparams *hp = f->hp;
+    f->place = calloc((size_t)hp->n_layer, sizeof *f->place);
+    if (!f->place) {
+        ds4_error_set(err, "out of memory");
+        fwd_close(f);
+        return NULL;
+    }
     if (hp->n_rot / 2 > 512 || hp->n_hc > 64) {
         ds4_error_set(err, "model shape outside what the forward pass supports (n_rot %d, n_hc %d)", hp->n_rot, hp->n_hc);
         fwd_close(f);
@@ -50,6 +56,10 @@ fwd_engine *fwd_open(const ds4_model *m, const ds4_ops *ops, void *ctx, ds4_quan
 void fwd_close(fwd_engine *f)
 {
     if (!f) return;
+    for (int i = 1; i < f->be.n; i++)
+        if (f->free_ctx[i]) f->free_ctx[i](f->be.be[i].ctx);
+    xbuf_set_free(&f->be);
+    free(f->place);
     pthread_mutex_destroy(&f->mu);
     f->magic = 0;
     free(f);
@@ -61,7 +71,7 @@ fwd_engine *fwd_of(const ds4_engine *e)
     return f && e->ops && e->ops->eval == fwd_backend_eval && f->magic == FWD_MAGIC ? f : NULL;
 }
 
-void *fwd_ops_ctx(const fwd_engine *f) { return f->ctx; }
+void *fwd_ops_ctx(const fwd_engine *f) { return f->be.be[0].ctx; }
 void fwd_set_chunk(fwd_engine *f, int chunk) { f->chunk = chunk > 0 ? chunk : FWD_DEFAULT_CHUNK; }
 int fwd_chunk(const fwd_engine *f) { return f->chunk; }
 
@@ -81,74 +91,86 @@ int64_t fwd_front_rows(const fwd_state *st, int R)
 }
 
 /* Sizes every buffer of a state; with alloc, allocates them too. Returns
- * the byte total, or 0 when an allocation failed. */
-static uint64_t plan(fwd_state *st, bool alloc)
+ * the byte total over all backends (per backend into per[] when not
+ * NULL), or 0 when an allocation failed. Activations get a copy on every
+ * backend of the placement, a layer's state one on its attention's. */
+static uint64_t plan(fwd_state *st, bool alloc, uint64_t *per)
 {
     fwd_engine *f = st->f;
     const ds4_hparams *hp = f->hp;
     uint64_t total = 0;
     bool ok = true;
-#define BUF(field, bytes)                                                                  \
-    do {                                                                                   \
-        size_t b_ = (size_t)(bytes);                                                       \
-        if (b_ == 0) b_ = 4;                                                               \
-        total += b_;                                                                       \
-        if (alloc && ok) ok = ((field) = f->ops->alloc(f->ctx, b_)) != NULL;              \
+    unsigned where = st->used;
+#define BUF(field, bytes, tok)                                                           \
+    do {                                                                                 \
+        size_t b_ = (size_t)(bytes);                                                     \
+        if (b_ == 0) b_ = 4;                                                             \
+        for (int i_ = 0; i_ < f->be.n; i_++)                                             \
+            if (where & XBUF_ON(i_)) {                                                   \
+                total += b_;                                                             \
+                if (per) per[i_] += b_;                                                  \
+            }                                                                            \
+        if (alloc && ok) ok = xbuf_alloc(&f->be, &(field), where, b_, (size_t)(tok)) == 0; \
     } while (0)
     const size_t T = (size_t)st->T_max, D = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
     const size_t id = (size_t)hp->indexer_head_dim, es = fwd_cache_elem(st->ct);
     for (int l = 0; l < hp->n_layer; l++) {
         fwd_layer *L = &st->L[l];
         int R = hp->compress_ratio[l];
-        BUF(L->raw, (size_t)st->raw_rows * hd * es);
+        where = XBUF_ON(st->place[l].attn);
+        BUF(L->raw, (size_t)st->raw_rows * hd * es, 0);
         if (R == 0) continue;
         size_t C = (size_t)ds4_compress_lanes(R);
         L->cfront_rows = fwd_front_rows(st, R);
-        BUF(L->comp, (size_t)(st->n_ctx / R) * hd * es);
-        BUF(L->cfront, (size_t)L->cfront_rows * 2 * C * hd * 4);
+        BUF(L->comp, (size_t)(st->n_ctx / R) * hd * es, 0);
+        BUF(L->cfront, (size_t)L->cfront_rows * 2 * C * hd * 4, 0);
         if (R == 4) {
             L->ifront_rows = L->cfront_rows;
-            BUF(L->icomp, (size_t)(st->n_ctx / R) * id * es);
-            BUF(L->ifront, (size_t)L->ifront_rows * 2 * 2 * id * 4);
+            BUF(L->icomp, (size_t)(st->n_ctx / R) * id * es, 0);
+            BUF(L->ifront, (size_t)L->ifront_rows * 2 * 2 * id * 4, 0);
         }
     }
+    where = st->used;
     fwd_acts *a = &st->a;
     const size_t nhc = (size_t)hp->n_hc, q_dim = (size_t)hp->q_dim, low = (size_t)hp->n_out_group * (size_t)hp->o_lora;
     const size_t W = 2 * hd, Wi = 2 * id, k = (size_t)hp->n_expert_used, SF = (size_t)hp->shared_ff;
     const size_t nhi = (size_t)hp->n_indexer_head;
-    BUF(a->tokens, T * 4);
-    BUF(a->S[0], T * nhc * D * 4);
-    BUF(a->S[1], T * nhc * D * 4);
-    BUF(a->x, T * D * 4);
-    BUF(a->xn, T * D * 4);
-    BUF(a->post, T * nhc * 4);
-    BUF(a->comb, T * nhc * nhc * 4);
-    BUF(a->qa, T * (size_t)hp->q_lora * 4);
-    BUF(a->q, T * q_dim * 4);
-    BUF(a->kv, T * hd * 4);
-    BUF(a->o, T * q_dim * 4);
-    BUF(a->low, T * low * 4);
-    BUF(a->F, T * D * 4);
-    BUF(a->Fm, T * D * 4);
-    BUF(a->Fs, T * D * 4);
-    BUF(a->ca, T * W * 4);
-    BUF(a->cb, T * W * 4);
-    BUF(a->pooled, T * hd * 4);
-    BUF(a->ia, T * Wi * 4);
-    BUF(a->ib, T * Wi * 4);
-    BUF(a->ipooled, T * id * 4);
-    BUF(a->qI, T * nhi * id * 4);
-    BUF(a->iw, T * nhi * 4);
-    BUF(a->isel, T * (size_t)hp->indexer_top_k * 4);
-    BUF(a->rlog, T * (size_t)hp->n_expert * 4);
-    BUF(a->rsel, T * k * 4);
-    BUF(a->rw, T * k * 4);
-    BUF(a->g, T * SF * 4);
-    BUF(a->u, T * SF * 4);
-    BUF(a->mid, T * SF * 4);
-    BUF(a->s_last, nhc * D * 4);
-    BUF(a->y, D * 4);
-    BUF(a->logits, (size_t)hp->n_vocab * 4);
+    /* per-token activations: a hand-over moves T rows of them */
+#define ACT(field, row) BUF(field, T * (row), (row))
+    ACT(a->tokens, 4);
+    ACT(a->S[0], nhc * D * 4);
+    ACT(a->S[1], nhc * D * 4);
+    ACT(a->x, D * 4);
+    ACT(a->xn, D * 4);
+    ACT(a->post, nhc * 4);
+    ACT(a->comb, nhc * nhc * 4);
+    ACT(a->qa, (size_t)hp->q_lora * 4);
+    ACT(a->q, q_dim * 4);
+    ACT(a->kv, hd * 4);
+    ACT(a->o, q_dim * 4);
+    ACT(a->low, low * 4);
+    ACT(a->F, D * 4);
+    ACT(a->Fm, D * 4);
+    ACT(a->Fs, D * 4);
+    ACT(a->ca, W * 4);
+    ACT(a->cb, W * 4);
+    ACT(a->pooled, hd * 4);
+    ACT(a->ia, Wi * 4);
+    ACT(a->ib, Wi * 4);
+    ACT(a->ipooled, id * 4);
+    ACT(a->qI, nhi * id * 4);
+    ACT(a->iw, nhi * 4);
+    ACT(a->isel, (size_t)hp->indexer_top_k * 4);
+    ACT(a->rlog, (size_t)hp->n_expert * 4);
+    ACT(a->rsel, k * 4);
+    ACT(a->rw, k * 4);
+    ACT(a->g, SF * 4);
+    ACT(a->u, SF * 4);
+    ACT(a->mid, SF * 4);
+#undef ACT
+    BUF(a->s_last, nhc * D * 4, 0);
+    BUF(a->y, D * 4, 0);
+    BUF(a->logits, (size_t)hp->n_vocab * 4, 0);
 #undef BUF
     return ok ? total : 0;
 }
@@ -157,6 +179,9 @@ static void init_shape(fwd_state *st, fwd_engine *f, int n_ctx)
 {
     const ds4_hparams *hp = f->hp;
     st->f = f;
+    st->embed = f->embed;
+    st->head = f->head;
+    st->used = fwd_place_used(f, f->embed, f->head, f->place);
     st->n_ctx = n_ctx;
     st->T_max = f->chunk < n_ctx ? f->chunk : n_ctx;
     st->ct = f->qsim == DS4_QSIM_NONE ? DS4_CACHE_F32 : DS4_CACHE_F16;
@@ -166,16 +191,26 @@ static void init_shape(fwd_state *st, fwd_engine *f, int n_ctx)
     if (st->raw_rows < 1) st->raw_rows = 1;
 }
 
-uint64_t fwd_session_buffers_bytes(const fwd_engine *f, int n_ctx)
+static uint64_t count_bytes(const fwd_engine *f, int n_ctx, uint64_t *per)
 {
     fwd_state st = { 0 };
     fwd_layer *L = calloc((size_t)f->hp->n_layer, sizeof *L);
     if (!L) return 0;
     init_shape(&st, (fwd_engine *)f, n_ctx < 1 ? 1 : n_ctx);
     st.L = L;
-    uint64_t b = plan(&st, false);
+    st.place = f->place;
+    uint64_t b = plan(&st, false, per);
     free(L);
     return b;
+}
+
+uint64_t fwd_session_buffers_bytes(const fwd_engine *f, int n_ctx) { return count_bytes(f, n_ctx, NULL); }
+
+uint64_t fwd_session_buffers_bytes_on(const fwd_engine *f, int n_ctx, int b)
+{
+    uint64_t per[XBUF_MAX_BACKENDS] = { 0 };
+    count_bytes(f, n_ctx, per);
+    return b >= 0 && b < XBUF_MAX_BACKENDS ? per[b] : 0;
 }
 
 static void release_all(fwd_state *st)
@@ -184,14 +219,13 @@ static void release_all(fwd_state *st)
     if (st->L)
         for (int l = 0; l < f->hp->n_layer; l++) {
             fwd_layer *L = &st->L[l];
-            ds4_buf *bs[] = { L->raw, L->comp, L->cfront, L->icomp, L->ifront };
-            for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
-                if (bs[i]) f->ops->release(f->ctx, bs[i]);
+            xbuf *bs[] = { &L->raw, &L->comp, &L->cfront, &L->icomp, &L->ifront };
+            for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) xbuf_release(&f->be, bs[i]);
         }
-    ds4_buf **a = (ds4_buf **)(void *)&st->a;
-    for (size_t i = 0; i < sizeof st->a / sizeof(ds4_buf *); i++)
-        if (a[i]) f->ops->release(f->ctx, a[i]);
+    xbuf *a = (xbuf *)(void *)&st->a;
+    for (size_t i = 0; i < sizeof st->a / sizeof(xbuf); i++) xbuf_release(&f->be, &a[i]);
     free(st->L);
+    free(st->place);
 }
 
 int fwd_backend_open(ds4_engine *e, const ds4_ops *ops, void *ctx, void (*free_ctx)(void *), ds4_error *err)
@@ -228,9 +262,11 @@ void *fwd_backend_state_new(ds4_engine *e, int n_ctx, ds4_error *err)
     }
     init_shape(st, f, n_ctx);
     st->L = calloc((size_t)f->hp->n_layer, sizeof *st->L);
-    if (!st->L || plan(st, true) == 0) {
+    st->place = malloc((size_t)f->hp->n_layer * sizeof *st->place);
+    if (st->place) memcpy(st->place, f->place, (size_t)f->hp->n_layer * sizeof *st->place);
+    if (!st->L || !st->place || plan(st, true, NULL) == 0) {
         ds4_error_set(err, "out of memory for a session of %d tokens (%.1f MiB of %s buffers)", n_ctx,
-                      (double)fwd_session_buffers_bytes(f, n_ctx) / 1048576.0, f->ops->name);
+                      (double)fwd_session_buffers_bytes(f, n_ctx) / 1048576.0, f->be.be[0].ops->name);
         release_all(st);
         free(st);
         return NULL;
@@ -306,19 +342,9 @@ uint64_t fwd_backend_kv_bytes(void *p)
     return payload_bytes(st->f->hp, st->ct, st->n) - KVSTATE_HEADER;
 }
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Reads ring rows of positions [lo, hi) (slot = pos mod ring) as one or
  * two contiguous ranges, appending them to out. */
-static int read_ring(fwd_engine *f, ds4_buf *b, int64_t ring, size_t row_bytes, int64_t lo, int64_t hi, strbuf *out)
+static int read_ring(const xbuf_backend *be, ds4_buf *b, int64_t ring, size_t row_bytes, int64_t lo, int64_t hi, strbuf *out)
 {
     while (lo < hi) {
         int64_t s = lo % ring, m = hi - lo < ring - s ? hi - lo : ring - s;
@@ -329,7 +355,7 @@ static int read_ring(fwd_engine *f, ds4_buf *b, int64_t ring, size_t row_bytes, 
             out->s = nb;
             out->cap = at + bytes + 1;
         }
-        if (f->ops->read(f->ctx, b, (size_t)s * row_bytes, out->s + at, bytes)) return -1;
+        if (be->ops->read(be->ctx, b, (size_t)s * row_bytes, out->s + at, bytes)) return -1;
         out->len = at + bytes;
         out->s[out->len] = 0;
         lo += m;
@@ -344,13 +370,13 @@ int fwd_backend_save(void *p, strbuf *out, ds4_error *err)
     const ds4_hparams *hp = f->hp;
     unsigned char h[KVSTATE_HEADER] = { 0 };
     memcpy(h, KVSTATE_MAGIC, 8);
-    put32(h + 8, st->ct == DS4_CACHE_F16 ? 1u : 0u);
-    put32(h + 12, (uint32_t)hp->n_layer);
-    put32(h + 16, (uint32_t)hp->head_dim);
-    put32(h + 20, (uint32_t)hp->indexer_head_dim);
-    put32(h + 24, (uint32_t)hp->n_swa);
-    put32(h + 32, (uint32_t)st->n);
-    put32(h + 36, (uint32_t)((uint64_t)st->n >> 32));
+    le_put_u32(h + 8, st->ct == DS4_CACHE_F16 ? 1u : 0u);
+    le_put_u32(h + 12, (uint32_t)hp->n_layer);
+    le_put_u32(h + 16, (uint32_t)hp->head_dim);
+    le_put_u32(h + 20, (uint32_t)hp->indexer_head_dim);
+    le_put_u32(h + 24, (uint32_t)hp->n_swa);
+    le_put_u32(h + 32, (uint32_t)st->n);
+    le_put_u32(h + 36, (uint32_t)((uint64_t)st->n >> 32));
     size_t need = out->len + (size_t)payload_bytes(hp, st->ct, st->n) + 1;
     if (out->cap < need) {
         char *nb = realloc(out->s, need);
@@ -363,22 +389,24 @@ int fwd_backend_save(void *p, strbuf *out, ds4_error *err)
     const int64_t n = st->n, raw_lo = n - hp->n_swa < 0 ? 0 : n - hp->n_swa;
     int rc = 0;
     pthread_mutex_lock(&f->mu);
+    const xbuf_backend *be = &f->be.be[0];
     for (int l = 0; l < hp->n_layer && rc == 0; l++) {
         fwd_layer *L = &st->L[l];
-        int R = hp->compress_ratio[l];
-        rc |= read_ring(f, L->raw, st->raw_rows, hd * es, raw_lo, n, out);
+        int R = hp->compress_ratio[l], bk = st->place[l].attn;
+        be = &f->be.be[bk];
+        rc |= read_ring(be, L->raw.on[bk], st->raw_rows, hd * es, raw_lo, n, out);
         if (!R) continue;
         size_t C = (size_t)ds4_compress_lanes(R);
         int64_t lo = front_lo(n, R);
-        rc |= read_ring(f, L->comp, n / R + 1, hd * es, 0, n / R, out);
-        rc |= read_ring(f, L->cfront, L->cfront_rows, 2 * C * hd * 4, lo, n, out);
+        rc |= read_ring(be, L->comp.on[bk], n / R + 1, hd * es, 0, n / R, out);
+        rc |= read_ring(be, L->cfront.on[bk], L->cfront_rows, 2 * C * hd * 4, lo, n, out);
         if (R == 4) {
-            rc |= read_ring(f, L->icomp, n / R + 1, id * es, 0, n / R, out);
-            rc |= read_ring(f, L->ifront, L->ifront_rows, 2 * 2 * id * 4, lo, n, out);
+            rc |= read_ring(be, L->icomp.on[bk], n / R + 1, id * es, 0, n / R, out);
+            rc |= read_ring(be, L->ifront.on[bk], L->ifront_rows, 2 * 2 * id * 4, lo, n, out);
         }
     }
     pthread_mutex_unlock(&f->mu);
-    if (rc) return ops_error(f, err, "cannot read the session state");
+    if (rc) return ops_error(be, err, "cannot read the session state");
     return 0;
 }
 
@@ -389,7 +417,7 @@ typedef struct {
 
 /* Writes rows [lo, hi) from the payload into a ring, converting cache
  * elements from the payload's type when it differs. */
-static int write_ring(fwd_engine *f, ds4_buf *b, int64_t ring, int64_t dim, ds4_cache_type from, ds4_cache_type to,
+static int write_ring(const xbuf_backend *be, ds4_buf *b, int64_t ring, int64_t dim, ds4_cache_type from, ds4_cache_type to,
                       int64_t lo, int64_t hi, reader *r)
 {
     size_t fe = fwd_cache_elem(from), te = fwd_cache_elem(to);
@@ -400,7 +428,7 @@ static int write_ring(fwd_engine *f, ds4_buf *b, int64_t ring, int64_t dim, ds4_
         const unsigned char *src = r->p;
         int rc;
         if (from == to) {
-            rc = f->ops->write(f->ctx, b, (size_t)(pos % ring) * out_row, src, in_row);
+            rc = be->ops->write(be->ctx, b, (size_t)(pos % ring) * out_row, src, in_row);
         } else {
             for (int64_t i = 0; i < dim; i++) {
                 if (from == DS4_CACHE_F16) {
@@ -413,7 +441,7 @@ static int write_ring(fwd_engine *f, ds4_buf *b, int64_t ring, int64_t dim, ds4_
                     ((uint16_t *)tmp)[i] = quant_f32_to_f16(fv);
                 }
             }
-            rc = f->ops->write(f->ctx, b, (size_t)(pos % ring) * out_row, tmp, out_row);
+            rc = be->ops->write(be->ctx, b, (size_t)(pos % ring) * out_row, tmp, out_row);
         }
         r->p += in_row;
         r->left -= in_row;
@@ -434,12 +462,12 @@ int fwd_backend_load(void *p, const void *payload, size_t len, size_t n_tokens, 
     const unsigned char *h = payload;
     if (len < KVSTATE_HEADER || memcmp(h, KVSTATE_MAGIC, 8) != 0)
         return ds4_error_set(err, "snapshot payload is not a DS4 session state");
-    uint32_t ctype = get32(h + 8);
-    uint64_t n = (uint64_t)get32(h + 32) | (uint64_t)get32(h + 36) << 32;
-    if (ctype > 1 || get32(h + 12) != (uint32_t)hp->n_layer || get32(h + 16) != (uint32_t)hp->head_dim ||
-        get32(h + 20) != (uint32_t)hp->indexer_head_dim || get32(h + 24) != (uint32_t)hp->n_swa)
+    uint32_t ctype = le_get_u32(h + 8);
+    uint64_t n = (uint64_t)le_get_u32(h + 32) | (uint64_t)le_get_u32(h + 36) << 32;
+    if (ctype > 1 || le_get_u32(h + 12) != (uint32_t)hp->n_layer || le_get_u32(h + 16) != (uint32_t)hp->head_dim ||
+        le_get_u32(h + 20) != (uint32_t)hp->indexer_head_dim || le_get_u32(h + 24) != (uint32_t)hp->n_swa)
         return ds4_error_set(err, "snapshot state has another shape (%u layers, rows of %u) than this model (%d, %d)",
-                             get32(h + 12), get32(h + 16), hp->n_layer, hp->head_dim);
+                             le_get_u32(h + 12), le_get_u32(h + 16), hp->n_layer, hp->head_dim);
     if (n != n_tokens) return ds4_error_set(err, "snapshot state holds %llu tokens, its header says %zu", (unsigned long long)n, n_tokens);
     if (n > (uint64_t)st->n_ctx) return ds4_error_set(err, "snapshot holds %llu tokens, more than the context of %d", (unsigned long long)n, st->n_ctx);
     ds4_cache_type from = ctype ? DS4_CACHE_F16 : DS4_CACHE_F32;
@@ -451,22 +479,24 @@ int fwd_backend_load(void *p, const void *payload, size_t len, size_t n_tokens, 
     const int64_t hd = hp->head_dim, id = hp->indexer_head_dim;
     int rc = 0;
     pthread_mutex_lock(&f->mu);
+    const xbuf_backend *be = &f->be.be[0];
     for (int l = 0; l < hp->n_layer && rc == 0; l++) {
         fwd_layer *L = &st->L[l];
-        int R = hp->compress_ratio[l];
-        rc |= write_ring(f, L->raw, st->raw_rows, hd, from, st->ct, raw_lo, nn, &r);
+        int R = hp->compress_ratio[l], bk = st->place[l].attn;
+        be = &f->be.be[bk];
+        rc |= write_ring(be, L->raw.on[bk], st->raw_rows, hd, from, st->ct, raw_lo, nn, &r);
         if (!R) continue;
         int64_t C = ds4_compress_lanes(R), lo = front_lo(nn, R);
-        rc |= write_ring(f, L->comp, nn / R + 1, hd, from, st->ct, 0, nn / R, &r);
+        rc |= write_ring(be, L->comp.on[bk], nn / R + 1, hd, from, st->ct, 0, nn / R, &r);
         /* frontier rows are f32 in both: a same-type copy of 2·W floats */
-        rc |= write_ring(f, L->cfront, L->cfront_rows, 2 * C * hd, DS4_CACHE_F32, DS4_CACHE_F32, lo, nn, &r);
+        rc |= write_ring(be, L->cfront.on[bk], L->cfront_rows, 2 * C * hd, DS4_CACHE_F32, DS4_CACHE_F32, lo, nn, &r);
         if (R == 4) {
-            rc |= write_ring(f, L->icomp, nn / R + 1, id, from, st->ct, 0, nn / R, &r);
-            rc |= write_ring(f, L->ifront, L->ifront_rows, 4 * id, DS4_CACHE_F32, DS4_CACHE_F32, lo, nn, &r);
+            rc |= write_ring(be, L->icomp.on[bk], nn / R + 1, id, from, st->ct, 0, nn / R, &r);
+            rc |= write_ring(be, L->ifront.on[bk], L->ifront_rows, 4 * id, DS4_CACHE_F32, DS4_CACHE_F32, lo, nn, &r);
         }
     }
     pthread_mutex_unlock(&f->mu);
-    if (rc) return ops_error(f, err, "cannot write the session state");
+    if (rc) return ops_error(be, err, "cannot write the session state");
     st->n = st->hi = nn;
     st->has_last = false;
     return 0;

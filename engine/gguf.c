@@ -418,7 +418,7 @@ static int parse_tensors(parser *p)
         if (get_u32(p, "type", &t->type)) return -1;
         const quant_type_info *ti = quant_type(t->type);
         if (!ti || !ti->storable)
-            return fail_at(p, at, "unsupported tensor type %u (%s)", t->type, ggml_type_name(t->type));
+            return fail_at(p, at, "unsupported tensor type %u (%s)", t->type, quant_type_name(t->type));
         if (t->ne[0] % ti->block_elems)
             return fail_at(p, at, "row length %llu is not a multiple of the %s block size %u",
                            (unsigned long long)t->ne[0], ti->name, ti->block_elems);
@@ -464,7 +464,7 @@ static int parse_tensors(parser *p)
         if ((uintptr_t)t->data % elem_align(t->type))
             return ds4_error_set(p->err, "GGUF tensor '%s': data at byte %llu is misaligned for %s",
                                  t->name, (unsigned long long)(f->data_offset + t->offset),
-                                 ggml_type_name(t->type));
+                                 quant_type_name(t->type));
     }
     /* Overlap check over the tensors sorted by offset. */
     const gguf_tensor **order = malloc(f->n_tensors * sizeof *order);

@@ -293,7 +293,7 @@ static int bind_tensor(binder *b, ds4_tensor *t, bool required, int set, int n_d
     }
     if (!type_allowed(g->type, set))
         return ds4_error_set(b->err, "model: tensor '%s' has type %s, expected %s", name,
-                             ggml_type_name(g->type), allowed_names(set));
+                             quant_type_name(g->type), allowed_names(set));
     t->name = g->name;
     t->data = g->data;
     t->type = g->type;
@@ -386,8 +386,8 @@ static int bind_layer(binder *b, const ds4_hparams *hp, int l, ds4_layer *L)
         return -1;
     if (L->ffn_gate_exps.type != L->ffn_up_exps.type)
         return ds4_error_set(b->err, "model: tensor '%s' has type %s but '%s' has %s (gate and up must match)",
-                             L->ffn_up_exps.name, ggml_type_name(L->ffn_up_exps.type), L->ffn_gate_exps.name,
-                             ggml_type_name(L->ffn_gate_exps.type));
+                             L->ffn_up_exps.name, quant_type_name(L->ffn_up_exps.type), L->ffn_gate_exps.name,
+                             quant_type_name(L->ffn_gate_exps.type));
     if (L->hash) {
         if (BIND(&L->tid2eid, true, T_I32, (hp->n_expert_used, hp->n_vocab), "blk.%d.ffn_gate_tid2eid.weight", l))
             return -1;

@@ -108,7 +108,7 @@ void model_free(ds4_model *m);
 /* Fills the shape fields, name and weights_bytes of info. */
 void model_describe(const ds4_model *m, ds4_model_info *info);
 
-/* Per-session state for n_ctx tokens (ds4-forward §11.1) with f32 storage
+/* Per-session state for n_ctx tokens (doc/model.md §9) with f32 storage
  * of every cached row and frontier: state_size() (engine/state_size.h) of
  * this model's shape, without working memory:
  *   raw window     Σ_layers n_swa·head_dim

@@ -109,7 +109,7 @@ static int ensure_package(const char *cache, ds4_error *err)
     }
     snprintf(prefix, sizeof prefix, "%s/npm", cache);
     snprintf(log_path, sizeof log_path, "%s/npm-install.log", cache);
-    if (mkdir_p(prefix, 0700) != 0) return ds4_error_set(err, "cannot create %s: %s", prefix, strerror(errno));
+    if (base_mkdir_p(prefix, 0700) != 0) return ds4_error_set(err, "cannot create %s: %s", prefix, strerror(errno));
     unlink(log_path);
     char *argv[] = { "npm", "install", "--prefix", prefix, "--no-audit", "--no-fund",
                      "--no-save", "--fetch-retries=1",

@@ -1,11 +1,11 @@
 /* numerics.h — the scalar building blocks of DS4's rounding simulations
- * and RoPE tables (ds4-forward §3), shared by every backend's host side
+ * and RoPE tables (doc/model.md §2), shared by every backend's host side
  * and by the tests.
  *
  * fp8_e4m3_round / fp4_e2m1_round: nearest representable value, ties to
  * the even code, for inputs already clamped to the format's range.
  * The block simulations clamp and scale by a power of two chosen from the
- * block's absolute maximum, exactly as §3.2/§3.3 describe.
+ * block's absolute maximum, exactly as doc/model.md §2.2/§2.3 describe.
  */
 #ifndef DS4CL_NUMERICS_H
 #define DS4CL_NUMERICS_H

@@ -1,11 +1,11 @@
 /* ops.h — the DS4 forward pass as a schedule of operations over device
  * buffers: the contract between the schedule (engine/forward.c, written
- * once) and each compute backend (CPU: engine/cpu_*.c; OpenCL: opencl/).
+ * once) and each compute backend (CPU: cpu/; OpenCL: opencl/).
  *
  * The schedule owns the order of operations, every buffer (activations,
  * KV caches, compressor frontiers) and their layouts; a backend owns the
- * memory behind a ds4_buf and the arithmetic of each operation. Model math
- * reference: ds4-forward.md (§ numbers below refer to it).
+ * memory behind a ds4_buf and the arithmetic of each operation. The model's
+ * math: doc/model.md (§ numbers below refer to it).
  *
  * ---- Design rules -------------------------------------------------------
  *
@@ -33,6 +33,10 @@
  *   count: a token computed inside a chunk of 256 and alone must give the
  *   same bits, if the backend can (the CPU backend does); at least they
  *   must agree to f32 rounding (ordering) differences.
+ * - One pass may run on several backends (the placement, engine/forward.h):
+ *   each buffer then has a copy on every backend that uses it and the
+ *   schedule hands the current bytes over before an op reads them
+ *   (engine/xbuf.h). An op only ever sees buffers of its own backend.
  * - Each op returns 0, or -1 after recording a message the backend hands
  *   back through last_error(). After an error the schedule abandons the
  *   chunk; the session state is then reset by the caller.
@@ -77,7 +81,7 @@ typedef enum {
     DS4_CACHE_F16 = 1, /* IEEE half, round to nearest even on store */
 } ds4_cache_type;
 
-/* In-place rounding simulations and rotations of rows (§3.2, §3.3). */
+/* In-place rounding simulations and rotations of rows (§2.2, §2.3). */
 typedef enum {
     DS4_SIM_FP8_NOPE = 0, /* e4m3 round trip of dims [0, n_nope) in blocks of 64 */
     DS4_SIM_HADAMARD,     /* Walsh–Hadamard transform (Sylvester order) · dim^-1/2 */
@@ -120,8 +124,13 @@ typedef struct ds4_ops {
     /* Waits until all queued work is done. NULL on a backend whose ops
      * finish before they return. */
     int (*finish)(void *ctx);
+    /* The bytes of b when the backend keeps them in host memory that the
+     * caller may read and write directly once finish() returned (the CPU
+     * backend); NULL otherwise, or when the member is NULL. Hand-overs
+     * between backends (engine/xbuf.h) use it to skip a staging copy. */
+    void *(*host)(void *ctx, ds4_buf *b);
 
-    /* ---- embedding and hyper-connections (§5, §6, §9) ---------------------
+    /* ---- embedding and hyper-connections (§4, §5, §8) ---------------------
      *
      * embed: S[t][i][·] = f32(table row tokens[t]) for each of the n_hc
      * streams i. tokens: int32 [T]; S: [T][n_hc][D].
@@ -130,7 +139,7 @@ typedef struct ds4_ops {
      * values; mix = fn·(S·r); pre[i] = σ(mix[i]·scale[0] + base[i]) +
      * hc_eps; post[i] = 2σ(mix[n_hc+i]·scale[1] + base[n_hc+i]); comb =
      * Sinkhorn(mix[2n_hc …]·scale[2] + base[2n_hc …]) with hc_sinkhorn_iters
-     * column normalisations (§6); x = Σ_i pre[i]·S[i].
+     * column normalisations (§5); x = Σ_i pre[i]·S[i].
      * Out: x [T][D], post [T][n_hc], comb [T][n_hc][n_hc] with comb[j][k] =
      * weight of source stream j in destination stream k.
      *
@@ -155,7 +164,7 @@ typedef struct ds4_ops {
      * matmul: y[t] = W·x[t] for t < T with W [in, out] (out rows of in).
      * With n_groups > 1 the rows split into n_groups equal blocks and block
      * g reads x[t][g·in … (g+1)·in): x is [T][n_groups·in], y [T][out]
-     * (the grouped attention output projection, §7.10). Exactly
+     * (the grouped attention output projection, §6.7). Exactly
      * dequant(W)·x in f32: activations are never quantized.
      *
      * swiglu: mid = silu(min(g, clamp)) · max(−clamp, min(u, clamp)) over
@@ -170,7 +179,7 @@ typedef struct ds4_ops {
     /* ---- positions and rounding --------------------------------------------
      *
      * rope: x is [n_rows][n_heads][dim]; the last n_rot dims of every head
- * are rotated in adjacent pairs (§3.1), row r at position p = pos0 +
+ * are rotated in adjacent pairs (§2.1), row r at position p = pos0 +
  * r·pos_step, with exactly this f32 arithmetic (the reference's, so that
  * angles agree to the bit): te = (float)p; for pair k = 0, 1, …: ti =
  * freq_scale·te; θ = ti; m = attn_factor; if ext_factor ≠ 0 { y = ((float)k
@@ -191,7 +200,7 @@ typedef struct ds4_ops {
     int (*store_rows)(void *ctx, ds4_buf *src, int64_t n_rows, int dim, ds4_buf *dst, ds4_cache_type ct,
                       int64_t row0, int64_t ring_rows);
 
-    /* ---- compressed attention (§7.6–7.8) -----------------------------------
+    /* ---- compressed attention (§6.4–6.6) -----------------------------------
      *
      * compress: one compressor over tokens pos0 … pos0+T−1 of a layer with
      * ratio R and lanes C (2 when R = 4), row width d, W = C·d.
@@ -224,7 +233,7 @@ typedef struct ds4_ops {
      * rows: none when R = 0; with sel (int32 [T][sel_stride], −1 = unused)
      * the listed rows; else all c < ⌊(p+1)/R⌋. s_r = q_h·k_r/sqrt(head_dim);
      * o_h = Σ_r e^{s_r−m}·k_r / (e^{sink_h−m} + Σ_r e^{s_r−m}), m = max(sink_h,
-     * max s_r) (§7.8). q, o: [T][H][head_dim]; sinks: F32 [H]. The
+     * max s_r) (§6.6). q, o: [T][H][head_dim]; sinks: F32 [H]. The
      * reference accumulates Σ e^{s_r−m}·k_r over raw rows (oldest first),
      * then compressed rows (increasing index), and scales by 1/denominator
      * once at the end; the CPU backend does the same. */
@@ -236,7 +245,7 @@ typedef struct ds4_ops {
                      ds4_buf *comp, int R, ds4_buf *sel, int sel_stride, const ds4_tensor *sinks,
                      int64_t pos0, int T, ds4_buf *o);
 
-    /* ---- mixture of experts (§8) ---------------------------------------------
+    /* ---- mixture of experts (§7) ---------------------------------------------
      *
      * router: prob = sqrt(softplus(logits)) over [T][n_expert]. Selection:
      * with tid2eid (hash layers) the k ids of row tokens[t], in stored

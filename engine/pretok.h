@@ -3,7 +3,7 @@
  *
  * Semantics are those of the published tokenizer.json (three isolating
  * regex splits: \p{N}{1,3}; CJK/kana runs; the six-way alternation), as a
- * JavaScript engine evaluates them; see ds4-gguf.md §6.3. Bytes that are
+ * JavaScript engine evaluates them; see doc/model.md §13.2. Bytes that are
  * not valid UTF-8 behave like an unassigned character and stay in the
  * pieces, so every byte of the input lands in exactly one piece, in order.
  */

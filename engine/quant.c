@@ -35,7 +35,7 @@ const quant_type_info *quant_type(uint32_t type)
     return &types[type];
 }
 
-const char *ggml_type_name(uint32_t type)
+const char *quant_type_name(uint32_t type)
 {
     static const char *const names[] = {
         "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
@@ -414,7 +414,7 @@ void quant_matmul(uint32_t type, const void *w, size_t row_bytes, const float *x
 #endif
 }
 
-/* ---- quantized activations (ds4's CPU arithmetic, §5.7) ---------------------- */
+/* ---- quantized activations (doc/model.md §12.3) ---------------------- */
 
 static int8_t clamp_i8(float v)
 {

@@ -2,7 +2,7 @@
  * that read them.
  *
  * Weights: F32, F16, BF16, I32, Q8_0 (32 per block), Q2_K, Q4_K, IQ2_XXS
- * (256 per block). Layouts and dequantization formulas: ds4-gguf.md §5.
+ * (256 per block). Layouts: doc/model.md §12.2.
  * Rows are whole blocks; a matrix is rows of `row_bytes` each.
  *
  * Two families of products:
@@ -12,7 +12,7 @@
  *    them) and agree with the portable scalar versions (quant_*_scalar)
  *    within f32 rounding.
  *  - quantized activations (quant_act_*, quant_dot_act, quant_matvec_act):
- *    ds4's CPU arithmetic (§5.7): Q8_0 weights against per-32 int8 blocks
+ *    the reference CPU arithmetic (doc/model.md §12.3): Q8_0 weights against per-32 int8 blocks
  *    with an f32 scale, K-quant/IQ2 weights against Q8_K blocks of 256, with
  *    integer inner sums. Faster, but not dequant(W)·x.
  *
@@ -51,7 +51,7 @@ typedef struct {
 /* NULL for types this engine does not handle. */
 const quant_type_info *quant_type(uint32_t type);
 /* Name of any ggml type id ("Q6_K", …), "?" when unknown. */
-const char *ggml_type_name(uint32_t type);
+const char *quant_type_name(uint32_t type);
 /* Bytes of n elements (n a multiple of the block size); 0 for unknown types. */
 uint64_t quant_row_bytes(uint32_t type, uint64_t n);
 

@@ -39,7 +39,7 @@ static inline void quant_q4k_scale_min(const uint8_t *s, int j, uint8_t *sc, uin
     }
 }
 
-/* Vector kernels (quant_simd.c); only defined when QUANT_AVX512/QUANT_AVX2.
+/* Vector kernels (cpu/quant_simd.c); only defined when QUANT_AVX512/QUANT_AVX2.
  * Q2_K/Q4_K take the sums of x over each 16 (Q2_K) or 32 (Q4_K) elements,
  * which a matvec computes once for all rows. */
 float quant_simd_dot_f32(const float *w, const float *x, int64_t n);

@@ -33,16 +33,6 @@ struct ds4_sampler {
     size_t c_cap;
 };
 
-static void *xrealloc(void *p, size_t n)
-{
-    p = realloc(p, n ? n : 1);
-    if (!p) {
-        fputs("ds4: out of memory in the sampler\n", stderr);
-        abort();
-    }
-    return p;
-}
-
 static uint64_t splitmix64(uint64_t *x)
 {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);

@@ -29,12 +29,10 @@ ds4_session *ds4_session_open(ds4_engine *e, int n_ctx, ds4_error *err)
         ds4_error_set(err, "this engine was opened to plan memory only; it cannot run a session");
         return NULL;
     }
-    ds4_session *s = calloc(1, sizeof *s);
-    if (!s) abort();
+    ds4_session *s = xcalloc(1, sizeof *s);
     s->e = e;
     s->n_ctx = n_ctx;
-    s->logits = calloc((size_t)e->n_vocab, sizeof *s->logits);
-    if (!s->logits) abort();
+    s->logits = xcalloc((size_t)e->n_vocab, sizeof *s->logits);
     s->st = e->ops->state_new(e, n_ctx, err);
     if (!s->st) {
         free(s->logits);
@@ -200,30 +198,6 @@ static uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
     return ~crc;
 }
 
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
 int ds4_session_snapshot(const ds4_session *s, void **buf, size_t *len, ds4_error *err)
 {
     strbuf payload = { 0 };
@@ -236,7 +210,10 @@ int ds4_session_snapshot(const ds4_session *s, void **buf, size_t *len, ds4_erro
     size_t logit_bytes = logits_valid ? (size_t)s->e->n_vocab * sizeof(float) : 0;
     size_t total = SNAP_HEADER + tok_bytes + logit_bytes + payload.len;
     unsigned char *out = malloc(total);
-    if (!out) abort();
+    if (!out) {
+        sb_free(&payload);
+        return ds4_error_set(err, "out of memory for a snapshot of %zu bytes", total);
+    }
     unsigned char *body = out + SNAP_HEADER;
     /* Tokens and logits are stored in host order: both are little-endian on
      * every platform this engine supports (checked by the magic round trip). */
@@ -244,15 +221,15 @@ int ds4_session_snapshot(const ds4_session *s, void **buf, size_t *len, ds4_erro
     memcpy(body + tok_bytes, s->logits, logit_bytes);
     memcpy(body + tok_bytes + logit_bytes, sb_str(&payload), payload.len);
     memcpy(out, SNAP_MAGIC, 8);
-    put_u32(out + 8, SNAP_VERSION);
-    put_u32(out + 12, (uint32_t)s->e->n_vocab);
-    put_u64(out + 16, s->e->identity);
-    put_u32(out + 24, (uint32_t)s->n_ctx);
-    put_u32(out + 28, logits_valid);
-    put_u64(out + 32, s->toks.n);
-    put_u64(out + 40, payload.len);
-    put_u32(out + 48, crc32_update(0, body, total - SNAP_HEADER));
-    put_u32(out + 52, crc32_update(0, out, 52));
+    le_put_u32(out + 8, SNAP_VERSION);
+    le_put_u32(out + 12, (uint32_t)s->e->n_vocab);
+    le_put_u64(out + 16, s->e->identity);
+    le_put_u32(out + 24, (uint32_t)s->n_ctx);
+    le_put_u32(out + 28, logits_valid);
+    le_put_u64(out + 32, s->toks.n);
+    le_put_u64(out + 40, payload.len);
+    le_put_u32(out + 48, crc32_update(0, body, total - SNAP_HEADER));
+    le_put_u32(out + 52, crc32_update(0, out, 52));
     sb_free(&payload);
     *buf = out;
     *len = total;
@@ -265,9 +242,9 @@ int ds4_session_snapshot(const ds4_session *s, void **buf, size_t *len, ds4_erro
 static size_t snapshot_tokens_begin(const void *base, size_t base_len, const int32_t *ids, size_t n)
 {
     const unsigned char *p = base;
-    if (base_len < SNAP_HEADER || memcmp(p, SNAP_MAGIC, 8) != 0 || get_u32(p + 52) != crc32_update(0, p, 52))
+    if (base_len < SNAP_HEADER || memcmp(p, SNAP_MAGIC, 8) != 0 || le_get_u32(p + 52) != crc32_update(0, p, 52))
         return 0;
-    uint64_t n_tokens = get_u64(p + 32);
+    uint64_t n_tokens = le_get_u64(p + 32);
     if (n_tokens == 0 || n_tokens >= n || n_tokens > (base_len - SNAP_HEADER) / sizeof(int32_t)) return 0;
     return memcmp(p + SNAP_HEADER, ids, (size_t)n_tokens * sizeof(int32_t)) ? 0 : (size_t)n_tokens;
 }
@@ -277,17 +254,17 @@ int ds4_session_restore(ds4_session *s, const void *buf, size_t len, ds4_error *
     const unsigned char *p = buf;
     if (len < SNAP_HEADER || memcmp(p, SNAP_MAGIC, 8) != 0)
         return ds4_error_set(err, "not a ds4cl session snapshot (bad magic)");
-    if (get_u32(p + 52) != crc32_update(0, p, 52))
+    if (le_get_u32(p + 52) != crc32_update(0, p, 52))
         return ds4_error_set(err, "snapshot header is damaged (checksum mismatch)");
-    if (get_u32(p + 8) != SNAP_VERSION)
+    if (le_get_u32(p + 8) != SNAP_VERSION)
         return ds4_error_set(err, "snapshot version %u is not supported (expected %u)",
-                             get_u32(p + 8), SNAP_VERSION);
-    if (get_u64(p + 16) != s->e->identity || get_u32(p + 12) != (uint32_t)s->e->n_vocab)
+                             le_get_u32(p + 8), SNAP_VERSION);
+    if (le_get_u64(p + 16) != s->e->identity || le_get_u32(p + 12) != (uint32_t)s->e->n_vocab)
         return ds4_error_set(err, "snapshot belongs to another model (identity %016llx, this model %016llx)",
-                             (unsigned long long)get_u64(p + 16), (unsigned long long)s->e->identity);
-    uint32_t n_ctx = get_u32(p + 24);
-    uint64_t n_tokens = get_u64(p + 32), payload_len = get_u64(p + 40);
-    bool logits_valid = get_u32(p + 28) != 0;
+                             (unsigned long long)le_get_u64(p + 16), (unsigned long long)s->e->identity);
+    uint32_t n_ctx = le_get_u32(p + 24);
+    uint64_t n_tokens = le_get_u64(p + 32), payload_len = le_get_u64(p + 40);
+    bool logits_valid = le_get_u32(p + 28) != 0;
     if (n_tokens > (uint64_t)s->n_ctx)
         return ds4_error_set(err, "snapshot holds %llu tokens, more than this session's context of %d"
                              " (it was saved with a context of %u)",
@@ -297,7 +274,7 @@ int ds4_session_restore(ds4_session *s, const void *buf, size_t len, ds4_error *
     if (payload_len > len || need > len - payload_len || need + payload_len != len)
         return ds4_error_set(err, "snapshot is truncated or has trailing bytes (%zu bytes, expected %llu)",
                              len, (unsigned long long)(need + payload_len));
-    if (get_u32(p + 48) != crc32_update(0, p + SNAP_HEADER, len - SNAP_HEADER))
+    if (le_get_u32(p + 48) != crc32_update(0, p + SNAP_HEADER, len - SNAP_HEADER))
         return ds4_error_set(err, "snapshot is damaged (checksum mismatch)");
     const unsigned char *body = p + SNAP_HEADER;
     size_t tok_bytes = (size_t)n_tokens * sizeof(int32_t);

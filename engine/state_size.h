@@ -1,5 +1,5 @@
 /* state_size.h — how many bytes a DS4 session needs for a context of
- * n_ctx tokens, computed from hyper-parameters (ds4-forward §11.1), for
+ * n_ctx tokens, computed from hyper-parameters (doc/model.md §9), for
  * memory planning before anything is allocated.
  *
  * Persistent state, per layer l with compression ratio R = ratio[l]:

@@ -23,36 +23,6 @@
 
 /* ---- allocation ------------------------------------------------------- */
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fputs("ds4: out of memory in the tokenizer\n", stderr);
-        abort();
-    }
-    return p;
-}
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) {
-        fputs("ds4: out of memory in the tokenizer\n", stderr);
-        abort();
-    }
-    return p;
-}
-
-static void *xrealloc(void *p, size_t n)
-{
-    p = realloc(p, n ? n : 1);
-    if (!p) {
-        fputs("ds4: out of memory in the tokenizer\n", stderr);
-        abort();
-    }
-    return p;
-}
-
 /* ---- the tokenizer ------------------------------------------------------ */
 
 typedef struct {
@@ -93,7 +63,7 @@ const char *tokenizer_special_text(ds4_special which)
     return (unsigned)which < DS4_TOK__COUNT ? special_strings[which] : NULL;
 }
 
-/* ---- GPT-2 byte <-> code point map (ds4-gguf.md §6.4) ------------------- */
+/* ---- GPT-2 byte <-> code point map (doc/model.md §13.3) ------------------- */
 
 static bool byte_is_printable(unsigned b)
 {
@@ -600,7 +570,6 @@ static void index_whole_tokens(ds4_tokenizer *t)
     ds4_tokens_free(&out);
     bpe_ctx_free(&c);
 }
-
 
 /* ---- entry points ------------------------------------------------------- */
 

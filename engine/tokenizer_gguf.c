@@ -29,9 +29,8 @@ ds4_tokenizer *tokenizer_from_gguf(const gguf_file *f, ds4_error *err)
     const char **strs[2];
     size_t *lens[2];
     for (int k = 0; k < 2; k++) {
-        strs[k] = malloc((size_t)arr[k]->n * sizeof(char *) + 1);
-        lens[k] = malloc((size_t)arr[k]->n * sizeof(size_t) + 1);
-        if (!strs[k] || !lens[k]) abort();
+        strs[k] = xmalloc((size_t)arr[k]->n * sizeof(char *) + 1);
+        lens[k] = xmalloc((size_t)arr[k]->n * sizeof(size_t) + 1);
         for (uint64_t i = 0; i < arr[k]->n; i++) {
             gguf_str s = gguf_array_str(arr[k], i);
             strs[k][i] = s.ptr;

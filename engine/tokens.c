@@ -1,4 +1,4 @@
-/* tokens.c — error messages and token vectors of the public API. */
+/* tokens.c — token vectors of the public API. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,28 +6,12 @@
 
 #include "engine/ds4.h"
 
-int ds4_error_set(ds4_error *err, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static void tokens_reserve(ds4_tokens *t, size_t n)
 {
     if (n <= t->cap) return;
     size_t cap = t->cap ? t->cap : 64;
     while (cap < n) cap *= 2;
-    int32_t *ids = realloc(t->ids, cap * sizeof *ids);
-    if (!ids) {
-        fputs("ds4: out of memory growing a token vector\n", stderr);
-        abort();
-    }
-    t->ids = ids;
+    t->ids = xrealloc(t->ids, cap * sizeof *t->ids);
     t->cap = cap;
 }
 

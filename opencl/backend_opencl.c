@@ -15,56 +15,90 @@
  * 1024 tokens give it 24 (bench/README.md). Activations and scratch grow
  * with the chunk: about 0.74 MiB a token at Flash widths, so a session
  * takes ~570 MiB more than at 256 (the memory planner counts them). */
-#define CL_PREFILL_CHUNK 1024
+#define OCL_PREFILL_CHUNK 1024
 
 /* $DS4CL_KERNELS: "cpu" or "gpu" runs that kernel shape on any device
  * (unset or empty: by device type). */
-static int kernel_shape(cl_kernel_shape *shape, ds4_error *err)
+static int kernel_shape(clo_kernel_shape *shape, ds4_error *err)
 {
     const char *v = getenv("DS4CL_KERNELS");
-    *shape = CL_SHAPE_AUTO;
+    *shape = CLO_SHAPE_AUTO;
     if (!v || !*v) return 0;
-    if (!strcmp(v, "cpu")) *shape = CL_SHAPE_CPU;
-    else if (!strcmp(v, "gpu")) *shape = CL_SHAPE_GPU;
+    if (!strcmp(v, "cpu")) *shape = CLO_SHAPE_CPU;
+    else if (!strcmp(v, "gpu")) *shape = CLO_SHAPE_GPU;
     else return ds4_error_set(err, "DS4CL_KERNELS=%s: expected cpu or gpu", v);
     return 0;
 }
 
 static int ocl_open(ds4_engine *e, ds4_error *err)
 {
-    cl_kernel_shape shape;
+    clo_kernel_shape shape;
     if (kernel_shape(&shape, err)) return -1;
-    cl_ops_options o = { .device = e->opt.device,
+    clo_options o = { .device = e->opt.device,
                          .shape = shape,
                          .no_weights = e->opt.plan_only,
                          .build_all = !e->opt.plan_only,
                          .progress = e->opt.load_progress,
                          .progress_ud = e->opt.load_ud };
-    void *ctx = cl_ops_new(e->model, &o, err);
+    void *ctx = clo_new(e->model, &o, err);
     if (!ctx) return -1;
-    if (fwd_backend_open(e, &cl_ops, ctx, cl_ops_free, err)) return -1;
-    fwd_set_chunk(e->impl, CL_PREFILL_CHUNK);
+    if (fwd_backend_open(e, &clo_ops, ctx, clo_free, err)) return -1;
+    fwd_set_chunk(e->impl, OCL_PREFILL_CHUNK);
     return 0;
 }
 
 static void ocl_close(ds4_engine *e)
 {
-    fwd_backend_close(e, cl_ops_free);
+    fwd_backend_close(e, clo_free);
 }
 
 static void ocl_describe(const ds4_engine *e, ds4_model_info *info)
 {
     void *ctx = fwd_ops_ctx(e->impl);
-    const clrt_device *d = clrt_dev(cl_ops_runtime(ctx));
+    const clrt_device *d = clrt_dev(clo_runtime(ctx));
     snprintf(info->device_name, sizeof info->device_name, "%.60s (OpenCL %s, %.30s, %s kernels)", d->name,
-             clrt_type_name(d->type), d->platform_name, cl_ops_cpu_shaped(ctx) ? "CPU" : "GPU");
+             clrt_type_name(d->type), d->platform_name, clo_cpu_shaped(ctx) ? "CPU" : "GPU");
 }
 
 static uint64_t ocl_session_bytes(const ds4_engine *e, int n_ctx)
 {
     fwd_engine *f = e->impl;
     int T = fwd_chunk(f) < n_ctx ? fwd_chunk(f) : n_ctx;
-    return fwd_session_buffers_bytes(f, n_ctx) + cl_ops_scratch_estimate(fwd_ops_ctx(f), T, n_ctx);
+    return fwd_session_buffers_bytes(f, n_ctx) + clo_scratch_estimate(fwd_ops_ctx(f), T, n_ctx);
+}
+
+static ds4_device_kind kind_of(cl_device_type t)
+{
+    if (t & CL_DEVICE_TYPE_GPU) return DS4_DEVICE_GPU;
+    if (t & CL_DEVICE_TYPE_CPU) return DS4_DEVICE_CPU;
+    if (t & CL_DEVICE_TYPE_ACCELERATOR) return DS4_DEVICE_ACCELERATOR;
+    return DS4_DEVICE_OTHER;
+}
+
+static int ocl_devices(const char *want, ds4_device **out, int *n, int *selected, ds4_error *err)
+{
+    clrt_device *devs;
+    if (clrt_devices(&devs, n, err) != 0) return -1;
+    ds4_device *d = calloc((size_t)*n, sizeof *d);
+    if (!d) {
+        free(devs);
+        return ds4_error_set(err, "out of memory");
+    }
+    for (int i = 0; i < *n; i++) {
+        const clrt_device *c = &devs[i];
+        d[i] = (ds4_device){ .index = c->index, .kind = kind_of(c->type), .compute_units = c->compute_units,
+                             .memory = c->global_mem, .max_alloc = c->max_alloc, .shares_host_memory = c->unified };
+        snprintf(d[i].name, sizeof d[i].name, "%s", c->name);
+        snprintf(d[i].platform, sizeof d[i].platform, "%s", c->platform_name);
+        snprintf(d[i].platform_version, sizeof d[i].platform_version, "%s", c->platform_version);
+        snprintf(d[i].vendor, sizeof d[i].vendor, "%s", c->vendor);
+        snprintf(d[i].driver, sizeof d[i].driver, "%s", c->driver);
+        snprintf(d[i].version, sizeof d[i].version, "%s", c->c_version);
+    }
+    *selected = clrt_pick(devs, *n, want, err);
+    free(devs);
+    *out = d;
+    return 0;
 }
 
 const ds4_backend_ops ds4_backend_opencl = {
@@ -72,6 +106,7 @@ const ds4_backend_ops ds4_backend_opencl = {
     .needs_model = true,
     .open = ocl_open,
     .close = ocl_close,
+    .devices = ocl_devices,
     .describe = ocl_describe,
     .session_bytes = ocl_session_bytes,
     FWD_BACKEND_SESSION_OPS,

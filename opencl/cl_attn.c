@@ -46,7 +46,7 @@ int clo_compress(void *ctx, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_b
     if (ape->ne[0] != W || ape->ne[1] != R)
         return clo_fail(c, "compress: ape [%lld, %lld] does not match ratio %d × width %d", (long long)ape->ne[0],
                         (long long)ape->ne[1], R, W);
-    if (!dense_type(ape->type)) return clo_fail(c, "compress: ape of type %s", ggml_type_name(ape->type));
+    if (!dense_type(ape->type)) return clo_fail(c, "compress: ape of type %s", quant_type_name(ape->type));
     if (front_rows < (int64_t)lanes * R + T)
         return clo_fail(c, "compress: frontier of %lld rows is too small for ratio %d, %d lanes and %d tokens",
                         (long long)front_rows, R, lanes, T);

@@ -110,7 +110,7 @@ int clo_matmul(void *ctx, const ds4_tensor *W, ds4_buf *x, int T, int n_groups, 
     clo_ctx *c = ctx;
     if (!W || !W->data) return clo_fail(c, "matmul: missing weight");
     const int64_t n = W->ne[0], out = W->ne[1];
-    if (!type_sfx(W->type)) return clo_fail(c, "matmul: %s has type %s", W->name, ggml_type_name(W->type));
+    if (!type_sfx(W->type)) return clo_fail(c, "matmul: %s has type %s", W->name, quant_type_name(W->type));
     if (n_groups < 1 || out % n_groups)
         return clo_fail(c, "matmul: %lld rows of %s in %d groups", (long long)out, W->name, n_groups);
     if (T < 0 || n > INT32_MAX || out > INT32_MAX) return clo_fail(c, "matmul: %s at T = %d", W->name, T);
@@ -321,7 +321,7 @@ int clo_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, const ds4_t
                    (int)gate->ne[1], T * hp->n_expert_used, clamp };
     if (!expert_type(gate->type) || up->type != gate->type || !expert_type(down->type))
         return clo_fail(c, "moe: expert types %s/%s/%s (wanted IQ2_XXS, Q2_K or Q4_K, gate and up alike)",
-                        ggml_type_name(gate->type), ggml_type_name(up->type), ggml_type_name(down->type));
+                        quant_type_name(gate->type), quant_type_name(up->type), quant_type_name(down->type));
     if (up->ne[0] != a.D || up->ne[1] != a.F || down->ne[0] != a.F || down->ne[1] != a.D || gate->ne[2] < a.E ||
         up->ne[2] < a.E || down->ne[2] < a.E)
         return clo_fail(c, "moe: expert shapes %s [%lld, %lld, %lld], %s [%lld, %lld, %lld] do not fit %d experts",

@@ -113,14 +113,6 @@ cl_mem clo_scratch(clo_ctx *c, int slot, size_t bytes)
 
 /* ---- weights ------------------------------------------------------------------ */
 
-static const char *human_bytes(char *buf, size_t n, uint64_t bytes)
-{
-    if (bytes >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)bytes / (double)(1ull << 30));
-    else if (bytes >= (1ull << 20)) snprintf(buf, n, "%.1f MiB", (double)bytes / (double)(1ull << 20));
-    else snprintf(buf, n, "%.1f KiB", (double)bytes / 1024.0);
-    return buf;
-}
-
 static int add_piece(clo_ctx *c, const uint8_t *data, size_t bytes, cl_mem mem, size_t off)
 {
     if (c->n_w == c->cap_w) {
@@ -147,7 +139,7 @@ typedef struct {
     uint64_t bytes, unit; /* split only at multiples of unit */
 } weight_src;
 
-static int place(clo_ctx *c, const weight_src *t, const cl_ops_options *o, uint64_t *done, uint64_t total,
+static int place(clo_ctx *c, const weight_src *t, const clo_options *o, uint64_t *done, uint64_t total,
                  ds4_error *err)
 {
     const clrt_device *d = clrt_dev(c->rt);
@@ -184,7 +176,7 @@ static int place(clo_ctx *c, const weight_src *t, const cl_ops_options *o, uint6
             char need[32];
             return ds4_error_set(err, "OpenCL device %s: cannot hold tensor %s (%s, %llu bytes; the weights need %s): %s",
                                  d->name, t->name, c->zero_copy ? "zero-copy mapping" : "upload",
-                                 (unsigned long long)n, human_bytes(need, sizeof need, total), clrt_strerror(rc));
+                                 (unsigned long long)n, format_bytes(need, sizeof need, total), clrt_strerror(rc));
         }
         if (add_piece(c, p, (size_t)n, m, off)) {
             clReleaseMemObject(m);
@@ -208,7 +200,7 @@ static uint64_t unit_of(uint32_t n_dims, const uint64_t *ne, uint64_t row_bytes,
     return bytes;
 }
 
-static int place_file(clo_ctx *c, const cl_ops_options *o, ds4_error *err)
+static int place_file(clo_ctx *c, const clo_options *o, ds4_error *err)
 {
     const gguf_file *f = c->m->file;
     size_t nt = gguf_n_tensors(f);
@@ -220,7 +212,7 @@ static int place_file(clo_ctx *c, const cl_ops_options *o, ds4_error *err)
         return ds4_error_set(err,
                              "the model's weights need %s of device memory, but the OpenCL device %s has %s; "
                              "use a device with more memory or --backend cpu",
-                             human_bytes(need, sizeof need, total), d->name, human_bytes(have, sizeof have, c->device_mem));
+                             format_bytes(need, sizeof need, total), d->name, format_bytes(have, sizeof have, c->device_mem));
     }
     for (size_t i = 0; i < nt; i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -232,7 +224,7 @@ static int place_file(clo_ctx *c, const cl_ops_options *o, ds4_error *err)
     return 0;
 }
 
-int cl_ops_add_tensor(void *ctx, const ds4_tensor *t, ds4_error *err)
+int clo_add_tensor(void *ctx, const ds4_tensor *t, ds4_error *err)
 {
     clo_ctx *c = ctx;
     if (!t->data || !t->nbytes) return 0;
@@ -243,7 +235,7 @@ int cl_ops_add_tensor(void *ctx, const ds4_tensor *t, ds4_error *err)
     return place(c, &s, NULL, &done, t->nbytes, err);
 }
 
-void cl_ops_weights(void *ctx, cl_ops_weight_info *out) { *out = ((clo_ctx *)ctx)->winfo; }
+void clo_weights(void *ctx, clo_weight_info *out) { *out = ((clo_ctx *)ctx)->winfo; }
 
 /* ---- context ------------------------------------------------------------------ */
 
@@ -253,7 +245,7 @@ static const char *const op_programs[] = { "basic", "hc", "rope", "matmul", "att
 
 /* At load the kernels are compiled, or read from the binary cache, so
  * that the first token does not pay for it and a load reports it. */
-static int build_programs(clo_ctx *c, const cl_ops_options *o, ds4_error *err)
+static int build_programs(clo_ctx *c, const clo_options *o, ds4_error *err)
 {
     for (size_t i = 0; i < N_OP_PROGRAMS; i++) {
         if (o->progress) o->progress(o->progress_ud, (double)i / (double)N_OP_PROGRAMS, "building OpenCL programs");
@@ -263,15 +255,11 @@ static int build_programs(clo_ctx *c, const cl_ops_options *o, ds4_error *err)
     return 0;
 }
 
-void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err)
+void *clo_new(const ds4_model *m, const clo_options *o, ds4_error *err)
 {
-    char msg[4096];
     clrt_options ro = { .device = o ? o->device : NULL, .cache_dir = o ? o->cache_dir : NULL };
-    clrt *rt = clrt_open(&ro, msg, sizeof msg);
-    if (!rt) {
-        ds4_error_set(err, "%s", msg);
-        return NULL;
-    }
+    clrt *rt = clrt_open(&ro, err);
+    if (!rt) return NULL;
     clo_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         clrt_close(rt);
@@ -287,17 +275,17 @@ void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err)
     c->device_mem = d->global_mem;
     if (o && o->device_mem && o->device_mem < c->device_mem) c->device_mem = o->device_mem;
     c->zero_copy = d->unified && !(o && o->copy_weights);
-    cl_kernel_shape shape = o ? o->shape : CL_SHAPE_AUTO;
-    c->cpu_shaped = shape == CL_SHAPE_AUTO ? (d->type & CL_DEVICE_TYPE_CPU) != 0 : shape == CL_SHAPE_CPU;
+    clo_kernel_shape shape = o ? o->shape : CLO_SHAPE_AUTO;
+    c->cpu_shaped = shape == CLO_SHAPE_AUTO ? (d->type & CL_DEVICE_TYPE_CPU) != 0 : shape == CLO_SHAPE_CPU;
     clrt_set_cpu_loops(rt, c->cpu_shaped); /* no program is built yet */
     if ((m->file && !(o && o->no_weights) && place_file(c, o, err)) || (o && o->build_all && build_programs(c, o, err))) {
-        cl_ops_free(c);
+        clo_free(c);
         return NULL;
     }
     return c;
 }
 
-void cl_ops_free(void *ctx)
+void clo_free(void *ctx)
 {
     clo_ctx *c = ctx;
     if (!c) return;
@@ -310,11 +298,11 @@ void cl_ops_free(void *ctx)
     free(c);
 }
 
-clrt *cl_ops_runtime(void *ctx) { return ((clo_ctx *)ctx)->rt; }
+clrt *clo_runtime(void *ctx) { return ((clo_ctx *)ctx)->rt; }
 
-bool cl_ops_cpu_shaped(void *ctx) { return ((clo_ctx *)ctx)->cpu_shaped; }
+bool clo_cpu_shaped(void *ctx) { return ((clo_ctx *)ctx)->cpu_shaped; }
 
-uint64_t cl_ops_scratch_estimate(void *ctx, int T, int n_ctx)
+uint64_t clo_scratch_estimate(void *ctx, int T, int n_ctx)
 {
     clo_ctx *c = ctx;
     uint64_t need[CLO_SCR_SLOTS] = { 0 };
@@ -326,11 +314,11 @@ uint64_t cl_ops_scratch_estimate(void *ctx, int T, int n_ctx)
     return total + CLO_SCRATCH_SLACK(clo_moe_scratch_bytes(c->hp, T)) + CLO_SCR_SLOTS;
 }
 
-void cl_ops_device_usage(void *ctx, cl_ops_device_use *out) { *out = ((clo_ctx *)ctx)->use; }
+void clo_device_usage(void *ctx, clo_device_use *out) { *out = ((clo_ctx *)ctx)->use; }
 
 /* ---- memory ops ------------------------------------------------------------------- */
 
-static ds4_buf *cl_alloc(void *ctx, size_t bytes)
+static ds4_buf *clo_alloc(void *ctx, size_t bytes)
 {
     clo_ctx *c = ctx;
     if (bytes > c->max_alloc) {
@@ -362,7 +350,7 @@ static ds4_buf *cl_alloc(void *ctx, size_t bytes)
     return b;
 }
 
-static ds4_buf *cl_view(void *ctx, ds4_buf *base, size_t off, size_t bytes)
+static ds4_buf *clo_view(void *ctx, ds4_buf *base, size_t off, size_t bytes)
 {
     clo_ctx *c = ctx;
     if (clo_range(c, "view", base, off, bytes)) return NULL;
@@ -376,7 +364,7 @@ static ds4_buf *cl_view(void *ctx, ds4_buf *base, size_t off, size_t bytes)
     return b;
 }
 
-static void cl_release(void *ctx, ds4_buf *b)
+static void clo_release(void *ctx, ds4_buf *b)
 {
     clo_ctx *c = ctx;
     if (!b) return;
@@ -396,7 +384,7 @@ static void CL_CALLBACK free_staging(cl_event ev, cl_int status, void *p)
  * and nothing waits; large ones (session restore) block. */
 #define STAGED_WRITE_MAX (1u << 20)
 
-static int cl_write(void *ctx, ds4_buf *dst, size_t off, const void *src, size_t n)
+static int clo_write(void *ctx, ds4_buf *dst, size_t off, const void *src, size_t n)
 {
     clo_ctx *c = ctx;
     if (clo_range(c, "write", dst, off, n)) return -1;
@@ -428,7 +416,7 @@ static int cl_write(void *ctx, ds4_buf *dst, size_t off, const void *src, size_t
     return rc == CL_SUCCESS ? 0 : clrt_fail_cl(c->rt, rc, "writing an OpenCL buffer");
 }
 
-static int cl_read(void *ctx, ds4_buf *src, size_t off, void *dst, size_t n)
+static int clo_read(void *ctx, ds4_buf *src, size_t off, void *dst, size_t n)
 {
     clo_ctx *c = ctx;
     if (clo_range(c, "read", src, off, n)) return -1;
@@ -438,14 +426,14 @@ static int cl_read(void *ctx, ds4_buf *src, size_t off, void *dst, size_t n)
     return rc == CL_SUCCESS ? 0 : clrt_fail_cl(c->rt, rc, "reading an OpenCL buffer (or work queued before it)");
 }
 
-static int cl_finish(void *ctx)
+static int clo_finish(void *ctx)
 {
     clo_ctx *c = ctx;
     clrt_count_wait(c->rt);
     return clrt_finish(c->rt);
 }
 
-static int cl_copy(void *ctx, ds4_buf *dst, size_t doff, ds4_buf *src, size_t soff, size_t n)
+static int clo_copy(void *ctx, ds4_buf *dst, size_t doff, ds4_buf *src, size_t soff, size_t n)
 {
     clo_ctx *c = ctx;
     if (clo_range(c, "copy", dst, doff, n) || clo_range(c, "copy", src, soff, n)) return -1;
@@ -468,16 +456,16 @@ static int cl_copy(void *ctx, ds4_buf *dst, size_t doff, ds4_buf *src, size_t so
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-const ds4_ops cl_ops = {
+const ds4_ops clo_ops = {
     .name = "opencl",
     .last_error = last_error,
-    .alloc = cl_alloc,
-    .view = cl_view,
-    .release = cl_release,
-    .write = cl_write,
-    .read = cl_read,
-    .finish = cl_finish,
-    .copy = cl_copy,
+    .alloc = clo_alloc,
+    .view = clo_view,
+    .release = clo_release,
+    .write = clo_write,
+    .read = clo_read,
+    .finish = clo_finish,
+    .copy = clo_copy,
     .embed = clo_embed,
     .hc_pre = clo_hc_pre,
     .hc_post = clo_hc_post,

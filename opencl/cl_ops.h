@@ -26,16 +26,16 @@
 #include "engine/ops.h"
 #include "opencl/cl_runtime.h"
 
-extern const ds4_ops cl_ops;
+extern const ds4_ops clo_ops;
 
 /* Kernel shapes: CPU-shaped (a few work-items, each looping over vectors)
  * or GPU-shaped (work-groups with lane-strided loads and local
  * reductions). AUTO picks by device type; tests force each on any device. */
-typedef enum { CL_SHAPE_AUTO = 0, CL_SHAPE_CPU, CL_SHAPE_GPU } cl_kernel_shape;
+typedef enum { CLO_SHAPE_AUTO = 0, CLO_SHAPE_CPU, CLO_SHAPE_GPU } clo_kernel_shape;
 
 typedef struct {
     const char *device;     /* selection, as clrt_pick */
-    cl_kernel_shape shape;
+    clo_kernel_shape shape;
     const char *cache_dir;  /* program cache root, as clrt_options */
     bool copy_weights;      /* upload even where zero-copy is possible */
     uint64_t max_alloc;     /* per-buffer limit below the device's; 0 = the device's */
@@ -47,41 +47,41 @@ typedef struct {
     /* Progress of a weight upload (fraction 0..1, short label); may be NULL. */
     void (*progress)(void *ud, double fraction, const char *what);
     void *progress_ud;
-} cl_ops_options;
+} clo_options;
 
 /* A context for m on the selected device (o may be NULL); NULL with err on
  * failure (no OpenCL, no matching device, weights do not fit). */
-void *cl_ops_new(const ds4_model *m, const cl_ops_options *o, ds4_error *err);
-void cl_ops_free(void *ctx);
-clrt *cl_ops_runtime(void *ctx);
+void *clo_new(const ds4_model *m, const clo_options *o, ds4_error *err);
+void clo_free(void *ctx);
+clrt *clo_runtime(void *ctx);
 /* The kernel shape the context runs (AUTO resolved): true for CPU-shaped. */
-bool cl_ops_cpu_shaped(void *ctx);
+bool clo_cpu_shaped(void *ctx);
 
 /* Gives a tensor that is not part of the model file device memory too
  * (tests build odd shapes this way); its data must outlive the context. */
-int cl_ops_add_tensor(void *ctx, const ds4_tensor *t, ds4_error *err);
+int clo_add_tensor(void *ctx, const ds4_tensor *t, ds4_error *err);
 
 typedef struct {
     uint64_t bytes;    /* tensor bytes given device memory */
     uint64_t uploaded; /* of which copied to the device (0 when zero-copy) */
     int buffers;       /* OpenCL buffers made for them */
     int split;         /* tensors split over several buffers */
-} cl_ops_weight_info;
-void cl_ops_weights(void *ctx, cl_ops_weight_info *out);
+} clo_weight_info;
+void clo_weights(void *ctx, clo_weight_info *out);
 
 /* Device bytes the context's own scratch reaches for chunks of up to T
  * tokens in a session of n_ctx: every op's scratch (hyper-connections,
  * the indexer's keys and transposed queries, attention block partials,
  * the MoE's), with the slack clo_scratch grows by. An upper bound: the
  * memory planner adds it to the session's buffers. */
-uint64_t cl_ops_scratch_estimate(void *ctx, int T, int n_ctx);
+uint64_t clo_scratch_estimate(void *ctx, int T, int n_ctx);
 
 /* Device memory the context holds besides the weights: session buffers
  * (ds4_ops alloc) and scratch, now and at most so far. */
 typedef struct {
     uint64_t buffers, scratch; /* now */
     uint64_t peak;             /* largest buffers + scratch held at once */
-} cl_ops_device_use;
-void cl_ops_device_usage(void *ctx, cl_ops_device_use *out);
+} clo_device_use;
+void clo_device_usage(void *ctx, clo_device_use *out);
 
 #endif

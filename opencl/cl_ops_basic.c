@@ -20,7 +20,7 @@ int clo_embed(void *ctx, const ds4_tensor *table, ds4_buf *tokens, int T, ds4_bu
     if (clo_range(c, "embed", tokens, 0, (size_t)T * 4) ||
         clo_range(c, "embed", S, 0, (size_t)T * (size_t)hp->n_hc * (size_t)D * F4))
         return -1;
-    if (!dense_type(table->type)) return clo_fail(c, "embed: table type %s", ggml_type_name(table->type));
+    if (!dense_type(table->type)) return clo_fail(c, "embed: table type %s", quant_type_name(table->type));
     cl_kernel k = clo_kernel(c, PROG, "embed_rows");
     if (!k) return -1;
     /* one launch per device piece of the table (one unless it was split) */

@@ -23,7 +23,7 @@ static int hc_common(clo_ctx *c, const char *op, const ds4_hc_site *w, ds4_buf *
         return -1;
     uint32_t ft = w->fn->type;
     if (ft != GGML_TYPE_F32 && ft != GGML_TYPE_F16 && ft != GGML_TYPE_BF16 && ft != GGML_TYPE_Q8_0)
-        return clo_fail(c, "%s: mixer type %s", op, ggml_type_name(ft));
+        return clo_fail(c, "%s: mixer type %s", op, quant_type_name(ft));
     if (w->fn->ne[0] != n || n_mix < (head ? nh : hp->mix_hc))
         return clo_fail(c, "%s: mixer %s is [%lld, %d], wanted [%d, %d]", op, w->fn->name, (long long)w->fn->ne[0], n_mix, n,
                         head ? nh : hp->mix_hc);

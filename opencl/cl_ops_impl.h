@@ -62,14 +62,14 @@ typedef struct {
     clrt *rt;
     clo_piece *w;       /* sorted by data */
     size_t n_w, cap_w;
-    cl_ops_weight_info winfo;
+    clo_weight_info winfo;
     bool zero_copy;
     bool cpu_shaped;    /* see clo_is_cpu */
     uint64_t max_alloc;
     uint64_t device_mem;
     cl_mem scr[CLO_SCR_SLOTS];
     size_t scr_n[CLO_SCR_SLOTS];
-    cl_ops_device_use use; /* see cl_ops_device_usage */
+    clo_device_use use; /* see clo_device_usage */
 } clo_ctx;
 
 /* Records a message for last_error(); returns -1. */
@@ -88,7 +88,7 @@ static inline cl_kernel clo_kernel(clo_ctx *c, const char *program, const char *
 size_t clo_group(const clo_ctx *c, size_t want);
 /* True when ops should use CPU-shaped kernels: on CPU devices (PoCL),
  * where work-items that loop over vectors beat GPU-style lane striding,
- * unless cl_ops_options.shape forces one shape (tests run both). */
+ * unless clo_options.shape forces one shape (tests run both). */
 bool clo_is_cpu(const clo_ctx *c);
 
 /* Buffer argument pair: mem, ulong offset in elements of elem bytes. A NULL
@@ -106,7 +106,7 @@ int clo_arg_weight(clo_ctx *c, clrt_call *call, const ds4_tensor *t, size_t offs
  * kept when it grows, by a quarter more than asked, CLO_SCRATCH_SLACK);
  * NULL (recorded) on failure. Growing releases the old buffer, which
  * OpenCL keeps alive for work already queued on it. Every op's use of a
- * slot must be counted in cl_ops_scratch_estimate (cl_ops.c). */
+ * slot must be counted in clo_scratch_estimate (cl_ops.c). */
 #define CLO_SCRATCH_SLACK(bytes) ((bytes) + (bytes) / 4)
 cl_mem clo_scratch(clo_ctx *c, int slot, size_t bytes);
 

@@ -108,9 +108,9 @@ static void fill_device(clrt_device *o, cl_platform_id p, cl_device_id d, int in
     o->unified = b == CL_TRUE || (o->type & CL_DEVICE_TYPE_CPU);
 }
 
-static int no_platform(char *err, size_t errn, cl_int rc)
+static int no_platform(ds4_error *err, cl_int rc)
 {
-    snprintf(err, errn,
+    ds4_error_set(err,
              "no OpenCL platform found (%s): no OpenCL driver (ICD) is installed or visible. "
              "Install one (e.g. the Debian package pocl-opencl-icd, or your GPU vendor's OpenCL "
              "driver), or use --backend cpu",
@@ -118,20 +118,20 @@ static int no_platform(char *err, size_t errn, cl_int rc)
     return -1;
 }
 
-int clrt_devices(clrt_device **out, int *n, char *err, size_t errn)
+int clrt_devices(clrt_device **out, int *n, ds4_error *err)
 {
     *out = NULL;
     *n = 0;
     cl_uint np = 0;
     cl_int rc = clGetPlatformIDs(0, NULL, &np);
-    if (rc != CL_SUCCESS || np == 0) return no_platform(err, errn, rc == CL_SUCCESS ? CL_PLATFORM_NOT_FOUND_KHR : rc);
+    if (rc != CL_SUCCESS || np == 0) return no_platform(err, rc == CL_SUCCESS ? CL_PLATFORM_NOT_FOUND_KHR : rc);
     cl_platform_id plats[MAX_PLATFORMS];
     if (np > MAX_PLATFORMS) np = MAX_PLATFORMS;
     rc = clGetPlatformIDs(np, plats, NULL);
-    if (rc != CL_SUCCESS) return no_platform(err, errn, rc);
+    if (rc != CL_SUCCESS) return no_platform(err, rc);
     clrt_device *devs = calloc((size_t)np * MAX_DEVICES, sizeof *devs);
     if (!devs) {
-        snprintf(err, errn, "out of memory");
+        ds4_error_set(err, "out of memory");
         return -1;
     }
     int count = 0;
@@ -145,7 +145,7 @@ int clrt_devices(clrt_device **out, int *n, char *err, size_t errn)
     }
     if (count == 0) {
         free(devs);
-        snprintf(err, errn, "OpenCL is installed (%u platform%s) but offers no device", np, np == 1 ? "" : "s");
+        ds4_error_set(err, "OpenCL is installed (%u platform%s) but offers no device", np, np == 1 ? "" : "s");
         return -1;
     }
     *out = devs;
@@ -153,7 +153,7 @@ int clrt_devices(clrt_device **out, int *n, char *err, size_t errn)
     return 0;
 }
 
-int clrt_pick(const clrt_device *devs, int n, const char *want, char *err, size_t errn)
+int clrt_pick(const clrt_device *devs, int n, const char *want, ds4_error *err)
 {
     const char *src = "--device";
     if (!want || !*want) {
@@ -164,20 +164,20 @@ int clrt_pick(const clrt_device *devs, int n, const char *want, char *err, size_
         for (int i = 0; i < n; i++)
             if (devs[i].type & CL_DEVICE_TYPE_GPU) return i;
         if (n > 0) return 0;
-        snprintf(err, errn, "no OpenCL device");
+        ds4_error_set(err, "no OpenCL device");
         return -1;
     }
     char *end = NULL;
     long idx = strtol(want, &end, 10);
     if (end != want && *end == 0) {
         if (idx >= 0 && idx < n) return (int)idx;
-        snprintf(err, errn, "%s=%s: no OpenCL device has index %ld (there %s %d; see ds4cl --list-devices)", src,
+        ds4_error_set(err, "%s=%s: no OpenCL device has index %ld (there %s %d; see ds4cl --list-devices)", src,
                  want, idx, n == 1 ? "is" : "are", n);
         return -1;
     }
     for (int i = 0; i < n; i++)
         if (strcasestr(devs[i].name, want)) return i;
-    snprintf(err, errn, "%s=%s: no OpenCL device name contains \"%s\" (see ds4cl --list-devices)", src, want, want);
+    ds4_error_set(err, "%s=%s: no OpenCL device name contains \"%s\" (see ds4cl --list-devices)", src, want, want);
     return -1;
 }
 
@@ -272,16 +272,16 @@ static void set_cache_dir(clrt *rt, const char *override)
     }
     char dir[PATH_MAX];
     if ((size_t)snprintf(dir, sizeof dir, "%s/cl", base) >= sizeof dir) return;
-    if (mkdir_p(dir, 0700) != 0) return; /* no cache: build every time */
+    if (base_mkdir_p(dir, 0700) != 0) return; /* no cache: build every time */
     snprintf(rt->cache_dir, sizeof rt->cache_dir, "%s", dir);
 }
 
-clrt *clrt_open(const clrt_options *o, char *err, size_t errn)
+clrt *clrt_open(const clrt_options *o, ds4_error *err)
 {
     clrt_device *devs;
     int n;
-    if (clrt_devices(&devs, &n, err, errn) != 0) return NULL;
-    int pick = clrt_pick(devs, n, o ? o->device : NULL, err, errn);
+    if (clrt_devices(&devs, &n, err) != 0) return NULL;
+    int pick = clrt_pick(devs, n, o ? o->device : NULL, err);
     if (pick < 0) {
         free(devs);
         return NULL;
@@ -289,7 +289,7 @@ clrt *clrt_open(const clrt_options *o, char *err, size_t errn)
     clrt *rt = calloc(1, sizeof *rt);
     if (!rt) {
         free(devs);
-        snprintf(err, errn, "out of memory");
+        ds4_error_set(err, "out of memory");
         return NULL;
     }
     rt->dev = devs[pick];
@@ -299,7 +299,7 @@ clrt *clrt_open(const clrt_options *o, char *err, size_t errn)
     cl_context_properties props[] = { CL_CONTEXT_PLATFORM, (cl_context_properties)rt->dev.platform, 0 };
     rt->ctx = clCreateContext(props, 1, &rt->dev.id, NULL, NULL, &rc);
     if (!rt->ctx) {
-        snprintf(err, errn, "cannot create an OpenCL context on %s: %s", rt->dev.name, clrt_strerror(rc));
+        ds4_error_set(err, "cannot create an OpenCL context on %s: %s", rt->dev.name, clrt_strerror(rc));
         clrt_close(rt);
         return NULL;
     }
@@ -309,13 +309,13 @@ clrt *clrt_open(const clrt_options *o, char *err, size_t errn)
     rt->q = clCreateCommandQueue(rt->ctx, rt->dev.id, 0, &rc);
 #pragma GCC diagnostic pop
     if (!rt->q) {
-        snprintf(err, errn, "cannot create an OpenCL queue on %s: %s", rt->dev.name, clrt_strerror(rc));
+        ds4_error_set(err, "cannot create an OpenCL queue on %s: %s", rt->dev.name, clrt_strerror(rc));
         clrt_close(rt);
         return NULL;
     }
     set_build_options(rt, (rt->dev.type & CL_DEVICE_TYPE_CPU) != 0);
     set_cache_dir(rt, o ? o->cache_dir : NULL);
-    rt->sources = o && o->sources ? o->sources : cl_sources;
+    rt->sources = o && o->sources ? o->sources : clrt_sources;
     return rt;
 }
 

@@ -58,6 +58,8 @@
 
 #include <CL/cl.h>
 
+#include "base/base.h"
+
 /* ---- devices --------------------------------------------------------------- */
 
 typedef struct {
@@ -81,11 +83,11 @@ typedef struct {
 
 /* All devices into a malloc'd array (*n entries). Returns 0, or -1 with a
  * message in err (no platform / ICD installed, or no device at all). */
-int clrt_devices(clrt_device **out, int *n, char *err, size_t errn);
+int clrt_devices(clrt_device **out, int *n, ds4_error *err);
 
 /* Index into devs of the device `want` selects (rule above), or -1 with a
  * message in err. */
-int clrt_pick(const clrt_device *devs, int n, const char *want, char *err, size_t errn);
+int clrt_pick(const clrt_device *devs, int n, const char *want, ds4_error *err);
 
 /* "GPU", "CPU", "accelerator", … */
 const char *clrt_type_name(cl_device_type t);
@@ -104,11 +106,11 @@ typedef struct {
     const char *cache_dir; /* program cache root instead of the XDG cache
                               dir ("<dir>/ds4cl/cl"); "" disables the cache */
     const struct embedded_file *sources; /* programs (prompts/embedded.h);
-                                            NULL = the built-in cl_sources */
+                                            NULL = the built-in clrt_sources */
 } clrt_options;
 
 /* A context and queue on the selected device; NULL with a message in err. */
-clrt *clrt_open(const clrt_options *o, char *err, size_t errn);
+clrt *clrt_open(const clrt_options *o, ds4_error *err);
 /* CLRT_CPU for the programs built from now on: 1 lets kernels pick loops
  * shaped for CPUs. Set it to the kernel shape the host chose, so that the
  * GPU-shaped build also runs (and is tested) on a CPU device. -1 once a

@@ -10,7 +10,7 @@ struct embedded_file {
     size_t len;         /* bytes, without the terminating NUL */
 };
 
-extern const struct embedded_file cl_sources[];
+extern const struct embedded_file clrt_sources[];
 extern const struct embedded_file prompt_texts[];
 
 /* Looks a name up in a table; NULL when absent. */

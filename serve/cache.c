@@ -91,7 +91,7 @@ static void load_entry(sv_cache *c, const char *name)
 
 sv_cache *sv_cache_open(const char *dir, uint64_t max_bytes, uint64_t model_identity)
 {
-    if (!dir || mkdir_p(dir, 0700) != 0) return NULL;
+    if (!dir || base_mkdir_p(dir, 0700) != 0) return NULL;
     sv_cache *c = calloc(1, sizeof *c);
     if (!c) abort();
     c->dir = sv_strdup(dir);

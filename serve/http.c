@@ -173,7 +173,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             n = MHD_CONTENT_READER_END_WITH_ERROR;
             break;
         }
-        if (now_ms() - st->last_ms >= st->keepalive_ms) {
+        if (base_now_ms() - st->last_ms >= st->keepalive_ms) {
             static const char ka[] = ": keep-alive\n\n";
             n = (ssize_t)(sizeof ka - 1 < max ? sizeof ka - 1 : max);
             memcpy(buf, ka, (size_t)n);
@@ -182,7 +182,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         wait_tick(j);
     }
     pthread_mutex_unlock(&j->mu);
-    if (n > 0) st->last_ms = now_ms();
+    if (n > 0) st->last_ms = base_now_ms();
     return n;
 }
 
@@ -256,7 +256,7 @@ static enum MHD_Result run(serve *s, struct MHD_Connection *c, const char *url, 
         st->job = j;
         st->fd = fd;
         st->keepalive_ms = (s->cfg.keepalive_s > 0 ? s->cfg.keepalive_s : DEFAULT_KEEPALIVE_S) * 1000.0;
-        st->last_ms = now_ms();
+        st->last_ms = base_now_ms();
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st,
                                                                       stream_free);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
@@ -337,7 +337,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cs = calloc(1, sizeof *cs);
         if (!cs) abort();
         cs->s = s;
-        cs->t0 = now_ms();
+        cs->t0 = base_now_ms();
         *con_cls = cs;
         if (!authorized(s, c)) return send_error(c, url, 401, "invalid_api_key", "missing or wrong API key");
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -356,7 +356,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         if (!cs->too_big) sb_append(&cs->body, upload, *upload_size);
         *upload_size = 0;
-        if (now_ms() - cs->t0 > limit * 1000.0)
+        if (base_now_ms() - cs->t0 > limit * 1000.0)
             return send_error(c, url, 408, NULL, "the request body took longer than %d s", limit);
         return MHD_YES;
     }

@@ -17,7 +17,7 @@ sv_job *sv_job_new(serve_request *req, const sv_writer *w, const char *model)
     j->req = req;
     j->w = w;
     j->seq = atomic_fetch_add(&counter, 1) + 1;
-    j->created = wall_time_s();
+    j->created = base_wall_time_s();
     j->block = -1;
     snprintf(j->id, sizeof j->id, "%llx%06lx", (unsigned long long)j->created, j->seq & 0xffffff);
     snprintf(j->model, sizeof j->model, "%s", model ? model : "ds4");

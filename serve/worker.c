@@ -265,7 +265,7 @@ static void sample_reply(sv_worker *w, gen *g)
     if (r->have_top_p) sp.top_p = r->top_p;
     if (r->have_top_k) sp.top_k = r->top_k;
     if (r->have_seed) sp.seed = r->seed;
-    else if (!w->cfg.seed_given) sp.seed = (uint64_t)wall_time_s() * 0x9e3779b97f4a7c15ull ^ j->seq;
+    else if (!w->cfg.seed_given) sp.seed = (uint64_t)base_wall_time_s() * 0x9e3779b97f4a7c15ull ^ j->seq;
     ds4_sampler *sampler = ds4_sampler_new(&sp);
     ds4_tokens sampled = { 0 };
     ds4_callbacks cb = { .cancel = job_cancelled, .ud = g };
@@ -351,11 +351,11 @@ static void run_job(sv_worker *w, slot *sl, sv_job *j)
 {
     gen g = { .w = w, .j = j, .sess = sl->sess };
     gen_setup(&g);
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     ds4_error err = { "" };
     if (j->req->stream) j->w->begin(j);
     ds4_status rc = prefill(w, &g, &err);
-    double t1 = now_ms();
+    double t1 = base_now_ms();
     if (rc == DS4_ERROR) {
         snprintf(j->error, sizeof j->error, "engine: %s", err.msg);
         j->finish = SV_FINISH_ERROR;
@@ -368,7 +368,7 @@ static void run_job(sv_worker *w, slot *sl, sv_job *j)
         fprintf(stderr, "ds4cl serve: request %lu%s: prompt %zu tokens (%zu prefilled, %zu cached) in %.0f ms, "
                         "%zu generated in %.0f ms, %s\n",
                 j->seq, w->n_slots > 1 ? slot_name(sl) : "", j->prompt_tokens, j->prefilled, j->cached_tokens, t1 - t0, j->completion_tokens,
-                now_ms() - t1,
+                base_now_ms() - t1,
                 j->finish == SV_FINISH_CANCEL ? "cancelled" : j->finish == SV_FINISH_ERROR ? j->error
                                                                                            : sv_finish_openai(j->finish));
     if (j->req->stream && j->finish != SV_FINISH_CANCEL) j->w->end(j);

@@ -144,7 +144,7 @@ static int cmd_delete(sessions_ctx *c, const char *args, char **out)
      * the same command again soon after deletes it (as Ctrl+C twice quits). */
     static char pending[SESSION_ID_MAX];
     static double pending_ms;
-    double now = now_ms();
+    double now = base_now_ms();
     if (strcmp(pending, id) || now - pending_ms > DELETE_CONFIRM_MS) {
         snprintf(pending, sizeof pending, "%s", id);
         pending_ms = now;

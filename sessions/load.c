@@ -21,7 +21,7 @@ static bool keep_damaged(session *s, const char *path, char *backup, size_t size
     char *raw = file_read_regular(path, &len);
     char err[320];
     /* never over an earlier copy (two repairs within a second) */
-    long long now = (long long)wall_time_s();
+    long long now = (long long)base_wall_time_s();
     snprintf(backup, size, "%s.damaged-%lld", path, now);
     for (int k = 2; access(backup, F_OK) == 0 && k < 1000; k++) snprintf(backup, size, "%s.damaged-%lld-%d", path, now, k);
     if (!raw || file_write_atomic(backup, raw, len, 0600, false, err, sizeof err) != 0) {

@@ -16,7 +16,7 @@
 
 int session_write_meta_locked(session *s, char *err, size_t errlen)
 {
-    s->meta.info.updated = wall_time_s();
+    s->meta.info.updated = base_wall_time_s();
     char path[PATH_MAX];
     session_path_in(s, JOURNAL_FILE, path, sizeof path);
     s->meta.journal_bytes = file_bytes(path);

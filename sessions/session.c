@@ -34,7 +34,7 @@ void session_note(session *s, const char *fmt, ...)
 
 void session_path_in(const session *s, const char *name, char *buf, size_t size)
 {
-    path_join(buf, size, s->dir, name);
+    session_path_join(buf, size, s->dir, name);
 }
 
 static session *session_alloc(const char *dir, int lock_fd)
@@ -140,7 +140,7 @@ static session *load_locked(const char *id, const char *dir, int lock_fd, char *
         char path[PATH_MAX];
         session_path_in(s, JOURNAL_FILE, path, sizeof path);
         struct stat st;
-        s->meta.info.created = s->meta.info.updated = stat(path, &st) == 0 ? (int64_t)st.st_mtime : wall_time_s();
+        s->meta.info.created = s->meta.info.updated = stat(path, &st) == 0 ? (int64_t)st.st_mtime : base_wall_time_s();
         if (s->meta.info.user_turns > 0) {
             session_note(s, "the metadata of session %s was missing or unreadable; it was rebuilt from the journal", id);
             s->dirty = true;
@@ -212,7 +212,7 @@ session *session_create(const char *id, const char *cwd, char *err, size_t errle
     session *s = session_alloc(dir, fd);
     snprintf(s->meta.info.id, sizeof s->meta.info.id, "%s", id ? id : gen);
     snprintf(s->meta.info.cwd, sizeof s->meta.info.cwd, "%s", cwd ? cwd : "");
-    s->meta.info.created = s->meta.info.updated = wall_time_s();
+    s->meta.info.created = s->meta.info.updated = base_wall_time_s();
     s->created_here = true;
     return s;
 }
@@ -670,7 +670,7 @@ session *session_fork(session *s, char *err, size_t errlen)
     if (rc == 0) {
         snprintf(m.info.forked_from, sizeof m.info.forked_from, "%s", m.info.id);
         snprintf(m.info.id, sizeof m.info.id, "%s", f->meta.info.id);
-        m.info.created = m.info.updated = wall_time_s();
+        m.info.created = m.info.updated = base_wall_time_s();
         if (file_bytes(to) != m.snap_file_bytes) m.snap_tokens = 0;
         rc = meta_write(f->dir, &m, err, errlen);
     }

@@ -61,7 +61,7 @@ void meta_from_journal(const journal_scan *j, session_info *info);
 void title_from_text(char *out, size_t size, const char *text, size_t len);
 
 /* dir/name into buf; false when it does not fit. */
-bool path_join(char *buf, size_t size, const char *dir, const char *name);
+bool session_path_join(char *buf, size_t size, const char *dir, const char *name);
 /* Bounded formatting whose truncation is acceptable (messages, IDs). */
 void strf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -24,7 +24,7 @@
 /* A temporary file of a cache write older than this was abandoned. */
 #define STALE_TEMP_S 3600
 
-bool path_join(char *buf, size_t size, const char *dir, const char *name)
+bool session_path_join(char *buf, size_t size, const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
     if (a + 1 + b >= size) {
@@ -50,7 +50,7 @@ const char *sessions_dir(char *buf, size_t size)
     char base[PATH_MAX];
     if (!xdg_dir(XDG_DATA, base, sizeof base)) return NULL;
     int n = snprintf(buf, size, "%s/sessions", base);
-    if (n < 0 || (size_t)n >= size || mkdir_p(buf, 0700) != 0) return NULL;
+    if (n < 0 || (size_t)n >= size || base_mkdir_p(buf, 0700) != 0) return NULL;
     return buf;
 }
 
@@ -67,7 +67,7 @@ const char *sysprompt_cache_dir(char *buf, size_t size)
     char base[PATH_MAX];
     if (!xdg_dir(XDG_CACHE, base, sizeof base)) return NULL;
     int n = snprintf(buf, size, "%s/sysprompt", base);
-    if (n < 0 || (size_t)n >= size || mkdir_p(buf, 0700) != 0) return NULL;
+    if (n < 0 || (size_t)n >= size || base_mkdir_p(buf, 0700) != 0) return NULL;
     return buf;
 }
 
@@ -86,7 +86,7 @@ void random_session_id(char *out, size_t size)
 {
     unsigned char b[4];
     if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
-        uint64_t x = (uint64_t)now_ms() * 2654435761u ^ (uint64_t)getpid() << 16;
+        uint64_t x = (uint64_t)base_now_ms() * 2654435761u ^ (uint64_t)getpid() << 16;
         memcpy(b, &x, sizeof b);
     }
     snprintf(out, size, "%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
@@ -148,7 +148,7 @@ void session_trim_run(const char *run_dir)
     while ((de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         char path[PATH_MAX];
-        if (!path_join(path, sizeof path, run_dir, de->d_name)) continue;
+        if (!session_path_join(path, sizeof path, run_dir, de->d_name)) continue;
         struct stat st;
         if (is_job_log(de->d_name) && lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
             if (n == cap) {
@@ -170,7 +170,7 @@ void session_trim_run(const char *run_dir)
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
         char path[PATH_MAX];
-        if (!path_join(path, sizeof path, run_dir, logs[i].name)) continue;
+        if (!session_path_join(path, sizeof path, run_dir, logs[i].name)) continue;
         if (total + logs[i].bytes <= JOB_LOGS_KEPT) {
             total += logs[i].bytes;
             kept++;
@@ -204,7 +204,7 @@ static bool has_leftovers(const char *dir)
     while (!found && (de = readdir(d))) {
         char path[PATH_MAX];
         /* job logs alone are kept, not left over */
-        if (!strcmp(de->d_name, RUN_DIR)) found = path_join(path, sizeof path, dir, RUN_DIR) && run_has_scratch(path);
+        if (!strcmp(de->d_name, RUN_DIR)) found = session_path_join(path, sizeof path, dir, RUN_DIR) && run_has_scratch(path);
         else found = is_leftover(de->d_name);
     }
     closedir(d);
@@ -219,7 +219,7 @@ void session_remove_leftovers(const char *dir)
     while ((de = readdir(d))) {
         if (!is_leftover(de->d_name)) continue;
         char path[PATH_MAX];
-        if (!path_join(path, sizeof path, dir, de->d_name)) continue;
+        if (!session_path_join(path, sizeof path, dir, de->d_name)) continue;
         if (!strcmp(de->d_name, RUN_DIR)) session_trim_run(path);
         else rm_rf(path);
     }
@@ -229,7 +229,7 @@ void session_remove_leftovers(const char *dir)
 int session_lock(const char *dir)
 {
     char path[PATH_MAX];
-    path_join(path, sizeof path, dir, LOCK_FILE);
+    session_path_join(path, sizeof path, dir, LOCK_FILE);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return -1;
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -244,7 +244,7 @@ int session_lock(const char *dir)
 bool session_locked(const char *dir)
 {
     char path[PATH_MAX];
-    path_join(path, sizeof path, dir, LOCK_FILE);
+    session_path_join(path, sizeof path, dir, LOCK_FILE);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return false;
     bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
@@ -316,7 +316,7 @@ int meta_write(const char *dir, const session_meta *m, char *err, size_t errlen)
     if (m->journal_bytes) json_object_object_add(o, "journal_bytes", json_object_new_uint64(m->journal_bytes));
     const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
     char path[PATH_MAX];
-    path_join(path, sizeof path, dir, META_FILE);
+    session_path_join(path, sizeof path, dir, META_FILE);
     strbuf b = { 0 };
     sb_puts(&b, text);
     sb_putc(&b, '\n');
@@ -363,7 +363,7 @@ int meta_read(const char *dir, session_meta *out)
 {
     memset(out, 0, sizeof *out);
     char path[PATH_MAX];
-    path_join(path, sizeof path, dir, META_FILE);
+    session_path_join(path, sizeof path, dir, META_FILE);
     size_t len;
     char *text = file_read_regular(path, &len);
     if (!text) return -1;
@@ -502,7 +502,7 @@ static int by_updated(const void *a, const void *b)
 static bool recover_entry(const char *dir, const char *id, session_info *info)
 {
     char path[PATH_MAX];
-    path_join(path, sizeof path, dir, JOURNAL_FILE);
+    session_path_join(path, sizeof path, dir, JOURNAL_FILE);
     journal_scan j;
     bool have = journal_read(path, &j) == 0;
     memset(info, 0, sizeof *info);
@@ -510,9 +510,9 @@ static bool recover_entry(const char *dir, const char *id, session_info *info)
     if (have) meta_from_journal(&j, info);
     journal_scan_free(&j);
     struct stat st;
-    int64_t mtime = stat(have ? path : dir, &st) == 0 ? (int64_t)st.st_mtime : wall_time_s();
+    int64_t mtime = stat(have ? path : dir, &st) == 0 ? (int64_t)st.st_mtime : base_wall_time_s();
     if (info->user_turns == 0) {
-        if (wall_time_s() - mtime > EMPTY_DIR_GRACE_S) {
+        if (base_wall_time_s() - mtime > EMPTY_DIR_GRACE_S) {
             int fd = session_lock(dir);
             if (fd >= 0) {
                 rm_rf(dir);
@@ -551,7 +551,7 @@ int sessions_list(session_info **out, char *err, size_t errlen)
     struct dirent *de;
     while ((de = readdir(d))) {
         char dir[PATH_MAX];
-        path_join(dir, sizeof dir, root, de->d_name);
+        session_path_join(dir, sizeof dir, root, de->d_name);
         if (!strncmp(de->d_name, ".deleted-", 9)) {
             rm_rf(dir); /* an interrupted deletion */
             continue;
@@ -567,7 +567,7 @@ int sessions_list(session_info **out, char *err, size_t errlen)
             continue;
         }
         char path[PATH_MAX];
-        path_join(path, sizeof path, dir, STATE_FILE);
+        session_path_join(path, sizeof path, dir, STATE_FILE);
         info.snapshot_bytes = file_bytes(path);
         info.in_use = session_locked(dir);
         info_push(&iv, &info);
@@ -605,7 +605,7 @@ char *sessions_format_list(const session_info *v, size_t n, size_t max, const ch
     size_t w = 8;
     for (size_t i = 0; i < shown; i++)
         if (strlen(v[i].id) > w) w = strlen(v[i].id);
-    int64_t now = wall_time_s();
+    int64_t now = base_wall_time_s();
     for (size_t i = 0; i < shown; i++) {
         const session_info *s = &v[i];
         char age[16], toks[16];
@@ -801,8 +801,8 @@ uint64_t sessions_enforce_budget(uint64_t budget)
         while (d && (de = readdir(d))) {
             if (!session_id_valid(de->d_name)) continue;
             char dir[PATH_MAX], path[PATH_MAX + 16];
-            path_join(dir, sizeof dir, root, de->d_name);
-            path_join(path, sizeof path, dir, STATE_FILE);
+            session_path_join(dir, sizeof dir, root, de->d_name);
+            session_path_join(path, sizeof path, dir, STATE_FILE);
             snap_push(&sv, path, dir);
             /* what a killed process left in a session nobody has open
              * (a browser profile, a half-written snapshot) */
@@ -822,12 +822,12 @@ uint64_t sessions_enforce_budget(uint64_t budget)
         while (d && (de = readdir(d))) {
             size_t l = strlen(de->d_name);
             char path[PATH_MAX];
-            if (!path_join(path, sizeof path, cache, de->d_name)) continue;
+            if (!session_path_join(path, sizeof path, cache, de->d_name)) continue;
             if (de->d_name[0] == '.' && strstr(de->d_name, ".tmp.")) {
                 /* A write cut short; another process may be writing one
                  * now, so only old ones go. */
                 struct stat st;
-                if (lstat(path, &st) == 0 && wall_time_s() - (int64_t)st.st_mtime > STALE_TEMP_S) unlink(path);
+                if (lstat(path, &st) == 0 && base_wall_time_s() - (int64_t)st.st_mtime > STALE_TEMP_S) unlink(path);
                 continue;
             }
             if (de->d_name[0] == '.' || l < 4 || strcmp(de->d_name + l - 3, ".kv")) continue;

@@ -110,7 +110,7 @@ dsml_parser *dsml_parse_chunked(const dsml_schema *s, bool thinking, const char 
 /* ---- synthetic vocabulary ----------------------------------------------------- */
 
 static const char *const pieces[] = {
-    /* DSML shapes (see ds4-gguf §8.1 for the real splits) */
+    /* DSML shapes (doc/model.md §14) */
     "<", "</", "tool", "_c", "alls", ">\n", ">", "\n", "\n\n", "inv", "oke", " name", "=\"", "\"", "\">",
     "\">\n", " string", "true", "false", "parameter", "parameter>\n", "parameter>", "tool_calls", "invoke",
     "read", "edit", "bash", "_status", "list", "path", "old", "new", "command", "job", "depth", "max",

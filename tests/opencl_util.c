@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/cpu_ops.h"
+#include "cpu/cpu_ops.h"
 #include "engine/quant.h"
 #include "opencl/cl_runtime.h"
 #include "tests/test.h"
@@ -15,7 +15,7 @@
 const char *oclt_cache_dir(void)
 {
     const char *dir = test_printf("%s/build/test-cache", test_root());
-    mkdir_p(dir, 0700);
+    base_mkdir_p(dir, 0700);
     /* PoCL's own kernel cache (its work-group specialisations) beside ours,
      * set before the first OpenCL call of this process */
     setenv("POCL_CACHE_DIR", test_printf("%s/pocl", dir), 0);
@@ -28,14 +28,14 @@ void oclt_require_device(void)
     setenv("XDG_CACHE_HOME", oclt_cache_dir(), 1);
     clrt_device *devs;
     int n;
-    char err[1024];
-    if (clrt_devices(&devs, &n, err, sizeof err) != 0) SKIP("no OpenCL device: %s", err);
+    ds4_error err = { "" };
+    if (clrt_devices(&devs, &n, &err) != 0) SKIP("no OpenCL device: %s", err.msg);
     free(devs);
 }
 
 oclt *oclt_open(const mk_spec *spec) { return oclt_open_with(spec, NULL); }
 
-oclt *oclt_open_with(const mk_spec *spec, const cl_ops_options *o)
+oclt *oclt_open_with(const mk_spec *spec, const clo_options *o)
 {
     oclt_require_device();
     oclt *f = test_alloc(sizeof *f);
@@ -50,13 +50,13 @@ oclt *oclt_open_with(const mk_spec *spec, const cl_ops_options *o)
     CHECK_MSG(f->m != NULL, "fixture: %s", err.msg);
     f->hp = &f->m->hp;
     f->ops[OCLT_CPU] = &cpu_ops;
-    f->ops[OCLT_CL] = &cl_ops;
+    f->ops[OCLT_CL] = &clo_ops;
     f->ctx[OCLT_CPU] = cpu_ops_new(f->m, 2, &err);
     CHECK_MSG(f->ctx[OCLT_CPU] != NULL, "cpu ops: %s", err.msg);
-    cl_ops_options co = { 0 };
+    clo_options co = { 0 };
     if (o) co = *o;
     if (!co.cache_dir) co.cache_dir = oclt_cache_dir();
-    f->ctx[OCLT_CL] = cl_ops_new(f->m, &co, &err);
+    f->ctx[OCLT_CL] = clo_new(f->m, &co, &err);
     CHECK_MSG(f->ctx[OCLT_CL] != NULL, "opencl ops: %s", err.msg);
     return f;
 }
@@ -68,7 +68,7 @@ void oclt_close(oclt *f)
         free(f->bufs[s]);
     }
     cpu_ops_free(f->ctx[OCLT_CPU]);
-    cl_ops_free(f->ctx[OCLT_CL]);
+    clo_free(f->ctx[OCLT_CL]);
     model_free(f->m);
     gguf_close(f->g);
     free(f->file);
@@ -143,10 +143,10 @@ void *oclt_read(oclt *f, oclt_buf b, int side)
 const ds4_tensor *oclt_tensor(oclt *f, uint32_t type, int64_t ne0, int64_t ne1, int64_t ne2, float scale)
 {
     const quant_type_info *qi = quant_type(type);
-    CHECK_MSG(qi != NULL && ne0 % qi->block_elems == 0, "oclt_tensor: type %s with rows of %lld", ggml_type_name(type),
+    CHECK_MSG(qi != NULL && ne0 % qi->block_elems == 0, "oclt_tensor: type %s with rows of %lld", quant_type_name(type),
               (long long)ne0);
     ds4_tensor *t = test_alloc(sizeof *t);
-    t->name = test_printf("test.%s.%lldx%lldx%lld", ggml_type_name(type), (long long)ne0, (long long)ne1, (long long)ne2);
+    t->name = test_printf("test.%s.%lldx%lldx%lld", quant_type_name(type), (long long)ne0, (long long)ne1, (long long)ne2);
     t->type = type;
     t->n_dims = ne2 > 1 ? 3 : ne1 > 1 ? 2 : 1;
     t->ne[0] = ne0;
@@ -167,7 +167,7 @@ const ds4_tensor *oclt_tensor(oclt *f, uint32_t type, int64_t ne0, int64_t ne1, 
     }
     t->data = data;
     ds4_error err = { "" };
-    CHECK_MSG(cl_ops_add_tensor(f->ctx[OCLT_CL], t, &err) == 0, "oclt_tensor: %s", err.msg);
+    CHECK_MSG(clo_add_tensor(f->ctx[OCLT_CL], t, &err) == 0, "oclt_tensor: %s", err.msg);
     return t;
 }
 

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "engine/gguf.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "opencl/cl_ops.h"
@@ -64,7 +64,7 @@ void oclt_require_device(void);
 /* A fixture on spec (NULL: mk_spec_tiny) with both contexts; o adds
  * OpenCL options (NULL: defaults, with the test cache). */
 oclt *oclt_open(const mk_spec *spec);
-oclt *oclt_open_with(const mk_spec *spec, const cl_ops_options *o);
+oclt *oclt_open_with(const mk_spec *spec, const clo_options *o);
 void oclt_close(oclt *f);
 
 /* Buffer pairs. */

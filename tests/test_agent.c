@@ -267,7 +267,7 @@ TEST(agent, tool_results_and_project_files_cannot_inject_control_tokens)
     while (sys_end < rec.idle.n && ids[sys_end] != user) sys_end++;
     agent_config clean = test_config(e, 8192);
     const char *dir = test_tmp_path("clean");
-    mkdir_p(dir, 0700);
+    base_mkdir_p(dir, 0700);
     clean.workspace = dir;
     agent *c = test_agent(&clean);
     persist_rec crec = { 0 };
@@ -1061,11 +1061,8 @@ TEST(agent, stop_while_busy_returns_promptly)
 
 /* ---- with the tool registry ---------------------------------------------------------- */
 
-#pragma weak tools_all
-
 TEST(agent, interrupt_during_a_long_bash_is_fast)
 {
-    if (!tools_all) SKIP("the tool registry is not part of this build yet");
     tu_tag_processes();
     const char *lines[] = {
         script_line(test_printf("wait</think>%s", dsml_block("bash", "command", "sleep 31337 & sleep 31338", NULL)), NULL),
@@ -1294,7 +1291,6 @@ TEST(agent, tiny_model_forced_tool_call_parses)
     ds4_engine_options o = { .model_path = agent_test_model(), .backend = DS4_BACKEND_CPU };
     ds4_error err = { "" };
     ds4_engine *e = ds4_engine_open(&o, &err);
-    if (!e && strstr(err.msg, "not part of this build")) SKIP("the CPU engine is not part of this build yet");
     CHECK_MSG(e != NULL, "%s", err.msg);
     const ds4_tokenizer *t = ds4_engine_tokenizer(e);
     char msg[256];
@@ -1375,7 +1371,6 @@ static void answer_yes_default_wait(agent *a, const agent_event *e, void *ud)
 
 TEST(agent, registry_confirmation_round_trip)
 {
-    if (!tools_all) SKIP("the tool registry is not part of this build yet");
     const char *lines[] = {
         script_line(test_printf("w</think>%s", dsml_block("write", "path", "allowed.txt", "content", "yes\n", NULL)), NULL),
         script_line("ok</think>Written.", NULL),
@@ -1400,7 +1395,6 @@ TEST(agent, registry_confirmation_round_trip)
 
 TEST(agent, missing_landlock_is_said_once_and_bash_asks)
 {
-    if (!tools_all) SKIP("the tool registry is not part of this build yet");
     tu_hide_landlock();
     const char *call = test_printf("b</think>%s", dsml_block("bash", "command", "ls", NULL));
     const char *lines[] = {
@@ -1425,7 +1419,6 @@ TEST(agent, missing_landlock_is_said_once_and_bash_asks)
 
 TEST(agent, unanswered_question_is_a_no_after_the_timeout)
 {
-    if (!tools_all) SKIP("the tool registry is not part of this build yet");
     const char *lines[] = {
         script_line(test_printf("w</think>%s", dsml_block("write", "path", "late.txt", "content", "x", NULL)), NULL),
         script_line("ok</think>Not written.", "\"expect\": \"nobody answered the approval question in time\""),
@@ -1471,7 +1464,6 @@ TEST(agent, unanswered_question_is_a_no_after_the_timeout)
 
 TEST(agent, compaction_tells_the_model_about_running_jobs)
 {
-    if (!tools_all) SKIP("the tool registry is not part of this build yet");
     const char *lines[] = {
         script_line(test_printf("j</think>%s", dsml_block("bash", "command", "sleep 30; echo marker-job-done",
                                                            "refresh_sec", "=1", NULL)),
@@ -1674,7 +1666,6 @@ TEST(agent, tiny_model_compaction_reads_only_the_summary_and_the_tail)
 
 TEST(agent, system_prompt_renders_the_registry_agents_md_and_extra_text)
 {
-    if (!tools_all) SKIP("the tool registry is not part of this build yet");
     test_write_file(test_tmp_path("AGENTS.md"), "Run make check before committing.", 33);
     const char *lines[] = { NULL };
     ds4_engine *e = script_engine(write_script(lines));

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/npm_vocab.h"
 #include "tests/test.h"
 

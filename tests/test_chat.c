@@ -92,7 +92,7 @@ TEST(chat, rendered_vector_v3)
     ds4_chat_user(t, &out, "Hi");
     ds4_chat_assistant_prefix(t, &out, DS4_THINK_NONE);
     static const int32_t want[] = { 0, 3476, 477, 260, 11502, 22896, 128803, 23166, 128804, 128822 };
-    check_tokens("§6.9 rendered", &out, want, sizeof want / sizeof *want);
+    check_tokens("rendered", &out, want, sizeof want / sizeof *want);
     ds4_tokens_free(&out);
 }
 
@@ -153,7 +153,7 @@ static void append_ids(ds4_tokens *dst, const ds4_tokenizer *t, const char *text
 }
 
 /* System texts after the prefix and after each other form one text run:
- * "schemas." + "\n\n" is the single token ".\n\n" (§6.6). */
+ * "schemas." + "\n\n" is the single token ".\n\n" (doc/model.md §13.4). */
 TEST(chat, adjacent_system_texts_join)
 {
     ds4_tokenizer *t = tok_v3();

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "engine/quant.h"
-#include "engine/threadpool.h"
+#include "cpu/threadpool.h"
 #include "tests/test.h"
 
 static uint32_t rnd_state = 12345;
@@ -53,7 +53,7 @@ static void check_type(uint32_t type, int64_t n, int rows, int T)
                 mag += fabs((double)deq[(size_t)r * (size_t)n + (size_t)i] * x[t * n + i]);
             }
             CHECK_MSG(fabs(y[t * rows + r] - ref) <= 1e-6 * mag + 1e-6, "%s n=%lld row %d token %d: %.9g vs %.9g",
-                      ggml_type_name(type), (long long)n, r, t, y[t * rows + r], ref);
+                      quant_type_name(type), (long long)n, r, t, y[t * rows + r], ref);
         }
     /* each token alone, and rows in an odd split: the same bits */
     for (int t = 0; t < T; t++) {
@@ -61,7 +61,7 @@ static void check_type(uint32_t type, int64_t n, int rows, int T)
         float *yy = y1;
         cpu_mm_rows(&cw, 0, 3 < rows ? 3 : rows, 1, &x1, &yy, scratch);
         if (rows > 3) cpu_mm_rows(&cw, 3, rows, 1, &x1, &yy, scratch);
-        CHECK_MSG(memcmp(y1, y + t * rows, (size_t)rows * 4) == 0, "%s token %d alone differs", ggml_type_name(type), t);
+        CHECK_MSG(memcmp(y1, y + t * rows, (size_t)rows * 4) == 0, "%s token %d alone differs", quant_type_name(type), t);
     }
     free(scratch);
 }

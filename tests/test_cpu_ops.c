@@ -2,14 +2,14 @@
  * exact ties, which random weights almost never produce but real runs do
  * (indexer rows whose head dots are all ≤ 0 score exactly 0): the router
  * keeps the lower expert id, the indexer the lower row, as the reference
- * does (ds4-forward §7.7, §8). Thread counts must not change the choice. */
+ * does (doc/model.md §6.5, §7). Thread counts must not change the choice. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cpu_ops.h"
+#include "cpu/cpu_ops.h"
 #include "engine/gguf.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/model.h"
 #include "tests/test.h"
 

@@ -41,7 +41,7 @@ static void fixture_init(fixture *f, const char *path)
     f->cfg.path = path;
     f->dest = test_tmp_path("out/model.gguf");
     f->part = test_tmp_path("out/model.gguf.part");
-    mkdir_p(test_tmp_path("out"), 0755);
+    base_mkdir_p(test_tmp_path("out"), 0755);
     /* Keep the default-model link and HF token lookups inside the test. */
     setenv("XDG_DATA_HOME", test_tmp_path("xdg"), 1);
     setenv("HOME", test_tmp_path("home"), 1);
@@ -765,7 +765,7 @@ TEST(download_model_path, a_real_file_at_the_default_path_is_kept)
     char buf[PATH_MAX], err[512];
     const char *dflt = default_model_path(buf, sizeof buf);
     CHECK(dflt != NULL);
-    CHECK_EQ_INT(mkdir_p(test_tmp_path("xdg/ds4cl/models"), 0755), 0);
+    CHECK_EQ_INT(base_mkdir_p(test_tmp_path("xdg/ds4cl/models"), 0755), 0);
     test_write_file(dflt, "GGUF", 4);
     test_write_file(test_tmp_path("other.gguf"), "X", 1);
     CHECK_EQ_INT(default_model_set(test_tmp_path("other.gguf"), err, sizeof err), -1);

@@ -12,7 +12,7 @@
 #include "tests/fwd_util.h"
 #include "tests/test.h"
 
-/* ---- rounding simulations (ds4-forward §3.2, §3.3) -------------------------------- */
+/* ---- rounding simulations (doc/model.md §2.2, §2.3) -------------------------------- */
 
 TEST(forward_numerics, e4m3_rounds_to_nearest_even_code)
 {
@@ -80,7 +80,7 @@ TEST(forward_numerics, hadamard_is_an_orthonormal_involution)
     CHECK_NEAR(one[1], 0.0f, 1e-6);
 }
 
-/* ---- RoPE (§3.1) ---------------------------------------------------------------------- */
+/* ---- RoPE (§2.1) ---------------------------------------------------------------------- */
 
 TEST(forward_numerics, rope_frequencies_match_the_spec_table)
 {

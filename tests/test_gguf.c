@@ -1,5 +1,5 @@
 /* Tests of the GGUF reader: a valid file read back field by field, every
- * malformed-input class of ds4-gguf.md §2.9 rejected with a message naming
+ * malformed-input class of doc/model.md §12.1 rejected with a message naming
  * the problem, the golden model, and the identity hash. */
 #include <stdio.h>
 #include <string.h>
@@ -148,7 +148,7 @@ TEST(gguf, opens_file_by_path_and_reports_missing_path)
     gb_free(&b);
 }
 
-/* §2.9.1 and 14: every proper prefix of a valid file fails cleanly. */
+/* Every proper prefix of a valid file fails cleanly. */
 TEST(gguf, rejects_every_truncation)
 {
     gbuf b = { 0 };

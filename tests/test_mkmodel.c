@@ -8,7 +8,7 @@
 
 #include "engine/gguf.h"
 #include "engine/gguf_write.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/model.h"
 #include "engine/npm_vocab.h"
 #include "engine/quant.h"

@@ -172,7 +172,7 @@ TEST(model, binds_golden_model)
     CHECK(info.identity == gguf_identity(f));
     CHECK_EQ_INT(info.weights_bytes, total);
 
-    /* §11.1 for 1000 tokens: 6 windows of 16 rows; ratio-4 layers 2 and 4:
+    /* doc/model.md §9 for 1000 tokens: 6 windows of 16 rows; ratio-4 layers 2 and 4:
      * 250 rows + frontier 2·8·1024 + 250 indexer rows + 2·8·256; ratio-128
      * layers 3 and 5: 7 rows + 2·128·512; logits 311; 1000 token ids. */
     uint64_t floats = 6 * 16 * 512 + 2 * (250 * 512 + 2 * 8 * 1024 + 250 * 128 + 2 * 8 * 256) +

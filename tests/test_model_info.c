@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "tests/gguf_util.h"
 #include "tests/test.h"
 
@@ -25,7 +25,7 @@ TEST(model_info, golden_model)
     CHECK_CONTAINS(out, "Q2_K          6 tensors");
     CHECK_CONTAINS(out, "total       178 tensors  23.00 MiB");
     CHECK_CONTAINS(out, "memory for 1000 tokens");
-    /* ds4-forward §11.1 for 1000 tokens = 2,722,940 bytes (see model.binds_golden_model) */
+    /* doc/model.md §9 for 1000 tokens = 2,722,940 bytes (see model.binds_golden_model) */
     CHECK_CONTAINS(out, "session state     2.60 MiB");
     rc = test_runf(&out, "%s/ds4cl --model-info -m %s", test_bindir(), path);
     CHECK_EQ_INT(rc, 0);

@@ -10,11 +10,11 @@
 #include "tests/opencl_util.h"
 #include "tests/test.h"
 
-static const cl_kernel_shape shapes[] = { CL_SHAPE_CPU, CL_SHAPE_GPU };
+static const clo_kernel_shape shapes[] = { CLO_SHAPE_CPU, CLO_SHAPE_GPU };
 
-static oclt *open_shape(const mk_spec *spec, cl_kernel_shape shape)
+static oclt *open_shape(const mk_spec *spec, clo_kernel_shape shape)
 {
-    cl_ops_options o = { .shape = shape };
+    clo_options o = { .shape = shape };
     return oclt_open_with(spec, &o);
 }
 
@@ -119,7 +119,7 @@ static void check_indexer(oclt *f, oclt_buf q, oclt_buf w, oclt_buf rows, ds4_ca
     OCLT_SAME(f, sel, sel.bytes);
 }
 
-static void indexer_cases(const mk_spec *spec, cl_kernel_shape shape)
+static void indexer_cases(const mk_spec *spec, clo_kernel_shape shape)
 {
     oclt *f = open_shape(spec, shape);
     const int nh = f->hp->n_indexer_head, hd = f->hp->indexer_head_dim, k = f->hp->indexer_top_k;
@@ -221,7 +221,7 @@ static void check_attention(oclt *f, const attn_case *ac, ds4_cache_type ct, con
     OCLT_CLOSE(f, o, (size_t)T * (size_t)H * (size_t)hd, (size_t)hd, 1e-5);
 }
 
-static void attention_cases(cl_kernel_shape shape)
+static void attention_cases(clo_kernel_shape shape)
 {
     oclt *f = open_shape(NULL, shape);
     const ds4_hparams *hp = f->hp;

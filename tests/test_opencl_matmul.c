@@ -16,7 +16,7 @@
 #include "tests/opencl_util.h"
 #include "tests/test.h"
 
-static const cl_kernel_shape shapes[] = { CL_SHAPE_CPU, CL_SHAPE_GPU };
+static const clo_kernel_shape shapes[] = { CLO_SHAPE_CPU, CLO_SHAPE_GPU };
 static const uint32_t all_types[] = { GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,   GGML_TYPE_Q8_0,
                                       GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_IQ2_XXS };
 static const int token_counts[] = { 1, 2, 5, 64, 67 };
@@ -25,9 +25,9 @@ static const int token_counts[] = { 1, 2, 5, 64, 67 };
  * relative to the largest output of a token (seen: below 5e-7) */
 #define TOL 3e-6
 
-static oclt *open_with(const mk_spec *spec, cl_kernel_shape shape, uint64_t max_alloc)
+static oclt *open_with(const mk_spec *spec, clo_kernel_shape shape, uint64_t max_alloc)
 {
-    cl_ops_options o = { .shape = shape, .max_alloc = max_alloc };
+    clo_options o = { .shape = shape, .max_alloc = max_alloc };
     return oclt_open_with(spec, &o);
 }
 
@@ -43,7 +43,7 @@ static oclt_buf check_matmul(oclt *f, const ds4_tensor *W, int T, int n_groups)
 
 /* ---- matmul ------------------------------------------------------------------------- */
 
-static void matmul_formats(cl_kernel_shape shape)
+static void matmul_formats(clo_kernel_shape shape)
 {
     oclt *f = open_with(NULL, shape, 0);
     for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++) {
@@ -53,8 +53,8 @@ static void matmul_formats(cl_kernel_shape shape)
     oclt_close(f);
 }
 
-TEST(opencl_matmul, every_format_decode_and_prefill_cpu_shape) { matmul_formats(CL_SHAPE_CPU); }
-TEST(opencl_matmul, every_format_decode_and_prefill_gpu_shape) { matmul_formats(CL_SHAPE_GPU); }
+TEST(opencl_matmul, every_format_decode_and_prefill_cpu_shape) { matmul_formats(CLO_SHAPE_CPU); }
+TEST(opencl_matmul, every_format_decode_and_prefill_gpu_shape) { matmul_formats(CLO_SHAPE_GPU); }
 
 TEST(opencl_matmul, plain_types_with_rows_not_a_multiple_of_32)
 {
@@ -120,8 +120,8 @@ TEST(opencl_matmul, weights_split_over_several_buffers)
         oclt *f = open_with(NULL, shapes[s], 64 << 10);
         const ds4_tensor *W = oclt_tensor(f, GGML_TYPE_Q8_0, 256, 512, 1, 0.5f);
         const ds4_tensor *G = oclt_tensor(f, GGML_TYPE_F32, 64, 700, 1, 0.5f);
-        cl_ops_weight_info wi;
-        cl_ops_weights(f->ctx[OCLT_CL], &wi);
+        clo_weight_info wi;
+        clo_weights(f->ctx[OCLT_CL], &wi);
         CHECK(wi.split >= 2);
         for (int T = 1; T <= 6; T += 5) {
             check_matmul(f, W, T, 1);
@@ -135,7 +135,7 @@ TEST(opencl_matmul, weights_split_over_several_buffers)
 /* The CPU-shaped kernels give a token the same bits alone as inside a chunk. */
 TEST(opencl_matmul, a_token_alone_and_in_a_chunk_agree_bit_for_bit)
 {
-    oclt *f = open_with(NULL, CL_SHAPE_CPU, 0);
+    oclt *f = open_with(NULL, CLO_SHAPE_CPU, 0);
     const int out = 21, C = OCLT_CL;
     const ds4_ops *ops = f->ops[C];
     void *ctx = f->ctx[C];
@@ -157,7 +157,7 @@ TEST(opencl_matmul, a_token_alone_and_in_a_chunk_agree_bit_for_bit)
                 CHECK(ops->matmul(ctx, W, x1.b[C], 1, 1, y1.b[C]) == 0);
                 CHECK(ops->read(ctx, y1.b[C], 0, one, sizeof one) == 0);
                 CHECK_MSG(memcmp(one, chunk + t * out, sizeof one) == 0, "%s, rows of %d: token %d differs alone",
-                          ggml_type_name(all_types[i]), n, t);
+                          quant_type_name(all_types[i]), n, t);
             }
         }
     oclt_close(f);
@@ -216,7 +216,7 @@ static void moe_cases(oclt *f, const experts *ex)
         }
 }
 
-static void moe_formats(cl_kernel_shape shape)
+static void moe_formats(clo_kernel_shape shape)
 {
     /* the fixture's q2 and q4 experts, then mixed formats */
     for (int q = 0; q < 2; q++) {
@@ -239,8 +239,8 @@ static void moe_formats(cl_kernel_shape shape)
     }
 }
 
-TEST(opencl_moe, every_expert_format_cpu_shape) { moe_formats(CL_SHAPE_CPU); }
-TEST(opencl_moe, every_expert_format_gpu_shape) { moe_formats(CL_SHAPE_GPU); }
+TEST(opencl_moe, every_expert_format_cpu_shape) { moe_formats(CLO_SHAPE_CPU); }
+TEST(opencl_moe, every_expert_format_gpu_shape) { moe_formats(CLO_SHAPE_GPU); }
 
 TEST(opencl_moe, expert_tensors_split_over_several_buffers)
 {
@@ -248,8 +248,8 @@ TEST(opencl_moe, expert_tensors_split_over_several_buffers)
         /* 64 KiB buffers: a few experts per piece, and the decode path
          * falls back to the sorted kernels */
         oclt *f = open_with(NULL, shapes[s], 64 << 10);
-        cl_ops_weight_info wi;
-        cl_ops_weights(f->ctx[OCLT_CL], &wi);
+        clo_weight_info wi;
+        clo_weights(f->ctx[OCLT_CL], &wi);
         CHECK(wi.split >= 3);
         const ds4_layer *L = &f->m->layers[1];
         experts ex = { &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps };
@@ -288,7 +288,7 @@ static void moe_alone_vs_chunk(oclt *f, const experts *ex, int T, int n_used)
 
 TEST(opencl_moe, a_token_alone_and_in_a_chunk_agree_bit_for_bit)
 {
-    oclt *f = open_with(NULL, CL_SHAPE_CPU, 0);
+    oclt *f = open_with(NULL, CLO_SHAPE_CPU, 0);
     const ds4_layer *L = &f->m->layers[4];
     experts ex = { &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps };
     moe_alone_vs_chunk(f, &ex, 9, 7);
@@ -362,7 +362,7 @@ TEST(opencl_moe, refuses_bad_types_shapes_and_buffers)
 TEST(opencl_matmul, iq2_xxs_tables_are_the_engines)
 {
     oclt *f = oclt_open(NULL);
-    clrt *rt = cl_ops_runtime(f->ctx[OCLT_CL]);
+    clrt *rt = clo_runtime(f->ctx[OCLT_CL]);
     cl_int rc;
     cl_mem grid = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE, 256 * 8 * 4, NULL, &rc);
     cl_mem signs = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE, 128 * 8 * 4, NULL, &rc);
@@ -393,7 +393,7 @@ TEST(opencl_matmul, iq2_xxs_tables_are_the_engines)
 
 /* ds4cl-bench --cl-bench on the rows whose name holds `only`, small
  * enough for a test; its output in *text, its exit status returned. */
-static int cl_bench(const char *only, char **text)
+static int run_cl_bench(const char *only, char **text)
 {
     return test_runf(text, "XDG_CACHE_HOME=%s %s/ds4cl-bench --cl-bench --reps 1 --rotate-mb 4 --roof-mb 64 --only %s",
                      oclt_cache_dir(), test_bindir(), only);
@@ -417,7 +417,7 @@ TEST(opencl_bench, cl_bench_prints_roofs_and_rows)
 {
     oclt_require_device();
     char *text;
-    int rc = cl_bench("router", &text);
+    int rc = run_cl_bench("router", &text);
     CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", text);
     CHECK_CONTAINS(text, "kind,name,type,in,out,groups,T,weight_bytes,ms,gbps,pct_read_roof,gflops,pct_fma_peak");
     CHECK_CONTAINS(text, "roof,stream_read,");
@@ -436,7 +436,7 @@ TEST(opencl_bench, the_integer_probe_agrees_with_the_engine_and_reports_its_rate
 {
     oclt_require_device();
     char *text;
-    int rc = cl_bench("iq2_", &text);
+    int rc = run_cl_bench("iq2_", &text);
     CHECK_MSG(rc == 0, "ds4cl-bench failed: %s", text);
     check_row_rates(text, "\nprobe,iq2_int8,IQ2_XXS,4096,2048,1,1,2162688,");
     check_row_rates(text, "\nprobe,iq2_lookups,IQ2_XXS,4096,2048,1,1,2162688,");

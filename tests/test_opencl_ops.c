@@ -72,15 +72,15 @@ TEST(opencl_ops, swiglu_with_and_without_clamp)
 /* ---- norms and argmax ---------------------------------------------------------------- */
 
 /* Ops with CPU- and GPU-shaped kernels run each shape on any device. */
-static const cl_kernel_shape shapes[] = { CL_SHAPE_CPU, CL_SHAPE_GPU };
+static const clo_kernel_shape shapes[] = { CLO_SHAPE_CPU, CLO_SHAPE_GPU };
 
-static oclt *open_shape(const mk_spec *spec, cl_kernel_shape shape)
+static oclt *open_shape(const mk_spec *spec, clo_kernel_shape shape)
 {
-    cl_ops_options o = { .shape = shape };
+    clo_options o = { .shape = shape };
     return oclt_open_with(spec, &o);
 }
 
-static void rmsnorm_cases(cl_kernel_shape shape)
+static void rmsnorm_cases(clo_kernel_shape shape)
 {
     oclt *f = open_shape(NULL, shape);
     const ds4_layer *L = &f->m->layers[1];
@@ -162,7 +162,7 @@ static void check_hc_head(oclt *f, const ds4_hc_site *site, int T)
     OCLT_CLOSE(f, y, (size_t)T * (size_t)hp->n_embd, (size_t)hp->n_embd, 1e-5);
 }
 
-static void hc_pre_and_head_cases(const mk_spec *spec, cl_kernel_shape shape)
+static void hc_pre_and_head_cases(const mk_spec *spec, clo_kernel_shape shape)
 {
     oclt *f = open_shape(spec, shape);
     const ds4_hparams *hp = f->hp;
@@ -197,13 +197,13 @@ TEST(opencl_ops, hc_pre_and_head_other_stream_counts)
     mk_spec_tiny(&s);
     s.n_hc = 2;
     s.hc_sinkhorn_iters = 3;
-    hc_pre_and_head_cases(&s, CL_SHAPE_CPU);
+    hc_pre_and_head_cases(&s, CLO_SHAPE_CPU);
     mk_spec_tiny(&s);
     s.n_hc = 7;
-    hc_pre_and_head_cases(&s, CL_SHAPE_GPU);
+    hc_pre_and_head_cases(&s, CLO_SHAPE_GPU);
 }
 
-static void hc_post_cases(cl_kernel_shape shape)
+static void hc_post_cases(clo_kernel_shape shape)
 {
     oclt *f = open_shape(NULL, shape);
     const ds4_hparams *hp = f->hp;

@@ -10,7 +10,7 @@
 #include "engine/backend.h"
 #include "engine/ds4.h"
 #include "engine/forward.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "engine/quant.h"
 #include "opencl/cl_ops.h"
 #include "opencl/cl_runtime.h"
@@ -23,8 +23,8 @@ static clrt_device *devices(int *n)
 {
     oclt_require_device();
     clrt_device *d;
-    char err[1024];
-    CHECK_MSG(clrt_devices(&d, n, err, sizeof err) == 0, "%s", err);
+    ds4_error err = { "" };
+    CHECK_MSG(clrt_devices(&d, n, &err) == 0, "%s", err.msg);
     return d;
 }
 
@@ -38,30 +38,30 @@ TEST(opencl_runtime, devices_and_selection_rule)
         CHECK(d[i].name[0] && d[i].global_mem > 0 && d[i].max_alloc > 0 && d[i].base_align >= 4);
         CHECK_CONTAINS(d[i].c_version, "OpenCL C");
     }
-    char err[512];
+    ds4_error err = { "" };
     unsetenv("DS4CL_DEVICE");
-    int def = clrt_pick(d, n, NULL, err, sizeof err);
+    int def = clrt_pick(d, n, NULL, &err);
     int first_gpu = -1;
     for (int i = n - 1; i >= 0; i--)
         if (d[i].type & CL_DEVICE_TYPE_GPU) first_gpu = i;
     CHECK_EQ_INT(def, first_gpu >= 0 ? first_gpu : 0);
-    CHECK_EQ_INT(clrt_pick(d, n, "", err, sizeof err), def);
+    CHECK_EQ_INT(clrt_pick(d, n, "", &err), def);
     /* by index, and by a case-changed piece of the name */
-    CHECK_EQ_INT(clrt_pick(d, n, test_printf("%d", n - 1), err, sizeof err), n - 1);
+    CHECK_EQ_INT(clrt_pick(d, n, test_printf("%d", n - 1), &err), n - 1);
     char *part = test_strdup(d[n - 1].name + (strlen(d[n - 1].name) > 4 ? 2 : 0));
     part[strlen(part) > 5 ? 5 : strlen(part)] = 0;
     for (char *p = part; *p; p++) *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-    int by_name = clrt_pick(d, n, part, err, sizeof err);
+    int by_name = clrt_pick(d, n, part, &err);
     CHECK(by_name >= 0 && strcasestr(d[by_name].name, part));
-    CHECK_EQ_INT(clrt_pick(d, n, "999", err, sizeof err), -1);
-    CHECK_CONTAINS(err, "no OpenCL device has index 999");
-    CHECK_EQ_INT(clrt_pick(d, n, "no-such-device-xyz", err, sizeof err), -1);
-    CHECK_CONTAINS(err, "no-such-device-xyz");
+    CHECK_EQ_INT(clrt_pick(d, n, "999", &err), -1);
+    CHECK_CONTAINS(err.msg, "no OpenCL device has index 999");
+    CHECK_EQ_INT(clrt_pick(d, n, "no-such-device-xyz", &err), -1);
+    CHECK_CONTAINS(err.msg, "no-such-device-xyz");
     /* the environment applies only when nothing is given */
     setenv("DS4CL_DEVICE", "no-such-device-xyz", 1);
-    CHECK_EQ_INT(clrt_pick(d, n, NULL, err, sizeof err), -1);
-    CHECK_CONTAINS(err, "DS4CL_DEVICE");
-    CHECK_EQ_INT(clrt_pick(d, n, "0", err, sizeof err), 0);
+    CHECK_EQ_INT(clrt_pick(d, n, NULL, &err), -1);
+    CHECK_CONTAINS(err.msg, "DS4CL_DEVICE");
+    CHECK_EQ_INT(clrt_pick(d, n, "0", &err), 0);
     unsetenv("DS4CL_DEVICE");
     free(d);
 }
@@ -70,10 +70,10 @@ TEST(opencl_runtime, program_cache_hit_and_corrupt_entry_rebuilt)
 {
     oclt_require_device();
     const char *root = test_tmpdir();
-    char err[4096];
+    ds4_error err = { "" };
     clrt_options o = { .cache_dir = root };
-    clrt *rt = clrt_open(&o, err, sizeof err);
-    CHECK_MSG(rt != NULL, "%s", err);
+    clrt *rt = clrt_open(&o, &err);
+    CHECK_MSG(rt != NULL, "%s", err.msg);
     char path[4096];
     clrt_cache_path(rt, "basic", path, sizeof path);
     CHECK_CONTAINS(path, test_printf("%s/ds4cl/cl/", root));
@@ -87,7 +87,7 @@ TEST(opencl_runtime, program_cache_hit_and_corrupt_entry_rebuilt)
     CHECK_MSG(stat(path, &sb) == 0 && sb.st_size > 72, "no cache entry %s", path);
 
     /* the second runtime loads the binary */
-    rt = clrt_open(&o, err, sizeof err);
+    rt = clrt_open(&o, &err);
     CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
     st = clrt_get_stats(rt);
     CHECK_EQ_INT(st.cache_hits, 1);
@@ -100,18 +100,18 @@ TEST(opencl_runtime, program_cache_hit_and_corrupt_entry_rebuilt)
     CHECK(bytes && len > 100);
     bytes[len / 2] ^= 0x5a;
     test_write_file(path, bytes, len);
-    rt = clrt_open(&o, err, sizeof err);
+    rt = clrt_open(&o, &err);
     CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
     st = clrt_get_stats(rt);
     CHECK_EQ_INT(st.cache_rejects, 1);
     CHECK_EQ_INT(st.builds, 1);
     clrt_close(rt);
     test_write_file(path, "DS4", 3); /* truncated */
-    rt = clrt_open(&o, err, sizeof err);
+    rt = clrt_open(&o, &err);
     CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
     CHECK_EQ_INT(clrt_get_stats(rt).builds, 1);
     clrt_close(rt);
-    rt = clrt_open(&o, err, sizeof err);
+    rt = clrt_open(&o, &err);
     CHECK(rt && clrt_kernel(rt, "basic", "add_f32") != NULL);
     CHECK_EQ_INT(clrt_get_stats(rt).cache_hits, 1);
     clrt_close(rt);
@@ -123,9 +123,9 @@ static int built_cpu_loops(int shape)
 {
     static const char probe[] = "__kernel void k(__global int *x) { x[0] = CLRT_CPU; }\n";
     const struct embedded_file table[] = { { "probe", probe, sizeof probe - 1 }, { NULL, NULL, 0 } };
-    char err[4096];
-    clrt *rt = clrt_open(&(clrt_options){ .cache_dir = "", .sources = table }, err, sizeof err);
-    CHECK_MSG(rt != NULL, "%s", err);
+    ds4_error err = { "" };
+    clrt *rt = clrt_open(&(clrt_options){ .cache_dir = "", .sources = table }, &err);
+    CHECK_MSG(rt != NULL, "%s", err.msg);
     if (shape >= 0) CHECK(clrt_set_cpu_loops(rt, shape == 1) == 0);
     cl_int rc, v = -7;
     cl_mem m = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof v, &v, &rc);
@@ -163,10 +163,10 @@ TEST(opencl_runtime, build_and_lookup_errors_are_explained)
         { "fine", fine, sizeof fine - 1 },
         { NULL, NULL, 0 },
     };
-    char err[4096];
+    ds4_error err = { "" };
     clrt_options o = { .cache_dir = "", .sources = table };
-    clrt *rt = clrt_open(&o, err, sizeof err);
-    CHECK_MSG(rt != NULL, "%s", err);
+    clrt *rt = clrt_open(&o, &err);
+    CHECK_MSG(rt != NULL, "%s", err.msg);
     CHECK(clrt_kernel(rt, "broken", "k") == NULL);
     CHECK_CONTAINS(clrt_error(rt), "building OpenCL program broken");
     CHECK_CONTAINS(clrt_error(rt), "undeclared_thing"); /* the build log */
@@ -183,8 +183,8 @@ TEST(opencl_runtime, build_and_lookup_errors_are_explained)
     CHECK_CONTAINS(clrt_error(rt), "OpenCL kernel k, argument 0");
     clrt_close(rt);
 
-    CHECK(clrt_open(&(clrt_options){ .device = "no-such-device-xyz" }, err, sizeof err) == NULL);
-    CHECK_CONTAINS(err, "no OpenCL device name contains");
+    CHECK(clrt_open(&(clrt_options){ .device = "no-such-device-xyz" }, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "no OpenCL device name contains");
 }
 
 typedef struct {
@@ -207,20 +207,20 @@ static void on_progress(void *ud, double fraction, const char *what)
 TEST(opencl_runtime, weights_zero_copy_upload_and_split)
 {
     oclt *f = oclt_open(NULL);
-    cl_ops_weight_info wi;
-    cl_ops_weights(f->ctx[OCLT_CL], &wi);
+    clo_weight_info wi;
+    clo_weights(f->ctx[OCLT_CL], &wi);
     uint64_t total = 0;
     for (size_t i = 0; i < gguf_n_tensors(f->g); i++) total += gguf_tensor_at(f->g, i)->nbytes;
     CHECK_EQ_INT(wi.bytes, total);
     CHECK_EQ_INT(wi.split, 0);
-    bool unified = clrt_dev(cl_ops_runtime(f->ctx[OCLT_CL]))->unified;
+    bool unified = clrt_dev(clo_runtime(f->ctx[OCLT_CL]))->unified;
     CHECK_EQ_INT(wi.uploaded, unified ? 0 : total);
     oclt_close(f);
 
     progress_seen seen = { 0, 0.0, true };
-    cl_ops_options up = { .copy_weights = true, .progress = on_progress, .progress_ud = &seen };
+    clo_options up = { .copy_weights = true, .progress = on_progress, .progress_ud = &seen };
     f = oclt_open_with(NULL, &up);
-    cl_ops_weights(f->ctx[OCLT_CL], &wi);
+    clo_weights(f->ctx[OCLT_CL], &wi);
     CHECK_EQ_INT(wi.uploaded, total);
     CHECK(seen.calls > 10 && seen.monotonic && seen.last == 1.0);
     {
@@ -236,9 +236,9 @@ TEST(opencl_runtime, weights_zero_copy_upload_and_split)
     oclt_close(f);
 
     /* 40 KiB buffers: the tiny embedding (311 rows of 512 B) takes several */
-    cl_ops_options small = { .max_alloc = 40 << 10 };
+    clo_options small = { .max_alloc = 40 << 10 };
     f = oclt_open_with(NULL, &small);
-    cl_ops_weights(f->ctx[OCLT_CL], &wi);
+    clo_weights(f->ctx[OCLT_CL], &wi);
     CHECK(wi.split > 0 && wi.buffers > (int)gguf_n_tensors(f->g));
     const ds4_tensor *tab = &f->m->token_embd;
     int T = 9;
@@ -259,15 +259,16 @@ TEST(opencl_runtime, weights_zero_copy_upload_and_split)
     gguf_file *g = gguf_open_memory(file, len, &err);
     ds4_model *m = g ? model_bind(g, &err) : NULL;
     CHECK(m != NULL);
-    cl_ops_options tiny = { .max_alloc = 256, .cache_dir = oclt_cache_dir() };
-    void *ctx = cl_ops_new(m, &tiny, &err);
+    clo_options tiny = { .max_alloc = 256, .cache_dir = oclt_cache_dir() };
+    void *ctx = clo_new(m, &tiny, &err);
     CHECK(ctx == NULL);
     CHECK_CONTAINS(err.msg, "is larger than the largest buffer");
     /* weights to upload that exceed the device's memory: refused with both sizes */
-    cl_ops_options short_mem = { .copy_weights = true, .device_mem = 8 << 20, .cache_dir = oclt_cache_dir() };
-    CHECK(cl_ops_new(m, &short_mem, &err) == NULL);
-    CHECK_CONTAINS(err.msg, test_printf("the model's weights need %.1f MiB of device memory", (double)total / 1048576.0));
-    CHECK_CONTAINS(err.msg, "has 8.0 MiB");
+    clo_options short_mem = { .copy_weights = true, .device_mem = 8 << 20, .cache_dir = oclt_cache_dir() };
+    CHECK(clo_new(m, &short_mem, &err) == NULL);
+    char need[32];
+    CHECK_CONTAINS(err.msg, test_printf("the model's weights need %s of device memory", format_bytes(need, sizeof need, total)));
+    CHECK_CONTAINS(err.msg, "has 8.00 MiB");
     model_free(m);
     gguf_close(g);
     free(file);
@@ -399,7 +400,7 @@ TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
     ds4_engine *e = tiny_opencl_engine(4, NULL);
     ds4_error err = { "" };
     void *ctx = fwd_ops_ctx(fwd_of(e));
-    clrt *rt = cl_ops_runtime(ctx);
+    clrt *rt = clo_runtime(ctx);
     /* every program is ready once the engine is open: none is built later */
     clrt_stats at_open = clrt_get_stats(rt);
     CHECK(at_open.builds + at_open.cache_hits >= 8);
@@ -423,8 +424,8 @@ TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
     }
     clrt_stats at_end = clrt_get_stats(rt);
     CHECK_EQ_INT(at_end.builds + at_end.cache_hits, at_open.builds + at_open.cache_hits);
-    cl_ops_device_use u;
-    cl_ops_device_usage(ctx, &u);
+    clo_device_use u;
+    clo_device_usage(ctx, &u);
     fprintf(stderr, "session of %d tokens: peak %.1f KiB (buffers %.1f, scratch %.1f), estimate %.1f KiB\n", n_ctx,
             (double)u.peak / 1024, (double)u.buffers / 1024, (double)u.scratch / 1024, (double)estimate / 1024);
     CHECK(u.buffers > 0 && u.scratch > 0);
@@ -433,7 +434,7 @@ TEST(opencl_runtime, session_device_memory_stays_within_the_estimate)
     CHECK_MSG(estimate <= 2 * u.peak, "estimate %llu bytes for a peak of %llu", (unsigned long long)estimate,
               (unsigned long long)u.peak);
     ds4_session_close(ss);
-    cl_ops_device_usage(ctx, &u);
+    clo_device_usage(ctx, &u);
     CHECK_EQ_INT(u.buffers, 0);
     ds4_tokens_free(&ids);
     ds4_engine_close(e);
@@ -490,7 +491,7 @@ TEST(opencl_runtime, a_cancelled_prefill_stops_the_device_within_a_layer)
     int n_layer = 0;
     ds4_engine *e = tiny_opencl_engine(6, &n_layer);
     ds4_error err = { "" };
-    clrt *rt = cl_ops_runtime(fwd_ops_ctx(fwd_of(e)));
+    clrt *rt = clo_runtime(fwd_ops_ctx(fwd_of(e)));
     ds4_tokens ids = { 0 };
     fwd_random_ids(&ids, 400, e->n_vocab, 33);
     ds4_session *a = ds4_session_open(e, 512, &err), *b = ds4_session_open(e, 512, &err);

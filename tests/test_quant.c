@@ -42,7 +42,7 @@ TEST(quant, type_table)
         const quant_type_info *t = quant_type(want[i].t);
         CHECK(t != NULL);
         CHECK_STR_EQ(t->name, want[i].name);
-        CHECK_STR_EQ(ggml_type_name(want[i].t), want[i].name);
+        CHECK_STR_EQ(quant_type_name(want[i].t), want[i].name);
         CHECK_EQ_INT(t->block_elems, want[i].be);
         CHECK_EQ_INT(t->block_bytes, want[i].bb);
         CHECK(t->storable == (want[i].t != GGML_TYPE_Q8_K));
@@ -50,8 +50,8 @@ TEST(quant, type_table)
     CHECK(quant_type(14) == NULL);
     CHECK(quant_type(2) == NULL);
     CHECK(quant_type(1000) == NULL);
-    CHECK_STR_EQ(ggml_type_name(14), "Q6_K");
-    CHECK_STR_EQ(ggml_type_name(1000), "?");
+    CHECK_STR_EQ(quant_type_name(14), "Q6_K");
+    CHECK_STR_EQ(quant_type_name(1000), "?");
     CHECK_EQ_INT(quant_row_bytes(GGML_TYPE_Q8_0, 4096), 4352);
     CHECK_EQ_INT(quant_row_bytes(GGML_TYPE_IQ2_XXS, 4096), 1056);
     CHECK_EQ_INT(quant_row_bytes(GGML_TYPE_Q2_K, 2048), 672);
@@ -180,8 +180,8 @@ static void check_dequant(uint32_t type, const void *block, const float *want, i
     quant_dequant_row(type, block, got, n);
     quant_dequant_row_scalar(type, block, got_scalar, n);
     for (int i = 0; i < n; i++) {
-        CHECK_MSG(got[i] == want[i], "%s element %d: got %.9g, want %.9g", ggml_type_name(type), i, got[i], want[i]);
-        CHECK_MSG(got_scalar[i] == want[i], "%s element %d (scalar): got %.9g, want %.9g", ggml_type_name(type), i,
+        CHECK_MSG(got[i] == want[i], "%s element %d: got %.9g, want %.9g", quant_type_name(type), i, got[i], want[i]);
+        CHECK_MSG(got_scalar[i] == want[i], "%s element %d (scalar): got %.9g, want %.9g", quant_type_name(type), i,
                   got_scalar[i], want[i]);
     }
 }
@@ -336,9 +336,9 @@ TEST(quant, dot_equals_dequant_times_x)
             }
             float got = quant_dot(type, row, x, n), sc = quant_dot_scalar(type, row, x, n);
             CHECK_MSG(fabs(got - ref) <= 1e-5 * mag + 1e-30, "%s n=%lld: dot %.9g vs %.9g (mag %g)",
-                      ggml_type_name(type), (long long)n, got, ref, mag);
+                      quant_type_name(type), (long long)n, got, ref, mag);
             CHECK_MSG(fabs(sc - ref) <= 1e-5 * mag + 1e-30, "%s n=%lld: scalar %.9g vs %.9g",
-                      ggml_type_name(type), (long long)n, sc, ref);
+                      quant_type_name(type), (long long)n, sc, ref);
         }
     }
 }
@@ -360,7 +360,7 @@ TEST(quant, dot_handles_odd_lengths_of_plain_types)
                 mag += fabs((double)w[i] * x[i]);
             }
             CHECK_MSG(fabs(quant_dot(types[ti], row, x, n) - ref) <= 1e-5 * mag + 1e-30, "%s n=%lld",
-                      ggml_type_name(types[ti]), (long long)n);
+                      quant_type_name(types[ti]), (long long)n);
         }
 }
 
@@ -374,7 +374,7 @@ TEST(quant, vector_dequant_matches_scalar_bit_for_bit)
         random_row(type, row, 1024);
         quant_dequant_row(type, row, a, 1024);
         quant_dequant_row_scalar(type, row, b, 1024);
-        CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s (%s)", ggml_type_name(type), quant_simd_name());
+        CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s (%s)", quant_type_name(type), quant_simd_name());
     }
 }
 
@@ -397,7 +397,7 @@ TEST(quant, matvec_fills_only_its_row_range)
                 continue;
             }
             float want = quant_dot(type, w + r * rb, x, n);
-            CHECK_MSG(y[r] == want, "%s row %d", ggml_type_name(type), r);
+            CHECK_MSG(y[r] == want, "%s row %d", quant_type_name(type), r);
         }
     }
 }
@@ -420,7 +420,7 @@ TEST(quant, matmul_equals_matvec_bit_for_bit)
             quant_matvec(type, w, rb, x + t * xs, n, one, 3, 20);
             for (int64_t r = 0; r < (int64_t)ys; r++) {
                 if (r < 3 || r >= 20) CHECK(y[t * ys + r] == -7.0f);
-                else CHECK_MSG(y[t * ys + r] == one[r], "%s t=%lld r=%lld", ggml_type_name(type), (long long)t, (long long)r);
+                else CHECK_MSG(y[t * ys + r] == one[r], "%s t=%lld r=%lld", quant_type_name(type), (long long)t, (long long)r);
             }
         }
     }
@@ -452,7 +452,7 @@ TEST(quant, quantize_error_bounds)
     };
     for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
         double e = roundtrip_error(bounds[i].type, 4096);
-        CHECK_MSG(e <= bounds[i].max_err, "%s: relative RMS error %.4f > %.4f", ggml_type_name(bounds[i].type), e,
+        CHECK_MSG(e <= bounds[i].max_err, "%s: relative RMS error %.4f > %.4f", quant_type_name(bounds[i].type), e,
                   bounds[i].max_err);
     }
     /* The quantizers do better than nothing: a zero row would be error 1. */
@@ -467,7 +467,7 @@ TEST(quant, quantize_special_rows)
     for (size_t i = 0; i < 4; i++) {
         quant_quantize_row(types[i], zero, 256, q);
         quant_dequant_row(types[i], q, out, 256);
-        for (int j = 0; j < 256; j++) CHECK_MSG(out[j] == 0.0f, "%s of zeros", ggml_type_name(types[i]));
+        for (int j = 0; j < 256; j++) CHECK_MSG(out[j] == 0.0f, "%s of zeros", quant_type_name(types[i]));
     }
     float pos[256];
     for (int j = 0; j < 256; j++) pos[j] = 1.0f + (float)(j % 7);
@@ -554,10 +554,10 @@ TEST(quant, integer_dots_equal_dequantized_products)
                 ref += (double)w[i] * xa[i];
                 mag += fabs((double)w[i] * xa[i]);
             }
-            CHECK_MSG(fabs(y[r] - ref) <= 2e-5 * mag, "%s row %d: %.9g vs %.9g", ggml_type_name(type), r, y[r], ref);
+            CHECK_MSG(fabs(y[r] - ref) <= 2e-5 * mag, "%s row %d: %.9g vs %.9g", quant_type_name(type), r, y[r], ref);
             /* and close to the f32-activation product */
             float f = quant_dot(type, row + r * rb, x, n);
-            CHECK_MSG(fabs(y[r] - f) <= 0.05 * mag, "%s row %d: int %.6g vs f32 %.6g", ggml_type_name(type), r, y[r], f);
+            CHECK_MSG(fabs(y[r] - f) <= 0.05 * mag, "%s row %d: int %.6g vs f32 %.6g", quant_type_name(type), r, y[r], f);
         }
     }
     CHECK_EQ_INT(quant_act_type(GGML_TYPE_F16), -1);

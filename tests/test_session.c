@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "engine/backend.h"
-#include "engine/cpu_ops.h"
+#include "cpu/cpu_ops.h"
 #include "engine/forward.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "tests/fwd_util.h"
 #include "tests/test.h"
 

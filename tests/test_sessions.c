@@ -228,7 +228,7 @@ static void fake_session(const char *id, const char *title, const char *cwd, int
 {
     char dir[4096];
     CHECK(session_dir_of(id, dir, sizeof dir) != NULL);
-    CHECK_EQ_INT(mkdir_p(dir, 0700), 0);
+    CHECK_EQ_INT(base_mkdir_p(dir, 0700), 0);
     strbuf b = { 0 };
     journal_encode_header(&b);
     put_rec(&b, AGENT_TURN_SYSTEM, "", toks_a, 5, 5);
@@ -257,18 +257,18 @@ static void fake_session(const char *id, const char *title, const char *cwd, int
 TEST(sessions_store, list_resolve_and_format)
 {
     sessions_test_home();
-    int64_t now = wall_time_s();
+    int64_t now = base_wall_time_s();
     fake_session("aa11", "first task", "/w/one", now - 7200, 0);
     fake_session("aa22", "second task", "/w/two", now - 60, 100);
     fake_session("bb33", "third\ttask", "/w/one", now - 5, 0);
     /* an empty directory (a session that never got a turn), old and new */
     char dir[4096];
     session_dir_of("cc44", dir, sizeof dir);
-    mkdir_p(dir, 0700);
+    base_mkdir_p(dir, 0700);
     struct timespec old[2] = { { now - 3600, 0 }, { now - 3600, 0 } };
     utimensat(AT_FDCWD, dir, old, 0);
     session_dir_of("cc55", dir, sizeof dir);
-    mkdir_p(dir, 0700);
+    base_mkdir_p(dir, 0700);
 
     session_info *v;
     char err[256];
@@ -312,8 +312,8 @@ TEST(sessions_store, list_resolve_and_format)
 TEST(sessions_store, metadata_lost_or_garbage_is_rebuilt_from_the_journal)
 {
     sessions_test_home();
-    fake_session("m1", "keep this title", "/w", wall_time_s(), 0);
-    fake_session("m2", "another", "/w", wall_time_s(), 0);
+    fake_session("m1", "keep this title", "/w", base_wall_time_s(), 0);
+    fake_session("m2", "another", "/w", base_wall_time_s(), 0);
     test_write_file(sess_path("m1", "meta.json"), "{\"id\": \"m1\", garbage", 20);
     CHECK_EQ_INT(unlink(sess_path("m2", "meta.json")), 0);
     session_info *v;
@@ -334,7 +334,7 @@ TEST(sessions_store, metadata_lost_or_garbage_is_rebuilt_from_the_journal)
     CHECK_EQ_INT(meta_read(dir, &m), 0);
     CHECK_STR_EQ(m.info.title, "keep this title");
     /* opening says what happened */
-    fake_session("m3", "third", "/w", wall_time_s(), 0);
+    fake_session("m3", "third", "/w", base_wall_time_s(), 0);
     test_write_file(sess_path("m3", "meta.json"), "\x01\x02\x03", 3);
     session *s = session_open("m3", err, sizeof err);
     CHECK_MSG(s != NULL, "%s", err);
@@ -369,7 +369,7 @@ TEST(sessions_store, locks_delete_and_ids)
     session_close(s);
     CHECK(access(dir, F_OK) != 0);
 
-    fake_session("del1", "to delete", "/w", wall_time_s(), 10);
+    fake_session("del1", "to delete", "/w", base_wall_time_s(), 10);
     CHECK_EQ_INT(sessions_delete("del1", err, sizeof err), 0);
     session_dir_of("del1", dir, sizeof dir);
     CHECK(access(dir, F_OK) != 0);
@@ -395,7 +395,7 @@ TEST(sessions_store, locks_delete_and_ids)
 TEST(sessions_store, budget_evicts_least_recently_used_snapshots_only)
 {
     sessions_test_home();
-    int64_t now = wall_time_s();
+    int64_t now = base_wall_time_s();
     fake_session("old", "old", "/w", now - 300, 4000);
     fake_session("mid", "mid", "/w", now - 200, 4000);
     fake_session("new", "new", "/w", now - 100, 4000);
@@ -435,7 +435,7 @@ TEST(sessions_store, budget_evicts_least_recently_used_snapshots_only)
 TEST(sessions_store, budget_counts_a_shared_snapshot_once_and_clears_leftovers)
 {
     sessions_test_home();
-    int64_t now = wall_time_s();
+    int64_t now = base_wall_time_s();
     fake_session("parent", "p", "/w", now - 300, 4000);
     fake_session("other", "o", "/w", now - 100, 4000);
     /* a fork shares its parent's snapshot through a hard link */
@@ -455,8 +455,8 @@ TEST(sessions_store, budget_counts_a_shared_snapshot_once_and_clears_leftovers)
      * snapshot; removed from sessions nobody has open */
     const char *files[] = { "run/ds4cl-browser-x/profile/Cookies", ".state.kv.tmp.AbCdEf" };
     for (int i = 0; i < 2; i++) {
-        CHECK_EQ_INT(mkdir_p(test_printf("%s/run/ds4cl-browser-x/profile", sess_path("parent", "")), 0700), 0);
-        CHECK_EQ_INT(mkdir_p(test_printf("%s/run/ds4cl-browser-x/profile", sess_path("other", "")), 0700), 0);
+        CHECK_EQ_INT(base_mkdir_p(test_printf("%s/run/ds4cl-browser-x/profile", sess_path("parent", "")), 0700), 0);
+        CHECK_EQ_INT(base_mkdir_p(test_printf("%s/run/ds4cl-browser-x/profile", sess_path("other", "")), 0700), 0);
         test_write_file(sess_path("parent", files[i]), "x", 1);
         test_write_file(sess_path("other", files[i]), "x", 1);
     }

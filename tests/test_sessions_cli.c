@@ -174,8 +174,8 @@ TEST(sessions_cli, a_new_workspace_starts_from_the_cached_system_prompt)
     const char *lines[] = { script_line("a</think>Fine.", NULL), NULL };
     const char *script = write_script(lines);
     const char *w1 = test_tmp_path("project-one"), *w2 = test_tmp_path("another/project");
-    mkdir_p(w1, 0700);
-    mkdir_p(w2, 0700);
+    base_mkdir_p(w1, 0700);
+    base_mkdir_p(w2, 0700);
     test_write_file(test_tmp_path("another/project/AGENTS.md"), "Use tabs.\n", 10);
     char *out;
     CHECK_EQ_INT(run_in(&out, w1, script, "--ctx 12288 -p 'hello' --output-format stream-json 2>&1"), 0);
@@ -196,8 +196,8 @@ TEST(sessions_cli, resume_without_id_continue_and_errors)
     const char *lines[] = { script_line("a</think>Fine.", NULL), NULL };
     const char *script = write_script(lines);
     const char *w1 = test_tmp_path("w1"), *w2 = test_tmp_path("w2");
-    mkdir_p(w1, 0700);
-    mkdir_p(w2, 0700);
+    base_mkdir_p(w1, 0700);
+    base_mkdir_p(w2, 0700);
     char *out;
     CHECK_EQ_INT(run_in(&out, w1, script, "-p 'in w1' --session one 2>&1"), 0);
     CHECK_EQ_INT(run_in(&out, w2, script, "-p 'in w2' --session two 2>&1"), 0);
@@ -216,7 +216,7 @@ TEST(sessions_cli, resume_without_id_continue_and_errors)
     CHECK_STR_EQ(journal_users("one"), "in w1|again in w1");
     /* none here yet: a new one, said so */
     const char *w3 = test_tmp_path("w3");
-    mkdir_p(w3, 0700);
+    base_mkdir_p(w3, 0700);
     rc = run_in(&out, w3, script, "-p 'first in w3' --continue 2>&1");
     CHECK_EQ_INT(rc, 0);
     CHECK_CONTAINS(out, "no earlier session in this directory");
@@ -277,7 +277,7 @@ TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
 {
     /* Each run is one turn: a tool call (list: it only reads), then an
      * answer; tokens take a millisecond. */
-    mkdir_p(test_tmp_path("ws"), 0700);
+    base_mkdir_p(test_tmp_path("ws"), 0700);
     test_write_file(test_tmp_path("ws/a.txt"), "a", 1);
     strbuf sc = { 0 };
     for (int i = 0; i < 200; i++) {

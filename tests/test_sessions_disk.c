@@ -208,9 +208,9 @@ TEST(sessions_disk, a_full_tmpfs_never_loses_a_turn_that_reported_success)
     sessions_test_home();
     const char *script = answers_script(20);
     const char *mnt = test_tmp_path("mnt"), *out = test_tmp_path("out"), *ws = test_tmp_path("ws");
-    CHECK_EQ_INT(mkdir_p(mnt, 0700), 0);
-    CHECK_EQ_INT(mkdir_p(out, 0700), 0);
-    CHECK_EQ_INT(mkdir_p(ws, 0700), 0);
+    CHECK_EQ_INT(base_mkdir_p(mnt, 0700), 0);
+    CHECK_EQ_INT(base_mkdir_p(out, 0700), 0);
+    CHECK_EQ_INT(base_mkdir_p(ws, 0700), 0);
     const char *sh = test_tmp_path("full.sh");
     const char *text =
         "set -u\n"

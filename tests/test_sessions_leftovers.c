@@ -43,7 +43,7 @@ static bool exists(const char *path) { return access(path, F_OK) == 0; }
 TEST(sessions_leftovers, temp_sweep_removes_only_our_temporary_files_whose_writer_is_gone)
 {
     const char *ws = test_tmp_path("ws");
-    CHECK_EQ_INT(mkdir_p(test_printf("%s/sub/deeper", ws), 0700), 0);
+    CHECK_EQ_INT(base_mkdir_p(test_printf("%s/sub/deeper", ws), 0700), 0);
     long dead = dead_pid();
     const char *gone1 = test_printf("%s/.big.txt.tmp.%ld.AbC123", ws, dead);
     const char *gone2 = test_printf("%s/sub/deeper/.x.c.tmp.%ld.zzzzzz", ws, dead);
@@ -67,7 +67,7 @@ TEST(sessions_leftovers, temp_sweep_removes_only_our_temporary_files_whose_write
     touch_at(other3, 0);
     /* a link to elsewhere is not followed */
     const char *outside = test_tmp_path("outside");
-    CHECK_EQ_INT(mkdir_p(outside, 0700), 0);
+    CHECK_EQ_INT(base_mkdir_p(outside, 0700), 0);
     const char *far = test_printf("%s/.f.tmp.%ld.cccccc", outside, dead);
     touch_at(far, 0);
     CHECK_EQ_INT(symlink(outside, test_printf("%s/link", ws)), 0);
@@ -104,7 +104,7 @@ TEST(sessions_leftovers, job_logs_outlive_the_session_process_within_a_bound)
     sa_turn(&x, "hi");
     sa_stop(&x);
     const char *run = sess_path("logs", "run");
-    CHECK_EQ_INT(mkdir_p(test_printf("%s/ds4cl-browser-1/profile", run), 0700), 0);
+    CHECK_EQ_INT(base_mkdir_p(test_printf("%s/ds4cl-browser-1/profile", run), 0700), 0);
     const char *small = test_printf("%s/job-1-100.log", run), *newer = test_printf("%s/job-2-100.log", run);
     const char *huge = test_printf("%s/job-1-99.log", run);
     touch_at(small, time(NULL) - 10);
@@ -178,7 +178,7 @@ TEST(sessions_crash, sweep_with_edits_and_writes_loses_no_turn_tears_no_file_and
 {
     sessions_test_home();
     const char *ws = test_tmp_path("ws");
-    CHECK_EQ_INT(mkdir_p(ws, 0700), 0);
+    CHECK_EQ_INT(base_mkdir_p(ws, 0700), 0);
     char *orig = test_alloc(BIG_BYTES);
     memset(orig, 'x', BIG_BYTES);
     memcpy(orig, "AAAA\n", 5);

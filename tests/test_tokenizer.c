@@ -182,14 +182,14 @@ TEST(tokenizer, v3_published_vectors)
     s = "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>You are a helpful assistant<\xef\xbd\x9cUser"
         "\xef\xbd\x9c>Hi<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>";
     ids = tok_ids(t, s, strlen(s), true, &n);
-    TOK_CHECK_IDS("rendered §6.9", ids, n, 0, 3476, 477, 260, 11502, 22896, 128803, 23166, 128804, 128822);
+    TOK_CHECK_IDS("rendered", ids, n, 0, 3476, 477, 260, 11502, 22896, 128803, 23166, 128804, 128822);
 
-    /* §6.6: a user typing <｜User｜> gets plain tokens */
+    /* doc/model.md §13.4: a user typing <｜User｜> gets plain tokens */
     s = "<\xef\xbd\x9cUser\xef\xbd\x9c>";
     ids = tok_ids(t, s, strlen(s), false, &n);
     TOK_CHECK_IDS("plain <｜User｜>", ids, n, 30, 28217, 6756, 28217, 32);
 
-    /* §8.1: DSML close marker starts as "</" then the DSML token */
+    /* doc/model.md §14: DSML close marker starts as "</" then the DSML token */
     s = "</\xef\xbd\x9c" "DSML\xef\xbd\x9cparameter>\n";
     ids = tok_ids(t, s, strlen(s), true, &n);
     CHECK(n >= 3);

@@ -490,7 +490,7 @@ static void tick_cb(lws_sorted_usec_list_t *sul) { (void)sul; }
 static int conn_pump(cdp_conn *c, int timeout_ms, bool (*done)(void *), void *ud,
                      const char *what, char *err, size_t errlen)
 {
-    double deadline = now_ms() + timeout_ms;
+    double deadline = base_now_ms() + timeout_ms;
     /* what went wrong belongs to the wait it happened in */
     c->bad_pending = false;
     for (;;) {
@@ -508,7 +508,7 @@ static int conn_pump(cdp_conn *c, int timeout_ms, bool (*done)(void *), void *ud
             snprintf(err, errlen, "cancelled");
             return CDP_CANCELLED;
         }
-        double left = deadline - now_ms();
+        double left = deadline - base_now_ms();
         if (left <= 0) {
             snprintf(err, errlen, "timed out after %.1f s waiting for %s", timeout_ms / 1e3, what);
             return CDP_TIMEOUT;

@@ -199,8 +199,8 @@ void cdp_browser_close(cdp_browser *b)
      * the shutdown immediate. The group id stays reserved while any member
      * lives, so it cannot name a stranger. */
     if (!watchdog_exited(b)) kill(-b->watchdog, SIGKILL);
-    double deadline = now_ms() + 3000;
-    while (!watchdog_exited(b) && now_ms() < deadline) {
+    double deadline = base_now_ms() + 3000;
+    while (!watchdog_exited(b) && base_now_ms() < deadline) {
         struct pollfd p = { b->pidfd, POLLIN, 0 };
         if (b->pidfd >= 0) poll(&p, 1, 20);
         else usleep(5000);
@@ -213,8 +213,8 @@ void cdp_browser_close(cdp_browser *b)
     if (b->dir) {
         /* SIGKILL takes effect asynchronously: wait until the browser's
          * processes are really gone, so none outlives this call. */
-        double until = now_ms() + 3000;
-        while (sweep_stragglers(b->dir) > 0 && now_ms() < until) usleep(5000);
+        double until = base_now_ms() + 3000;
+        while (sweep_stragglers(b->dir) > 0 && base_now_ms() < until) usleep(5000);
         rm_rf(b->dir);
         free(b->dir);
     }
@@ -308,7 +308,7 @@ cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, char *err, size_t er
     const char *base = opts->base_dir;
     if (!base || !*base) base = getenv("TMPDIR");
     if (!base || !*base) base = "/tmp";
-    if (mkdir_p(base, 0700) != 0) {
+    if (base_mkdir_p(base, 0700) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", base, strerror(errno));
         free(exe);
         return NULL;
@@ -336,7 +336,7 @@ cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, char *err, size_t er
     for (int i = 0; i < 3; i++) {
         sb_clear(&p);
         sb_printf(&p, "%s/%s", b->dir, subdirs[i]);
-        mkdir_p(p.s, 0700);
+        base_mkdir_p(p.s, 0700);
     }
 
     char *argv[32];
@@ -416,7 +416,7 @@ int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, char *err, 
     const char *exe = b->exe;
     strbuf p = {0};
     sb_printf(&p, "%s/profile/DevToolsActivePort", b->dir);
-    double deadline = now_ms() + b->start_timeout_ms;
+    double deadline = base_now_ms() + b->start_timeout_ms;
     int port = 0, rc = CDP_OK;
     for (;;) {
         port = read_port_file(p.s);
@@ -434,7 +434,7 @@ int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, char *err, 
             rc = CDP_CANCELLED;
             break;
         }
-        if (now_ms() >= deadline) {
+        if (base_now_ms() >= deadline) {
             char tail[300];
             log_tail(b->dir, tail, sizeof tail);
             snprintf(err, errlen, "the browser %s did not open its DevTools port within %.0f s%s%s",
@@ -447,7 +447,7 @@ int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, char *err, 
     sb_free(&p);
     if (rc == CDP_OK) {
         snprintf(b->http_url, sizeof b->http_url, "http://127.0.0.1:%d", port);
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - base_now_ms());
         if (left < 1000) left = 1000;
         rc = cdp_version(b->http_url, left, cancel, NULL, NULL, NULL, err, errlen);
     }

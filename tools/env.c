@@ -16,20 +16,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char *xstrdup(const char *s)
-{
-    if (!s) return NULL;
-    char *d = strdup(s);
-    if (!d) abort();
-    return d;
-}
-
 /* ---- environment ------------------------------------------------------------------ */
 
 static int make_state_dir(tool_env *env, char *err, size_t errlen)
 {
     if (env->cfg.state_dir && *env->cfg.state_dir) {
-        if (mkdir_p(env->cfg.state_dir, 0700) != 0) {
+        if (base_mkdir_p(env->cfg.state_dir, 0700) != 0) {
             snprintf(err, errlen, "cannot create state directory %s: %s", env->cfg.state_dir,
                      strerror(errno));
             return -1;

@@ -180,7 +180,7 @@ static const char *signame(int sig)
 
 static double elapsed_s(const job *j)
 {
-    return ((j->done ? j->end_ms : now_ms()) - j->start_ms) / 1000.0;
+    return ((j->done ? j->end_ms : base_now_ms()) - j->start_ms) / 1000.0;
 }
 
 static void status_words(strbuf *b, const job *j)
@@ -276,8 +276,8 @@ static void send_progress(job *j, const tool_call_ctx *ctx)
  * false when the call was cancelled (the job is then being stopped). */
 bool job_wait(job *j, double wait_ms, const tool_call_ctx *ctx)
 {
-    double until = wait_ms < 0 ? -1 : now_ms() + wait_ms;
-    double next_progress = now_ms() + PROGRESS_MS;
+    double until = wait_ms < 0 ? -1 : base_now_ms() + wait_ms;
+    double next_progress = base_now_ms() + PROGRESS_MS;
     for (;;) {
         job_poll(j);
         if (j->done) break;
@@ -285,7 +285,7 @@ bool job_wait(job *j, double wait_ms, const tool_call_ctx *ctx)
             job_stop(j);
             return false;
         }
-        double now = now_ms();
+        double now = base_now_ms();
         if (until >= 0 && now >= until) break;
         if (now >= next_progress) {
             send_progress(j, ctx);

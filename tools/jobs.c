@@ -358,13 +358,6 @@ static _Noreturn void supervise(const spawn_args *sp)
 
 /* ---- the agent's side ------------------------------------------------------------- */
 
-static char *xstrdup(const char *s)
-{
-    char *d = strdup(s);
-    if (!d) abort();
-    return d;
-}
-
 static char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *xprintf(const char *fmt, ...)
 {
@@ -491,7 +484,7 @@ job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox,
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &block, &old);
-    j->start_ms = now_ms();
+    j->start_ms = base_now_ms();
     pid_t pid = fork();
     if (pid == 0) supervise(&sp);
     int fork_errno = errno;
@@ -575,7 +568,7 @@ void job_poll(job *j)
         pthread_join(j->reaper, NULL);
         j->reaper_joined = true;
         j->done = true;
-        j->end_ms = now_ms();
+        j->end_ms = base_now_ms();
         if (j->report_fd >= 0) {
             /* records written just before the exit */
             int rec[2];
@@ -651,10 +644,10 @@ void jobs_free(tool_env *env)
     struct job_table *t = env->jobs;
     if (!t) return;
     for (size_t i = 0; i < t->n; i++) job_stop(t->v[i]);
-    double until = now_ms() + JOB_KILL_GRACE_MS + 1000;
+    double until = base_now_ms() + JOB_KILL_GRACE_MS + 1000;
     for (;;) {
         jobs_poll_all(env);
-        if (!jobs_running(env) || now_ms() > until) break;
+        if (!jobs_running(env) || base_now_ms() > until) break;
         struct timespec ts = { 0, 10 * 1000 * 1000 };
         nanosleep(&ts, NULL);
     }

@@ -416,17 +416,17 @@ static void on_event(cdp_conn *c, const char *method, json_object *params, void 
             snprintf(p->latest_loader, sizeof p->latest_loader, "%s", loader);
         else if (!strcmp(name, "load")) {
             l->load = true;
-            if (p->last_net_ms < now_ms()) p->last_net_ms = now_ms();
+            if (p->last_net_ms < base_now_ms()) p->last_net_ms = base_now_ms();
         }
         else if (!strcmp(name, "networkAlmostIdle"))
             l->idle = true;
     } else if (!strcmp(method, "Network.requestWillBeSent")) {
         json_object *redirect;
         if (!json_object_object_get_ex(params, "redirectResponse", &redirect)) p->inflight++;
-        p->last_net_ms = now_ms();
+        p->last_net_ms = base_now_ms();
     } else if (!strcmp(method, "Network.loadingFinished") || !strcmp(method, "Network.loadingFailed")) {
         if (p->inflight > 0) p->inflight--;
-        p->last_net_ms = now_ms();
+        p->last_net_ms = base_now_ms();
     } else if (!strcmp(method, "Page.javascriptDialogOpening")) {
         /* alert()/confirm()/prompt() would stop the page's scripts and our
          * extractor with them: dismiss them; let beforeunload pass. */
@@ -465,13 +465,13 @@ static int page_open(web_state *ws, const tool_call_ctx *ctx, page *p, char *err
     p->ws = ws;
     p->ctx = ctx;
     p->cancel = (cdp_cancel){ ctx_cancelled, (void *)ctx };
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     int rc = ensure_browser(ws, ctx, &p->cancel, err, errlen);
-    ws->timing.browser_ms = now_ms() - t0;
+    ws->timing.browser_ms = base_now_ms() - t0;
     if (rc != CDP_OK) return rc;
     close_stale_tabs(ws, &p->cancel);
 
-    double t1 = now_ms();
+    double t1 = base_now_ms();
     char *ws_url = NULL;
     char e2[512];
     rc = cdp_target_new(ws->endpoint, ws->lim.connect_ms, &p->cancel, &p->target_id, &ws_url, e2, sizeof e2);
@@ -522,7 +522,7 @@ static int page_open(web_state *ws, const tool_call_ctx *ctx, page *p, char *err
         snprintf(p->frame_id, sizeof p->frame_id, "%s", json_str(frame, "id"));
         json_object_put(tree);
     }
-    ws->timing.tab_ms = now_ms() - t1;
+    ws->timing.tab_ms = base_now_ms() - t1;
     if (rc != CDP_OK) page_close(p, false);
     return rc;
 }
@@ -539,7 +539,7 @@ static bool nav_settled(void *ud)
     page *p = ud;
     loader_state *l = find_loader(p, p->loader_id, false);
     if (p->crashed || p->detached || (l && l->idle)) return true;
-    return p->inflight == 0 && now_ms() - p->last_net_ms >= NETWORK_QUIET_MS;
+    return p->inflight == 0 && base_now_ms() - p->last_net_ms >= NETWORK_QUIET_MS;
 }
 
 static bool latest_loaded(void *ud)
@@ -555,13 +555,13 @@ static int page_load(page *p, const char *url, bool *partial, char *err, size_t 
 {
     web_state *ws = p->ws;
     *partial = false;
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     json_object *np = json_object_new_object(), *res = NULL;
     json_object_object_add(np, "url", json_object_new_string(url));
     json_object_object_add(np, "transitionType", json_object_new_string("typed"));
     char e2[512];
     int rc = cdp_call(p->conn, "Page.navigate", np, ws->lim.navigate_ms, &res, e2, sizeof e2);
-    ws->timing.navigate_ms = now_ms() - t0;
+    ws->timing.navigate_ms = base_now_ms() - t0;
     if (rc == CDP_TIMEOUT) {
         snprintf(err, errlen, "no response from %s within %.0f s", url, ws->lim.navigate_ms / 1e3);
         return rc;
@@ -588,7 +588,7 @@ static int page_load(page *p, const char *url, bool *partial, char *err, size_t 
     if (*frame) snprintf(p->frame_id, sizeof p->frame_id, "%s", frame);
     json_object_put(res);
 
-    double t1 = now_ms();
+    double t1 = base_now_ms();
     if (p->loader_id[0]) {
         rc = cdp_wait(p->conn, nav_loaded, p, ws->lim.load_ms, "the page to load", err, errlen);
         if (rc == CDP_TIMEOUT) {
@@ -608,7 +608,7 @@ static int page_load(page *p, const char *url, bool *partial, char *err, size_t 
             if (rc != CDP_OK) snprintf(err, errlen, "%s", e2);
         }
     }
-    ws->timing.load_ms = now_ms() - t1;
+    ws->timing.load_ms = base_now_ms() - t1;
     if (rc != CDP_OK) return rc;
     if (p->crashed) {
         snprintf(err, errlen, "the page crashed the browser tab while loading");
@@ -708,7 +708,7 @@ static void random_tag(char tag[8])
 {
     unsigned char b[3];
     if (getrandom(b, sizeof b, GRND_NONBLOCK) != (ssize_t)sizeof b) {
-        unsigned long t = (unsigned long)(now_ms() * 1000.0);
+        unsigned long t = (unsigned long)(base_now_ms() * 1000.0);
         b[0] = (unsigned char)t;
         b[1] = (unsigned char)(t >> 8);
         b[2] = (unsigned char)(t >> 16);
@@ -774,7 +774,7 @@ int web_visit_page(web_state *ws, const char *url, const tool_call_ctx *ctx, too
 {
     memset(out, 0, sizeof *out);
     memset(&ws->timing, 0, sizeof ws->timing);
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     char err[1024];
     char *target = web_normalize_url(url ? url : "", err, sizeof err);
     if (!target) return result_error(out, "visit_page", CDP_ERROR, err);
@@ -789,7 +789,7 @@ int web_visit_page(web_state *ws, const char *url, const tool_call_ctx *ctx, too
     bool partial = false;
     rc = page_load(&p, target, &partial, err, sizeof err);
     json_object *value = NULL;
-    double t1 = now_ms();
+    double t1 = base_now_ms();
     if (rc == CDP_OK) rc = page_eval(&p, readable_page_js, &value, err, sizeof err);
     page_close(&p, rc == CDP_OK);
     if (rc != CDP_OK) {
@@ -823,8 +823,8 @@ int web_visit_page(web_state *ws, const char *url, const tool_call_ctx *ctx, too
     out->text = page_part(ws, result_cap(ctx, 0), notes.s);
     sb_free(&notes);
     free(target);
-    ws->timing.extract_ms = now_ms() - t1;
-    ws->timing.total_ms = now_ms() - t0;
+    ws->timing.extract_ms = base_now_ms() - t1;
+    ws->timing.total_ms = base_now_ms() - t0;
     return 0;
 }
 
@@ -832,7 +832,7 @@ int web_search(web_state *ws, const char *query, const tool_call_ctx *ctx, tool_
 {
     memset(out, 0, sizeof *out);
     memset(&ws->timing, 0, sizeof ws->timing);
-    double t0 = now_ms();
+    double t0 = base_now_ms();
     char err[1024];
     if (!query || !*query) return result_error(out, "web_search", CDP_ERROR, "empty query");
     if (strlen(query) > MAX_QUERY_BYTES)
@@ -850,7 +850,7 @@ int web_search(web_state *ws, const char *query, const tool_call_ctx *ctx, tool_
     bool partial = false;
     rc = page_load(&p, url, &partial, err, sizeof err);
     json_object *value = NULL;
-    double t1 = now_ms();
+    double t1 = base_now_ms();
     if (rc == CDP_OK) rc = page_eval(&p, readable_search_js, &value, err, sizeof err);
     page_close(&p, rc == CDP_OK);
     if (rc != CDP_OK) {
@@ -902,7 +902,7 @@ int web_search(web_state *ws, const char *query, const tool_call_ctx *ctx, tool_
     sb_free(&page_text);
     free(url);
     out->text = sb_take(&o);
-    ws->timing.extract_ms = now_ms() - t1;
-    ws->timing.total_ms = now_ms() - t0;
+    ws->timing.extract_ms = base_now_ms() - t1;
+    ws->timing.total_ms = base_now_ms() - t0;
     return out->is_error ? -1 : 0;
 }

@@ -65,7 +65,7 @@ void ui_app_hint(ui_app *app, const char *fmt, ...)
     va_end(ap);
     free(app->hint);
     app->hint = sb_take(&b);
-    app->hint_until = now_ms() + HINT_MS;
+    app->hint_until = base_now_ms() + HINT_MS;
     app->dirty = true;
 }
 
@@ -244,7 +244,7 @@ void ui_app_answer_confirm(ui_app *app, tool_confirm answer)
 
 void ui_app_ctrl_c(ui_app *app)
 {
-    double now = now_ms();
+    double now = base_now_ms();
     bool twice = now - app->ctrl_c_ms < UI_DOUBLE_PRESS_MS;
     app->ctrl_c_ms = now;
     if (twice) {
@@ -335,7 +335,7 @@ static void tick(ui_app *app)
         }
         free(text);
     }
-    double now = now_ms();
+    double now = base_now_ms();
     /* The agent keeps the question's deadline: when it passes, the agent
      * refuses the call, tells the model nobody answered and says so in a
      * notice; the dialog only follows. */
@@ -384,7 +384,7 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
     if (cfg->resumed) ui_app_replay_history(&app, 3, true);
     app.dirty = true;
 
-    double last_draw = 0, last_frame = now_ms();
+    double last_draw = 0, last_frame = base_now_ms();
     while (!app.quit) {
         agent *a = ui_app_agent(&app);
         struct pollfd p[3];
@@ -393,7 +393,7 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
         if (ui_term_signal_fd() >= 0) p[np++] = (struct pollfd){ ui_term_signal_fd(), POLLIN, 0 };
         if (a) p[np++] = (struct pollfd){ agent_wake_fd(a), POLLIN, 0 };
         bool animated = ui_app_busy(&app) || app.confirm_open || app.hint || app.held.n;
-        double now = now_ms();
+        double now = base_now_ms();
         int timeout = animated ? FRAME_MS : IDLE_MS;
         if (app.dirty) timeout = (int)(last_draw + MIN_DRAW_MS - now) > 0 ? (int)(last_draw + MIN_DRAW_MS - now) : 0;
         if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR) break;
@@ -415,7 +415,7 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
             keyed = true;
         }
         tick(&app);
-        now = now_ms();
+        now = base_now_ms();
         if (animated && now - last_frame >= FRAME_MS) {
             app.frame++;
             last_frame = now;

@@ -8,13 +8,6 @@
 
 #include "base/base.h"
 
-static char *xstrdup(const char *s)
-{
-    char *d = strdup(s);
-    if (!d) abort();
-    return d;
-}
-
 static void unescape_into(strbuf *b, const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

@@ -1,4 +1,4 @@
-/* attn.cl — the attention core (ds4-forward §7.8): for each token and
+/* attn.cl — the attention core (doc/model.md §6.6): for each token and
  * head, a sink-aware softmax over the raw window rows (oldest first) and
  * the compressed rows (all visible ones, or a selection list), values =
  * the same rows (one shared K=V head).

@@ -1,4 +1,4 @@
-/* attn_comp.cl — the compressor (ds4-forward §7.6): gated softmax pooling
+/* attn_comp.cl — the compressor (doc/model.md §6.4): gated softmax pooling
  * of each window that ends inside a chunk, and the frontier ring that
  * keeps every token's candidates for windows finished by a later chunk.
  *

@@ -1,4 +1,4 @@
-/* attn_index.cl — the lightning indexer (ds4-forward §7.7): scores of the
+/* attn_index.cl — the lightning indexer (doc/model.md §6.5): scores of the
  * visible indexer rows for each token, then the top-k rows per token by a
  * radix select over order-preserving keys and a compaction in row order.
  * Work is O(rows) per token whatever k is. */

@@ -1,4 +1,4 @@
-/* hc.cl — hyper-connections (ds4-forward §6): the per-token RMS scale of
+/* hc.cl — hyper-connections (doc/model.md §5): the per-token RMS scale of
  * the n_hc streams, the mixer product, the coefficients (sigmoids and the
  * Sinkhorn-normalised comb matrix, in the CPU backend's order), the
  * collapse to one stream and the expansion back. */

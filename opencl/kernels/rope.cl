@@ -1,5 +1,5 @@
 /* rope.cl — RoPE/YaRN rotations, the fp8/FP4 rounding simulations and the
- * Walsh–Hadamard rotation (ds4-forward §3), and stores of rows into the
+ * Walsh–Hadamard rotation (doc/model.md §2), and stores of rows into the
  * f32 or f16 caches. The angle arithmetic is the one ds4_ops.rope spells
  * out, operation for operation. */
 

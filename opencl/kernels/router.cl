@@ -1,4 +1,4 @@
-/* router.cl — expert selection (ds4-forward §8.2): sqrt-softplus
+/* router.cl — expert selection (doc/model.md §7.1): sqrt-softplus
  * probabilities, the k experts of highest probability + bias (or the hash
  * table's row for the token) and their weights, in the CPU backend's
  * order of operations. */

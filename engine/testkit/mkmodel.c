@@ -1,6 +1,6 @@
 /* mkmodel.c — DS4-layout GGUF fixtures: the tensor plan for a shape, the
  * metadata of the published files, and streamed random weights. */
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 
 #include <math.h>
 #include <stdio.h>

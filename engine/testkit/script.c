@@ -123,13 +123,10 @@ static int parse_line(ds4_engine *e, script_engine *se, const char *text, size_t
             json_object_put(o);
             return ds4_error_set(err, "script line %zu: \"expect\" must be text", line);
         }
-        en.expect = strdup(json_object_get_string(v));
-        if (!en.expect) abort();
+        en.expect = xstrdup(json_object_get_string(v));
     }
     json_object_put(o);
-    script_entry *grown = realloc(se->entries, (se->n + 1) * sizeof *grown);
-    if (!grown) abort();
-    se->entries = grown;
+    se->entries = xrealloc(se->entries, (se->n + 1) * sizeof *se->entries);
     se->entries[se->n++] = en;
     return 0;
 }
@@ -139,8 +136,7 @@ static int script_open(ds4_engine *e, ds4_error *err)
     size_t len;
     char *text = file_read_all(e->script_path, &len);
     if (!text) return ds4_error_set(err, "cannot read script %s: %s", e->script_path, strerror(errno));
-    script_engine *se = calloc(1, sizeof *se);
-    if (!se) abort();
+    script_engine *se = xcalloc(1, sizeof *se);
     se->eos = ds4_token_special(e->tok, DS4_TOK_EOS);
     se->assistant = ds4_token_special(e->tok, DS4_TOK_ASSISTANT);
     se->think = ds4_token_special(e->tok, DS4_TOK_THINK);
@@ -191,8 +187,7 @@ static void *script_state_new(ds4_engine *e, int n_ctx, ds4_error *err)
 {
     (void)n_ctx;
     (void)err;
-    script_state *st = calloc(1, sizeof *st);
-    if (!st) abort();
+    script_state *st = xcalloc(1, sizeof *st);
     st->e = e;
     st->se = e->impl;
     st->cur = -1;

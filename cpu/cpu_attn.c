@@ -1,7 +1,7 @@
 /* cpu_attn.c — the compressed-attention ops on the host: compressor
  * pooling with its frontier ring, the lightning indexer's scores and
  * top-k, and sink-aware attention over raw and compressed rows. */
-#include "engine/cpu_impl.h"
+#include "cpu/cpu_impl.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,12 +1,14 @@
 /* backend_cpu.c — the CPU backend: the forward schedule over the host ops
  * of cpu_ops.c. */
 #include "engine/backend.h"
-#include "engine/cpu_ops.h"
+#include "cpu/cpu_ops.h"
 #include "engine/forward.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
-#include "engine/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 
 static int cpu_open(ds4_engine *e, ds4_error *err)
 {
@@ -35,11 +37,32 @@ static uint64_t cpu_session_bytes(const ds4_engine *e, int n_ctx)
                                     cpu_ops_threads(fwd_ops_ctx(f)));
 }
 
+/* One device: the host, whatever `want` says (the CPU backend takes no
+ * device selection). */
+static int cpu_devices(const char *want, ds4_device **out, int *n, int *selected, ds4_error *err)
+{
+    (void)want;
+    ds4_device *d = calloc(1, sizeof *d);
+    if (!d) return ds4_error_set(err, "out of memory");
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE), cores = sysconf(_SC_NPROCESSORS_ONLN);
+    d->kind = DS4_DEVICE_CPU;
+    snprintf(d->name, sizeof d->name, "host CPU (%s kernels)", cpu_kernels_isa());
+    d->compute_units = cores > 0 ? (uint32_t)cores : 1;
+    d->memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    d->max_alloc = d->memory;
+    d->shares_host_memory = true;
+    *out = d;
+    *n = 1;
+    *selected = 0;
+    return 0;
+}
+
 const ds4_backend_ops ds4_backend_cpu = {
     .name = "cpu",
     .needs_model = true,
     .open = cpu_open,
     .close = cpu_close,
+    .devices = cpu_devices,
     .describe = cpu_describe,
     .session_bytes = cpu_session_bytes,
     FWD_BACKEND_SESSION_OPS,

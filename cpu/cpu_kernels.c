@@ -8,7 +8,7 @@
  * activations to stay in L2. Both paths feed every accumulator the same
  * sequence of lane-wise multiply-adds, so the results are identical.
  */
-#include "engine/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 
 #include <string.h>
 

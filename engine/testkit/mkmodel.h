@@ -1,7 +1,7 @@
 /* mkmodel.h — DS4-layout GGUF fixtures with random weights.
  *
  * Writes the metadata keys, tensor names, shapes and types of the published
- * DS4 files (ds4-gguf.md §3/§4) at any consistent shape, with weights drawn
+ * DS4 files (doc/model.md §12.1) at any consistent shape, with weights drawn
  * from a seeded generator and scaled like the golden tiny model: dense
  * projections N(0, c²/in) with c ≈ 1–2.5 per role, norm weights near 1,
  * small HC mixers, a few gate/up rows large enough to reach the SwiGLU

@@ -4,7 +4,7 @@
  * many short loops of a decode step) or, after a while, by sleeping on
  * the condition variable. The caller runs its own share, then waits for
  * the others the same way. */
-#include "engine/threadpool.h"
+#include "cpu/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>

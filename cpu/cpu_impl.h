@@ -5,9 +5,9 @@
 
 #include <stdbool.h>
 
-#include "engine/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "engine/ops.h"
-#include "engine/threadpool.h"
+#include "cpu/threadpool.h"
 
 struct ds4_buf {
     uint8_t *p;

@@ -6,8 +6,8 @@
  * disjoint part of the output with a fixed arithmetic, so the bits do not
  * depend on the thread count or on how many tokens share a call.
  */
-#include "engine/cpu_ops.h"
-#include "engine/cpu_impl.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/cpu_impl.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -167,6 +167,12 @@ static int cpu_read(void *ctx, ds4_buf *src, size_t off, void *dst, size_t n)
     if (range_ok(ctx, src, off, n)) return -1;
     memcpy(dst, src->p + off, n);
     return 0;
+}
+
+static void *cpu_host(void *ctx, ds4_buf *b)
+{
+    (void)ctx;
+    return b->p;
 }
 
 static int cpu_copy(void *ctx, ds4_buf *dst, size_t doff, ds4_buf *src, size_t soff, size_t n)
@@ -856,6 +862,7 @@ const ds4_ops cpu_ops = {
     .write = cpu_write,
     .read = cpu_read,
     .copy = cpu_copy,
+    .host = cpu_host,
     .embed = cpu_embed,
     .hc_pre = cpu_hc_pre,
     .hc_post = cpu_hc_post,

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 
 #define V4_VOCAB 129280
 #define V4_BPE_IDS 128000
@@ -19,7 +19,7 @@ static const char *const ds4_specials[7] = {
     "</think>",
     "\xef\xbd\x9c" "DSML\xef\xbd\x9c",
 };
-/* Their ids in the V4 vocabulary (ds4-gguf.md §6.2). */
+/* Their ids in the V4 vocabulary (doc/model.md §13.1). */
 static const int32_t v4_special_ids[7] = { 0, 1, 128803, 128804, 128821, 128822, 128825 };
 
 void mk_vocab_free(mk_vocab *v)
