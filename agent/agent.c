@@ -26,14 +26,6 @@ const char *agent_state_name(agent_state s)
     return "?";
 }
 
-static char *dup_or_null(const char *s)
-{
-    if (!s) return NULL;
-    char *d = strdup(s);
-    if (!d) abort();
-    return d;
-}
-
 /* ---- wake pipe and events (callers hold mu) ----------------------------------- */
 
 static void wake_locked(agent *a)
@@ -84,9 +76,9 @@ void agent_publish(agent *a, agent_event_type type, const char *text, size_t len
             e->text[len] = 0;
             e->len = len;
         }
-        e->tool = dup_or_null(tool);
-        e->name = dup_or_null(name);
-        e->args_json = dup_or_null(args_json);
+        e->tool = xstrdup(tool);
+        e->name = xstrdup(name);
+        e->args_json = xstrdup(args_json);
         e->is_error = is_error;
         e->call_index = call_index;
     }
@@ -105,9 +97,9 @@ void agent_publish_result(agent *a, const char *tool, const char *text, bool is_
     agent_event *e = &a->ev[a->n_ev++];
     memset(e, 0, sizeof *e);
     e->type = AGENT_EV_TOOL_RESULT;
-    e->text = dup_or_null(text ? text : "");
+    e->text = xstrdup(text ? text : "");
     e->len = strlen(e->text);
-    e->tool = dup_or_null(tool);
+    e->tool = xstrdup(tool);
     e->is_error = is_error;
     e->denied = denied;
     e->call_index = call_index;
@@ -461,7 +453,7 @@ static int setup_tools(agent *a, ds4_error *err)
         a->n_schemas = t->n;
         a->schemas = calloc(t->n ? t->n : 1, sizeof *a->schemas);
         if (!a->schemas) abort();
-        for (size_t i = 0; i < t->n; i++) a->schemas[i] = dup_or_null(t->schemas_json[i]);
+        for (size_t i = 0; i < t->n; i++) a->schemas[i] = xstrdup(t->schemas_json[i]);
     } else {
         char msg[512] = "";
         tool_env_config tc = a->cfg.tools;
@@ -475,9 +467,9 @@ static int setup_tools(agent *a, ds4_error *err)
         for (size_t i = 0; i < n; i++) a->schemas[a->n_schemas++] = tools_schema_json(all[i]);
     }
     if (a->n_schemas) {
-        char msg[256];
-        a->dschema = dsml_schema_new((const char *const *)a->schemas, a->n_schemas, msg, sizeof msg);
-        if (!a->dschema) return ds4_error_set(err, "tool schemas: %s", msg);
+        ds4_error msg = { "" };
+        a->dschema = dsml_schema_new((const char *const *)a->schemas, a->n_schemas, &msg);
+        if (!a->dschema) return ds4_error_set(err, "tool schemas: %s", msg.msg);
     }
     return 0;
 }
@@ -548,8 +540,8 @@ static agent *agent_alloc(const agent_config *cfg)
     pthread_condattr_destroy(&ca);
     atomic_init(&a->interrupt, false);
     a->cfg = *cfg;
-    a->workspace = dup_or_null(cfg->workspace ? cfg->workspace : ".");
-    a->system_extra = dup_or_null(cfg->system_extra);
+    a->workspace = xstrdup(cfg->workspace ? cfg->workspace : ".");
+    a->system_extra = xstrdup(cfg->system_extra);
     a->cfg.workspace = a->workspace;
     a->cfg.system_extra = a->system_extra;
     a->cfg.trace_path = NULL;
@@ -661,7 +653,7 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
     char id[64];
     if (cfg->session_id && *cfg->session_id) snprintf(id, sizeof id, "%s", cfg->session_id);
     else random_id(id, sizeof id);
-    a->session_id = dup_or_null(id);
+    a->session_id = xstrdup(id);
     a->cfg.session_id = a->session_id;
     snprintf(a->st.session_id, sizeof a->st.session_id, "%s", id);
     a->st.ctx_size = cfg->n_ctx;
@@ -676,10 +668,8 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
     a->wake_r = fds[0];
     a->wake_w = fds[1];
     if (cfg->trace_path) {
-        char msg[256];
-        a->tr = trace_open(cfg->trace_path, msg, sizeof msg);
+        a->tr = trace_open(cfg->trace_path, err);
         if (!a->tr) {
-            ds4_error_set(err, "%s", msg);
             agent_free(a);
             return NULL;
         }
@@ -797,7 +787,7 @@ int agent_submit(agent *a, const char *text)
         pthread_mutex_unlock(&a->mu);
         return -1;
     }
-    a->mailbox = dup_or_null(text);
+    a->mailbox = xstrdup(text);
     /* A Ctrl+C from before this turn must not end it. */
     atomic_store(&a->interrupt, false);
     a->st.state = AGENT_PREFILL;
@@ -865,11 +855,11 @@ ds4_think agent_set_think(agent *a, ds4_think mode)
     return ds4_think_for_context(mode, a->n_ctx);
 }
 
-int agent_set_trace(agent *a, const char *path, char *err, size_t errlen)
+int agent_set_trace(agent *a, const char *path, ds4_error *err)
 {
     trace *t = NULL;
     if (path) {
-        t = trace_open(path, err, errlen);
+        t = trace_open(path, err);
         if (!t) return -1;
     }
     pthread_mutex_lock(&a->mu);

@@ -296,7 +296,7 @@ ds4_think agent_set_think(agent *a, ds4_think mode);
 /* Starts appending the trace (see --trace) to path, or stops it (NULL).
  * The file is opened here, so a bad path is an error at once (-1 with
  * err); the worker switches to it before its next turn or request. */
-int agent_set_trace(agent *a, const char *path, char *err, size_t errlen);
+int agent_set_trace(agent *a, const char *path, ds4_error *err);
 
 /* Readable when events or a new status are available; the front end
  * polls it and then calls agent_drain. */

@@ -188,7 +188,7 @@ char *agent_compact_request(const char *reason);
 
 /* ---- trace.c ---------------------------------------------------------------------- */
 
-trace *trace_open(const char *path, char *err, size_t errlen);
+trace *trace_open(const char *path, ds4_error *err);
 void trace_close(trace *t);
 void trace_line(trace *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends `key="escaped"`-style text; helper for trace lines. */

@@ -35,6 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
+
 /* ---- tool schemas as the grammar sees them ----------------------------- */
 
 typedef struct dsml_schema dsml_schema;
@@ -43,7 +45,7 @@ typedef struct dsml_schema dsml_schema;
  * {"name":…,"description":…,"parameters":{"type":"object","properties":{…},
  * "required":[…]}} (what tools_schema_json() returns). Returns NULL with a
  * message in err when a schema is not such an object. */
-dsml_schema *dsml_schema_new(const char *const *schemas_json, size_t n, char *err, size_t errlen);
+dsml_schema *dsml_schema_new(const char *const *schemas_json, size_t n, ds4_error *err);
 void dsml_schema_free(dsml_schema *s);
 
 /* ---- parser -------------------------------------------------------------- */

@@ -2,6 +2,8 @@
  * (see dsml_gram.h for why it is plain data). */
 #include "agent/dsml_gram.h"
 
+#include "base/base.h"
+
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,13 +19,6 @@ static int cmp_tool(const void *a, const void *b)
 static int cmp_param(const void *a, const void *b)
 {
     return strcmp(((const dsml_sparam *)a)->name, ((const dsml_sparam *)b)->name);
-}
-
-static char *xstrdup(const char *s)
-{
-    char *d = strdup(s);
-    if (!d) abort();
-    return d;
 }
 
 static uint8_t type_of_name(const char *t)
@@ -70,7 +65,7 @@ static bool name_ok(const char *s)
     return true;
 }
 
-dsml_schema *dsml_schema_new(const char *const *schemas_json, size_t n, char *err, size_t errlen)
+dsml_schema *dsml_schema_new(const char *const *schemas_json, size_t n, ds4_error *err)
 {
     dsml_schema *s = calloc(1, sizeof *s);
     if (!s) abort();
@@ -81,7 +76,7 @@ dsml_schema *dsml_schema_new(const char *const *schemas_json, size_t n, char *er
         if (!root || !json_object_is_type(root, json_type_object) ||
             !json_object_object_get_ex(root, "name", &name) || !json_object_is_type(name, json_type_string) ||
             !name_ok(json_object_get_string(name))) {
-            snprintf(err, errlen, "tool schema %zu is not an object with a valid \"name\"", i);
+            ds4_error_set(err, "tool schema %zu is not an object with a valid \"name\"", i);
             json_object_put(root);
             dsml_schema_free(s);
             return NULL;
@@ -94,7 +89,7 @@ dsml_schema *dsml_schema_new(const char *const *schemas_json, size_t n, char *er
             json_object_is_type(props, json_type_object)) {
             size_t np = (size_t)json_object_object_length(props);
             if (np > 64) {
-                snprintf(err, errlen, "tool %s has %zu parameters (at most 64)", t->name, np);
+                ds4_error_set(err, "tool %s has %zu parameters (at most 64)", t->name, np);
                 json_object_put(root);
                 dsml_schema_free(s);
                 return NULL;
@@ -125,7 +120,7 @@ dsml_schema *dsml_schema_new(const char *const *schemas_json, size_t n, char *er
     qsort(s->tools, s->n_tools, sizeof *s->tools, cmp_tool);
     for (size_t i = 1; i < s->n_tools; i++) {
         if (!strcmp(s->tools[i].name, s->tools[i - 1].name)) {
-            snprintf(err, errlen, "two tools are called %s", s->tools[i].name);
+            ds4_error_set(err, "two tools are called %s", s->tools[i].name);
             dsml_schema_free(s);
             return NULL;
         }

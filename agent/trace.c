@@ -17,11 +17,11 @@ struct trace {
     pthread_mutex_t mu;
 };
 
-trace *trace_open(const char *path, char *err, size_t errlen)
+trace *trace_open(const char *path, ds4_error *err)
 {
     FILE *f = fopen(path, "ae");
     if (!f) {
-        snprintf(err, errlen, "cannot open the trace file %s: %s", path, strerror(errno));
+        ds4_error_set(err, "cannot open the trace file %s: %s", path, strerror(errno));
         return NULL;
     }
     trace *t = calloc(1, sizeof *t);

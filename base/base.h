@@ -97,7 +97,7 @@ void fault_space_set(int64_t bytes);
  * directories are created when make_parents is true. On failure returns -1,
  * fills err, and leaves any existing file untouched. */
 int file_write_atomic(const char *path, const void *data, size_t len, int mode,
-                      bool make_parents, char *err, size_t errlen);
+                      bool make_parents, ds4_error *err);
 
 /* The prefix of the temporary files file_write_atomic makes beside path
  * (".NAME.tmp.PID." in its directory: the PID tells a later process whether

@@ -92,9 +92,9 @@ int base_mkdir_p(const char *path, mode_t mode)
     return 0;
 }
 
-static void fmt_err(char *err, size_t errlen, const char *what, const char *path)
+static void fmt_err(ds4_error *err, const char *what, const char *path)
 {
-    if (err && errlen) snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
+    ds4_error_set(err, "%s %s: %s", what, path, strerror(errno));
 }
 
 /* ---- writes, free space and the test hook that fills the disk ----------------- */
@@ -267,18 +267,18 @@ size_t temp_sweep(const char *root, size_t max_entries)
 }
 
 int file_write_atomic(const char *path, const void *data, size_t len, int mode,
-                      bool make_parents, char *err, size_t errlen)
+                      bool make_parents, ds4_error *err)
 {
     char dir[4096], tmp[4200];
     if (strlen(path) >= sizeof dir) {
         errno = ENAMETOOLONG;
-        fmt_err(err, errlen, "cannot write", path);
+        fmt_err(err, "cannot write", path);
         return -1;
     }
     strcpy(dir, path);
     char *d = dirname(dir);
     if (make_parents && base_mkdir_p(d, 0755) != 0) {
-        fmt_err(err, errlen, "cannot create directory", d);
+        fmt_err(err, "cannot create directory", d);
         return -1;
     }
     struct stat st;
@@ -286,7 +286,7 @@ int file_write_atomic(const char *path, const void *data, size_t len, int mode,
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode)) {
             errno = EISDIR;
-            fmt_err(err, errlen, "cannot write", path);
+            fmt_err(err, "cannot write", path);
             return -1;
         }
         if (mode < 0) m = st.st_mode & 07777;
@@ -296,28 +296,28 @@ int file_write_atomic(const char *path, const void *data, size_t len, int mode,
     int fd = temp_prefix_for(prefix, sizeof prefix, path) == 0 && temp_template(tmp, sizeof tmp, prefix) == 0
                  ? mkstemp(tmp) : -1;
     if (fd < 0) {
-        fmt_err(err, errlen, "cannot create a temporary file next to", path);
+        fmt_err(err, "cannot create a temporary file next to", path);
         return -1;
     }
     if (fd_write_all(fd, data, len) != 0) {
-        fmt_err(err, errlen, "cannot write", tmp);
+        fmt_err(err, "cannot write", tmp);
         close(fd);
         unlink(tmp);
         return -1;
     }
     if (fchmod(fd, m) != 0 || fsync(fd) != 0) {
-        fmt_err(err, errlen, "cannot sync", tmp);
+        fmt_err(err, "cannot sync", tmp);
         close(fd);
         unlink(tmp);
         return -1;
     }
     if (close(fd) != 0) {
-        fmt_err(err, errlen, "cannot close", tmp);
+        fmt_err(err, "cannot close", tmp);
         unlink(tmp);
         return -1;
     }
     if (rename(tmp, path) != 0) {
-        fmt_err(err, errlen, "cannot replace", path);
+        fmt_err(err, "cannot replace", path);
         unlink(tmp);
         return -1;
     }

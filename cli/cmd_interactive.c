@@ -28,16 +28,16 @@
 #define DEFAULT_CTX 65536
 
 /* --resume without an ID: the list, then the pick. */
-static session_open_status pick(const char *ws, bool no_color, session **out, char *err, size_t errlen)
+static session_open_status pick(const char *ws, bool no_color, session **out, ds4_error *err)
 {
     session_info *v;
-    int n = sessions_list(&v, err, errlen);
+    int n = sessions_list(&v, err);
     if (n < 0) return SESSION_OPEN_ERROR;
     char id[SESSION_ID_MAX];
-    int r = ui_pick_session(v, (size_t)n, no_color, id, sizeof id, err, errlen);
+    int r = ui_pick_session(v, (size_t)n, no_color, id, sizeof id, err->msg, sizeof err->msg);
     free(v);
     if (r < 0) return SESSION_OPEN_PICK;
-    *out = r == 1 ? session_open(id, err, errlen) : session_create(NULL, ws, err, errlen);
+    *out = r == 1 ? session_open(id, err) : session_create(NULL, ws, err);
     return *out ? SESSION_OPEN_OK : SESSION_OPEN_ERROR;
 }
 
@@ -58,26 +58,26 @@ int cmd_interactive(const ds4cl_options *o)
     if (wrc != 0) return wrc;
 
     session *sess = NULL;
-    char serr[768] = "";
+    ds4_error serr = { "" };
     session_request rq = { .resume = o->resume, .resume_id = o->resume_id, .continue_last = o->continue_last,
                            .session_id = o->session_id, .cwd = ws };
     sessions_set_prompt_cache(!o->no_prompt_cache);
-    session_open_status so = session_open_request(&rq, &sess, serr, sizeof serr);
+    session_open_status so = session_open_request(&rq, &sess, &serr);
     if (so == SESSION_OPEN_PICK) {
-        so = pick(ws, o->no_color, &sess, serr, sizeof serr);
+        so = pick(ws, o->no_color, &sess, &serr);
         if (so == SESSION_OPEN_PICK) {
-            fprintf(stderr, "ds4cl: %s\n", serr);
+            fprintf(stderr, "ds4cl: %s\n", serr.msg);
             return EXIT_DONE;
         }
     }
     bool asked = o->resume || o->continue_last || o->session_id;
     if (so == SESSION_OPEN_ERROR && !asked) {
         /* nowhere to keep it (no home, say): the conversation still runs */
-        fprintf(stderr, "ds4cl: this conversation is not saved: %s\n", serr);
+        fprintf(stderr, "ds4cl: this conversation is not saved: %s\n", serr.msg);
         so = SESSION_OPEN_OK;
     }
     if (so != SESSION_OPEN_OK) {
-        fprintf(stderr, "ds4cl: %s\n", serr);
+        fprintf(stderr, "ds4cl: %s\n", serr.msg);
         return EXIT_ERROR;
     }
     session_info sinfo = { .n_ctx = 0 };
@@ -97,16 +97,10 @@ int cmd_interactive(const ds4cl_options *o)
     agent_setup_config(&cfg, o, e, n_ctx, ws, true);
 
     agent *a = NULL;
-    char err[1024] = "";
-    if (sess) {
-        a = session_start_agent(sess, &cfg, err, sizeof err);
-    } else {
-        ds4_error derr = { "" };
-        a = agent_start(&cfg, &derr);
-        snprintf(err, sizeof err, "%s", derr.msg);
-    }
+    ds4_error err = { "" };
+    a = sess ? session_start_agent(sess, &cfg, &err) : agent_start(&cfg, &err);
     if (!a) {
-        fprintf(stderr, "ds4cl: %s\n", err);
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
         session_close(sess);
         ds4_engine_close(e);
         return EXIT_ERROR;

@@ -345,15 +345,15 @@ int cmd_prompt(const ds4cl_options *o)
 
     /* The session first: a resumed one brings its context size. */
     session *sess = NULL;
-    char serr[768];
+    ds4_error serr = { "" };
     session_request rq = { .resume = o->resume, .resume_id = o->resume_id, .continue_last = o->continue_last,
                            .session_id = o->session_id, .cwd = ws };
     sessions_set_prompt_cache(!o->no_prompt_cache);
-    session_open_status so = session_open_request(&rq, &sess, serr, sizeof serr);
+    session_open_status so = session_open_request(&rq, &sess, &serr);
     bool asked = o->resume || o->continue_last || o->session_id;
     if (so == SESSION_OPEN_ERROR && !asked) {
         /* Nowhere to keep it (no home, say): the task still runs. */
-        fprintf(stderr, "ds4cl: this run is not saved as a session: %s\n", serr);
+        fprintf(stderr, "ds4cl: this run is not saved as a session: %s\n", serr.msg);
         so = SESSION_OPEN_OK;
     }
     if (so != SESSION_OPEN_OK) {
@@ -361,7 +361,7 @@ int cmd_prompt(const ds4cl_options *o)
             fprintf(stderr, "ds4cl: --resume needs a session ID with --prompt (--continue takes the latest of this "
                             "directory)\n");
             session_info *v;
-            int n = sessions_list(&v, serr, sizeof serr);
+            int n = sessions_list(&v, &serr);
             if (n >= 0) {
                 char *list = sessions_format_list(v, (size_t)n, 20, NULL);
                 fputs(list, stderr);
@@ -369,12 +369,12 @@ int cmd_prompt(const ds4cl_options *o)
                 free(v);
             }
         } else {
-            fprintf(stderr, "ds4cl: %s\n", serr);
+            fprintf(stderr, "ds4cl: %s\n", serr.msg);
         }
         free(prompt);
         if (so == SESSION_OPEN_PICK)
             return refused(o, EXIT_USAGE, NULL, "--resume needs a session ID with --prompt");
-        return refused(o, EXIT_ERROR, o->session_id ? o->session_id : o->resume_id, serr);
+        return refused(o, EXIT_ERROR, o->session_id ? o->session_id : o->resume_id, serr.msg);
     }
     session_info sinfo = { .n_ctx = 0 };
     if (sess) session_get_info(sess, &sinfo);
@@ -415,7 +415,7 @@ int cmd_prompt(const ds4cl_options *o)
     agent *a = NULL;
     if (!sess) {
         a = agent_start(&cfg, &err);
-    } else if (session_attach(sess, e, &cfg, err.msg, sizeof err.msg) == 0) {
+    } else if (session_attach(sess, e, &cfg, &err) == 0) {
         a = agent_start(&cfg, &err);
         session_attach_done(sess);
     }

@@ -175,11 +175,9 @@ static int extract_json(const char *cache, const char *json_path, ds4_error *err
         return ds4_error_set(err, "node could not extract the tokenizer JSON from %s (exit %d): %s",
                              dir, rc, tail);
     }
-    char werr[512];
-    int w = file_write_atomic(json_path, json, len, 0644, true, werr, sizeof werr);
+    int w = file_write_atomic(json_path, json, len, 0644, true, err);
     free(json);
-    if (w != 0) return ds4_error_set(err, "%s", werr);
-    return 0;
+    return w;
 }
 
 int npm_tokenizer_json_path(char *out, size_t size, ds4_error *err)

@@ -311,11 +311,9 @@ int ds4_session_save(const ds4_session *s, const char *path, ds4_error *err)
     void *buf;
     size_t len;
     if (ds4_session_snapshot(s, &buf, &len, err) != 0) return -1;
-    char msg[512];
-    int rc = file_write_atomic(path, buf, len, 0600, true, msg, sizeof msg);
+    int rc = file_write_atomic(path, buf, len, 0600, true, err);
     free(buf);
-    if (rc != 0) return ds4_error_set(err, "%s", msg);
-    return 0;
+    return rc;
 }
 
 int ds4_session_load(ds4_session *s, const char *path, ds4_error *err)

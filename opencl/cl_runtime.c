@@ -449,9 +449,8 @@ static void cache_write(const char *path, cl_program p)
         size_t lens[] = { size };
         sha256_hex(parts, lens, 1, sum);
         memcpy(buf + sizeof cache_magic, sum, 64);
-        char e[256];
         /* a cache that cannot be written only costs build time */
-        (void)file_write_atomic(path, buf, head + size, 0600, true, e, sizeof e);
+        (void)file_write_atomic(path, buf, head + size, 0600, true, NULL);
     }
     free(buf);
 }

@@ -143,7 +143,7 @@ static void evict(sv_cache *c)
     }
 }
 
-int sv_cache_save(sv_cache *c, ds4_session *s, char *err, size_t errlen)
+int sv_cache_save(sv_cache *c, ds4_session *s, ds4_error *err)
 {
     size_t n = ds4_session_n_tokens(s);
     const int32_t *ids = ds4_session_tokens(s);
@@ -156,22 +156,18 @@ int sv_cache_save(sv_cache *c, ds4_session *s, char *err, size_t errlen)
         }
     void *buf = NULL;
     size_t len = 0;
-    ds4_error e = { "" };
-    if (ds4_session_snapshot(s, &buf, &len, &e) != 0) {
-        snprintf(err, errlen, "%s", e.msg);
-        return -1;
-    }
+    if (ds4_session_snapshot(s, &buf, &len, err) != 0) return -1;
     char snap[4096], tok[4096];
     path_of(c, key, "snap", snap, sizeof snap);
     path_of(c, key, "tok", tok, sizeof tok);
-    int rc = file_write_atomic(snap, buf, len, 0600, true, err, errlen);
+    int rc = file_write_atomic(snap, buf, len, 0600, true, err);
     free(buf);
     if (rc != 0) return -1;
     strbuf b = { 0 };
     uint64_t head[3] = { TOK_MAGIC, c->identity, n };
     sb_append(&b, (const char *)head, sizeof head);
     sb_append(&b, (const char *)ids, n * sizeof *ids);
-    rc = file_write_atomic(tok, b.s, b.len, 0600, true, err, errlen);
+    rc = file_write_atomic(tok, b.s, b.len, 0600, true, err);
     sb_free(&b);
     if (rc != 0) {
         unlink(snap);

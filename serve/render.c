@@ -152,8 +152,7 @@ int sv_memo_save(sv_memo *m, const char *path)
         sb_append(&b, (const char *)m->v[i].ids, m->v[i].n * sizeof(int32_t));
     }
     pthread_mutex_unlock(&m->mu);
-    char err[256];
-    int rc = file_write_atomic(path, b.s, b.len, 0600, true, err, sizeof err);
+    int rc = file_write_atomic(path, b.s, b.len, 0600, true, NULL);
     sb_free(&b);
     return rc;
 }

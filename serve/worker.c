@@ -190,18 +190,18 @@ static void gen_setup(gen *g)
 {
     sv_job *j = g->j;
     const serve_request *r = j->req;
-    char err[256] = "";
+    ds4_error err = { "" };
     if (r->n_tools) {
         /* a named choice: the mask knows only that tool */
         if (r->choice == SV_CHOICE_NAMED) {
             for (size_t i = 0; i < r->n_tools && !g->schema; i++) {
                 struct json_object *s = json_tokener_parse(r->tools[i]), *n;
                 if (json_object_object_get_ex(s, "name", &n) && !strcmp(json_object_get_string(n), r->choice_name))
-                    g->schema = dsml_schema_new((const char *const *)&r->tools[i], 1, err, sizeof err);
+                    g->schema = dsml_schema_new((const char *const *)&r->tools[i], 1, &err);
                 json_object_put(s);
             }
         } else {
-            g->schema = dsml_schema_new((const char *const *)r->tools, r->n_tools, err, sizeof err);
+            g->schema = dsml_schema_new((const char *const *)r->tools, r->n_tools, &err);
         }
     }
     if (g->schema && g->w->dvocab) g->masker = dsml_masker_new(g->w->dvocab, g->schema);
@@ -238,9 +238,9 @@ static ds4_status prefill(sv_worker *w, gen *g, ds4_error *err)
     void *base = NULL;
     if (w->cache) {
         pthread_mutex_lock(&w->cache_mu);
-        char msg[512];
-        if (common < have && sv_cache_save(w->cache, g->sess, msg, sizeof msg) != 0 && !w->cfg.quiet)
-            fprintf(stderr, "ds4cl serve: cannot cache the session state: %s\n", msg);
+        ds4_error msg = { "" };
+        if (common < have && sv_cache_save(w->cache, g->sess, &msg) != 0 && !w->cfg.quiet)
+            fprintf(stderr, "ds4cl serve: cannot cache the session state: %s\n", msg.msg);
         base = sv_cache_find(w->cache, ids, n, common, &base_len, &base_n);
         pthread_mutex_unlock(&w->cache_mu);
     }
@@ -563,9 +563,9 @@ void sv_worker_stop(sv_worker *w)
     for (int k = 0; k < w->n_slots; k++)
         if (w->slots[k].started) pthread_join(w->slots[k].th, NULL);
     for (int k = 0; w->cache && k < w->n_slots; k++) {
-        char msg[512];
-        if (sv_cache_save(w->cache, w->slots[k].sess, msg, sizeof msg) != 0)
-            fprintf(stderr, "ds4cl serve: cannot cache the session state: %s\n", msg);
+        ds4_error msg = { "" };
+        if (sv_cache_save(w->cache, w->slots[k].sess, &msg) != 0)
+            fprintf(stderr, "ds4cl serve: cannot cache the session state: %s\n", msg.msg);
     }
     if (w->cache) {
         if (sv_memo_save(w->memo, sv_cache_memo_path(w->cache)) != 0)

@@ -41,10 +41,10 @@ static void first_word(const char *args, char *out, size_t size)
 static void list_into(strbuf *b, const char *current, size_t max)
 {
     session_info *v;
-    char err[256];
-    int n = sessions_list(&v, err, sizeof err);
+    ds4_error err = { "" };
+    int n = sessions_list(&v, &err);
     if (n < 0) {
-        sb_printf(b, "%s\n", err);
+        sb_printf(b, "%s\n", err.msg);
         return;
     }
     char *text = sessions_format_list(v, (size_t)n, max, current);
@@ -81,7 +81,7 @@ static void recap(strbuf *b, session *s)
         if (!any) sb_puts(b, "\n\nRecent requests:");
         any = true;
         char line[RECAP_BYTES + 8];
-        title_from_text(line, RECAP_BYTES, h[i].text, h[i].len);
+        session_title_from_text(line, RECAP_BYTES, h[i].text, h[i].len);
         sb_printf(b, "\n> %s%s", line, h[i].len >= RECAP_BYTES - 1 ? " …" : "");
     }
     session_turns_free(h, n);
@@ -134,10 +134,11 @@ static int cmd_fork(sessions_ctx *c, const char *args, char **out)
 
 static int cmd_delete(sessions_ctx *c, const char *args, char **out)
 {
-    char word[SESSION_ID_MAX + 1], id[SESSION_ID_MAX], err[512];
+    char word[SESSION_ID_MAX + 1], id[SESSION_ID_MAX];
+    ds4_error err = { "" };
     first_word(args, word, sizeof word);
     if (!word[0]) return reply(out, -1, "usage: `/delete ID`");
-    if (sessions_resolve(word, id, sizeof id, err, sizeof err) != 0) return reply(out, -1, "%s", err);
+    if (sessions_resolve(word, id, sizeof id, &err) != 0) return reply(out, -1, "%s", err.msg);
     if (*c->s && !strcmp(id, session_id(*c->s)))
         return reply(out, -1, "%s is the current session; `/new` or `/switch` first", id);
     /* Deleting cannot be undone: the first /delete says what would go,
@@ -149,7 +150,7 @@ static int cmd_delete(sessions_ctx *c, const char *args, char **out)
         snprintf(pending, sizeof pending, "%s", id);
         pending_ms = now;
         session_info *v;
-        int n = sessions_list(&v, err, sizeof err);
+        int n = sessions_list(&v, &err);
         const session_info *si = NULL;
         for (int i = 0; i < n && !si; i++)
             if (!strcmp(v[i].id, id)) si = &v[i];
@@ -165,7 +166,7 @@ static int cmd_delete(sessions_ctx *c, const char *args, char **out)
         return 0;
     }
     pending[0] = 0;
-    if (sessions_delete(id, err, sizeof err) != 0) return reply(out, -1, "%s", err);
+    if (sessions_delete(id, &err) != 0) return reply(out, -1, "%s", err.msg);
     return reply(out, 0, "Deleted session %s.", id);
 }
 
@@ -187,8 +188,8 @@ const sessions_command *sessions_commands(size_t *n)
 void sessions_complete(const char *prefix, void (*add)(void *ud, const char *id), void *ud)
 {
     session_info *v;
-    char err[256];
-    int n = sessions_list(&v, err, sizeof err);
+    ds4_error err = { "" };
+    int n = sessions_list(&v, &err);
     if (n < 0) return;
     size_t pl = prefix ? strlen(prefix) : 0;
     for (int i = 0; i < n; i++)

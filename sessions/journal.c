@@ -35,31 +35,11 @@ uint32_t journal_crc32(uint32_t crc, const void *data, size_t len)
     return ~crc;
 }
 
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
-
 void journal_encode_header(strbuf *out)
 {
     unsigned char h[JOURNAL_HEADER_LEN] = { 0 };
     memcpy(h, FILE_MAGIC, 8);
-    put_u32(h + 8, FILE_VERSION);
+    le_put_u32(h + 8, FILE_VERSION);
     sb_append(out, (const char *)h, sizeof h);
 }
 
@@ -71,7 +51,7 @@ static void put_bytes(strbuf *out, const void *p, size_t n)
 static void put_len(strbuf *out, size_t n)
 {
     unsigned char b[4];
-    put_u32(b, (uint32_t)n);
+    le_put_u32(b, (uint32_t)n);
     sb_append(out, (const char *)b, 4);
 }
 
@@ -99,14 +79,14 @@ void journal_encode(strbuf *out, const agent_turn *t)
     unsigned char *f = (unsigned char *)out->s + start;
     unsigned char *body = f + JOURNAL_FRAME_LEN;
     body[0] = (unsigned char)t->kind;
-    put_u32(body + 4, (uint32_t)t->len);
-    put_u64(body + 8, t->transcript_len);
-    put_u32(body + 16, (uint32_t)t->n_tokens);
-    put_u32(body + 20, (uint32_t)t->n_calls);
-    put_u32(f, REC_MAGIC);
-    put_u32(f + 4, (uint32_t)body_len);
-    put_u32(f + 8, journal_crc32(0, body, body_len));
-    put_u32(f + 12, journal_crc32(0, f, 12));
+    le_put_u32(body + 4, (uint32_t)t->len);
+    le_put_u64(body + 8, t->transcript_len);
+    le_put_u32(body + 16, (uint32_t)t->n_tokens);
+    le_put_u32(body + 20, (uint32_t)t->n_calls);
+    le_put_u32(f, REC_MAGIC);
+    le_put_u32(f + 4, (uint32_t)body_len);
+    le_put_u32(f + 8, journal_crc32(0, body, body_len));
+    le_put_u32(f + 12, journal_crc32(0, f, 12));
 }
 
 agent_turn journal_rec_turn(const journal_rec *r)
@@ -161,7 +141,7 @@ static bool decode_calls(const unsigned char *p, const unsigned char *end, uint3
     const unsigned char *q = p;
     for (uint32_t i = 0; i < n; i++) {
         if ((size_t)(end - q) < 16) return false;
-        uint64_t a = get_u32(q + 4), b = get_u32(q + 8), c = get_u32(q + 12);
+        uint64_t a = le_get_u32(q + 4), b = le_get_u32(q + 8), c = le_get_u32(q + 12);
         if (a + b + c > (uint64_t)(end - q) - 16) return false;
         q += 16 + a + b + c;
     }
@@ -172,7 +152,7 @@ static bool decode_calls(const unsigned char *p, const unsigned char *end, uint3
     rec->n_calls = n;
     q = p;
     for (uint32_t i = 0; i < n; i++) {
-        size_t a = get_u32(q + 4), b = get_u32(q + 8), c = get_u32(q + 12);
+        size_t a = le_get_u32(q + 4), b = le_get_u32(q + 8), c = le_get_u32(q + 12);
         agent_tool_call *tc = &rec->calls[i];
         tc->is_error = q[0] & 1;
         tc->denied = (q[0] & 2) != 0;
@@ -189,14 +169,14 @@ static bool decode_calls(const unsigned char *p, const unsigned char *end, uint3
  * the decoded record in rec when non-NULL. */
 static size_t record_at(const unsigned char *p, size_t avail, journal_rec *rec)
 {
-    if (avail < JOURNAL_FRAME_LEN || get_u32(p) != REC_MAGIC) return 0;
-    if (get_u32(p + 12) != journal_crc32(0, p, 12)) return 0;
-    uint32_t body_len = get_u32(p + 4);
+    if (avail < JOURNAL_FRAME_LEN || le_get_u32(p) != REC_MAGIC) return 0;
+    if (le_get_u32(p + 12) != journal_crc32(0, p, 12)) return 0;
+    uint32_t body_len = le_get_u32(p + 4);
     if (body_len < JOURNAL_BODY_FIXED || body_len > JOURNAL_MAX_BODY || body_len > avail - JOURNAL_FRAME_LEN) return 0;
     const unsigned char *body = p + JOURNAL_FRAME_LEN;
-    if (get_u32(p + 8) != journal_crc32(0, body, body_len)) return 0;
+    if (le_get_u32(p + 8) != journal_crc32(0, body, body_len)) return 0;
     unsigned kind = body[0];
-    uint32_t text_len = get_u32(body + 4), n_tokens = get_u32(body + 16), n_calls = get_u32(body + 20);
+    uint32_t text_len = le_get_u32(body + 4), n_tokens = le_get_u32(body + 16), n_calls = le_get_u32(body + 20);
     uint64_t fixed = (uint64_t)JOURNAL_BODY_FIXED + text_len + 4ull * n_tokens;
     if (kind > AGENT_TURN_SYSTEM || fixed > body_len) return 0;
     if (!decode_calls(body + fixed, body + body_len, n_calls, NULL)) return 0;
@@ -212,8 +192,8 @@ static size_t record_at(const unsigned char *p, size_t avail, journal_rec *rec)
         rec->tokens = malloc((n_tokens ? n_tokens : 1) * sizeof *rec->tokens);
         if (!rec->tokens) abort();
         const unsigned char *tp = body + JOURNAL_BODY_FIXED + text_len;
-        for (uint32_t i = 0; i < n_tokens; i++) rec->tokens[i] = (int32_t)get_u32(tp + 4 * i);
-        rec->transcript_len = get_u64(body + 8);
+        for (uint32_t i = 0; i < n_tokens; i++) rec->tokens[i] = (int32_t)le_get_u32(tp + 4 * i);
+        rec->transcript_len = le_get_u64(body + 8);
         decode_calls(body + fixed, body + body_len, n_calls, rec);
     }
     return JOURNAL_FRAME_LEN + body_len;
@@ -234,8 +214,8 @@ static void push(journal_scan *s, const journal_rec *r)
  * there is no frame. */
 static int frame_kind_at(const unsigned char *p, size_t avail, uint32_t *body_len)
 {
-    if (avail < JOURNAL_FRAME_LEN || get_u32(p) != REC_MAGIC || get_u32(p + 12) != journal_crc32(0, p, 12)) return -2;
-    *body_len = get_u32(p + 4);
+    if (avail < JOURNAL_FRAME_LEN || le_get_u32(p) != REC_MAGIC || le_get_u32(p + 12) != journal_crc32(0, p, 12)) return -2;
+    *body_len = le_get_u32(p + 4);
     return avail > JOURNAL_FRAME_LEN ? p[JOURNAL_FRAME_LEN] : -1;
 }
 
@@ -260,7 +240,7 @@ void journal_parse(const unsigned char *data, size_t len, journal_scan *out)
     memset(out, 0, sizeof *out);
     out->file_size = len;
     size_t pos = 0;
-    if (len >= JOURNAL_HEADER_LEN && !memcmp(data, FILE_MAGIC, 8) && get_u32(data + 8) == FILE_VERSION) {
+    if (len >= JOURNAL_HEADER_LEN && !memcmp(data, FILE_MAGIC, 8) && le_get_u32(data + 8) == FILE_VERSION) {
         pos = JOURNAL_HEADER_LEN;
     } else if (len > 0) {
         /* Not our header (damaged or another version): records are
@@ -331,7 +311,7 @@ void journal_scan_free(journal_scan *s)
     memset(s, 0, sizeof *s);
 }
 
-int journal_append(int fd, const char *path, const void *data, size_t len, char *err, size_t errlen)
+int journal_append(int fd, const char *path, const void *data, size_t len, ds4_error *err)
 {
     off_t start = lseek(fd, 0, SEEK_END);
     const char *what = "cannot append to the session journal";
@@ -347,7 +327,7 @@ int journal_append(int fd, const char *path, const void *data, size_t len, char 
          * cut fails too, the next append cuts first (the caller knows
          * where the journal ends) and readers skip a torn record. */
         if (start >= 0) (void)!ftruncate(fd, start);
-        snprintf(err, errlen, "%s %s: %s", what, path, strerror(e));
+        ds4_error_set(err, "%s %s: %s", what, path, strerror(e));
         return -1;
     }
     return 0;

@@ -84,6 +84,6 @@ void tool_calls_free(agent_tool_call *calls, size_t n);
 
 /* Appends bytes and fdatasyncs; when either fails the file is cut back
  * to where it was. 0, or -1 with err naming path and the cause. */
-int journal_append(int fd, const char *path, const void *data, size_t len, char *err, size_t errlen);
+int journal_append(int fd, const char *path, const void *data, size_t len, ds4_error *err);
 
 #endif

@@ -19,14 +19,14 @@ static bool keep_damaged(session *s, const char *path, char *backup, size_t size
 {
     size_t len;
     char *raw = file_read_regular(path, &len);
-    char err[320];
+    ds4_error err = { "" };
     /* never over an earlier copy (two repairs within a second) */
     long long now = (long long)base_wall_time_s();
     snprintf(backup, size, "%s.damaged-%lld", path, now);
     for (int k = 2; access(backup, F_OK) == 0 && k < 1000; k++) snprintf(backup, size, "%s.damaged-%lld-%d", path, now, k);
-    if (!raw || file_write_atomic(backup, raw, len, 0600, false, err, sizeof err) != 0) {
+    if (!raw || file_write_atomic(backup, raw, len, 0600, false, &err) != 0) {
         session_note(s, "the damaged journal of session %s could not be kept beside (%s); it is left as it is",
-             s->meta.info.id, raw ? err : strerror(errno));
+             s->meta.info.id, raw ? err.msg : strerror(errno));
         free(raw);
         return false;
     }
@@ -42,9 +42,9 @@ static bool rewrite_journal(session *s, const journal_rec *recs, size_t n, const
     strbuf b = { 0 };
     journal_encode_header(&b);
     journal_encode_all(&b, recs, n);
-    char err[320];
-    bool ok = file_write_atomic(path, b.s, b.len, 0600, false, err, sizeof err) == 0;
-    if (!ok) session_note(s, "the journal of session %s could not be rewritten: %s", s->meta.info.id, err);
+    ds4_error err = { "" };
+    bool ok = file_write_atomic(path, b.s, b.len, 0600, false, &err) == 0;
+    if (!ok) session_note(s, "the journal of session %s could not be rewritten: %s", s->meta.info.id, err.msg);
     sb_free(&b);
     return ok;
 }
@@ -77,13 +77,13 @@ static void note_loss(session *s, const journal_scan *j, int turns_lost, uint64_
 /* Reads the journal into s, repairing what a crash or damage left:
  * -1 with err when it is there but cannot be read at all (a directory, a
  * FIFO: the session is refused rather than started over). */
-int session_load_journal(session *s, char *err, size_t errlen)
+int session_load_journal(session *s, ds4_error *err)
 {
     char path[PATH_MAX];
     session_path_in(s, JOURNAL_FILE, path, sizeof path);
     struct stat st;
     if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "the journal of session %s (%s) is %s; move it away to open the session", s->meta.info.id,
+        ds4_error_set(err, "the journal of session %s (%s) is %s; move it away to open the session", s->meta.info.id,
                  path, file_kind(st.st_mode));
         return -1;
     }
@@ -92,7 +92,7 @@ int session_load_journal(session *s, char *err, size_t errlen)
     uint64_t bytes_before = s->meta.journal_bytes;
     if (journal_read(path, &j) != 0) {
         if (errno != ENOENT) {
-            snprintf(err, errlen, "the journal of session %s (%s) cannot be read: %s", s->meta.info.id, path,
+            ds4_error_set(err, "the journal of session %s (%s) cannot be read: %s", s->meta.info.id, path,
                      strerror(errno));
             return -1;
         }

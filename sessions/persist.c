@@ -14,19 +14,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int session_write_meta_locked(session *s, char *err, size_t errlen)
+int session_write_meta_locked(session *s, ds4_error *err)
 {
     s->meta.info.updated = base_wall_time_s();
     char path[PATH_MAX];
     session_path_in(s, JOURNAL_FILE, path, sizeof path);
-    s->meta.journal_bytes = file_bytes(path);
-    if (meta_write(s->dir, &s->meta, err, errlen) != 0) return -1;
+    s->meta.journal_bytes = session_file_bytes(path);
+    if (session_meta_write(s->dir, &s->meta, err) != 0) return -1;
     s->meta_written = true;
     s->dirty = false;
     return 0;
 }
 
-static int ensure_journal(session *s, char *err, size_t errlen)
+static int ensure_journal(session *s, ds4_error *err)
 {
     if (s->jfd >= 0) return 0;
     char path[PATH_MAX];
@@ -40,14 +40,14 @@ static int ensure_journal(session *s, char *err, size_t errlen)
         errno = EINVAL;
     }
     if (fd < 0) {
-        strf(err, errlen, "cannot open the session journal %s: %s", path,
+        ds4_error_set(err, "cannot open the session journal %s: %s", path,
              errno == EINVAL || errno == EISDIR || errno == ENXIO ? "it is not a regular file" : strerror(errno));
         return -1;
     }
     if (st.st_size == 0) {
         strbuf h = { 0 };
         journal_encode_header(&h);
-        int rc = journal_append(fd, path, h.s, h.len, err, errlen);
+        int rc = journal_append(fd, path, h.s, h.len, err);
         sb_free(&h);
         int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd >= 0) {
@@ -66,20 +66,20 @@ static int ensure_journal(session *s, char *err, size_t errlen)
 }
 
 /* Writes the records the journal does not hold yet (caller holds io). */
-int session_flush_pending(session *s, char *err, size_t errlen)
+int session_flush_pending(session *s, ds4_error *err)
 {
     if (!s->pending.len) return 0;
-    if (ensure_journal(s, err, errlen) != 0) return -1;
+    if (ensure_journal(s, err) != 0) return -1;
     /* a failed append whose cut failed too left a torn record behind */
     struct stat st;
     if (fstat(s->jfd, &st) == 0 && st.st_size != s->durable_end && ftruncate(s->jfd, s->durable_end) != 0) {
-        strf(err, errlen, "cannot cut the session journal of %s back to its last record: %s", s->meta.info.id,
+        ds4_error_set(err, "cannot cut the session journal of %s back to its last record: %s", s->meta.info.id,
              strerror(errno));
         return -1;
     }
     char path[PATH_MAX];
     session_path_in(s, JOURNAL_FILE, path, sizeof path);
-    if (journal_append(s->jfd, path, s->pending.s, s->pending.len, err, errlen) != 0) return -1;
+    if (journal_append(s->jfd, path, s->pending.s, s->pending.len, err) != 0) return -1;
     s->durable_end += (off_t)s->pending.len;
     sb_clear(&s->pending);
     return 0;
@@ -91,19 +91,19 @@ int session_hook_turn(void *ud, const agent_turn *t, char *msg, size_t msglen)
     pthread_mutex_lock(&s->io);
     bool behind = s->pending.len > 0;
     journal_encode(&s->pending, t);
-    char err[400] = "";
-    int rc = session_flush_pending(s, err, sizeof err);
+    ds4_error err = { "" };
+    int rc = session_flush_pending(s, &err);
     pthread_mutex_lock(&s->mu);
     session_apply_record(s, t);
     s->dirty = true;
     if (rc != 0)
-        strf(msg, msglen, "session %s: %s is not saved: %s", s->meta.info.id,
-             behind ? "the conversation since an earlier failure" : "this turn", err);
+        session_strf(msg, msglen, "session %s: %s is not saved: %s", s->meta.info.id,
+             behind ? "the conversation since an earlier failure" : "this turn", err.msg);
     /* The first user turn makes the session worth listing. */
-    char merr[320];
-    if (rc == 0 && t->kind == AGENT_TURN_USER && !s->meta_written && session_write_meta_locked(s, merr, sizeof merr) != 0 &&
+    ds4_error merr = { "" };
+    if (rc == 0 && t->kind == AGENT_TURN_USER && !s->meta_written && session_write_meta_locked(s, &merr) != 0 &&
         !s->io_err[0])
-        strf(s->io_err, sizeof s->io_err, "session %s: %s", s->meta.info.id, merr);
+        session_strf(s->io_err, sizeof s->io_err, "session %s: %s", s->meta.info.id, merr.msg);
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_unlock(&s->io);
     return rc;
@@ -141,9 +141,7 @@ static int save_state(ds4_session *ks, const char *path, ds4_error *err)
                                 "for the conversation", (double)len / (1 << 20), dir, (double)avail / (1 << 20),
                            (unsigned long long)(kept >> 20));
     } else {
-        char msg[512];
-        rc = file_write_atomic(path, buf, len, 0600, true, msg, sizeof msg);
-        if (rc != 0) ds4_error_set(err, "%s", msg);
+        rc = file_write_atomic(path, buf, len, 0600, true, err);
     }
     free(buf);
     return rc;
@@ -156,7 +154,7 @@ static int snapshot_locked(session *s, ds4_session *ks, bool forced, char *msg, 
     size_t have = ds4_session_n_tokens(ks);
     const int32_t *ids = ds4_session_tokens(ks);
     if (have == 0) return 0;
-    uint64_t h = tokens_hash(ids, have);
+    uint64_t h = session_tokens_hash(ids, have);
     pthread_mutex_lock(&s->mu);
     size_t snap_n = s->meta.snap_tokens;
     uint64_t snap_h = s->meta.snap_hash;
@@ -169,7 +167,7 @@ static int snapshot_locked(session *s, ds4_session *ks, bool forced, char *msg, 
      * resume, plus what every next turn reads first anyway): rewriting a
      * large state for one token would delay the next turn. */
     bool eos_only = snap_n && have == snap_n + 1 && ds4_session_last_prefilled(ks) <= 1 &&
-                    tokens_hash(ids, snap_n) == snap_h;
+                    session_tokens_hash(ids, snap_n) == snap_h;
     char path[PATH_MAX];
     session_path_in(s, STATE_FILE, path, sizeof path);
     if (!unchanged && (forced || !eos_only)) {
@@ -191,14 +189,14 @@ static int snapshot_locked(session *s, ds4_session *ks, bool forced, char *msg, 
         pthread_mutex_lock(&s->mu);
         s->meta.snap_tokens = have;
         s->meta.snap_hash = h;
-        s->meta.snap_file_bytes = file_bytes(path);
+        s->meta.snap_file_bytes = session_file_bytes(path);
         s->dirty = true;
         pthread_mutex_unlock(&s->mu);
         sessions_enforce_budget(s->budget);
     }
     if (forced)
         snprintf(msg, msglen, "saved session %s (%zu tokens, %.1f MiB)", s->meta.info.id, have,
-                 (double)file_bytes(path) / (1 << 20));
+                 (double)session_file_bytes(path) / (1 << 20));
     return 0;
 }
 
@@ -221,11 +219,11 @@ static int idle_or_save(session *s, ds4_session *ks, const int32_t *tokens, size
     pthread_mutex_lock(&s->io);
     int rc = 0;
     strbuf out = { 0 };
-    char err[400];
+    ds4_error err = { "" };
     /* space may have come back since a record could not be written */
     if (s->pending.len) {
-        if (session_flush_pending(s, err, sizeof err) != 0) {
-            report(&out, "session %s is still not saved: %s", s->meta.info.id, err);
+        if (session_flush_pending(s, &err) != 0) {
+            report(&out, "session %s is still not saved: %s", s->meta.info.id, err.msg);
             rc = 1;
         } else {
             report(&out, "session %s: the turns that could not be written before are saved now", s->meta.info.id);
@@ -264,8 +262,8 @@ static int idle_or_save(session *s, ds4_session *ks, const int32_t *tokens, size
         }
         pthread_mutex_lock(&s->mu);
         /* the metadata counts what the journal holds: not while it is behind */
-        if (s->dirty && !s->pending.len && session_write_meta_locked(s, err, sizeof err) != 0) {
-            report(&out, "session %s: %s", s->meta.info.id, err);
+        if (s->dirty && !s->pending.len && session_write_meta_locked(s, &err) != 0) {
+            report(&out, "session %s: %s", s->meta.info.id, err.msg);
             if (rc == 0) rc = 1;
         }
         pthread_mutex_unlock(&s->mu);

@@ -113,7 +113,7 @@ void session_apply_record(session *s, const agent_turn *t)
     r->n_calls = t->calls ? t->n_calls : 0;
     if (kind == AGENT_TURN_USER) {
         if (s->meta.info.user_turns == 0 && !s->meta.info.title[0])
-            title_from_text(s->meta.info.title, sizeof s->meta.info.title, text, len);
+            session_title_from_text(s->meta.info.title, sizeof s->meta.info.title, text, len);
         s->meta.info.user_turns++;
     }
     s->meta.info.n_tokens = s->tx.n;
@@ -123,16 +123,16 @@ void session_apply_record(session *s, const agent_turn *t)
 
 /* A locked directory becomes an open session, or NULL with err (the lock
  * is released then). */
-static session *load_locked(const char *id, const char *dir, int lock_fd, char *err, size_t errlen)
+static session *load_locked(const char *id, const char *dir, int lock_fd, ds4_error *err)
 {
     session *s = session_alloc(dir, lock_fd);
     session_remove_leftovers(dir);
-    bool have_meta = meta_read(dir, &s->meta) == 0 && !strcmp(s->meta.info.id, id);
+    bool have_meta = session_meta_read(dir, &s->meta) == 0 && !strcmp(s->meta.info.id, id);
     if (!have_meta) {
         memset(&s->meta, 0, sizeof s->meta);
         snprintf(s->meta.info.id, sizeof s->meta.info.id, "%s", id);
     }
-    if (session_load_journal(s, err, errlen) != 0) {
+    if (session_load_journal(s, err) != 0) {
         session_free(s);
         return NULL;
     }
@@ -149,63 +149,63 @@ static session *load_locked(const char *id, const char *dir, int lock_fd, char *
     s->meta_written = have_meta;
     /* a loss is told once: the metadata now counts what is left */
     if (have_meta && s->dirty) {
-        char merr[320];
+        ds4_error merr = { "" };
         pthread_mutex_lock(&s->mu);
-        if (session_write_meta_locked(s, merr, sizeof merr) != 0) session_note(s, "session %s: %s", id, merr);
+        if (session_write_meta_locked(s, &merr) != 0) session_note(s, "session %s: %s", id, merr.msg);
         pthread_mutex_unlock(&s->mu);
     }
     return s;
 }
 
-session *session_open(const char *id, char *err, size_t errlen)
+session *session_open(const char *id, ds4_error *err)
 {
     char dir[PATH_MAX];
     if (!session_id_valid(id)) {
-        snprintf(err, errlen, "\"%s\" is not a session ID (letters, digits, '.', '_', '-')", id ? id : "");
+        ds4_error_set(err, "\"%s\" is not a session ID (letters, digits, '.', '_', '-')", id ? id : "");
         return NULL;
     }
     if (!session_dir_of(id, dir, sizeof dir)) {
-        snprintf(err, errlen, "no home directory for sessions (set HOME or XDG_DATA_HOME)");
+        ds4_error_set(err, "no home directory for sessions (set HOME or XDG_DATA_HOME)");
         return NULL;
     }
     struct stat st;
     if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "no session \"%s\"", id);
+        ds4_error_set(err, "no session \"%s\"", id);
         return NULL;
     }
     int fd = session_lock(dir);
     if (fd < 0) {
-        if (errno == EWOULDBLOCK) snprintf(err, errlen, "session %s is open in another ds4cl process", id);
-        else snprintf(err, errlen, "cannot lock session %s: %s", id, strerror(errno));
+        if (errno == EWOULDBLOCK) ds4_error_set(err, "session %s is open in another ds4cl process", id);
+        else ds4_error_set(err, "cannot lock session %s: %s", id, strerror(errno));
         return NULL;
     }
-    return load_locked(id, dir, fd, err, errlen);
+    return load_locked(id, dir, fd, err);
 }
 
-session *session_create(const char *id, const char *cwd, char *err, size_t errlen)
+session *session_create(const char *id, const char *cwd, ds4_error *err)
 {
     char dir[PATH_MAX], gen[SESSION_ID_MAX];
     if (id && !session_id_valid(id)) {
-        snprintf(err, errlen, "\"%s\" is not a session ID (1-64 letters, digits, '.', '_', '-')", id);
+        ds4_error_set(err, "\"%s\" is not a session ID (1-64 letters, digits, '.', '_', '-')", id);
         return NULL;
     }
     for (int attempt = 0;; attempt++) {
-        if (!id) random_session_id(gen, sizeof gen);
+        if (!id) session_random_id(gen, sizeof gen);
         const char *name = id ? id : gen;
         if (!session_dir_of(name, dir, sizeof dir)) {
-            snprintf(err, errlen, "no home directory for sessions (set HOME or XDG_DATA_HOME)");
+            ds4_error_set(err, "no home directory for sessions (set HOME or XDG_DATA_HOME)");
             return NULL;
         }
         if (mkdir(dir, 0700) == 0) break;
         if (errno != EEXIST || id || attempt > 100) {
-            if (errno == EEXIST) snprintf(err, errlen, "session %s exists already", name);
-            else snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+            if (errno == EEXIST) ds4_error_set(err, "session %s exists already", name);
+            else ds4_error_set(err, "cannot create %s: %s", dir, strerror(errno));
             return NULL;
         }
     }
     int fd = session_lock(dir);
     if (fd < 0) {
-        snprintf(err, errlen, "cannot lock the new session %s: %s", dir, strerror(errno));
+        ds4_error_set(err, "cannot lock the new session %s: %s", dir, strerror(errno));
         rmdir(dir);
         return NULL;
     }
@@ -217,39 +217,39 @@ session *session_create(const char *id, const char *cwd, char *err, size_t errle
     return s;
 }
 
-session_open_status session_open_request(const session_request *rq, session **out, char *err, size_t errlen)
+session_open_status session_open_request(const session_request *rq, session **out, ds4_error *err)
 {
     *out = NULL;
     int asked = (rq->session_id != NULL) + (rq->resume ? 1 : 0) + (rq->continue_last ? 1 : 0);
     if (asked > 1) {
-        snprintf(err, errlen, "--session, --resume and --continue exclude each other");
+        ds4_error_set(err, "--session, --resume and --continue exclude each other");
         return SESSION_OPEN_ERROR;
     }
     if (rq->session_id) {
         if (!session_id_valid(rq->session_id)) {
-            snprintf(err, errlen, "\"%s\" is not a session ID (1-64 letters, digits, '.', '_', '-')", rq->session_id);
+            ds4_error_set(err, "\"%s\" is not a session ID (1-64 letters, digits, '.', '_', '-')", rq->session_id);
             return SESSION_OPEN_ERROR;
         }
         char dir[PATH_MAX];
         struct stat st;
         if (session_dir_of(rq->session_id, dir, sizeof dir) && lstat(dir, &st) == 0)
-            *out = session_open(rq->session_id, err, errlen);
+            *out = session_open(rq->session_id, err);
         else
-            *out = session_create(rq->session_id, rq->cwd, err, errlen);
+            *out = session_create(rq->session_id, rq->cwd, err);
         /* Two processes creating the same name: the loser opens it. */
-        if (!*out && strstr(err, "exists already")) *out = session_open(rq->session_id, err, errlen);
+        if (!*out && err && strstr(err->msg, "exists already")) *out = session_open(rq->session_id, err);
         return *out ? SESSION_OPEN_OK : SESSION_OPEN_ERROR;
     }
     if (rq->resume) {
         if (!rq->resume_id) return SESSION_OPEN_PICK;
         char id[SESSION_ID_MAX];
-        if (sessions_resolve(rq->resume_id, id, sizeof id, err, errlen) != 0) return SESSION_OPEN_ERROR;
-        *out = session_open(id, err, errlen);
+        if (sessions_resolve(rq->resume_id, id, sizeof id, err) != 0) return SESSION_OPEN_ERROR;
+        *out = session_open(id, err);
         return *out ? SESSION_OPEN_OK : SESSION_OPEN_ERROR;
     }
     if (rq->continue_last) {
         session_info *v;
-        int n = sessions_list(&v, err, errlen);
+        int n = sessions_list(&v, err);
         if (n < 0) return SESSION_OPEN_ERROR;
         const char *busy = NULL;
         for (int i = 0; i < n && !*out; i++) {
@@ -258,13 +258,13 @@ session_open_status session_open_request(const session_request *rq, session **ou
                 if (!busy) busy = v[i].id;
                 continue;
             }
-            *out = session_open(v[i].id, err, errlen);
+            *out = session_open(v[i].id, err);
         }
         char busy_id[SESSION_ID_MAX];
         snprintf(busy_id, sizeof busy_id, "%s", busy ? busy : "");
         free(v);
         if (*out) return SESSION_OPEN_OK;
-        *out = session_create(NULL, rq->cwd, err, errlen);
+        *out = session_create(NULL, rq->cwd, err);
         if (!*out) return SESSION_OPEN_ERROR;
         if (busy_id[0])
             session_note(*out, "the latest session of this directory (%s) is open in another ds4cl process; "
@@ -273,7 +273,7 @@ session_open_status session_open_request(const session_request *rq, session **ou
             session_note(*out, "no earlier session in this directory; this is a new session");
         return SESSION_OPEN_OK;
     }
-    *out = session_create(NULL, rq->cwd, err, errlen);
+    *out = session_create(NULL, rq->cwd, err);
     return *out ? SESSION_OPEN_OK : SESSION_OPEN_ERROR;
 }
 
@@ -286,7 +286,7 @@ static uint64_t tokenizer_fingerprint(const ds4_tokenizer *t)
     int32_t head[DS4_TOK__COUNT + 1];
     head[0] = n;
     for (int k = 0; k < DS4_TOK__COUNT; k++) head[k + 1] = ds4_token_special(t, (ds4_special)k);
-    h ^= tokens_hash(head, DS4_TOK__COUNT + 1);
+    h ^= session_tokens_hash(head, DS4_TOK__COUNT + 1);
     for (int32_t id = 0; id < n; id++) {
         size_t len = 0;
         const char *b = ds4_token_bytes(t, id, &len);
@@ -336,7 +336,7 @@ static bool sysprompt_path(const ds4_model_info *mi, const int32_t *ids, size_t 
 {
     if (!prompt_cache_on) return false;
     char dir[PATH_MAX], key[65] = "";
-    if (!sysprompt_cache_dir(dir, sizeof dir)) return false;
+    if (!session_sysprompt_cache_dir(dir, sizeof dir)) return false;
     sysprompt_key(mi, ids, n, key);
     int w = snprintf(buf, size, "%s/%s.kv", dir, key);
     return w > 0 && (size_t)w < size;
@@ -370,7 +370,7 @@ static bool map_snapshot(session *s, const char *path) { return map_file(path, &
  * an interrupted atomic write left: bounds the walk in a huge tree. */
 #define TEMP_SWEEP_ENTRIES 50000
 
-int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size_t errlen)
+int session_attach(session *s, ds4_engine *e, agent_config *cfg, ds4_error *err)
 {
     /* A write killed halfway (an edit of a large file, say) leaves its
      * temporary file beside the target; the next session here removes
@@ -390,20 +390,20 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
     int rc = 0;
     if (s->tx.n) {
         if (s->meta.tokenizer && s->meta.tokenizer != fp) {
-            snprintf(err, errlen, "session %s was written with a model of another vocabulary (%s); open it with that model",
+            ds4_error_set(err, "session %s was written with a model of another vocabulary (%s); open it with that model",
                      id, info->model_name[0] ? info->model_name : "unknown");
             rc = -1;
         }
         int n_vocab = ds4_vocab_size(tok);
         for (size_t i = 0; rc == 0 && i < s->tx.n; i++) {
             if (s->tx.ids[i] < 0 || s->tx.ids[i] >= n_vocab) {
-                snprintf(err, errlen, "session %s holds tokens this model does not know (saved with %s)", id,
+                ds4_error_set(err, "session %s holds tokens this model does not know (saved with %s)", id,
                          info->model_name[0] ? info->model_name : "another model");
                 rc = -1;
             }
         }
         if (rc == 0 && s->tx.n >= (size_t)cfg->n_ctx) {
-            snprintf(err, errlen, "session %s has %zu tokens, more than the context of %d (use --ctx)", id, s->tx.n,
+            ds4_error_set(err, "session %s has %zu tokens, more than the context of %d (use --ctx)", id, s->tx.n,
                      cfg->n_ctx);
             rc = -1;
         }
@@ -435,7 +435,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         /* The tools work where ds4cl runs now; --continue finds it there. */
         if (info->cwd[0] && s->tx.n)
             session_note(s, "session %s was started in %s; its tools now work in %s", id, info->cwd, cfg->workspace);
-        strf(info->cwd, sizeof info->cwd, "%s", cfg->workspace);
+        session_strf(info->cwd, sizeof info->cwd, "%s", cfg->workspace);
     }
     s->meta.tokenizer = fp;
     s->dirty = true;
@@ -471,7 +471,7 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
         s->resume.system_len = s->system_len;
         char path[PATH_MAX];
         session_path_in(s, STATE_FILE, path, sizeof path);
-        bool have = file_bytes(path) > 0, own_state = false;
+        bool have = session_file_bytes(path) > 0, own_state = false;
         if (have && (other_model || other_backend)) {
             session_note(s, "the saved KV state of session %s belongs to another model; reading its %zu tokens again", id,
                  s->tx.n);
@@ -502,11 +502,9 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size
          * metadata describes (the idle hook skips rewriting it then). */
         if (!own_state) s->meta.snap_tokens = 0;
     } else {
-        ds4_error derr = { "" };
         ds4_tokens sys = { 0 };
         size_t shared = 0;
-        if (agent_system_prompt_parts(cfg, &sys, &shared, &derr) != 0) {
-            snprintf(err, errlen, "%s", derr.msg);
+        if (agent_system_prompt_parts(cfg, &sys, &shared, err) != 0) {
             ds4_tokens_free(&sys);
             pthread_mutex_unlock(&s->mu);
             return -1;
@@ -580,7 +578,7 @@ void session_get_info(session *s, session_info *out)
     pthread_mutex_unlock(&s->mu);
     char path[PATH_MAX];
     session_path_in(s, STATE_FILE, path, sizeof path);
-    out->snapshot_bytes = file_bytes(path);
+    out->snapshot_bytes = session_file_bytes(path);
     out->in_use = true;
 }
 
@@ -627,20 +625,20 @@ void session_turns_free(session_turn *v, size_t n)
 
 /* ---- fork and close ------------------------------------------------------------------------ */
 
-static int copy_file(const char *from, const char *to, char *err, size_t errlen)
+static int copy_file(const char *from, const char *to, ds4_error *err)
 {
     size_t len;
     char *data = file_read_all(from, &len);
     if (!data) {
-        snprintf(err, errlen, "cannot read %s: %s", from, strerror(errno));
+        ds4_error_set(err, "cannot read %s: %s", from, strerror(errno));
         return -1;
     }
-    int rc = file_write_atomic(to, data, len, 0600, false, err, errlen);
+    int rc = file_write_atomic(to, data, len, 0600, false, err);
     free(data);
     return rc;
 }
 
-session *session_fork(session *s, char *err, size_t errlen)
+session *session_fork(session *s, ds4_error *err)
 {
     pthread_mutex_lock(&s->mu);
     char cwd[sizeof s->meta.info.cwd];
@@ -648,21 +646,21 @@ session *session_fork(session *s, char *err, size_t errlen)
     int turns = s->meta.info.user_turns;
     pthread_mutex_unlock(&s->mu);
     if (turns == 0) {
-        snprintf(err, errlen, "nothing to fork yet: the session has no turns");
+        ds4_error_set(err, "nothing to fork yet: the session has no turns");
         return NULL;
     }
-    session *f = session_create(NULL, cwd, err, errlen);
+    session *f = session_create(NULL, cwd, err);
     if (!f) return NULL;
     pthread_mutex_lock(&s->io);
     char from[PATH_MAX], to[PATH_MAX];
     session_path_in(s, JOURNAL_FILE, from, sizeof from);
     session_path_in(f, JOURNAL_FILE, to, sizeof to);
-    int rc = copy_file(from, to, err, errlen);
+    int rc = copy_file(from, to, err);
     session_path_in(s, STATE_FILE, from, sizeof from);
     session_path_in(f, STATE_FILE, to, sizeof to);
     /* Snapshots are never changed in place (always replaced by rename),
      * so both sessions may share one file. */
-    if (rc == 0 && file_bytes(from) > 0 && link(from, to) != 0) (void)copy_file(from, to, err, errlen);
+    if (rc == 0 && session_file_bytes(from) > 0 && link(from, to) != 0) (void)copy_file(from, to, err);
     pthread_mutex_lock(&s->mu);
     session_meta m = s->meta;
     pthread_mutex_unlock(&s->mu);
@@ -671,8 +669,8 @@ session *session_fork(session *s, char *err, size_t errlen)
         snprintf(m.info.forked_from, sizeof m.info.forked_from, "%s", m.info.id);
         snprintf(m.info.id, sizeof m.info.id, "%s", f->meta.info.id);
         m.info.created = m.info.updated = base_wall_time_s();
-        if (file_bytes(to) != m.snap_file_bytes) m.snap_tokens = 0;
-        rc = meta_write(f->dir, &m, err, errlen);
+        if (session_file_bytes(to) != m.snap_file_bytes) m.snap_tokens = 0;
+        rc = session_meta_write(f->dir, &m, err);
     }
     if (rc != 0) {
         rm_rf(f->dir);
@@ -685,7 +683,7 @@ session *session_fork(session *s, char *err, size_t errlen)
     int fd = f->lock_fd;
     f->lock_fd = -1;
     session_free(f);
-    return load_locked(id, dir, fd, err, errlen);
+    return load_locked(id, dir, fd, err);
 }
 
 void session_close(session *s)
@@ -693,17 +691,15 @@ void session_close(session *s)
     if (!s) return;
     session_attach_done(s);
     /* a last try at what a full disk kept out of the journal */
-    char ferr[400];
     pthread_mutex_lock(&s->io);
-    (void)session_flush_pending(s, ferr, sizeof ferr);
+    (void)session_flush_pending(s, NULL);
     pthread_mutex_unlock(&s->io);
     pthread_mutex_lock(&s->mu);
     if (s->run_dir[0]) session_trim_run(s->run_dir);
     if (s->created_here && s->meta.info.user_turns == 0) {
         rm_rf(s->dir);
     } else if (s->dirty && s->meta.info.user_turns > 0 && !s->pending.len) {
-        char err[256];
-        (void)session_write_meta_locked(s, err, sizeof err);
+        (void)session_write_meta_locked(s, NULL);
     }
     pthread_mutex_unlock(&s->mu);
     session_free(s);

@@ -76,16 +76,16 @@ void session_apply_record(session *s, const agent_turn *t);
 /* Reads the journal into s, repairing what a crash or damage left; -1
  * with err when it is there but cannot be read at all (not a regular
  * file). */
-int session_load_journal(session *s, char *err, size_t errlen);
+int session_load_journal(session *s, ds4_error *err);
 /* Puts a system prompt record back at the start (need_system); caller
  * holds mu. */
 void session_rebuild_system(session *s, const ds4_tokens *sys);
 
 /* ---- persist.c (the worker's thread, and close) ---- */
 /* meta.json from s->meta (caller holds mu). */
-int session_write_meta_locked(session *s, char *err, size_t errlen);
+int session_write_meta_locked(session *s, ds4_error *err);
 /* Writes the records the journal does not hold yet (caller holds io). */
-int session_flush_pending(session *s, char *err, size_t errlen);
+int session_flush_pending(session *s, ds4_error *err);
 int session_hook_turn(void *ud, const agent_turn *t, char *msg, size_t msglen);
 int session_hook_idle(void *ud, ds4_session *ks, const int32_t *tokens, size_t n, char *msg, size_t msglen);
 void session_hook_shared_prefix(void *ud, ds4_session *ks, const int32_t *tokens, size_t n);

@@ -78,7 +78,7 @@ const char *sessions_dir(char *buf, size_t size);
  * whose metadata is unreadable are rebuilt from their journal and marked
  * meta_missing; directories that never got a user turn and are not open
  * are removed. Returns the count, or -1 with err. */
-int sessions_list(session_info **out, char *err, size_t errlen);
+int sessions_list(session_info **out, ds4_error *err);
 
 /* The list as text lines ("ID  age  tokens  title\n     cwd"), at most
  * max sessions (0 = all), the current one marked. Malloc'd. */
@@ -86,10 +86,10 @@ char *sessions_format_list(const session_info *v, size_t n, size_t max, const ch
 
 /* An exact ID or an unambiguous prefix of one. 0 with the full ID in id,
  * or -1 with err (none, ambiguous: the candidates are named). */
-int sessions_resolve(const char *id_or_prefix, char *id, size_t idsize, char *err, size_t errlen);
+int sessions_resolve(const char *id_or_prefix, char *id, size_t idsize, ds4_error *err);
 
 /* Deletes a session (refused while it is open anywhere). */
-int sessions_delete(const char *id, char *err, size_t errlen);
+int sessions_delete(const char *id, ds4_error *err);
 
 /* Bytes all snapshots may take: DS4CL_SESSION_BUDGET ("20G", "512M",
  * "1000000", "0" = keep only those of open sessions) or the default. An
@@ -128,13 +128,13 @@ typedef enum {
     SESSION_OPEN_PICK,      /* --resume without an ID: let the user pick from sessions_list */
 } session_open_status;
 
-session_open_status session_open_request(const session_request *rq, session **out, char *err, size_t errlen);
+session_open_status session_open_request(const session_request *rq, session **out, ds4_error *err);
 
 /* Creates a new session (a generated ID, or id when non-NULL) for cwd. */
-session *session_create(const char *id, const char *cwd, char *err, size_t errlen);
+session *session_create(const char *id, const char *cwd, ds4_error *err);
 /* Opens an existing session by exact ID, locking it; reads and checks
  * its journal (damage becomes notes, see session_notes). */
-session *session_open(const char *id, char *err, size_t errlen);
+session *session_open(const char *id, ds4_error *err);
 
 /* Binds the session to an engine and completes cfg for agent_start:
  * session_id, persist (the hooks), resume (the journal's transcript
@@ -144,7 +144,7 @@ session *session_open(const char *id, char *err, size_t errlen);
  * tokenizer, a context too small). cfg->n_ctx, think, sampling and the
  * prompt fields must be final. What it found (a torn journal tail, a
  * missing snapshot, another model) becomes notes. */
-int session_attach(session *s, ds4_engine *e, agent_config *cfg, char *err, size_t errlen);
+int session_attach(session *s, ds4_engine *e, agent_config *cfg, ds4_error *err);
 /* Call once agent_start returned (either way): releases the mapped
  * snapshot that cfg->resume pointed to. */
 void session_attach_done(session *s);
@@ -172,7 +172,7 @@ void session_turns_free(session_turn *v, size_t n);
 /* Copies this session (journal, snapshot, metadata) under a new ID and
  * returns the copy, open; s stays open and unchanged. Call while the
  * agent is idle so the snapshot is the current KV state. */
-session *session_fork(session *s, char *err, size_t errlen);
+session *session_fork(session *s, ds4_error *err);
 
 /* Writes the final metadata and unlocks. A session that never got a user
  * turn is removed. Call after agent_stop. NULL is a no-op. */
@@ -182,7 +182,7 @@ void session_close(session *s);
 
 /* session_attach + agent_start + session_attach_done on a copy of base:
  * the agent of this session, or NULL with err. */
-agent *session_start_agent(session *s, const agent_config *base, char *err, size_t errlen);
+agent *session_start_agent(session *s, const agent_config *base, ds4_error *err);
 
 /* The agent of *s restarted on another session, the engine kept open:
  * the current agent is stopped (its state saved by its last idle hook),

@@ -26,7 +26,7 @@ typedef struct {
     session_info info;
     uint64_t tokenizer;       /* fingerprint of the vocabulary; 0 = unknown */
     size_t snap_tokens;       /* tokens of state.kv when it was written */
-    uint64_t snap_hash;       /* tokens_hash of them */
+    uint64_t snap_hash;       /* session_tokens_hash of them */
     uint64_t snap_file_bytes; /* its size then (to notice a replaced file) */
     /* The journal's size when this was written: it only grows (a repair
      * writes both), so a smaller journal lost records. 0 = unknown. */
@@ -36,7 +36,7 @@ typedef struct {
 /* $XDG_DATA_HOME/ds4cl/sessions/ID into buf; NULL when there is no home. */
 const char *session_dir_of(const char *id, char *buf, size_t size);
 /* The system prompt cache directory (created). */
-const char *sysprompt_cache_dir(char *buf, size_t size);
+const char *session_sysprompt_cache_dir(char *buf, size_t size);
 
 /* Takes the session lock without waiting: the fd, or -1 (errno
  * EWOULDBLOCK when another open file holds it). */
@@ -51,22 +51,22 @@ void session_remove_leftovers(const char *dir);
  * removes it when nothing is kept. */
 void session_trim_run(const char *run_dir);
 
-int meta_read(const char *dir, session_meta *out);   /* -1 when absent or unreadable */
+int session_meta_read(const char *dir, session_meta *out);   /* -1 when absent or unreadable */
 /* The same from the text of a meta.json held in memory. */
-int meta_parse(const char *text, size_t len, session_meta *out);
-int meta_write(const char *dir, const session_meta *m, char *err, size_t errlen);
+int session_meta_parse(const char *text, size_t len, session_meta *out);
+int session_meta_write(const char *dir, const session_meta *m, ds4_error *err);
 /* Title, user turns and tokens from a journal's records. */
-void meta_from_journal(const journal_scan *j, session_info *info);
+void session_meta_from_journal(const journal_scan *j, session_info *info);
 /* One line of at most SESSION_TITLE_MAX-1 bytes from a prompt. */
-void title_from_text(char *out, size_t size, const char *text, size_t len);
+void session_title_from_text(char *out, size_t size, const char *text, size_t len);
 
 /* dir/name into buf; false when it does not fit. */
 bool session_path_join(char *buf, size_t size, const char *dir, const char *name);
 /* Bounded formatting whose truncation is acceptable (messages, IDs). */
-void strf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void session_strf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-uint64_t tokens_hash(const int32_t *ids, size_t n);
-uint64_t file_bytes(const char *path);
-void random_session_id(char *out, size_t size);
+uint64_t session_tokens_hash(const int32_t *ids, size_t n);
+uint64_t session_file_bytes(const char *path);
+void session_random_id(char *out, size_t size);
 
 #endif

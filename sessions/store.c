@@ -37,7 +37,7 @@ bool session_path_join(char *buf, size_t size, const char *dir, const char *name
     return true;
 }
 
-void strf(char *buf, size_t size, const char *fmt, ...)
+void session_strf(char *buf, size_t size, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -62,7 +62,7 @@ const char *session_dir_of(const char *id, char *buf, size_t size)
     return n < 0 || (size_t)n >= size ? NULL : buf;
 }
 
-const char *sysprompt_cache_dir(char *buf, size_t size)
+const char *session_sysprompt_cache_dir(char *buf, size_t size)
 {
     char base[PATH_MAX];
     if (!xdg_dir(XDG_CACHE, base, sizeof base)) return NULL;
@@ -82,7 +82,7 @@ bool session_id_valid(const char *name)
     return n < SESSION_ID_MAX;
 }
 
-void random_session_id(char *out, size_t size)
+void session_random_id(char *out, size_t size)
 {
     unsigned char b[4];
     if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
@@ -92,7 +92,7 @@ void random_session_id(char *out, size_t size)
     snprintf(out, size, "%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
 }
 
-uint64_t tokens_hash(const int32_t *ids, size_t n)
+uint64_t session_tokens_hash(const int32_t *ids, size_t n)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++) {
@@ -105,7 +105,7 @@ uint64_t tokens_hash(const int32_t *ids, size_t n)
     return h;
 }
 
-uint64_t file_bytes(const char *path)
+uint64_t session_file_bytes(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
@@ -278,7 +278,7 @@ static void add_hex(struct json_object *o, const char *k, uint64_t v)
     add_str(o, k, buf);
 }
 
-int meta_write(const char *dir, const session_meta *m, char *err, size_t errlen)
+int session_meta_write(const char *dir, const session_meta *m, ds4_error *err)
 {
     const session_info *i = &m->info;
     struct json_object *o = json_object_new_object();
@@ -320,7 +320,7 @@ int meta_write(const char *dir, const session_meta *m, char *err, size_t errlen)
     strbuf b = { 0 };
     sb_puts(&b, text);
     sb_putc(&b, '\n');
-    int rc = file_write_atomic(path, b.s, b.len, 0600, false, err, errlen);
+    int rc = file_write_atomic(path, b.s, b.len, 0600, false, err);
     sb_free(&b);
     json_object_put(o);
     return rc;
@@ -359,7 +359,7 @@ static double get_num(struct json_object *o, const char *k, double dflt)
     return json_object_get_double(v);
 }
 
-int meta_read(const char *dir, session_meta *out)
+int session_meta_read(const char *dir, session_meta *out)
 {
     memset(out, 0, sizeof *out);
     char path[PATH_MAX];
@@ -367,12 +367,12 @@ int meta_read(const char *dir, session_meta *out)
     size_t len;
     char *text = file_read_regular(path, &len);
     if (!text) return -1;
-    int rc = meta_parse(text, len, out);
+    int rc = session_meta_parse(text, len, out);
     free(text);
     return rc;
 }
 
-int meta_parse(const char *text, size_t len, session_meta *out)
+int session_meta_parse(const char *text, size_t len, session_meta *out)
 {
     memset(out, 0, sizeof *out);
     if (len > INT_MAX) return -1;
@@ -428,7 +428,7 @@ int meta_parse(const char *text, size_t len, session_meta *out)
     return 0;
 }
 
-void title_from_text(char *out, size_t size, const char *text, size_t len)
+void session_title_from_text(char *out, size_t size, const char *text, size_t len)
 {
     size_t n = 0;
     bool space = false;
@@ -456,7 +456,7 @@ void title_from_text(char *out, size_t size, const char *text, size_t len)
     out[n] = 0;
 }
 
-void meta_from_journal(const journal_scan *j, session_info *info)
+void session_meta_from_journal(const journal_scan *j, session_info *info)
 {
     size_t tokens = 0;
     info->user_turns = 0;
@@ -465,7 +465,7 @@ void meta_from_journal(const journal_scan *j, session_info *info)
         if (r->kind == AGENT_TURN_SYSTEM || r->kind == AGENT_TURN_REBUILD) tokens = r->n_tokens;
         else tokens += r->n_tokens;
         if (r->kind == AGENT_TURN_USER) {
-            if (info->user_turns == 0 && !info->title[0]) title_from_text(info->title, sizeof info->title, r->text, r->len);
+            if (info->user_turns == 0 && !info->title[0]) session_title_from_text(info->title, sizeof info->title, r->text, r->len);
             info->user_turns++;
         }
     }
@@ -506,8 +506,8 @@ static bool recover_entry(const char *dir, const char *id, session_info *info)
     journal_scan j;
     bool have = journal_read(path, &j) == 0;
     memset(info, 0, sizeof *info);
-    strf(info->id, sizeof info->id, "%s", id);
-    if (have) meta_from_journal(&j, info);
+    session_strf(info->id, sizeof info->id, "%s", id);
+    if (have) session_meta_from_journal(&j, info);
     journal_scan_free(&j);
     struct stat st;
     int64_t mtime = stat(have ? path : dir, &st) == 0 ? (int64_t)st.st_mtime : base_wall_time_s();
@@ -527,24 +527,23 @@ static bool recover_entry(const char *dir, const char *id, session_info *info)
     if (fd >= 0) {
         session_meta m = { .info = *info };
         m.info.meta_missing = false;
-        char err[256];
-        (void)meta_write(dir, &m, err, sizeof err);
+        (void)session_meta_write(dir, &m, NULL);
         close(fd);
     }
     return true;
 }
 
-int sessions_list(session_info **out, char *err, size_t errlen)
+int sessions_list(session_info **out, ds4_error *err)
 {
     *out = NULL;
     char root[PATH_MAX];
     if (!sessions_dir(root, sizeof root)) {
-        snprintf(err, errlen, "no home directory for sessions (set HOME or XDG_DATA_HOME)");
+        ds4_error_set(err, "no home directory for sessions (set HOME or XDG_DATA_HOME)");
         return -1;
     }
     DIR *d = opendir(root);
     if (!d) {
-        snprintf(err, errlen, "cannot read %s: %s", root, strerror(errno));
+        ds4_error_set(err, "cannot read %s: %s", root, strerror(errno));
         return -1;
     }
     info_vec iv = { 0 };
@@ -561,14 +560,14 @@ int sessions_list(session_info **out, char *err, size_t errlen)
         if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
         session_meta m;
         session_info info;
-        if (meta_read(dir, &m) == 0 && !strcmp(m.info.id, de->d_name)) {
+        if (session_meta_read(dir, &m) == 0 && !strcmp(m.info.id, de->d_name)) {
             info = m.info;
         } else if (!recover_entry(dir, de->d_name, &info)) {
             continue;
         }
         char path[PATH_MAX];
         session_path_join(path, sizeof path, dir, STATE_FILE);
-        info.snapshot_bytes = file_bytes(path);
+        info.snapshot_bytes = session_file_bytes(path);
         info.in_use = session_locked(dir);
         info_push(&iv, &info);
     }
@@ -584,7 +583,7 @@ static void fmt_age(char *out, size_t size, int64_t secs)
     if (secs < 60) snprintf(out, size, "%llds", (long long)secs);
     else if (secs < 3600) snprintf(out, size, "%lldm", (long long)(secs / 60));
     else if (secs < 86400) snprintf(out, size, "%lldh", (long long)(secs / 3600));
-    else strf(out, size, "%lldd", (long long)(secs / 86400));
+    else session_strf(out, size, "%lldd", (long long)(secs / 86400));
 }
 
 static void fmt_count(char *out, size_t size, size_t n)
@@ -621,21 +620,21 @@ char *sessions_format_list(const session_info *v, size_t n, size_t max, const ch
     return sb_take(&b);
 }
 
-int sessions_resolve(const char *id_or_prefix, char *id, size_t idsize, char *err, size_t errlen)
+int sessions_resolve(const char *id_or_prefix, char *id, size_t idsize, ds4_error *err)
 {
     if (!id_or_prefix || !session_id_valid(id_or_prefix)) {
-        snprintf(err, errlen, "\"%s\" is not a session ID (letters, digits, '.', '_', '-')",
+        ds4_error_set(err, "\"%s\" is not a session ID (letters, digits, '.', '_', '-')",
                  id_or_prefix ? id_or_prefix : "");
         return -1;
     }
     char root[PATH_MAX];
     if (!sessions_dir(root, sizeof root)) {
-        snprintf(err, errlen, "no home directory for sessions (set HOME or XDG_DATA_HOME)");
+        ds4_error_set(err, "no home directory for sessions (set HOME or XDG_DATA_HOME)");
         return -1;
     }
     DIR *d = opendir(root);
     if (!d) {
-        snprintf(err, errlen, "cannot read %s: %s", root, strerror(errno));
+        ds4_error_set(err, "cannot read %s: %s", root, strerror(errno));
         return -1;
     }
     size_t plen = strlen(id_or_prefix), matches = 0;
@@ -647,7 +646,7 @@ int sessions_resolve(const char *id_or_prefix, char *id, size_t idsize, char *er
         if (!session_id_valid(de->d_name) || strncmp(de->d_name, id_or_prefix, plen)) continue;
         if (!strcmp(de->d_name, id_or_prefix)) exact = true;
         matches++;
-        strf(found, sizeof found, "%s", de->d_name);
+        session_strf(found, sizeof found, "%s", de->d_name);
         if (matches <= 8) sb_printf(&names, "%s%s", matches > 1 ? ", " : "", de->d_name);
     }
     closedir(d);
@@ -657,10 +656,10 @@ int sessions_resolve(const char *id_or_prefix, char *id, size_t idsize, char *er
     } else if (matches == 1) {
         snprintf(id, idsize, "%s", found);
     } else if (matches == 0) {
-        snprintf(err, errlen, "no session \"%s\"", id_or_prefix);
+        ds4_error_set(err, "no session \"%s\"", id_or_prefix);
         rc = -1;
     } else {
-        snprintf(err, errlen, "\"%s\" matches %zu sessions: %s%s", id_or_prefix, matches, sb_str(&names),
+        ds4_error_set(err, "\"%s\" matches %zu sessions: %s%s", id_or_prefix, matches, sb_str(&names),
                  matches > 8 ? ", …" : "");
         rc = -1;
     }
@@ -668,36 +667,36 @@ int sessions_resolve(const char *id_or_prefix, char *id, size_t idsize, char *er
     return rc;
 }
 
-int sessions_delete(const char *id, char *err, size_t errlen)
+int sessions_delete(const char *id, ds4_error *err)
 {
     char dir[PATH_MAX];
     if (!session_id_valid(id) || !session_dir_of(id, dir, sizeof dir)) {
-        snprintf(err, errlen, "\"%s\" is not a session ID", id ? id : "");
+        ds4_error_set(err, "\"%s\" is not a session ID", id ? id : "");
         return -1;
     }
     struct stat st;
     if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "no session \"%s\"", id);
+        ds4_error_set(err, "no session \"%s\"", id);
         return -1;
     }
     int fd = session_lock(dir);
     if (fd < 0) {
-        snprintf(err, errlen, errno == EWOULDBLOCK ? "session %s is open in a ds4cl process" : "cannot lock session %s: %s",
+        ds4_error_set(err, errno == EWOULDBLOCK ? "session %s is open in a ds4cl process" : "cannot lock session %s: %s",
                  id, strerror(errno));
         return -1;
     }
     /* Renamed first so that a deletion cut short leaves no half session. */
     char trash[PATH_MAX + 32], suffix[16];
-    random_session_id(suffix, sizeof suffix);
+    session_random_id(suffix, sizeof suffix);
     char root[PATH_MAX];
     sessions_dir(root, sizeof root);
     snprintf(trash, sizeof trash, "%s/.deleted-%s-%s", root, id, suffix);
     int rc = 0;
     if (rename(dir, trash) != 0) {
-        snprintf(err, errlen, "cannot delete session %s: %s", id, strerror(errno));
+        ds4_error_set(err, "cannot delete session %s: %s", id, strerror(errno));
         rc = -1;
     } else if (rm_rf(trash) != 0) {
-        snprintf(err, errlen, "session %s deleted, but %s could not be removed completely: %s", id, trash,
+        ds4_error_set(err, "session %s deleted, but %s could not be removed completely: %s", id, trash,
                  strerror(errno));
     }
     close(fd);
@@ -816,7 +815,7 @@ uint64_t sessions_enforce_budget(uint64_t budget)
         }
         if (d) closedir(d);
     }
-    if (sysprompt_cache_dir(cache, sizeof cache)) {
+    if (session_sysprompt_cache_dir(cache, sizeof cache)) {
         DIR *d = opendir(cache);
         struct dirent *de;
         while (d && (de = readdir(d))) {

@@ -34,9 +34,9 @@ static void free_schema_at_exit(void)
 dsml_schema *dsml_test_schema(void)
 {
     if (g_schema) return g_schema;
-    char err[256];
-    g_schema = dsml_schema_new(dsml_test_schemas, dsml_test_n_schemas, err, sizeof err);
-    if (!g_schema) FAIL("schema: %s", err);
+    ds4_error err = { "" };
+    g_schema = dsml_schema_new(dsml_test_schemas, dsml_test_n_schemas, &err);
+    if (!g_schema) FAIL("schema: %s", err.msg);
     atexit(free_schema_at_exit);
     return g_schema;
 }

@@ -23,11 +23,11 @@ void sa_start(sess_agent *x, ds4_engine *e, const char *id, bool create)
 {
     sessions_test_home();
     memset(x, 0, sizeof *x);
-    char err[768];
-    x->s = create ? session_create(id, test_tmpdir(), err, sizeof err) : session_open(id, err, sizeof err);
-    if (!x->s) FAIL("session %s: %s", id ? id : "(new)", err);
+    ds4_error err = { "" };
+    x->s = create ? session_create(id, test_tmpdir(), &err) : session_open(id, &err);
+    if (!x->s) FAIL("session %s: %s", id ? id : "(new)", err.msg);
     x->cfg = test_config(e, 8192);
-    if (session_attach(x->s, e, &x->cfg, err, sizeof err) != 0) FAIL("attach: %s", err);
+    if (session_attach(x->s, e, &x->cfg, &err) != 0) FAIL("attach: %s", err.msg);
     ds4_error derr = { "" };
     x->a = agent_start(&x->cfg, &derr);
     session_attach_done(x->s);

@@ -1293,8 +1293,8 @@ TEST(agent, tiny_model_forced_tool_call_parses)
     ds4_engine *e = ds4_engine_open(&o, &err);
     CHECK_MSG(e != NULL, "%s", err.msg);
     const ds4_tokenizer *t = ds4_engine_tokenizer(e);
-    char msg[256];
-    dsml_schema *schema = dsml_schema_new(pick_schema, 1, msg, sizeof msg);
+    ds4_error msg = { "" };
+    dsml_schema *schema = dsml_schema_new(pick_schema, 1, &msg);
     CHECK(schema != NULL);
     int32_t control[] = { ds4_token_special(t, DS4_TOK_BOS), ds4_token_special(t, DS4_TOK_USER),
                           ds4_token_special(t, DS4_TOK_ASSISTANT), ds4_token_special(t, DS4_TOK_THINK),
@@ -1806,13 +1806,13 @@ TEST(agent, trace_can_start_and_stop_while_running)
     ev_log log = { 0 };
     run_turn(a, "untraced request", &log);
     const char *path = test_tmp_path("later.trace");
-    char err[256] = "";
-    CHECK_EQ_INT(agent_set_trace(a, test_tmp_path("no/such/dir/x.trace"), err, sizeof err), -1);
-    CHECK_CONTAINS(err, "no/such/dir/x.trace");
-    CHECK_EQ_INT(agent_set_trace(a, path, err, sizeof err), 0);
+    ds4_error err = { "" };
+    CHECK_EQ_INT(agent_set_trace(a, test_tmp_path("no/such/dir/x.trace"), &err), -1);
+    CHECK_CONTAINS(err.msg, "no/such/dir/x.trace");
+    CHECK_EQ_INT(agent_set_trace(a, path, &err), 0);
     log.ended = false;
     run_turn(a, "traced request", &log);
-    CHECK_EQ_INT(agent_set_trace(a, NULL, err, sizeof err), 0);
+    CHECK_EQ_INT(agent_set_trace(a, NULL, &err), 0);
     log.ended = false;
     run_turn(a, "untraced again", &log);
     agent_stop(a);

@@ -153,8 +153,8 @@ TEST(agent_sysprompt, tiny_model_cached_start_compacts_without_reading_the_syste
 
 static agent *attach(session *s, agent_config *cfg)
 {
-    char err[768];
-    CHECK_MSG(session_attach(s, cfg->engine, cfg, err, sizeof err) == 0, "attach: %s", err);
+    ds4_error err = { "" };
+    CHECK_MSG(session_attach(s, cfg->engine, cfg, &err) == 0, "attach: %s", err.msg);
     ds4_error derr = { "" };
     agent *a = agent_start(cfg, &derr);
     session_attach_done(s);
@@ -166,9 +166,9 @@ TEST(agent_sysprompt, tiny_model_saved_session_resumes_with_the_cached_system_pr
 {
     ds4_engine *e = tiny_cpu_engine();
     sessions_test_home();
-    char err[768];
-    session *s = session_create("c1", test_tmpdir(), err, sizeof err);
-    CHECK_MSG(s != NULL, "%s", err);
+    ds4_error err = { "" };
+    session *s = session_create("c1", test_tmpdir(), &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
     agent_config cfg = tiny_config(e);
     agent *a = attach(s, &cfg);
     ev_log log = { 0 };
@@ -177,12 +177,12 @@ TEST(agent_sysprompt, tiny_model_saved_session_resumes_with_the_cached_system_pr
     agent_stop(a);
     session_close(s);
     char cache[4096], *found;
-    CHECK(sysprompt_cache_dir(cache, sizeof cache) != NULL);
+    CHECK(session_sysprompt_cache_dir(cache, sizeof cache) != NULL);
     CHECK_EQ_INT(test_runf(&found, "ls '%s'/*.kv", cache), 0);
     CHECK(found[0] != 0);
 
-    s = session_open("c1", err, sizeof err);
-    CHECK_MSG(s != NULL, "%s", err);
+    s = session_open("c1", &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
     agent_config cfg2 = tiny_config(e);
     const char *trace_path = test_tmp_path("trace.txt");
     cfg2.trace_path = trace_path;

@@ -177,13 +177,13 @@ TEST(sessions_store, titles_ids_and_budget)
 {
     char t[SESSION_TITLE_MAX];
     const char *p = "  fix\tthe\n\n parser   bug  ";
-    title_from_text(t, sizeof t, p, strlen(p));
+    session_title_from_text(t, sizeof t, p, strlen(p));
     CHECK_STR_EQ(t, "fix the parser bug");
     /* clipped on a character boundary: 3-byte characters, 10-byte room */
     const char *u = "\xe2\x9c\x93\xe2\x9c\x93\xe2\x9c\x93\xe2\x9c\x93";
-    title_from_text(t, 10, u, strlen(u));
+    session_title_from_text(t, 10, u, strlen(u));
     CHECK_STR_EQ(t, "\xe2\x9c\x93\xe2\x9c\x93\xe2\x9c\x93");
-    title_from_text(t, 9, u, strlen(u));
+    session_title_from_text(t, 9, u, strlen(u));
     CHECK_STR_EQ(t, "\xe2\x9c\x93\xe2\x9c\x93");
 
     CHECK(session_id_valid("a1b2c3d4"));
@@ -243,8 +243,8 @@ static void fake_session(const char *id, const char *title, const char *cwd, int
     m.info.created = m.info.updated = updated;
     m.info.user_turns = 1;
     m.info.n_tokens = 8;
-    char err[256];
-    CHECK_MSG(meta_write(dir, &m, err, sizeof err) == 0, "%s", err);
+    ds4_error err = { "" };
+    CHECK_MSG(session_meta_write(dir, &m, &err) == 0, "%s", err.msg);
     if (snapshot_bytes) {
         char *junk = test_alloc(snapshot_bytes);
         memset(junk, 'k', snapshot_bytes);
@@ -271,9 +271,9 @@ TEST(sessions_store, list_resolve_and_format)
     base_mkdir_p(dir, 0700);
 
     session_info *v;
-    char err[256];
-    int n = sessions_list(&v, err, sizeof err);
-    CHECK_MSG(n == 3, "%d sessions: %s", n, err);
+    ds4_error err = { "" };
+    int n = sessions_list(&v, &err);
+    CHECK_MSG(n == 3, "%d sessions: %s", n, err.msg);
     CHECK_STR_EQ(v[0].id, "bb33");
     CHECK_STR_EQ(v[1].id, "aa22");
     CHECK_STR_EQ(v[2].id, "aa11");
@@ -296,17 +296,17 @@ TEST(sessions_store, list_resolve_and_format)
     CHECK(access(dir, F_OK) == 0);
 
     char id[SESSION_ID_MAX];
-    CHECK_EQ_INT(sessions_resolve("bb", id, sizeof id, err, sizeof err), 0);
+    CHECK_EQ_INT(sessions_resolve("bb", id, sizeof id, &err), 0);
     CHECK_STR_EQ(id, "bb33");
-    CHECK_EQ_INT(sessions_resolve("aa11", id, sizeof id, err, sizeof err), 0);
+    CHECK_EQ_INT(sessions_resolve("aa11", id, sizeof id, &err), 0);
     CHECK_STR_EQ(id, "aa11");
-    CHECK_EQ_INT(sessions_resolve("aa", id, sizeof id, err, sizeof err), -1);
-    CHECK_CONTAINS(err, "matches 2 sessions");
-    CHECK_CONTAINS(err, "aa11");
-    CHECK_EQ_INT(sessions_resolve("zz", id, sizeof id, err, sizeof err), -1);
-    CHECK_CONTAINS(err, "no session \"zz\"");
-    CHECK_EQ_INT(sessions_resolve("../x", id, sizeof id, err, sizeof err), -1);
-    CHECK_CONTAINS(err, "not a session ID");
+    CHECK_EQ_INT(sessions_resolve("aa", id, sizeof id, &err), -1);
+    CHECK_CONTAINS(err.msg, "matches 2 sessions");
+    CHECK_CONTAINS(err.msg, "aa11");
+    CHECK_EQ_INT(sessions_resolve("zz", id, sizeof id, &err), -1);
+    CHECK_CONTAINS(err.msg, "no session \"zz\"");
+    CHECK_EQ_INT(sessions_resolve("../x", id, sizeof id, &err), -1);
+    CHECK_CONTAINS(err.msg, "not a session ID");
 }
 
 TEST(sessions_store, metadata_lost_or_garbage_is_rebuilt_from_the_journal)
@@ -317,8 +317,8 @@ TEST(sessions_store, metadata_lost_or_garbage_is_rebuilt_from_the_journal)
     test_write_file(sess_path("m1", "meta.json"), "{\"id\": \"m1\", garbage", 20);
     CHECK_EQ_INT(unlink(sess_path("m2", "meta.json")), 0);
     session_info *v;
-    char err[256];
-    int n = sessions_list(&v, err, sizeof err);
+    ds4_error err = { "" };
+    int n = sessions_list(&v, &err);
     CHECK_EQ_INT(n, 2);
     for (int i = 0; i < n; i++) {
         CHECK(v[i].meta_missing);
@@ -331,38 +331,38 @@ TEST(sessions_store, metadata_lost_or_garbage_is_rebuilt_from_the_journal)
     session_meta m;
     char dir[4096];
     session_dir_of("m1", dir, sizeof dir);
-    CHECK_EQ_INT(meta_read(dir, &m), 0);
+    CHECK_EQ_INT(session_meta_read(dir, &m), 0);
     CHECK_STR_EQ(m.info.title, "keep this title");
     /* opening says what happened */
     fake_session("m3", "third", "/w", base_wall_time_s(), 0);
     test_write_file(sess_path("m3", "meta.json"), "\x01\x02\x03", 3);
-    session *s = session_open("m3", err, sizeof err);
-    CHECK_MSG(s != NULL, "%s", err);
+    session *s = session_open("m3", &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
     CHECK_CONTAINS(notes_of(s), "rebuilt from the journal");
     session_info info;
     session_get_info(s, &info);
     CHECK_STR_EQ(info.title, "third");
     session_close(s);
-    CHECK_EQ_INT(meta_read(dir, &m), 0);
+    CHECK_EQ_INT(session_meta_read(dir, &m), 0);
 }
 
 TEST(sessions_store, locks_delete_and_ids)
 {
     sessions_test_home();
-    char err[256];
-    session *s = session_create("held", "/w", err, sizeof err);
-    CHECK_MSG(s != NULL, "%s", err);
+    ds4_error err = { "" };
+    session *s = session_create("held", "/w", &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
     CHECK_STR_EQ(session_id(s), "held");
-    CHECK(session_create("held", "/w", err, sizeof err) == NULL);
-    CHECK_CONTAINS(err, "exists already");
-    CHECK(session_open("held", err, sizeof err) == NULL);
-    CHECK_CONTAINS(err, "open in another ds4cl process");
-    CHECK_EQ_INT(sessions_delete("held", err, sizeof err), -1);
-    CHECK_CONTAINS(err, "is open");
-    CHECK(session_create("bad/name", "/w", err, sizeof err) == NULL);
-    CHECK_CONTAINS(err, "not a session ID");
-    CHECK(session_open("nothere", err, sizeof err) == NULL);
-    CHECK_CONTAINS(err, "no session");
+    CHECK(session_create("held", "/w", &err) == NULL);
+    CHECK_CONTAINS(err.msg, "exists already");
+    CHECK(session_open("held", &err) == NULL);
+    CHECK_CONTAINS(err.msg, "open in another ds4cl process");
+    CHECK_EQ_INT(sessions_delete("held", &err), -1);
+    CHECK_CONTAINS(err.msg, "is open");
+    CHECK(session_create("bad/name", "/w", &err) == NULL);
+    CHECK_CONTAINS(err.msg, "not a session ID");
+    CHECK(session_open("nothere", &err) == NULL);
+    CHECK_CONTAINS(err.msg, "no session");
     /* never got a user turn: gone when closed */
     char dir[4096];
     session_dir_of("held", dir, sizeof dir);
@@ -370,14 +370,14 @@ TEST(sessions_store, locks_delete_and_ids)
     CHECK(access(dir, F_OK) != 0);
 
     fake_session("del1", "to delete", "/w", base_wall_time_s(), 10);
-    CHECK_EQ_INT(sessions_delete("del1", err, sizeof err), 0);
+    CHECK_EQ_INT(sessions_delete("del1", &err), 0);
     session_dir_of("del1", dir, sizeof dir);
     CHECK(access(dir, F_OK) != 0);
-    CHECK_EQ_INT(sessions_delete("del1", err, sizeof err), -1);
-    CHECK_CONTAINS(err, "no session");
+    CHECK_EQ_INT(sessions_delete("del1", &err), -1);
+    CHECK_CONTAINS(err.msg, "no session");
 
     /* generated IDs are distinct */
-    session *a = session_create(NULL, "/w", err, sizeof err), *b = session_create(NULL, "/w", err, sizeof err);
+    session *a = session_create(NULL, "/w", &err), *b = session_create(NULL, "/w", &err);
     CHECK(a && b);
     CHECK(strcmp(session_id(a), session_id(b)) != 0);
     CHECK(session_id_valid(session_id(a)));
@@ -386,10 +386,10 @@ TEST(sessions_store, locks_delete_and_ids)
 
     session_request rq = { .resume = true, .cwd = "/w" };
     session *out;
-    CHECK_EQ_INT(session_open_request(&rq, &out, err, sizeof err), SESSION_OPEN_PICK);
+    CHECK_EQ_INT(session_open_request(&rq, &out, &err), SESSION_OPEN_PICK);
     rq.session_id = "x";
-    CHECK_EQ_INT(session_open_request(&rq, &out, err, sizeof err), SESSION_OPEN_ERROR);
-    CHECK_CONTAINS(err, "exclude each other");
+    CHECK_EQ_INT(session_open_request(&rq, &out, &err), SESSION_OPEN_ERROR);
+    CHECK_CONTAINS(err.msg, "exclude each other");
 }
 
 TEST(sessions_store, budget_evicts_least_recently_used_snapshots_only)
@@ -400,12 +400,12 @@ TEST(sessions_store, budget_evicts_least_recently_used_snapshots_only)
     fake_session("mid", "mid", "/w", now - 200, 4000);
     fake_session("new", "new", "/w", now - 100, 4000);
     fake_session("open", "open", "/w", now - 400, 4000);
-    char err[256];
-    session *held = session_open("open", err, sizeof err);
-    CHECK_MSG(held != NULL, "%s", err);
+    ds4_error err = { "" };
+    session *held = session_open("open", &err);
+    CHECK_MSG(held != NULL, "%s", err.msg);
     /* a cached system prompt, used long ago */
     char cache[4096];
-    CHECK(sysprompt_cache_dir(cache, sizeof cache) != NULL);
+    CHECK(session_sysprompt_cache_dir(cache, sizeof cache) != NULL);
     const char *sp = test_printf("%s/%064d.kv", cache, 0);
     char *junk = test_alloc(3000);
     memset(junk, 's', 3000);
@@ -460,9 +460,9 @@ TEST(sessions_store, budget_counts_a_shared_snapshot_once_and_clears_leftovers)
         test_write_file(sess_path("parent", files[i]), "x", 1);
         test_write_file(sess_path("other", files[i]), "x", 1);
     }
-    char err[256];
-    session *held = session_open("other", err, sizeof err);
-    CHECK_MSG(held != NULL, "%s", err);
+    ds4_error err = { "" };
+    session *held = session_open("other", &err);
+    CHECK_MSG(held != NULL, "%s", err.msg);
     /* opening cleans its own */
     CHECK(access(sess_path("other", "run"), F_OK) != 0);
     CHECK(access(sess_path("other", ".state.kv.tmp.AbCdEf"), F_OK) != 0);

@@ -133,7 +133,7 @@ TEST(sessions_agent, new_sessions_start_from_the_cached_system_prompt)
 
     /* a damaged cache is noticed, read again and replaced */
     char cache[4096];
-    sysprompt_cache_dir(cache, sizeof cache);
+    session_sysprompt_cache_dir(cache, sizeof cache);
     char *found;
     CHECK_EQ_INT(test_runf(&found, "ls '%s'/*.kv", cache), 0);
     found[strcspn(found, "\n")] = 0;
@@ -312,7 +312,7 @@ TEST(sessions_agent, garbage_metadata)
     char dir[4096];
     session_dir_of("g1", dir, sizeof dir);
     session_meta m;
-    CHECK_EQ_INT(meta_read(dir, &m), 0);
+    CHECK_EQ_INT(session_meta_read(dir, &m), 0);
     CHECK_STR_EQ(m.info.title, "remember blue");
 }
 
@@ -345,13 +345,14 @@ TEST(sessions_agent, another_model_or_vocabulary)
 
     /* the state is now the other model's; when the metadata does not say
      * so, the engine refuses the snapshot itself */
-    char dir[4096], merr[256];
+    char dir[4096];
+    ds4_error merr = { "" };
     session_dir_of("o1", dir, sizeof dir);
     session_meta m;
-    CHECK_EQ_INT(meta_read(dir, &m), 0);
+    CHECK_EQ_INT(session_meta_read(dir, &m), 0);
     CHECK_EQ_INT(m.info.model_identity, ib.identity);
     m.info.model_identity = ia.identity;
-    CHECK_EQ_INT(meta_write(dir, &m, merr, sizeof merr), 0);
+    CHECK_EQ_INT(session_meta_write(dir, &m, &merr), 0);
     ds4_engine *ea2 = engine_on(ma, script);
     sa_start(&x, ea2, "o1", false);
     CHECK_CONTAINS(sb_str(&x.log.notices), "another model");
@@ -360,24 +361,24 @@ TEST(sessions_agent, another_model_or_vocabulary)
     sa_stop(&x);
 
     /* another vocabulary: refused, nothing lost */
-    CHECK_EQ_INT(meta_read(dir, &m), 0);
+    CHECK_EQ_INT(session_meta_read(dir, &m), 0);
     m.tokenizer ^= 1;
-    CHECK_EQ_INT(meta_write(dir, &m, merr, sizeof merr), 0);
-    session *s = session_open("o1", merr, sizeof merr);
+    CHECK_EQ_INT(session_meta_write(dir, &m, &merr), 0);
+    session *s = session_open("o1", &merr);
     CHECK(s != NULL);
     agent_config cfg = test_config(ea, 8192);
-    char aerr[512];
-    CHECK_EQ_INT(session_attach(s, ea, &cfg, aerr, sizeof aerr), -1);
-    CHECK_CONTAINS(aerr, "another vocabulary");
+    ds4_error aerr = { "" };
+    CHECK_EQ_INT(session_attach(s, ea, &cfg, &aerr), -1);
+    CHECK_CONTAINS(aerr.msg, "another vocabulary");
     session_close(s);
     /* nor a context too small for it */
-    CHECK_EQ_INT(meta_read(dir, &m), 0);
+    CHECK_EQ_INT(session_meta_read(dir, &m), 0);
     m.tokenizer = 0;
-    CHECK_EQ_INT(meta_write(dir, &m, merr, sizeof merr), 0);
-    s = session_open("o1", merr, sizeof merr);
+    CHECK_EQ_INT(session_meta_write(dir, &m, &merr), 0);
+    s = session_open("o1", &merr);
     cfg.n_ctx = 512;
-    CHECK_EQ_INT(session_attach(s, ea, &cfg, aerr, sizeof aerr), -1);
-    CHECK_CONTAINS(aerr, "more than the context");
+    CHECK_EQ_INT(session_attach(s, ea, &cfg, &aerr), -1);
+    CHECK_CONTAINS(aerr.msg, "more than the context");
     session_close(s);
     CHECK_STR_EQ(journal_users("o1"), "remember blue");
     ds4_engine_close(ea);
@@ -443,6 +444,7 @@ TEST(sessions_agent, fork_switch_and_new_keep_the_engine)
     sa_start(&x, e, "main", true);
     sa_turn(&x, "remember blue");
     char msg[512];
+    ds4_error err = { "" };
 
     /* fork: a copy under a new ID, the agent now in it, nothing read again */
     CHECK_MSG(sessions_fork(&x.s, &x.a, &x.cfg, msg, sizeof msg) == 0, "%s", msg);
@@ -480,12 +482,12 @@ TEST(sessions_agent, fork_switch_and_new_keep_the_engine)
     /* a switch that cannot start keeps the current session running */
     agent_config small = x.cfg;
     small.n_ctx = 100; /* too small for any agent */
-    session *target = session_open(fork_id, msg, sizeof msg);
+    session *target = session_open(fork_id, &err);
     CHECK(target != NULL);
     CHECK_EQ_INT(sessions_switch_to(&x.s, &x.a, &small, target, msg, sizeof msg), -1);
     CHECK_CONTAINS(msg, "cannot switch");
     CHECK(x.a == NULL); /* the small config cannot restart it either */
-    CHECK_EQ_INT(session_attach(x.s, e, &x.cfg, msg, sizeof msg), 0);
+    CHECK_EQ_INT(session_attach(x.s, e, &x.cfg, &err), 0);
     ds4_error derr;
     x.a = agent_start(&x.cfg, &derr);
     session_attach_done(x.s);
@@ -499,12 +501,12 @@ TEST(sessions_agent, fork_switch_and_new_keep_the_engine)
     char new_id[SESSION_ID_MAX];
     snprintf(new_id, sizeof new_id, "%s", session_id(x.s));
     /* and deleting the others, not the one open */
-    CHECK_EQ_INT(sessions_delete(new_id, msg, sizeof msg), -1);
-    CHECK_EQ_INT(sessions_delete(fork_id, msg, sizeof msg), 0);
+    CHECK_EQ_INT(sessions_delete(new_id, &err), -1);
+    CHECK_EQ_INT(sessions_delete(fork_id, &err), 0);
     sa_stop(&x);
     /* the new one never got a turn: not kept */
     session_info *v;
-    int n = sessions_list(&v, msg, sizeof msg);
+    int n = sessions_list(&v, &err);
     CHECK_EQ_INT(n, 1);
     CHECK_STR_EQ(v[0].id, "main");
     free(v);

@@ -75,7 +75,7 @@ static size_t user_turn_tokens(const char *text)
 static int cached_prompts(void)
 {
     char cache[4096];
-    CHECK(sysprompt_cache_dir(cache, sizeof cache) != NULL);
+    CHECK(session_sysprompt_cache_dir(cache, sizeof cache) != NULL);
     char *out;
     CHECK_EQ_INT(test_runf(&out, "ls -A '%s' | grep -c '[.]kv$' || true", cache), 0);
     return atoi(out);
@@ -240,9 +240,9 @@ TEST(sessions_cli, resume_without_id_continue_and_errors)
     CHECK(strstr(out, "continue it with") == NULL);
 
     /* a session open in another process */
-    char err[256];
-    session *held = session_open("two", err, sizeof err);
-    CHECK_MSG(held != NULL, "%s", err);
+    ds4_error err = { "" };
+    session *held = session_open("two", &err);
+    CHECK_MSG(held != NULL, "%s", err.msg);
     rc = run_in(&out, w2, script, "-p x --resume two 2>&1");
     CHECK_EQ_INT(rc, 1);
     CHECK_CONTAINS(out, "open in another ds4cl process");
@@ -332,9 +332,9 @@ TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
 
         /* the session opens, its journal checks out, and every turn that
          * completed is in it, in order, with its reply */
-        char err[512];
-        session *s = session_open("crash", err, sizeof err);
-        CHECK_MSG(s != NULL, "run %d: %s", i, err);
+        ds4_error err = { "" };
+        session *s = session_open("crash", &err);
+        CHECK_MSG(s != NULL, "run %d: %s", i, err.msg);
         const char *notes = notes_of(s);
         CHECK_MSG(strstr(notes, "damaged") == NULL && strstr(notes, "does not add up") == NULL, "run %d: %s", i, notes);
         session_close(s);
@@ -412,8 +412,8 @@ TEST(sessions_crash, sigkill_at_random_moments_never_loses_a_completed_turn)
     sb_free(&c.text);
     sb_free(&expect);
     session_info *v;
-    char err[256];
-    CHECK_EQ_INT(sessions_list(&v, err, sizeof err), 1);
+    ds4_error err = { "" };
+    CHECK_EQ_INT(sessions_list(&v, &err), 1);
     CHECK_STR_EQ(v[0].id, "crash");
     CHECK(v[0].user_turns >= completed + 1);
     free(v);

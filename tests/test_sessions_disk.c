@@ -42,9 +42,9 @@ static void check_adds_up(const char *id)
 
 static const char *open_notes(const char *id)
 {
-    char err[512];
-    session *s = session_open(id, err, sizeof err);
-    CHECK_MSG(s != NULL, "%s", err);
+    ds4_error err = { "" };
+    session *s = session_open(id, &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
     const char *n = notes_of(s);
     session_close(s);
     return n;
@@ -176,9 +176,9 @@ TEST(sessions_disk, a_refused_stream_json_run_still_ends_with_a_result)
     const char *script = answers_script(2);
     char *out;
     CHECK_EQ_INT(run_p(&out, "", script, "--session held -p one --output-format stream-json"), 0);
-    char err[512];
-    session *s = session_open("held", err, sizeof err);
-    CHECK_MSG(s != NULL, "%s", err);
+    ds4_error err = { "" };
+    session *s = session_open("held", &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
     int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --resume held -p two "
                              "--output-format stream-json 2>/dev/null",
                        test_tmpdir(), test_bindir(), agent_test_model(), script);

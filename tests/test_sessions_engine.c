@@ -36,16 +36,16 @@ TEST(sessions_engine, cpu_logits_after_resume_are_bit_identical)
     memcpy(before, ds4_session_logits(ks), (size_t)n_vocab * sizeof *before);
 
     /* what the agent would report, then its idle hook */
-    char serr[512];
-    session *s = session_create("cpu", test_tmpdir(), serr, sizeof serr);
-    CHECK_MSG(s != NULL, "%s", serr);
+    ds4_error serr = { "" };
+    session *s = session_create("cpu", test_tmpdir(), &serr);
+    CHECK_MSG(s != NULL, "%s", serr.msg);
     agent_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.engine = e;
     cfg.n_ctx = 512;
     cfg.think = DS4_THINK_HIGH;
     cfg.workspace = test_tmpdir();
-    CHECK_MSG(session_attach(s, e, &cfg, serr, sizeof serr) == 0, "%s", serr);
+    CHECK_MSG(session_attach(s, e, &cfg, &serr) == 0, "%s", serr.msg);
     session_attach_done(s);
     const agent_persist_hooks *h = cfg.persist;
     agent_turn t1 = { .kind = AGENT_TURN_SYSTEM, .text = "", .tokens = sys.ids, .n_tokens = sys.n, .transcript_len = sys.n };
@@ -58,13 +58,13 @@ TEST(sessions_engine, cpu_logits_after_resume_are_bit_identical)
     session_close(s);
 
     /* another session of the engine, restored from what was written */
-    s = session_open("cpu", serr, sizeof serr);
-    CHECK_MSG(s != NULL, "%s", serr);
+    s = session_open("cpu", &serr);
+    CHECK_MSG(s != NULL, "%s", serr.msg);
     memset(&cfg, 0, sizeof cfg);
     cfg.engine = e;
     cfg.n_ctx = 512;
     cfg.workspace = test_tmpdir();
-    CHECK_MSG(session_attach(s, e, &cfg, serr, sizeof serr) == 0, "%s", serr);
+    CHECK_MSG(session_attach(s, e, &cfg, &serr) == 0, "%s", serr.msg);
     CHECK(cfg.resume && cfg.resume->snapshot);
     CHECK_EQ_INT(cfg.resume->n_tokens, all.n);
     CHECK(!memcmp(cfg.resume->tokens, all.ids, all.n * sizeof *all.ids));
@@ -91,13 +91,13 @@ TEST(sessions_engine, cpu_logits_after_resume_are_bit_identical)
     /* restored into a session of another context size: the same again */
     ds4_session *ks3 = ds4_session_open(e, 2048, &err);
     CHECK_MSG(ks3 != NULL, "%s", err.msg);
-    s = session_open("cpu", serr, sizeof serr);
-    CHECK_MSG(s != NULL, "%s", serr);
+    s = session_open("cpu", &serr);
+    CHECK_MSG(s != NULL, "%s", serr.msg);
     memset(&cfg, 0, sizeof cfg);
     cfg.engine = e;
     cfg.n_ctx = 2048;
     cfg.workspace = test_tmpdir();
-    CHECK_MSG(session_attach(s, e, &cfg, serr, sizeof serr) == 0, "%s", serr);
+    CHECK_MSG(session_attach(s, e, &cfg, &serr) == 0, "%s", serr.msg);
     CHECK(cfg.resume && cfg.resume->snapshot);
     CHECK_MSG(ds4_session_restore(ks3, cfg.resume->snapshot, cfg.resume->snapshot_len, &err) == 0, "%s", err.msg);
     session_attach_done(s);

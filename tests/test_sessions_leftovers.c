@@ -116,9 +116,9 @@ TEST(sessions_leftovers, job_logs_outlive_the_session_process_within_a_bound)
     CHECK_EQ_INT(utimensat(AT_FDCWD, huge, old, 0), 0);
 
     /* the next process that opens it clears the scratch, not the logs */
-    char err[256];
-    session *s = session_open("logs", err, sizeof err);
-    CHECK_MSG(s != NULL, "%s", err);
+    ds4_error err = { "" };
+    session *s = session_open("logs", &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
     CHECK(!exists(test_printf("%s/ds4cl-browser-1", run)));
     CHECK(exists(small) && exists(newer));
     CHECK(!exists(huge));
@@ -251,9 +251,9 @@ TEST(sessions_crash, sweep_with_edits_and_writes_loses_no_turn_tears_no_file_and
         check_written(wtxt, i);
         check_big(big, orig, i);
         /* every completed turn is in the journal, in order */
-        char err[512];
-        session *s = session_open("sweep", err, sizeof err);
-        CHECK_MSG(s != NULL, "seed %u run %d: %s", SWEEP_SEED, i, err);
+        ds4_error err = { "" };
+        session *s = session_open("sweep", &err);
+        CHECK_MSG(s != NULL, "seed %u run %d: %s", SWEEP_SEED, i, err.msg);
         const char *notes = notes_of(s);
         CHECK_MSG(!strstr(notes, "damaged") && !strstr(notes, "lost") && !strstr(notes, "add up"), "seed %u run %d: %s",
                   SWEEP_SEED, i, notes);

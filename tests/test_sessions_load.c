@@ -45,15 +45,15 @@ static char *slurp(const char *path, size_t *len)
 
 static void put(const char *path, const char *data, size_t len)
 {
-    char err[256];
-    CHECK_MSG(file_write_atomic(path, data, len, 0600, false, err, sizeof err) == 0, "%s", err);
+    ds4_error err = { "" };
+    CHECK_MSG(file_write_atomic(path, data, len, 0600, false, &err) == 0, "%s", err.msg);
 }
 
 static const char *opened_notes(const char *id)
 {
-    char err[512];
-    session *s = session_open(id, err, sizeof err);
-    CHECK_MSG(s != NULL, "%s", err);
+    ds4_error err = { "" };
+    session *s = session_open(id, &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
     const char *n = notes_of(s);
     session_close(s);
     return n;
@@ -171,7 +171,7 @@ TEST(sessions_load, a_journal_cut_anywhere_reports_the_turns_and_bytes_lost_once
     CHECK_CONTAINS(notes, "was incomplete");
     CHECK_CONTAINS(notes, "no completed turn was lost");
     CHECK_EQ_INT(damaged_copies("cut"), copies);
-    CHECK_EQ_INT(file_bytes(jp), full);
+    CHECK_EQ_INT(session_file_bytes(jp), full);
     CHECK_STR_EQ(opened_notes("cut"), "");
     sb_free(&rec);
     sb_free(&torn);
@@ -271,24 +271,24 @@ TEST(sessions_load, a_journal_that_is_a_directory_or_a_fifo_is_refused_at_once)
     const char *jp = sess_path("odd", "journal");
     CHECK_EQ_INT(unlink(jp), 0);
     CHECK_EQ_INT(mkdir(jp, 0700), 0);
-    char err[512];
-    session *s = session_open("odd", err, sizeof err);
+    ds4_error err = { "" };
+    session *s = session_open("odd", &err);
     CHECK(s == NULL);
-    CHECK_CONTAINS(err, "is a directory");
-    CHECK_CONTAINS(err, jp);
+    CHECK_CONTAINS(err.msg, "is a directory");
+    CHECK_CONTAINS(err.msg, jp);
     /* the lock went with the refusal */
     CHECK(!session_locked(sess_path("odd", "")));
 
     CHECK_EQ_INT(rmdir(jp), 0);
     CHECK_EQ_INT(mkfifo(jp, 0600), 0);
     double t0 = test_now_ms();
-    s = session_open("odd", err, sizeof err);
+    s = session_open("odd", &err);
     CHECK(s == NULL);
-    CHECK_CONTAINS(err, "is a FIFO");
+    CHECK_CONTAINS(err.msg, "is a FIFO");
     /* listing it (metadata gone: rebuilt from the journal) does not hang either */
     CHECK_EQ_INT(unlink(sess_path("odd", "meta.json")), 0);
     session_info *v;
-    CHECK(sessions_list(&v, err, sizeof err) >= 0);
+    CHECK(sessions_list(&v, &err) >= 0);
     free(v);
     CHECK(test_now_ms() - t0 < 5000);
 

@@ -6,7 +6,7 @@
 #include "sessions/sessions_internal.h"
 #include "tests/test.h"
 
-static int parse(const char *text, session_meta *m) { return meta_parse(text, strlen(text), m); }
+static int parse(const char *text, session_meta *m) { return session_meta_parse(text, strlen(text), m); }
 
 TEST(sessions_meta, top_k_out_of_range_is_off)
 {
@@ -31,9 +31,9 @@ TEST(sessions_meta, parse_takes_a_length_not_a_terminator)
 {
     const char text[] = "{\"id\":\"ab\",\"created\":5}{\"id\":\"zz\"";
     session_meta m;
-    CHECK_EQ_INT(meta_parse(text, 23, &m), 0);
+    CHECK_EQ_INT(session_meta_parse(text, 23, &m), 0);
     CHECK_STR_EQ(m.info.id, "ab");
     CHECK_EQ_INT(m.info.created, 5);
-    CHECK_EQ_INT(meta_parse(text, 10, &m), -1);
-    CHECK_EQ_INT(meta_parse("{\"id\":\"..\",\"created\":5}", 23, &m), -1);
+    CHECK_EQ_INT(session_meta_parse(text, 10, &m), -1);
+    CHECK_EQ_INT(session_meta_parse("{\"id\":\"..\",\"created\":5}", 23, &m), -1);
 }

@@ -111,11 +111,11 @@ TEST(ui_editor, history_is_walked_and_persisted)
     ui_history h;
     ui_history_open(&h, path);
     CHECK_EQ_INT(h.n, 0);
-    char err[256];
-    CHECK_EQ_INT(ui_history_add(&h, "first", err, sizeof err), 0);
-    CHECK_EQ_INT(ui_history_add(&h, "two\nlines with a \\ backslash", err, sizeof err), 0);
-    CHECK_EQ_INT(ui_history_add(&h, "   ", err, sizeof err), 0); /* blank: ignored */
-    CHECK_EQ_INT(ui_history_add(&h, "first", err, sizeof err), 0); /* moves to the end */
+    ds4_error err = { "" };
+    CHECK_EQ_INT(ui_history_add(&h, "first", &err), 0);
+    CHECK_EQ_INT(ui_history_add(&h, "two\nlines with a \\ backslash", &err), 0);
+    CHECK_EQ_INT(ui_history_add(&h, "   ", &err), 0); /* blank: ignored */
+    CHECK_EQ_INT(ui_history_add(&h, "first", &err), 0); /* moves to the end */
     CHECK_EQ_INT(h.n, 2);
     char *file = test_read_file(path, NULL);
     CHECK_STR_EQ(file, "two\\nlines with a \\\\ backslash\nfirst\n");
@@ -126,9 +126,9 @@ TEST(ui_editor, history_is_walked_and_persisted)
     /* another process added one meanwhile: both survive */
     ui_history other;
     ui_history_open(&other, path);
-    CHECK_EQ_INT(ui_history_add(&other, "from elsewhere", err, sizeof err), 0);
+    CHECK_EQ_INT(ui_history_add(&other, "from elsewhere", &err), 0);
     ui_history_close(&other);
-    CHECK_EQ_INT(ui_history_add(&h, "mine", err, sizeof err), 0);
+    CHECK_EQ_INT(ui_history_add(&h, "mine", &err), 0);
     CHECK_EQ_INT(h.n, 4);
     CHECK_STR_EQ(h.v[2], "from elsewhere");
 
@@ -157,7 +157,7 @@ TEST(ui_editor, history_is_walked_and_persisted)
     /* an unwritable place keeps the history in memory and says why */
     test_write_file(test_tmp_path("blocker"), "x", 1);
     ui_history_open(&h, test_tmp_path("blocker/history"));
-    CHECK_EQ_INT(ui_history_add(&h, "kept", err, sizeof err), -1);
+    CHECK_EQ_INT(ui_history_add(&h, "kept", &err), -1);
     CHECK_EQ_INT(h.n, 1);
     ui_history_close(&h);
 }

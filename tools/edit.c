@@ -308,10 +308,10 @@ static int load(tool_env *env, const char *path, edit_file *f, tool_result *out)
 static int commit(edit_file *f, char *nw, size_t nlen, size_t first_line, size_t old_count,
                   const char *how, tool_result *out)
 {
-    char err[512];
-    if (file_write_atomic(f->abs, nw, nlen, -1, false, err, sizeof err) != 0) {
+    ds4_error err = { "" };
+    if (file_write_atomic(f->abs, nw, nlen, -1, false, &err) != 0) {
         free(nw);
-        return tool_fail(out, "%s was not changed: %s", f->shown, err);
+        return tool_fail(out, "%s was not changed: %s", f->shown, err.msg);
     }
     line_index ln;
     lines_split(nw, nlen, &ln);

@@ -50,23 +50,18 @@ struct web_state {
     web_timing timing;
 };
 
-static char *dup_or_null(const char *s)
-{
-    if (!s || !*s) return NULL;
-    char *d = strdup(s);
-    if (!d) abort();
-    return d;
-}
+/* An empty setting is the same as none. */
+static char *setting_dup(const char *s) { return xstrdup(s && *s ? s : NULL); }
 
 web_state *web_state_new(const tool_env_config *cfg)
 {
     web_state *ws = calloc(1, sizeof *ws);
     if (!ws) abort();
     if (cfg) {
-        ws->state_dir = dup_or_null(cfg->state_dir);
-        ws->cdp_url = dup_or_null(cfg->cdp_url);
-        ws->browser_path = dup_or_null(cfg->browser_path);
-        ws->search_tmpl = dup_or_null(cfg->search_url);
+        ws->state_dir = setting_dup(cfg->state_dir);
+        ws->cdp_url = setting_dup(cfg->cdp_url);
+        ws->browser_path = setting_dup(cfg->browser_path);
+        ws->search_tmpl = setting_dup(cfg->search_url);
     }
     ws->lim = (web_limits){ 20000, 5000, 20000, 10000, 1500, 10000 };
     return ws;

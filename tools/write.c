@@ -50,9 +50,9 @@ static int run_write(tool_env *env, json_object *args, const tool_call_ctx *ctx,
             free(old);
         }
     }
-    char err[512];
-    if (file_write_atomic(target, content, len, -1, true, err, sizeof err) != 0) {
-        int rc = tool_fail(out, "%s was not written (%s); any previous content is unchanged", shown, err);
+    ds4_error err = { "" };
+    if (file_write_atomic(target, content, len, -1, true, &err) != 0) {
+        int rc = tool_fail(out, "%s was not written (%s); any previous content is unchanged", shown, err.msg);
         free(target);
         return rc;
     }

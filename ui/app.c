@@ -179,13 +179,13 @@ void ui_app_submit(ui_app *app)
     bool blank = true;
     for (const char *p = t; *p && blank; p++) blank = *p == ' ' || *p == '\n' || *p == '\t';
     if (blank) return;
-    char err[256];
+    ds4_error err = { "" };
     if (t[0] == '/') {
         char *line = strdup(t);
         if (!line) abort();
         int rc = ui_commands_run(app, line);
         if (rc != 0) {
-            if (ui_history_add(&app->hist, line, err, sizeof err) != 0) ui_app_hint(app, "history not saved: %s", err);
+            if (ui_history_add(&app->hist, line, &err) != 0) ui_app_hint(app, "history not saved: %s", err.msg);
             /* the command may have left text to edit (e.g. a completion) */
             if (!strcmp(ui_editor_text(app->ed), line)) free(ui_editor_take(app->ed));
         }
@@ -196,7 +196,7 @@ void ui_app_submit(ui_app *app)
         }
     }
     char *text = ui_editor_take(app->ed);
-    if (ui_history_add(&app->hist, text, err, sizeof err) != 0) ui_app_hint(app, "history not saved: %s", err);
+    if (ui_history_add(&app->hist, text, &err) != 0) ui_app_hint(app, "history not saved: %s", err.msg);
     send_text(app, text);
     free(text);
     app->scroll = 0;

@@ -135,9 +135,9 @@ static int cmd_trace(ui_app *app, const char *args)
     }
     agent *a = need_agent(app);
     if (!a) return 2;
-    char err[512] = "";
+    ds4_error err = { "" };
     bool off = !strcmp(path, "off");
-    if (agent_set_trace(a, off ? NULL : path, err, sizeof err) != 0) return refuse(app, "%s", err);
+    if (agent_set_trace(a, off ? NULL : path, &err) != 0) return refuse(app, "%s", err.msg);
     free(app->trace_path);
     app->trace_path = NULL;
     if (!off) {

@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/base.h"
+
 #define UI_HISTORY_MAX 1000
 
 typedef struct {
@@ -27,7 +29,7 @@ void ui_history_open(ui_history *h, const char *path);
 /* Appends text (blank text is ignored; an older identical entry moves to
  * the end). Returns -1 with err when the file cannot be written (the
  * entry is still kept in memory). */
-int ui_history_add(ui_history *h, const char *text, char *err, size_t errlen);
+int ui_history_add(ui_history *h, const char *text, ds4_error *err);
 void ui_history_close(ui_history *h);
 
 typedef enum {

@@ -74,7 +74,7 @@ void ui_history_close(ui_history *h)
     memset(h, 0, sizeof *h);
 }
 
-int ui_history_add(ui_history *h, const char *text, char *err, size_t errlen)
+int ui_history_add(ui_history *h, const char *text, ds4_error *err)
 {
     bool blank = true;
     for (const char *p = text; *p && blank; p++) blank = *p == ' ' || *p == '\n' || *p == '\t';
@@ -107,7 +107,7 @@ int ui_history_add(ui_history *h, const char *text, char *err, size_t errlen)
         }
         sb_putc(&b, '\n');
     }
-    int rc = file_write_atomic(h->path, b.s ? b.s : "", b.len, 0600, true, err, errlen);
+    int rc = file_write_atomic(h->path, b.s ? b.s : "", b.len, 0600, true, err);
     sb_free(&b);
     return rc;
 }

@@ -54,8 +54,8 @@ static const char *vocab_bytes(void *ud, int32_t id, size_t *len)
 static void setup(void)
 {
     if (g_schema) return;
-    char err[256];
-    g_schema = dsml_schema_new(schemas, sizeof schemas / sizeof schemas[0], err, sizeof err);
+    ds4_error err = { "" };
+    g_schema = dsml_schema_new(schemas, sizeof schemas / sizeof schemas[0], &err);
     if (!g_schema) abort();
     g_vocab = dsml_vocab_new(N_VOCAB, vocab_bytes, NULL, EOS_ID, DSML_ID, NULL, 0);
     g_masker = dsml_masker_new(g_vocab, g_schema);

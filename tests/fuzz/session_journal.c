@@ -111,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     session_info info;
     memset(&info, 0, sizeof info);
-    meta_from_journal(&s, &info);
+    session_meta_from_journal(&s, &info);
     size_t tl = strnlen(info.title, sizeof info.title);
     if (tl >= sizeof info.title || memchr(info.title, '\n', tl)) abort();
 

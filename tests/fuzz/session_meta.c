@@ -1,10 +1,10 @@
-/* Fuzz target: a session's meta.json (meta_parse, what session_open and
+/* Fuzz target: a session's meta.json (session_meta_parse, what session_open and
  * sessions_list read) over arbitrary bytes.
  *
  * What parses must be usable as it is (a valid ID, bounded strings, a
  * context size and counts in range) and must survive a round trip: written
- * with meta_write (into a directory on tmpfs when there is one) and read
- * back with meta_read, it is the same metadata. Seeds: tests/fuzz/seeds/
+ * with session_meta_write (into a directory on tmpfs when there is one) and read
+ * back with session_meta_read, it is the same metadata. Seeds: tests/fuzz/seeds/
  * session_meta/ (tests/fuzz/mkseeds.sh). */
 #include <limits.h>
 #include <math.h>
@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!text) abort();
     memcpy(text, data, size);
     session_meta m;
-    int rc = meta_parse(text, size, &m);
+    int rc = session_meta_parse(text, size, &m);
     free(text);
     if (rc != 0) return 0;
 
@@ -87,10 +87,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bounded(i->backend, sizeof i->backend);
     if (i->n_ctx < 0 || i->user_turns < 0) abort();
 
-    char err[256];
-    if (meta_write(g_dir, &m, err, sizeof err) != 0) abort();
+    ds4_error err = { "" };
+    if (session_meta_write(g_dir, &m, &err) != 0) abort();
     session_meta back;
-    if (meta_read(g_dir, &back) != 0) abort();
+    if (session_meta_read(g_dir, &back) != 0) abort();
     same_meta(&m, &back);
     return 0;
 }
