@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "engine/ds4.h"
-#include "engine/mkmodel.h"
+#include "engine/testkit/mkmodel.h"
 #include "sessions/journal.h"
 
 /* Small, because a restore loads into a fresh state whose buffers scale
