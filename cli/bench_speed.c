@@ -259,9 +259,9 @@ int bench_speed_main(int argc, char **argv)
     ds4_session *s = NULL;
     bench_read_probe *probe = NULL;
     page_warm_stats ws;
-    char werr[512];
-    if (page_warm(o.model, NULL, NULL, &ws, werr, sizeof werr) != 0)
-        fprintf(stderr, "ds4cl-bench: %s (the weights are read on first use instead)\n", werr);
+    ds4_error werr = { "" };
+    if (page_warm(o.model, NULL, NULL, &ws, &werr) != 0)
+        fprintf(stderr, "ds4cl-bench: %s (the weights are read on first use instead)\n", werr.msg);
     else
         fprintf(stderr, "ds4cl-bench: model file in memory (%.2f of %.2f GB already were; %.0f ms)\n",
                 (double)ws.resident_before / 1e9, (double)ws.bytes / 1e9, ws.ms);

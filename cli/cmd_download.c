@@ -71,9 +71,10 @@ static char *pick_token(const ds4cl_options *o, bool repo_host)
 
 static void make_default(const char *dest)
 {
-    char err[PATH_MAX + 128], dflt[PATH_MAX];
-    if (default_model_set(dest, err, sizeof err) != 0) {
-        fprintf(stderr, "ds4cl: could not make it the default model: %s\n", err);
+    char dflt[PATH_MAX];
+    ds4_error err = { "" };
+    if (default_model_set(dest, &err) != 0) {
+        fprintf(stderr, "ds4cl: could not make it the default model: %s\n", err.msg);
         fprintf(stderr, "Use it with: ds4cl -m %s\n", dest);
         return;
     }
@@ -85,8 +86,9 @@ int cmd_download(const ds4cl_options *o)
 {
     const char *what = o->download_what ? o->download_what : DEFAULT_TARGET;
     char url[4096], file[1024], err[512];
-    if (download_resolve(what, NULL, url, sizeof url, file, sizeof file, err, sizeof err) != 0) {
-        fprintf(stderr, "ds4cl: %s\n", err);
+    ds4_error rerr = { "" };
+    if (download_resolve(what, NULL, url, sizeof url, file, sizeof file, &rerr) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", rerr.msg);
         return EXIT_USAGE;
     }
     const download_target *target = download_target_find(what);

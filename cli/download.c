@@ -50,7 +50,7 @@ static bool is_http_url(const char *s)
 }
 
 int download_resolve(const char *what, const char *base_url, char *url, size_t url_n,
-                     char *file, size_t file_n, char *err, size_t errlen)
+                     char *file, size_t file_n, ds4_error *err)
 {
     if (is_http_url(what)) {
         const char *path = strchr(strstr(what, "://") + 3, '/');
@@ -68,11 +68,11 @@ int download_resolve(const char *what, const char *base_url, char *url, size_t u
         }
         if (!seg || seg_len == 0 || (seg_len == 1 && seg[0] == '.') ||
             (seg_len == 2 && seg[0] == '.' && seg[1] == '.') || memchr(seg, '%', seg_len)) {
-            snprintf(err, errlen, "cannot tell a file name from the URL %s", what);
+            ds4_error_set(err, "cannot tell a file name from the URL %s", what);
             return -1;
         }
         if (seg_len >= file_n || strlen(what) >= url_n) {
-            snprintf(err, errlen, "the URL is too long");
+            ds4_error_set(err, "the URL is too long");
             return -1;
         }
         memcpy(file, seg, seg_len);
@@ -87,7 +87,7 @@ int download_resolve(const char *what, const char *base_url, char *url, size_t u
         for (const download_target *k = download_targets; k->name; k++)
             sb_printf(&b, " %s", k->name);
         sb_puts(&b, ", or give an http(s) URL");
-        snprintf(err, errlen, "%s", sb_str(&b));
+        ds4_error_set(err, "%s", sb_str(&b));
         sb_free(&b);
         return -1;
     }
@@ -97,7 +97,7 @@ int download_resolve(const char *what, const char *base_url, char *url, size_t u
     while (bl > 0 && base_url[bl - 1] == '/') bl--;
     int n = snprintf(url, url_n, "%.*s/%s", (int)bl, base_url, t->file);
     if (n < 0 || (size_t)n >= url_n || strlen(t->file) >= file_n) {
-        snprintf(err, errlen, "the URL is too long");
+        ds4_error_set(err, "the URL is too long");
         return -1;
     }
     memcpy(file, t->file, strlen(t->file) + 1);

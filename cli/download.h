@@ -36,6 +36,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
+
 /* The Hugging Face repository of the DS4 GGUF files; a target's URL is
  * BASE "/" FILE. $DS4CL_MODEL_BASE_URL replaces it. */
 #define DOWNLOAD_DEFAULT_BASE_URL "https://huggingface.co/antirez/deepseek-v4-gguf/resolve/main"
@@ -57,7 +59,7 @@ const download_target *download_target_find(const char *name);
  * query). base_url NULL means $DS4CL_MODEL_BASE_URL or the default. Returns
  * 0, or -1 with a message in err. */
 int download_resolve(const char *what, const char *base_url, char *url, size_t url_n,
-                     char *file, size_t file_n, char *err, size_t errlen);
+                     char *file, size_t file_n, ds4_error *err);
 
 typedef enum {
     DOWNLOAD_OK = 0,

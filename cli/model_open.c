@@ -110,9 +110,9 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     progress p;
     progress_start(&p, "reading weights", PROGRESS_QUIET);
     page_warm_stats ws;
-    char werr[PATH_MAX + 64];
-    if (page_warm(path, warm_progress, &p, &ws, werr, sizeof werr) != 0)
-        fprintf(stderr, "ds4cl: %s (the weights are read on first use instead)\n", werr);
+    ds4_error werr = { "" };
+    if (page_warm(path, warm_progress, &p, &ws, &werr) != 0)
+        fprintf(stderr, "ds4cl: %s (the weights are read on first use instead)\n", werr.msg);
     progress_finish(&p, NULL);
     progress_print_loaded(info.name[0] ? info.name : base_name(path), t0);
     return e;

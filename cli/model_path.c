@@ -88,26 +88,26 @@ const char *model_path_resolve(const char *given, char *buf, size_t n)
     return buf;
 }
 
-int default_model_set(const char *target, char *err, size_t errlen)
+int default_model_set(const char *target, ds4_error *err)
 {
     char dflt[PATH_MAX], abs_target[PATH_MAX], dir[PATH_MAX], tmp[PATH_MAX + 32];
     if (!default_model_path(dflt, sizeof dflt)) {
-        snprintf(err, errlen, "no home directory to keep the default model link in");
+        ds4_error_set(err, "no home directory to keep the default model link in");
         return -1;
     }
     if (!realpath(target, abs_target)) {
-        snprintf(err, errlen, "cannot resolve %s: %s", target, strerror(errno));
+        ds4_error_set(err, "cannot resolve %s: %s", target, strerror(errno));
         return -1;
     }
     struct stat st;
     if (lstat(dflt, &st) == 0 && !S_ISLNK(st.st_mode)) {
-        snprintf(err, errlen, "%s is a file of its own; leaving it as the default model", dflt);
+        ds4_error_set(err, "%s is a file of its own; leaving it as the default model", dflt);
         return -1;
     }
     snprintf(dir, sizeof dir, "%s", dflt);
     *strrchr(dir, '/') = 0;
     if (base_mkdir_p(dir, 0755) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        ds4_error_set(err, "cannot create %s: %s", dir, strerror(errno));
         return -1;
     }
     /* A fresh link under a temporary name renamed over the old one: the
@@ -115,11 +115,11 @@ int default_model_set(const char *target, char *err, size_t errlen)
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dflt, (long)getpid());
     unlink(tmp);
     if (symlink(abs_target, tmp) != 0) {
-        snprintf(err, errlen, "cannot create the link %s: %s", tmp, strerror(errno));
+        ds4_error_set(err, "cannot create the link %s: %s", tmp, strerror(errno));
         return -1;
     }
     if (rename(tmp, dflt) != 0) {
-        snprintf(err, errlen, "cannot replace %s: %s", dflt, strerror(errno));
+        ds4_error_set(err, "cannot replace %s: %s", dflt, strerror(errno));
         unlink(tmp);
         return -1;
     }

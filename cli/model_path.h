@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 
+#include "base/base.h"
+
 /* Writes the default model path into buf (creating the ds4cl data
  * directory, not the models/ directory). NULL when no home directory is
  * known or buf is too small. */
@@ -25,6 +27,6 @@ const char *model_path_resolve(const char *given, char *buf, size_t n);
 /* Makes the default model path a symbolic link to target (an absolute path
  * is stored), replacing any previous link atomically. A regular file at
  * the default path is left alone (returns -1 with a message in err). */
-int default_model_set(const char *target, char *err, size_t errlen);
+int default_model_set(const char *target, ds4_error *err);
 
 #endif

@@ -17,7 +17,7 @@
  * several times a second on a slow disk. */
 #define WARM_CHUNK (64u << 20)
 
-int page_warm(const char *path, page_warm_fn fn, void *ud, page_warm_stats *st, char *err, size_t errlen)
+int page_warm(const char *path, page_warm_fn fn, void *ud, page_warm_stats *st, ds4_error *err)
 {
     double t0 = base_now_ms();
     page_warm_stats local = { 0 };
@@ -25,12 +25,12 @@ int page_warm(const char *path, page_warm_fn fn, void *ud, page_warm_stats *st, 
     memset(st, 0, sizeof *st);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        ds4_error_set(err, "cannot open %s: %s", path, strerror(errno));
         return -1;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        snprintf(err, errlen, "%s is not a regular file", path);
+        ds4_error_set(err, "%s is not a regular file", path);
         close(fd);
         return -1;
     }
@@ -45,7 +45,7 @@ int page_warm(const char *path, page_warm_fn fn, void *ud, page_warm_stats *st, 
     int map_errno = errno;
     close(fd);
     if (map == MAP_FAILED) {
-        snprintf(err, errlen, "cannot map %s: %s", path, strerror(map_errno));
+        ds4_error_set(err, "cannot map %s: %s", path, strerror(map_errno));
         return -1;
     }
     size_t page = (size_t)sysconf(_SC_PAGESIZE);

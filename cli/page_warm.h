@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#include "base/base.h"
+
 typedef struct {
     uint64_t bytes;           /* size of the file */
     uint64_t resident_before; /* bytes already in memory */
@@ -25,6 +27,6 @@ typedef void (*page_warm_fn)(void *ud, uint64_t done, uint64_t total);
 
 /* Returns 0, or -1 with err when the file cannot be opened or mapped.
  * fn may be NULL; st may be NULL. */
-int page_warm(const char *path, page_warm_fn fn, void *ud, page_warm_stats *st, char *err, size_t errlen);
+int page_warm(const char *path, page_warm_fn fn, void *ud, page_warm_stats *st, ds4_error *err);
 
 #endif

@@ -405,26 +405,27 @@ TEST(download_http, interrupt_flag_stops_and_keeps_part)
 
 TEST(download_names, targets_and_urls)
 {
-    char url[4096], file[1024], err[512];
+    char url[4096], file[1024];
+    ds4_error err = { "" };
     unsetenv("DS4CL_MODEL_BASE_URL");
-    CHECK_EQ_INT(download_resolve("q2-imatrix", NULL, url, sizeof url, file, sizeof file, err, sizeof err), 0);
+    CHECK_EQ_INT(download_resolve("q2-imatrix", NULL, url, sizeof url, file, sizeof file, &err), 0);
     CHECK_STR_EQ(file, "DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-imatrix.gguf");
     CHECK_STR_EQ(url, "https://huggingface.co/antirez/deepseek-v4-gguf/resolve/main/"
                       "DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-imatrix.gguf");
-    CHECK_EQ_INT(download_resolve("q4", "http://h/base/", url, sizeof url, file, sizeof file, err, sizeof err), 0);
+    CHECK_EQ_INT(download_resolve("q4", "http://h/base/", url, sizeof url, file, sizeof file, &err), 0);
     CHECK_STR_EQ(url, "http://h/base/DeepSeek-V4-Flash-Q4KExperts-F16HC-F16Compressor-F16Indexer-Q8Attn-Q8Shared-Q8Out-chat-v2.gguf");
     setenv("DS4CL_MODEL_BASE_URL", "http://127.0.0.1:9/r", 1);
-    CHECK_EQ_INT(download_resolve("q2", NULL, url, sizeof url, file, sizeof file, err, sizeof err), 0);
+    CHECK_EQ_INT(download_resolve("q2", NULL, url, sizeof url, file, sizeof file, &err), 0);
     CHECK_STR_EQ(url, "http://127.0.0.1:9/r/DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2.gguf");
     CHECK_EQ_INT(download_resolve("https://example.org/a/b/My.gguf?download=true", NULL, url, sizeof url,
-                                  file, sizeof file, err, sizeof err), 0);
+                                  file, sizeof file, &err), 0);
     CHECK_STR_EQ(file, "My.gguf");
     CHECK_STR_EQ(url, "https://example.org/a/b/My.gguf?download=true");
-    CHECK_EQ_INT(download_resolve("https://example.org/", NULL, url, sizeof url, file, sizeof file, err, sizeof err), -1);
-    CHECK_CONTAINS(err, "file name");
-    CHECK_EQ_INT(download_resolve("https://example.org/a/..", NULL, url, sizeof url, file, sizeof file, err, sizeof err), -1);
-    CHECK_EQ_INT(download_resolve("q3", NULL, url, sizeof url, file, sizeof file, err, sizeof err), -1);
-    CHECK_CONTAINS(err, "q2-imatrix");
+    CHECK_EQ_INT(download_resolve("https://example.org/", NULL, url, sizeof url, file, sizeof file, &err), -1);
+    CHECK_CONTAINS(err.msg, "file name");
+    CHECK_EQ_INT(download_resolve("https://example.org/a/..", NULL, url, sizeof url, file, sizeof file, &err), -1);
+    CHECK_EQ_INT(download_resolve("q3", NULL, url, sizeof url, file, sizeof file, &err), -1);
+    CHECK_CONTAINS(err.msg, "q2-imatrix");
     CHECK(download_target_find("q4-imatrix") != NULL);
     CHECK(download_target_find("mtp") == NULL);
 }
@@ -737,14 +738,15 @@ TEST(download_model_path, default_link_is_followed_and_replaced)
     const char *a = test_tmp_path("a.gguf"), *b = test_tmp_path("b.gguf");
     test_write_file(a, "A", 1);
     test_write_file(b, "B", 1);
-    char err[512], buf[PATH_MAX], real_a[PATH_MAX], real_b[PATH_MAX];
+    ds4_error err = { "" };
+    char buf[PATH_MAX], real_a[PATH_MAX], real_b[PATH_MAX];
     CHECK(realpath(a, real_a) && realpath(b, real_b));
-    CHECK_EQ_INT(default_model_set(a, err, sizeof err), 0);
+    CHECK_EQ_INT(default_model_set(a, &err), 0);
     const char *msg;
     const char *r = resolve_capturing(NULL, buf, sizeof buf, &msg);
     CHECK_MSG(r != NULL, "%s", msg);
     CHECK_STR_EQ(r, real_a);
-    CHECK_EQ_INT(default_model_set(b, err, sizeof err), 0);
+    CHECK_EQ_INT(default_model_set(b, &err), 0);
     r = resolve_capturing(NULL, buf, sizeof buf, &msg);
     CHECK(r != NULL);
     CHECK_STR_EQ(r, real_b);
@@ -762,14 +764,15 @@ TEST(download_model_path, default_link_is_followed_and_replaced)
 TEST(download_model_path, a_real_file_at_the_default_path_is_kept)
 {
     setenv("XDG_DATA_HOME", test_tmp_path("xdg"), 1);
-    char buf[PATH_MAX], err[512];
+    char buf[PATH_MAX];
+    ds4_error err = { "" };
     const char *dflt = default_model_path(buf, sizeof buf);
     CHECK(dflt != NULL);
     CHECK_EQ_INT(base_mkdir_p(test_tmp_path("xdg/ds4cl/models"), 0755), 0);
     test_write_file(dflt, "GGUF", 4);
     test_write_file(test_tmp_path("other.gguf"), "X", 1);
-    CHECK_EQ_INT(default_model_set(test_tmp_path("other.gguf"), err, sizeof err), -1);
-    CHECK_CONTAINS(err, "file of its own");
+    CHECK_EQ_INT(default_model_set(test_tmp_path("other.gguf"), &err), -1);
+    CHECK_CONTAINS(err.msg, "file of its own");
     size_t n;
     char *kept = test_read_file(dflt, &n);
     CHECK_EQ_INT(n, 4);

@@ -71,8 +71,8 @@ TEST(model_load, weights_are_read_into_memory_with_progress)
 
     warm_log log = { .monotonic = true };
     page_warm_stats st;
-    char err[256];
-    CHECK_MSG(page_warm(path, record, &log, &st, err, sizeof err) == 0, "%s", err);
+    ds4_error err = { "" };
+    CHECK_MSG(page_warm(path, record, &log, &st, &err) == 0, "%s", err.msg);
     CHECK_EQ_INT(st.bytes, size);
     CHECK_EQ_INT(log.total, size);
     CHECK_EQ_INT(log.last_done, size);
@@ -84,24 +84,24 @@ TEST(model_load, weights_are_read_into_memory_with_progress)
 
     /* a second time everything is there already */
     log = (warm_log){ .monotonic = true };
-    CHECK(page_warm(path, record, &log, &st, err, sizeof err) == 0);
+    CHECK(page_warm(path, record, &log, &st, &err) == 0);
     CHECK_EQ_INT(st.resident_before, size);
     CHECK_EQ_INT(log.last_done, size);
 }
 
 TEST(model_load, page_warm_errors_and_empty_files)
 {
-    char err[256];
+    ds4_error err = { "" };
     page_warm_stats st;
-    CHECK_EQ_INT(page_warm(test_tmp_path("missing.gguf"), NULL, NULL, &st, err, sizeof err), -1);
-    CHECK_CONTAINS(err, "cannot open");
-    CHECK_CONTAINS(err, "missing.gguf");
-    CHECK_EQ_INT(page_warm(test_tmpdir(), NULL, NULL, &st, err, sizeof err), -1);
-    CHECK_CONTAINS(err, "not a regular file");
+    CHECK_EQ_INT(page_warm(test_tmp_path("missing.gguf"), NULL, NULL, &st, &err), -1);
+    CHECK_CONTAINS(err.msg, "cannot open");
+    CHECK_CONTAINS(err.msg, "missing.gguf");
+    CHECK_EQ_INT(page_warm(test_tmpdir(), NULL, NULL, &st, &err), -1);
+    CHECK_CONTAINS(err.msg, "not a regular file");
     const char *empty = test_tmp_path("empty");
     test_write_file(empty, "", 0);
     warm_log log = { .monotonic = true };
-    CHECK_EQ_INT(page_warm(empty, record, &log, &st, err, sizeof err), 0);
+    CHECK_EQ_INT(page_warm(empty, record, &log, &st, &err), 0);
     CHECK_EQ_INT(st.bytes, 0);
     CHECK_EQ_INT(log.calls, 1);
     CHECK_EQ_INT(log.last_done, 0);
