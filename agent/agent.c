@@ -455,11 +455,11 @@ static int setup_tools(agent *a, ds4_error *err)
         if (!a->schemas) abort();
         for (size_t i = 0; i < t->n; i++) a->schemas[i] = xstrdup(t->schemas_json[i]);
     } else {
-        char msg[512] = "";
+        ds4_error msg = { "" };
         tool_env_config tc = a->cfg.tools;
         if (!tc.workspace) tc.workspace = a->workspace;
-        a->env = tool_env_new(&tc, msg, sizeof msg);
-        if (!a->env) return ds4_error_set(err, "tools: %s", msg[0] ? msg : "cannot set up");
+        a->env = tool_env_new(&tc, &msg);
+        if (!a->env) return ds4_error_set(err, "tools: %s", msg.msg[0] ? msg.msg : "cannot set up");
         size_t n = 0;
         const tool_def *const *all = tools_all(&n);
         a->schemas = calloc(n ? n : 1, sizeof *a->schemas);

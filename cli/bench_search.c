@@ -105,7 +105,7 @@ static long run_grep(const query *q, const char *dir, double *ms, double *cpu)
 }
 
 /* Runs the search tool; the number of matching lines it reports, or -1. */
-static long run_tool(tool_env *env, const query *q, double *ms, double *cpu, char *err, size_t errlen)
+static long run_tool(tool_env *env, const query *q, double *ms, double *cpu, ds4_error *err)
 {
     struct json_object *args = json_object_new_object();
     json_object_object_add(args, "query", json_object_new_string(q->text));
@@ -122,11 +122,11 @@ static long run_tool(tool_env *env, const query *q, double *ms, double *cpu, cha
     *cpu = cpu_ms(&r1) - cpu_ms(&r0);
     json_object_put(args);
     long matches = -1;
-    if (r.is_error) snprintf(err, errlen, "%s", r.text);
+    if (r.is_error) ds4_error_set(err, "%s", r.text);
     else if (!strncmp(r.text, "No matches", 10)) matches = 0;
     else if (!strncmp(r.text, "At least ", 9)) {
         /* the tool stops at its match limit: not comparable with grep */
-        snprintf(err, errlen, "more matches than the tool reports (%.60s); choose a narrower query", r.text);
+        ds4_error_set(err, "more matches than the tool reports (%.60s); choose a narrower query", r.text);
     } else matches = strtol(r.text, NULL, 10);
     tool_result_free(&r);
     return matches;
@@ -166,11 +166,11 @@ int bench_search_main(int argc, char **argv)
         free(qs);
         return 1;
     }
-    char err[512] = "";
+    ds4_error err = { "" };
     tool_env_config cfg = { .workspace = real };
-    tool_env *env = tool_env_new(&cfg, err, sizeof err);
+    tool_env *env = tool_env_new(&cfg, &err);
     if (!env) {
-        fprintf(stderr, "ds4cl-bench: %s\n", err);
+        fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
         free(qs);
         return 1;
     }
@@ -182,7 +182,7 @@ int bench_search_main(int argc, char **argv)
         long tm = -1, gm = -1;
         for (int r = 0; r <= runs; r++) {
             double ms, cpu;
-            tm = run_tool(env, q, &ms, &cpu, err, sizeof err);
+            tm = run_tool(env, q, &ms, &cpu, &err);
             if (tm < 0) break;
             if (r > 0 && (best_tool < 0 || ms < best_tool)) best_tool = ms;
             if (r > 0 && (cpu_tool < 0 || cpu < cpu_tool)) cpu_tool = cpu;
@@ -193,7 +193,7 @@ int bench_search_main(int argc, char **argv)
         }
         if (tm < 0 || gm < 0) {
             fprintf(stderr, "ds4cl-bench: query '%s': %s\n", q->text,
-                    tm < 0 ? err : "grep failed (is it installed, and does it take -P?)");
+                    tm < 0 ? err.msg : "grep failed (is it installed, and does it take -P?)");
             status = 1;
             continue;
         }

@@ -34,7 +34,7 @@ static session_open_status pick(const char *ws, bool no_color, session **out, ds
     int n = sessions_list(&v, err);
     if (n < 0) return SESSION_OPEN_ERROR;
     char id[SESSION_ID_MAX];
-    int r = ui_pick_session(v, (size_t)n, no_color, id, sizeof id, err->msg, sizeof err->msg);
+    int r = ui_pick_session(v, (size_t)n, no_color, id, sizeof id, err);
     free(v);
     if (r < 0) return SESSION_OPEN_PICK;
     *out = r == 1 ? session_open(id, err) : session_create(NULL, ws, err);
@@ -43,9 +43,9 @@ static session_open_status pick(const char *ws, bool no_color, session **out, ds
 
 int cmd_interactive(const ds4cl_options *o)
 {
-    char terr[256];
-    if (ui_terminal_check(terr, sizeof terr) != 0) {
-        fprintf(stderr, "ds4cl: %s\n", terr);
+    ds4_error terr = { "" };
+    if (ui_terminal_check(&terr) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", terr.msg);
         return EXIT_USAGE;
     }
     if (o->backend == DS4_BACKEND_SCRIPT && !o->model_path) {
@@ -123,9 +123,9 @@ int cmd_interactive(const ds4cl_options *o)
         .n_notes = n_notes,
     };
     int sig = 0;
-    char msg[512] = "";
-    ui_exit how = ui_run(&uc, &sig, msg, sizeof msg);
-    if (how == UI_EXIT_ERROR) fprintf(stderr, "ds4cl: %s\n", msg);
+    ds4_error msg = { "" };
+    ui_exit how = ui_run(&uc, &sig, &msg);
+    if (how == UI_EXIT_ERROR) fprintf(stderr, "ds4cl: %s\n", msg.msg);
     if (how == UI_EXIT_SIGNAL) fprintf(stderr, "ds4cl: %s: stopping\n", sig == SIGHUP ? "hangup" : "terminated");
 
     /* Stopping runs the idle hook of a busy worker: the state is saved. */

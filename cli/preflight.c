@@ -50,14 +50,14 @@ static int check_device(const ds4cl_options *o)
 static int check_rules(const ds4cl_options *o, const char *ws)
 {
     tool_env_config tc = { .workspace = ws, .rules_path = o->rules_path };
-    char msg[768] = "";
-    tool_env *env = tool_env_new(&tc, msg, sizeof msg);
+    ds4_error msg = { "" };
+    tool_env *env = tool_env_new(&tc, &msg);
     if (env) {
         tool_env_free(env);
         return EXIT_DONE;
     }
-    bool given = o->rules_path && strstr(msg, o->rules_path);
-    fprintf(stderr, "ds4cl: %s%s\n", given ? "--rules: " : "", msg);
+    bool given = o->rules_path && strstr(msg.msg, o->rules_path);
+    fprintf(stderr, "ds4cl: %s%s\n", given ? "--rules: " : "", msg.msg);
     return given ? EXIT_USAGE : EXIT_ERROR;
 }
 

@@ -196,9 +196,9 @@ TEST(tools_policy, yes_and_allow_flags)
     tu_free(env);
     const char *const bad[] = { "wirte", NULL };
     tool_env_config c3 = { .allow = bad, .workspace = tu_workspace() };
-    char err[256];
-    CHECK(tool_env_new(&c3, err, sizeof err) == NULL);
-    CHECK_CONTAINS(err, "--allow wirte: no such tool");
+    ds4_error err = { "" };
+    CHECK(tool_env_new(&c3, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "--allow wirte: no such tool");
     /* one flag may name several tools */
     const char *const list[] = { "write,edit", " bash ", NULL };
     tool_env_config c4 = { .allow = list };
@@ -210,8 +210,8 @@ TEST(tools_policy, yes_and_allow_flags)
     tu_free(env);
     const char *const bad_list[] = { "read,wirte", NULL };
     tool_env_config c5 = { .allow = bad_list, .workspace = tu_workspace() };
-    CHECK(tool_env_new(&c5, err, sizeof err) == NULL);
-    CHECK_CONTAINS(err, "--allow wirte: no such tool");
+    CHECK(tool_env_new(&c5, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "--allow wirte: no such tool");
 }
 
 TEST(tools_policy, symlink_escaping_the_workspace_is_outside)
@@ -294,16 +294,16 @@ TEST(tools_policy, rules_files_errors_are_reported)
         const char *p = test_tmp_path("rules%zu", i);
         test_write_file(p, bad[i], strlen(bad[i]));
         tool_env_config cfg = { .rules_path = p, .workspace = tu_workspace() };
-        char err[512];
-        tool_env *env = tool_env_new(&cfg, err, sizeof err);
+        ds4_error err = { "" };
+        tool_env *env = tool_env_new(&cfg, &err);
         CHECK_MSG(env == NULL, "rules %zu accepted", i);
-        CHECK_CONTAINS(err, why[i]);
-        CHECK_CONTAINS(err, ":1:");
+        CHECK_CONTAINS(err.msg, why[i]);
+        CHECK_CONTAINS(err.msg, ":1:");
     }
     tool_env_config cfg = { .rules_path = test_tmp_path("missing"), .workspace = tu_workspace() };
-    char err[512];
-    CHECK(tool_env_new(&cfg, err, sizeof err) == NULL);
-    CHECK_CONTAINS(err, "cannot read rules file");
+    ds4_error err = { "" };
+    CHECK(tool_env_new(&cfg, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "cannot read rules file");
 }
 
 TEST(tools_policy, workspace_and_xdg_rules_files_are_read)

@@ -88,49 +88,49 @@ static web_state *new_state(const char *cdp_url, const char *search_url)
 
 TEST(web_url, normalize)
 {
-    char err[256];
-    char *u = web_normalize_url("https://example.com/a b?x=1", err, sizeof err);
+    ds4_error err = { "" };
+    char *u = web_normalize_url("https://example.com/a b?x=1", &err);
     CHECK(u);
     CHECK_STR_EQ(u, "https://example.com/a%20b?x=1");
     free(u);
-    u = web_normalize_url("  example.com/path  ", err, sizeof err);
+    u = web_normalize_url("  example.com/path  ", &err);
     CHECK(u);
     CHECK_STR_EQ(u, "https://example.com/path");
     free(u);
-    u = web_normalize_url("localhost:8080/x", err, sizeof err);
+    u = web_normalize_url("localhost:8080/x", &err);
     CHECK(u);
     CHECK_STR_EQ(u, "https://localhost:8080/x");
     free(u);
-    u = web_normalize_url("HTTP://Example.com", err, sizeof err);
+    u = web_normalize_url("HTTP://Example.com", &err);
     CHECK(u);
     CHECK_STR_EQ(u, "http://Example.com/");
     free(u);
 
-    CHECK(!web_normalize_url("file:///etc/passwd", err, sizeof err));
-    CHECK_CONTAINS(err, "read tool");
-    CHECK(!web_normalize_url("javascript:alert(1)", err, sizeof err));
-    CHECK_CONTAINS(err, "only http and https");
-    CHECK(!web_normalize_url("data:text/html,<b>x</b>", err, sizeof err));
-    CHECK(!web_normalize_url("chrome://settings", err, sizeof err));
-    CHECK(!web_normalize_url("   ", err, sizeof err));
-    CHECK_CONTAINS(err, "empty");
-    CHECK(!web_normalize_url("http://", err, sizeof err));
+    CHECK(!web_normalize_url("file:///etc/passwd", &err));
+    CHECK_CONTAINS(err.msg, "read tool");
+    CHECK(!web_normalize_url("javascript:alert(1)", &err));
+    CHECK_CONTAINS(err.msg, "only http and https");
+    CHECK(!web_normalize_url("data:text/html,<b>x</b>", &err));
+    CHECK(!web_normalize_url("chrome://settings", &err));
+    CHECK(!web_normalize_url("   ", &err));
+    CHECK_CONTAINS(err.msg, "empty");
+    CHECK(!web_normalize_url("http://", &err));
 }
 
 TEST(web_url, search_template)
 {
-    char err[256];
-    char *u = web_search_url("http://127.0.0.1:9/s?q={query}&again={query}", "café & crème/?", err, sizeof err);
+    ds4_error err = { "" };
+    char *u = web_search_url("http://127.0.0.1:9/s?q={query}&again={query}", "café & crème/?", &err);
     CHECK(u);
     CHECK_STR_EQ(u, "http://127.0.0.1:9/s?q=caf%C3%A9%20%26%20cr%C3%A8me%2F%3F&again=caf%C3%A9%20%26%20cr%C3%A8me%2F%3F");
     free(u);
-    u = web_search_url(NULL, "a b", err, sizeof err);
+    u = web_search_url(NULL, "a b", &err);
     CHECK(u);
     CHECK_STR_EQ(u, "https://html.duckduckgo.com/html/?q=a%20b");
     free(u);
-    CHECK(!web_search_url("https://example.com/search", "x", err, sizeof err));
-    CHECK_CONTAINS(err, "{query}");
-    CHECK(!web_search_url("ftp://example.com/{query}", "x", err, sizeof err));
+    CHECK(!web_search_url("https://example.com/search", "x", &err));
+    CHECK_CONTAINS(err.msg, "{query}");
+    CHECK(!web_search_url("ftp://example.com/{query}", "x", &err));
 }
 
 /* ---- cleaning and paging ------------------------------------------------------------ */
@@ -183,8 +183,8 @@ TEST(web_readable, render)
         "[\"pre\",0,[\"\\n code ```x```\\n  indented\\n\\n\"],0],"
         "[\"p\",0,[\"\\u0001\\u0002 \"],0],[\"p\",0,[5],0]"
         "]}");
-    char err[128];
-    readable_doc *d = readable_doc_new(v, err, sizeof err);
+    ds4_error err = { "" };
+    readable_doc *d = readable_doc_new(v, &err);
     json_object_put(v);
     CHECK(d);
     CHECK_STR_EQ(readable_doc_title(d), "Title");
@@ -210,10 +210,10 @@ TEST(web_readable, render)
     sb_free(&out);
     readable_doc_free(d);
 
-    CHECK(!readable_doc_new(NULL, err, sizeof err));
+    CHECK(!readable_doc_new(NULL, &err));
     v = parse("{\"blocks\":5}");
-    CHECK(!readable_doc_new(v, err, sizeof err));
-    CHECK_CONTAINS(err, "unexpected");
+    CHECK(!readable_doc_new(v, &err));
+    CHECK_CONTAINS(err.msg, "unexpected");
     json_object_put(v);
 }
 
@@ -229,8 +229,8 @@ TEST(web_readable, paging_keeps_links_with_their_part)
     sb_puts(&j, "]}");
     json_object *v = parse(j.s);
     sb_free(&j);
-    char err[128];
-    readable_doc *d = readable_doc_new(v, err, sizeof err);
+    ds4_error err = { "" };
+    readable_doc *d = readable_doc_new(v, &err);
     json_object_put(v);
     CHECK(d);
     strbuf all = { 0 };
@@ -276,8 +276,8 @@ TEST(web_readable, paging_many_long_links)
     sb_puts(&j, "],0]]}");
     json_object *v = parse(j.s);
     sb_free(&j);
-    char err[128];
-    readable_doc *d = readable_doc_new(v, err, sizeof err);
+    ds4_error err = { "" };
+    readable_doc *d = readable_doc_new(v, &err);
     json_object_put(v);
     CHECK(d);
     const char *text = readable_doc_text(d);
@@ -340,9 +340,9 @@ static void count_event(cdp_conn *c, const char *method, json_object *params, vo
 
 static cdp_conn *fake_connect(web_server *fake, const char *path)
 {
-    char err[256];
-    cdp_conn *c = cdp_connect(test_printf("%s%s", fake->base, path), 3000, NULL, err, sizeof err);
-    CHECK_MSG(c != NULL, "connect %s: %s", path, err);
+    ds4_error err = { "" };
+    cdp_conn *c = cdp_connect(test_printf("%s%s", fake->base, path), 3000, NULL, &err);
+    CHECK_MSG(c != NULL, "connect %s: %s", path, err.msg);
     return c;
 }
 
@@ -350,29 +350,29 @@ TEST(web_cdp, replies_events_and_stray_ids)
 {
     web_server fake;
     web_fake_cdp_start(&fake);
-    char err[256];
+    ds4_error err = { "" };
     cdp_conn *c = fake_connect(&fake, "/ok");
     cdp_set_event_handler(c, count_event, NULL);
     json_object *res = NULL;
-    CHECK_EQ_INT(cdp_call(c, "Test.ping", json_object_new_object(), 3000, &res, err, sizeof err), CDP_OK);
+    CHECK_EQ_INT(cdp_call(c, "Test.ping", json_object_new_object(), 3000, &res, &err), CDP_OK);
     CHECK_STR_EQ(json_object_get_string(json_object_object_get(res, "echo")), "Test.ping");
     json_object_put(res);
     CHECK_EQ_INT(g_events, 1);
-    CHECK_EQ_INT(cdp_call(c, "Test.again", NULL, 3000, NULL, err, sizeof err), CDP_OK);
+    CHECK_EQ_INT(cdp_call(c, "Test.again", NULL, 3000, NULL, &err), CDP_OK);
     CHECK_EQ_INT(g_events, 2);
     cdp_conn_free(c);
 
     c = fake_connect(&fake, "/stray");
-    CHECK_EQ_INT(cdp_call(c, "Test.ping", NULL, 3000, &res, err, sizeof err), CDP_OK);
+    CHECK_EQ_INT(cdp_call(c, "Test.ping", NULL, 3000, &res, &err), CDP_OK);
     CHECK(json_object_get_boolean(json_object_object_get(res, "late")));
     json_object_put(res);
     CHECK_EQ_INT(cdp_stray_replies(c), 1);
     cdp_conn_free(c);
 
     c = fake_connect(&fake, "/onlystray");
-    CHECK_EQ_INT(cdp_call(c, "Test.lost", NULL, 300, &res, err, sizeof err), CDP_TIMEOUT);
-    CHECK_CONTAINS(err, "timed out");
-    CHECK_CONTAINS(err, "Test.lost");
+    CHECK_EQ_INT(cdp_call(c, "Test.lost", NULL, 300, &res, &err), CDP_TIMEOUT);
+    CHECK_CONTAINS(err.msg, "timed out");
+    CHECK_CONTAINS(err.msg, "Test.lost");
     CHECK(res == NULL);
     CHECK_EQ_INT(cdp_stray_replies(c), 1);
     cdp_conn_free(c);
@@ -383,7 +383,7 @@ TEST(web_cdp, malformed_replies_are_clear_errors)
 {
     web_server fake;
     web_fake_cdp_start(&fake);
-    char err[256];
+    ds4_error err = { "" };
     const char *cases[][2] = {
         { "/badjson", "malformed JSON message from the browser" },
         { "/notobject", "not a JSON object" },
@@ -393,9 +393,9 @@ TEST(web_cdp, malformed_replies_are_clear_errors)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cdp_conn *c = fake_connect(&fake, cases[i][0]);
         json_object *res = NULL;
-        CHECK_EQ_INT(cdp_call(c, "Test.fail", NULL, 3000, &res, err, sizeof err), CDP_ERROR);
+        CHECK_EQ_INT(cdp_call(c, "Test.fail", NULL, 3000, &res, &err), CDP_ERROR);
         CHECK(res == NULL);
-        CHECK_CONTAINS(err, cases[i][1]);
+        CHECK_CONTAINS(err.msg, cases[i][1]);
         cdp_conn_free(c);
     }
     web_server_stop(&fake);
@@ -405,12 +405,12 @@ TEST(web_cdp, closed_socket)
 {
     web_server fake;
     web_fake_cdp_start(&fake);
-    char err[256];
+    ds4_error err = { "" };
     cdp_conn *c = fake_connect(&fake, "/close");
-    CHECK_EQ_INT(cdp_call(c, "Test.bye", NULL, 3000, NULL, err, sizeof err), CDP_CLOSED);
-    CHECK_CONTAINS(err, "closed");
+    CHECK_EQ_INT(cdp_call(c, "Test.bye", NULL, 3000, NULL, &err), CDP_CLOSED);
+    CHECK_CONTAINS(err.msg, "closed");
     double t0 = test_now_ms();
-    CHECK_EQ_INT(cdp_call(c, "Test.again", NULL, 3000, NULL, err, sizeof err), CDP_CLOSED);
+    CHECK_EQ_INT(cdp_call(c, "Test.again", NULL, 3000, NULL, &err), CDP_CLOSED);
     CHECK(test_now_ms() - t0 < 1000);
     CHECK_EQ_INT(cdp_send(c, "Test.send", NULL), CDP_CLOSED);
     cdp_conn_free(c);
@@ -421,12 +421,12 @@ TEST(web_cdp, cancel_within_100ms)
 {
     web_server fake;
     web_fake_cdp_start(&fake);
-    char err[256];
+    ds4_error err = { "" };
     cdp_conn *c = fake_connect(&fake, "/silent");
     cancel_clock clk = { .cancel_at = test_now_ms() + 200 };
     cdp_cancel cancel = { cancel_after, &clk };
     cdp_set_cancel(c, &cancel);
-    CHECK_EQ_INT(cdp_call(c, "Test.wait", NULL, 10000, NULL, err, sizeof err), CDP_CANCELLED);
+    CHECK_EQ_INT(cdp_call(c, "Test.wait", NULL, 10000, NULL, &err), CDP_CANCELLED);
     double waited, reaction = reaction_ms(&clk, &waited);
     CHECK_MSG(reaction < 100, "cancel took %.1f ms (+%.1f ms waiting for a CPU)", reaction, waited);
     cdp_conn_free(c);
@@ -435,32 +435,32 @@ TEST(web_cdp, cancel_within_100ms)
 
 TEST(web_cdp, connect_and_http_errors)
 {
-    char err[256];
-    CHECK(!cdp_connect("wss://127.0.0.1:1/x", 1000, NULL, err, sizeof err));
-    CHECK_CONTAINS(err, "only ws://");
+    ds4_error err = { "" };
+    CHECK(!cdp_connect("wss://127.0.0.1:1/x", 1000, NULL, &err));
+    CHECK_CONTAINS(err.msg, "only ws://");
     int port = web_unused_port();
-    CHECK(!cdp_connect(test_printf("ws://127.0.0.1:%d/devtools/page/x", port), 2000, NULL, err, sizeof err));
-    CHECK_CONTAINS(err, "cannot open the DevTools WebSocket");
+    CHECK(!cdp_connect(test_printf("ws://127.0.0.1:%d/devtools/page/x", port), 2000, NULL, &err));
+    CHECK_CONTAINS(err.msg, "cannot open the DevTools WebSocket");
 
-    CHECK_EQ_INT(cdp_version(test_printf("http://127.0.0.1:%d", port), 2000, NULL, NULL, NULL, NULL, err, sizeof err), CDP_CLOSED);
-    CHECK_CONTAINS(err, "cannot reach the DevTools endpoint");
+    CHECK_EQ_INT(cdp_version(test_printf("http://127.0.0.1:%d", port), 2000, NULL, NULL, NULL, NULL, &err), CDP_CLOSED);
+    CHECK_CONTAINS(err.msg, "cannot reach the DevTools endpoint");
     web_server fx;
     web_fixture_start(&fx);
-    CHECK_EQ_INT(cdp_version(fx.base, 2000, NULL, NULL, NULL, NULL, err, sizeof err), CDP_ERROR);
-    CHECK_CONTAINS(err, "malformed JSON");
+    CHECK_EQ_INT(cdp_version(fx.base, 2000, NULL, NULL, NULL, NULL, &err), CDP_ERROR);
+    CHECK_CONTAINS(err.msg, "malformed JSON");
     char *id = NULL, *ws = NULL;
-    CHECK_EQ_INT(cdp_target_new(fx.base, 2000, NULL, &id, &ws, err, sizeof err), CDP_ERROR);
-    CHECK_CONTAINS(err, "HTTP 404");
+    CHECK_EQ_INT(cdp_target_new(fx.base, 2000, NULL, &id, &ws, &err), CDP_ERROR);
+    CHECK_CONTAINS(err.msg, "HTTP 404");
     /* a close the browser never answers: bounded, and cancellable */
     double t0 = test_now_ms();
-    CHECK_EQ_INT(cdp_target_close(fx.base, "ABC-1", 300, NULL, err, sizeof err), CDP_TIMEOUT);
+    CHECK_EQ_INT(cdp_target_close(fx.base, "ABC-1", 300, NULL, &err), CDP_TIMEOUT);
     CHECK(test_now_ms() - t0 < 2000);
     cancel_clock clk = { .cancel_at = test_now_ms() + 200 };
     cdp_cancel cancel = { cancel_after, &clk };
-    CHECK_EQ_INT(cdp_target_close(fx.base, "ABC-1", 10000, &cancel, err, sizeof err), CDP_CANCELLED);
+    CHECK_EQ_INT(cdp_target_close(fx.base, "ABC-1", 10000, &cancel, &err), CDP_CANCELLED);
     double waited, reaction = reaction_ms(&clk, &waited);
     CHECK_MSG(reaction < 100, "cancel took %.1f ms (+%.1f ms waiting for a CPU)", reaction, waited);
-    CHECK_EQ_INT(cdp_target_close(fx.base, "../x", 300, NULL, err, sizeof err), CDP_ERROR);
+    CHECK_EQ_INT(cdp_target_close(fx.base, "../x", 300, NULL, &err), CDP_ERROR);
     web_server_stop(&fx);
 }
 
@@ -468,12 +468,12 @@ TEST(web_cdp, connect_and_http_errors)
 
 TEST(web_browser, missing_executable)
 {
-    char err[512];
-    CHECK(!cdp_find_browser("/nonexistent/chrome", err, sizeof err));
-    CHECK_CONTAINS(err, "not an executable");
+    ds4_error err = { "" };
+    CHECK(!cdp_find_browser("/nonexistent/chrome", &err));
+    CHECK_CONTAINS(err.msg, "not an executable");
     setenv("PATH", "/nonexistent", 1);
-    CHECK(!cdp_find_browser(NULL, err, sizeof err));
-    CHECK_CONTAINS(err, "no Chromium or Chrome found");
+    CHECK(!cdp_find_browser(NULL, &err));
+    CHECK_CONTAINS(err.msg, "no Chromium or Chrome found");
 
     tool_env_config cfg = { 0 };
     cfg.state_dir = test_tmpdir();
@@ -491,10 +491,10 @@ TEST(web_browser, missing_executable)
 TEST(web_browser, no_orphans)
 {
     web_require_browser();
-    char err[512];
+    ds4_error err = { "" };
     cdp_launch_opts o = { NULL, test_tmpdir(), 0 };
-    cdp_browser *b = cdp_browser_launch(&o, NULL, err, sizeof err);
-    CHECK_MSG(b != NULL, "launch: %s", err);
+    cdp_browser *b = cdp_browser_launch(&o, NULL, &err);
+    CHECK_MSG(b != NULL, "launch: %s", err.msg);
     const char *dir = test_strdup(cdp_browser_dir(b));
     CHECK(cdp_browser_alive(b));
     CHECK(web_count_processes(dir) >= 2);
@@ -509,7 +509,7 @@ TEST(web_browser, no_orphans)
     pid_t child = fork();
     if (child == 0) {
         close(pfd[0]);
-        cdp_browser *cb = cdp_browser_launch(&o, NULL, err, sizeof err);
+        cdp_browser *cb = cdp_browser_launch(&o, NULL, &err);
         char buf[4096] = "";
         if (cb) snprintf(buf, sizeof buf, "%s", cdp_browser_dir(cb));
         if (write(pfd[1], buf, sizeof buf) < 0) _exit(1);
@@ -800,9 +800,9 @@ TEST(web_page, busy_page_times_out)
 
 static int page_targets_now(const char *endpoint)
 {
-    char err[256];
+    ds4_error err = { "" };
     json_object *list = NULL;
-    CHECK_EQ_INT(cdp_http(endpoint, "GET", "/json/list", 2000, NULL, false, &list, NULL, err, sizeof err), CDP_OK);
+    CHECK_EQ_INT(cdp_http(endpoint, "GET", "/json/list", 2000, NULL, false, &list, NULL, &err), CDP_OK);
     int n = 0;
     for (size_t i = 0; i < json_object_array_length(list); i++) {
         json_object *type = json_object_object_get(json_object_array_get_idx(list, i), "type");
@@ -827,10 +827,10 @@ TEST(web_search, templates_results_and_failures)
     web_require_browser();
     web_server fx;
     web_fixture_start(&fx);
-    char err[512];
+    ds4_error err = { "" };
     cdp_launch_opts o = { NULL, test_tmpdir(), 0 };
-    cdp_browser *b = cdp_browser_launch(&o, NULL, err, sizeof err);
-    CHECK_MSG(b != NULL, "launch: %s", err);
+    cdp_browser *b = cdp_browser_launch(&o, NULL, &err);
+    CHECK_MSG(b != NULL, "launch: %s", err.msg);
     const char *endpoint = cdp_browser_http_url(b);
     int tabs = page_targets_now(endpoint);
     tool_call_ctx ctx = { 0 };

@@ -21,9 +21,9 @@
  * the real one. */
 static const char *browser_wrapper(const char *mark)
 {
-    char err[512];
-    char *exe = cdp_find_browser(NULL, err, sizeof err);
-    CHECK_MSG(exe != NULL, "%s", err);
+    ds4_error err = { "" };
+    char *exe = cdp_find_browser(NULL, &err);
+    CHECK_MSG(exe != NULL, "%s", err.msg);
     const char *path = test_tmp_path("browser.sh");
     const char *body = test_printf("#!/bin/sh\necho \"$@\" >> '%s'\nexec '%s' \"$@\"\n", mark, exe);
     free(exe);

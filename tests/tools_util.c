@@ -72,9 +72,9 @@ tool_env *tu_env_cfg(tool_env_config *cfg)
     setenv("XDG_CONFIG_HOME", test_tmp_path("xdg"), 1);
     if (!cfg->workspace) cfg->workspace = tu_workspace();
     if (!cfg->state_dir) cfg->state_dir = test_tmp_path("state");
-    char err[512];
-    tool_env *env = tool_env_new(cfg, err, sizeof err);
-    if (!env) FAIL("tool_env_new: %s", err);
+    ds4_error err = { "" };
+    tool_env *env = tool_env_new(cfg, &err);
+    if (!env) FAIL("tool_env_new: %s", err.msg);
     if (!g_env) {
         g_env = env;
         atexit(cleanup);

@@ -435,9 +435,9 @@ int web_unused_port(void)
 
 void web_require_browser(void)
 {
-    char err[512];
-    char *exe = cdp_find_browser(NULL, err, sizeof err);
-    if (!exe) SKIP("no Chromium/Chrome installed: %s", err);
+    ds4_error err = { "" };
+    char *exe = cdp_find_browser(NULL, &err);
+    if (!exe) SKIP("no Chromium/Chrome installed: %s", err.msg);
     free(exe);
 }
 

@@ -22,10 +22,10 @@ static int run_bash(tool_env *env, json_object *args, const tool_call_ctx *ctx, 
     bool clamped = timeout > BASH_MAX_TIMEOUT;
     if (clamped) timeout = BASH_MAX_TIMEOUT;
     bool sandboxed = want_sandbox && sandbox_active(env);
-    char err[512];
+    ds4_error err = { "" };
     jobs_poll_all(env);
-    job *j = jobs_start(env, command, (int)timeout, sandboxed, err, sizeof err);
-    if (!j) return tool_fail(out, "%s", err);
+    job *j = jobs_start(env, command, (int)timeout, sandboxed, &err);
+    if (!j) return tool_fail(out, "%s", err.msg);
     if (!job_wait(j, has_refresh ? (double)refresh * 1000.0 : -1, ctx)) return job_interrupted(env, j, out);
     strbuf b = {0};
     if (clamped) sb_printf(&b, "(timeout_sec is limited to %d)\n", BASH_MAX_TIMEOUT);

@@ -69,7 +69,7 @@ static size_t http_write(char *p, size_t size, size_t n, void *ud)
 
 int cdp_http(const char *base_url, const char *method, const char *path, int timeout_ms,
              const cdp_cancel *cancel, bool text_ok, json_object **out, char **text,
-             char *err, size_t errlen)
+             ds4_error *err)
 {
     pthread_once(&g_libs_once, libs_init);
     if (out) *out = NULL;
@@ -86,7 +86,7 @@ int cdp_http(const char *base_url, const char *method, const char *path, int tim
         if (h) curl_easy_cleanup(h);
         if (m) curl_multi_cleanup(m);
         sb_free(&url);
-        snprintf(err, errlen, "cannot initialise libcurl");
+        ds4_error_set(err, "cannot initialise libcurl");
         return CDP_ERROR;
     }
     http_sink sink = {0};
@@ -123,7 +123,7 @@ int cdp_http(const char *base_url, const char *method, const char *path, int tim
         }
         if (is_cancelled(cancel)) {
             rc = CDP_CANCELLED;
-            snprintf(err, errlen, "cancelled");
+            ds4_error_set(err, "cancelled");
             break;
         }
         curl_multi_poll(m, NULL, 0, CDP_POLL_MS, NULL);
@@ -133,16 +133,16 @@ int cdp_http(const char *base_url, const char *method, const char *path, int tim
         if (res != CURLE_OK) {
             rc = res == CURLE_OPERATION_TIMEDOUT ? CDP_TIMEOUT : CDP_CLOSED;
             if (sink.too_big)
-                snprintf(err, errlen, "reply from %s exceeds %u bytes", url.s, CDP_MAX_HTTP_BODY);
+                ds4_error_set(err, "reply from %s exceeds %u bytes", url.s, CDP_MAX_HTTP_BODY);
             else
-                snprintf(err, errlen, "cannot reach the DevTools endpoint %s: %s", url.s,
+                ds4_error_set(err, "cannot reach the DevTools endpoint %s: %s", url.s,
                          curl_err[0] ? curl_err : curl_easy_strerror(res));
         } else {
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
             if (status != 200) {
                 char ex[160];
                 excerpt(ex, sizeof ex, sb_str(&sink.body), sink.body.len);
-                snprintf(err, errlen, "HTTP %ld from %s: %s", status, url.s, ex);
+                ds4_error_set(err, "HTTP %ld from %s: %s", status, url.s, ex);
                 rc = CDP_ERROR;
             }
         }
@@ -162,7 +162,7 @@ int cdp_http(const char *base_url, const char *method, const char *path, int tim
         } else {
             char ex[160];
             excerpt(ex, sizeof ex, sb_str(&sink.body), sink.body.len);
-            snprintf(err, errlen, "malformed JSON from %s (%s): %s", url.s,
+            ds4_error_set(err, "malformed JSON from %s (%s): %s", url.s,
                      json_tokener_error_desc(je), ex);
             rc = CDP_ERROR;
         }
@@ -181,20 +181,19 @@ static char *json_str_dup(json_object *o, const char *key)
 }
 
 int cdp_version(const char *base_url, int timeout_ms, const cdp_cancel *cancel,
-                char **product, char **ws_url, char **user_agent, char *err, size_t errlen)
+                char **product, char **ws_url, char **user_agent, ds4_error *err)
 {
     if (product) *product = NULL;
     if (ws_url) *ws_url = NULL;
     if (user_agent) *user_agent = NULL;
     json_object *o = NULL;
-    int rc = cdp_http(base_url, "GET", "/json/version", timeout_ms, cancel, false, &o, NULL,
-                      err, errlen);
+    int rc = cdp_http(base_url, "GET", "/json/version", timeout_ms, cancel, false, &o, NULL, err);
     if (rc != CDP_OK) return rc;
     char *ws = json_str_dup(o, "webSocketDebuggerUrl");
     if (!ws || !json_object_is_type(o, json_type_object)) {
         free(ws);
         json_object_put(o);
-        snprintf(err, errlen, "%s/json/version has no webSocketDebuggerUrl: not a DevTools endpoint?",
+        ds4_error_set(err, "%s/json/version has no webSocketDebuggerUrl: not a DevTools endpoint?",
                  base_url);
         return CDP_ERROR;
     }
@@ -207,17 +206,19 @@ int cdp_version(const char *base_url, int timeout_ms, const cdp_cancel *cancel,
 }
 
 int cdp_target_new(const char *base_url, int timeout_ms, const cdp_cancel *cancel,
-                   char **target_id, char **ws_url, char *err, size_t errlen)
+                   char **target_id, char **ws_url, ds4_error *err)
 {
     *target_id = NULL;
     *ws_url = NULL;
     json_object *o = NULL;
+    ds4_error local = { "" };
+    if (!err) err = &local; /* the answer decides the retry below */
     int rc = cdp_http(base_url, "PUT", "/json/new?about:blank", timeout_ms, cancel, false, &o,
-                      NULL, err, errlen);
-    if (rc == CDP_ERROR && strstr(err, "HTTP 405"))
+                      NULL, err);
+    if (rc == CDP_ERROR && strstr(err->msg, "HTTP 405"))
         /* Browsers older than 2023 take GET only. */
         rc = cdp_http(base_url, "GET", "/json/new?about:blank", timeout_ms, cancel, false, &o,
-                      NULL, err, errlen);
+                      NULL, err);
     if (rc != CDP_OK) return rc;
     char *id = json_str_dup(o, "id");
     char *ws = json_str_dup(o, "webSocketDebuggerUrl");
@@ -225,7 +226,7 @@ int cdp_target_new(const char *base_url, int timeout_ms, const cdp_cancel *cance
     if (!id || !ws) {
         free(id);
         free(ws);
-        snprintf(err, errlen, "the browser created no usable page target (no id or WebSocket URL)");
+        ds4_error_set(err, "the browser created no usable page target (no id or WebSocket URL)");
         return CDP_ERROR;
     }
     *target_id = id;
@@ -234,17 +235,17 @@ int cdp_target_new(const char *base_url, int timeout_ms, const cdp_cancel *cance
 }
 
 int cdp_target_close(const char *base_url, const char *target_id, int timeout_ms,
-                     const cdp_cancel *cancel, char *err, size_t errlen)
+                     const cdp_cancel *cancel, ds4_error *err)
 {
     /* Target ids are hex; anything else would bend the path. */
     for (const char *p = target_id; *p; p++)
         if (!isalnum((unsigned char)*p) && *p != '-') {
-            snprintf(err, errlen, "bad target id");
+            ds4_error_set(err, "bad target id");
             return CDP_ERROR;
         }
     char path[256];
     snprintf(path, sizeof path, "/json/close/%s", target_id);
-    return cdp_http(base_url, "GET", path, timeout_ms, cancel, true, NULL, NULL, err, errlen);
+    return cdp_http(base_url, "GET", path, timeout_ms, cancel, true, NULL, NULL, err);
 }
 
 /* ---- WebSocket session ------------------------------------------------------ */
@@ -347,7 +348,7 @@ void cdp_msg_free(cdp_msg *m)
     memset(m, 0, sizeof *m);
 }
 
-int cdp_reply_result(json_object *reply, const char *method, json_object **result, char *err, size_t errlen)
+int cdp_reply_result(json_object *reply, const char *method, json_object **result, ds4_error *err)
 {
     if (result) *result = NULL;
     json_object *e, *res;
@@ -360,7 +361,7 @@ int cdp_reply_result(json_object *reply, const char *method, json_object **resul
         char ex[200], dx[200];
         excerpt(ex, sizeof ex, ms, strlen(ms));
         if (ds) excerpt(dx, sizeof dx, ds, strlen(ds));
-        snprintf(err, errlen, "%s failed: %s%s%s%s", method, ex, ds ? " (" : "", ds ? dx : "",
+        ds4_error_set(err, "%s failed: %s%s%s%s", method, ex, ds ? " (" : "", ds ? dx : "",
                  ds ? ")" : "");
         return CDP_ERROR;
     }
@@ -488,7 +489,7 @@ static const struct lws_protocols g_protocols[] = {
 static void tick_cb(lws_sorted_usec_list_t *sul) { (void)sul; }
 
 static int conn_pump(cdp_conn *c, int timeout_ms, bool (*done)(void *), void *ud,
-                     const char *what, char *err, size_t errlen)
+                     const char *what, ds4_error *err)
 {
     double deadline = base_now_ms() + timeout_ms;
     /* what went wrong belongs to the wait it happened in */
@@ -497,20 +498,20 @@ static int conn_pump(cdp_conn *c, int timeout_ms, bool (*done)(void *), void *ud
         if (done && done(ud)) return CDP_OK;
         if (c->bad_pending) {
             c->bad_pending = false;
-            snprintf(err, errlen, "%s", c->bad_msg);
+            ds4_error_set(err, "%s", c->bad_msg);
             return CDP_ERROR;
         }
         if (c->state == CONN_CLOSED) {
-            snprintf(err, errlen, "%s", c->why_closed);
+            ds4_error_set(err, "%s", c->why_closed);
             return CDP_CLOSED;
         }
         if (is_cancelled(&c->cancel)) {
-            snprintf(err, errlen, "cancelled");
+            ds4_error_set(err, "cancelled");
             return CDP_CANCELLED;
         }
         double left = deadline - base_now_ms();
         if (left <= 0) {
-            snprintf(err, errlen, "timed out after %.1f s waiting for %s", timeout_ms / 1e3, what);
+            ds4_error_set(err, "timed out after %.1f s waiting for %s", timeout_ms / 1e3, what);
             return CDP_TIMEOUT;
         }
         /* lws sleeps until its next timer; this one bounds the sleep so the
@@ -525,12 +526,11 @@ static int conn_pump(cdp_conn *c, int timeout_ms, bool (*done)(void *), void *ud
 
 static bool conn_open_done(void *ud) { return ((cdp_conn *)ud)->state == CONN_OPEN; }
 
-cdp_conn *cdp_connect(const char *ws_url, int timeout_ms, const cdp_cancel *cancel, char *err,
-                      size_t errlen)
+cdp_conn *cdp_connect(const char *ws_url, int timeout_ms, const cdp_cancel *cancel, ds4_error *err)
 {
     pthread_once(&g_libs_once, libs_init);
     if (strncmp(ws_url, "ws://", 5) != 0) {
-        snprintf(err, errlen, "unsupported DevTools WebSocket URL (only ws:// works): %.200s",
+        ds4_error_set(err, "unsupported DevTools WebSocket URL (only ws:// works): %.200s",
                  ws_url);
         return NULL;
     }
@@ -540,7 +540,7 @@ cdp_conn *cdp_connect(const char *ws_url, int timeout_ms, const cdp_cancel *canc
     int port = 80;
     if (lws_parse_uri(copy, &proto, &host, &port, &path) || !host || !*host) {
         free(copy);
-        snprintf(err, errlen, "malformed DevTools WebSocket URL: %.200s", ws_url);
+        ds4_error_set(err, "malformed DevTools WebSocket URL: %.200s", ws_url);
         return NULL;
     }
     char full_path[1024];
@@ -565,7 +565,7 @@ cdp_conn *cdp_connect(const char *ws_url, int timeout_ms, const cdp_cancel *canc
     if (!c->ctx) {
         free(copy);
         free(c);
-        snprintf(err, errlen, "cannot create a libwebsockets context");
+        ds4_error_set(err, "cannot create a libwebsockets context");
         return NULL;
     }
 
@@ -586,8 +586,7 @@ cdp_conn *cdp_connect(const char *ws_url, int timeout_ms, const cdp_cancel *canc
         conn_mark_closed(c, "cannot open the DevTools WebSocket");
     free(copy);
 
-    int rc = conn_pump(c, timeout_ms, conn_open_done, c, "the DevTools WebSocket to open", err,
-                       errlen);
+    int rc = conn_pump(c, timeout_ms, conn_open_done, c, "the DevTools WebSocket to open", err);
     if (rc != CDP_OK) {
         cdp_conn_free(c);
         return NULL;
@@ -655,18 +654,18 @@ int cdp_send(cdp_conn *c, const char *method, json_object *params)
 static bool reply_done(void *ud) { return ((cdp_conn *)ud)->reply != NULL; }
 
 int cdp_call(cdp_conn *c, const char *method, json_object *params, int timeout_ms,
-             json_object **result, char *err, size_t errlen)
+             json_object **result, ds4_error *err)
 {
     if (result) *result = NULL;
     int id = cdp_send(c, method, params);
     if (id < 0) {
-        snprintf(err, errlen, "%s", c->why_closed[0] ? c->why_closed : "not connected");
+        ds4_error_set(err, "%s", c->why_closed[0] ? c->why_closed : "not connected");
         return CDP_CLOSED;
     }
     c->awaited_id = id;
     char what[160];
     snprintf(what, sizeof what, "the reply to %s", method);
-    int rc = conn_pump(c, timeout_ms, reply_done, c, what, err, errlen);
+    int rc = conn_pump(c, timeout_ms, reply_done, c, what, err);
     c->awaited_id = 0;
     json_object *reply = c->reply;
     c->reply = NULL;
@@ -674,13 +673,13 @@ int cdp_call(cdp_conn *c, const char *method, json_object *params, int timeout_m
         if (reply) json_object_put(reply);
         return rc;
     }
-    rc = cdp_reply_result(reply, method, result, err, errlen);
+    rc = cdp_reply_result(reply, method, result, err);
     json_object_put(reply);
     return rc;
 }
 
 int cdp_wait(cdp_conn *c, bool (*done)(void *ud), void *ud, int timeout_ms, const char *what,
-             char *err, size_t errlen)
+             ds4_error *err)
 {
-    return conn_pump(c, timeout_ms, done, ud, what, err, errlen);
+    return conn_pump(c, timeout_ms, done, ud, what, err);
 }

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "base/base.h"
+
 struct json_object;
 
 /* Status codes of every waiting function. */
@@ -62,13 +64,13 @@ typedef struct {
  * else the first of chromium, chromium-browser, google-chrome,
  * google-chrome-stable, chrome found on PATH. malloc'd; NULL with a message
  * naming what was tried when there is none. */
-char *cdp_find_browser(const char *explicit_path, char *err, size_t errlen);
+char *cdp_find_browser(const char *explicit_path, ds4_error *err);
 
 /* Starts the browser and waits until its DevTools endpoint answers: NULL
  * with a message when it cannot, or when cancelled (the browser is then
  * closed first). */
 cdp_browser *cdp_browser_launch(const cdp_launch_opts *opts, const cdp_cancel *cancel,
-                                char *err, size_t errlen);
+                                ds4_error *err);
 
 /* The two halves of cdp_browser_launch, for a caller that must not wait
  * for a browser's teardown when a start is cancelled. cdp_browser_start
@@ -77,8 +79,8 @@ cdp_browser *cdp_browser_launch(const cdp_launch_opts *opts, const cdp_cancel *c
  * each call, until the endpoint answers; after CDP_CANCELLED the browser
  * goes on starting and may be waited for again, after another failure it
  * is only good for cdp_browser_close. */
-cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, char *err, size_t errlen);
-int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, char *err, size_t errlen);
+cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, ds4_error *err);
+int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, ds4_error *err);
 
 /* "http://127.0.0.1:PORT" of the DevTools HTTP endpoint, once known. */
 const char *cdp_browser_http_url(const cdp_browser *b);
@@ -101,21 +103,21 @@ void cdp_browser_close(cdp_browser *b);
  * not NULL). */
 int cdp_http(const char *base_url, const char *method, const char *path, int timeout_ms,
              const cdp_cancel *cancel, bool text_ok, struct json_object **out, char **text,
-             char *err, size_t errlen);
+             ds4_error *err);
 
 /* GET /json/version: the browser's product string, its browser-level
  * WebSocket URL and its User-Agent (any out pointer may be NULL; strings
  * malloc'd). */
 int cdp_version(const char *base_url, int timeout_ms, const cdp_cancel *cancel,
-                char **product, char **ws_url, char **user_agent, char *err, size_t errlen);
+                char **product, char **ws_url, char **user_agent, ds4_error *err);
 
 /* PUT /json/new?about:blank: a new page target; its id and WebSocket URL. */
 int cdp_target_new(const char *base_url, int timeout_ms, const cdp_cancel *cancel,
-                   char **target_id, char **ws_url, char *err, size_t errlen);
+                   char **target_id, char **ws_url, ds4_error *err);
 
 /* GET /json/close/ID. */
 int cdp_target_close(const char *base_url, const char *target_id, int timeout_ms,
-                     const cdp_cancel *cancel, char *err, size_t errlen);
+                     const cdp_cancel *cancel, ds4_error *err);
 
 /* ---- WebSocket session ------------------------------------------------------ */
 
@@ -130,7 +132,7 @@ typedef void (*cdp_event_fn)(cdp_conn *c, const char *method, struct json_object
 
 /* Connects to a ws:// URL (wss is not supported). */
 cdp_conn *cdp_connect(const char *ws_url, int timeout_ms, const cdp_cancel *cancel,
-                      char *err, size_t errlen);
+                      ds4_error *err);
 void cdp_conn_free(cdp_conn *c);
 
 void cdp_set_cancel(cdp_conn *c, const cdp_cancel *cancel);
@@ -146,13 +148,13 @@ int cdp_send(cdp_conn *c, const char *method, struct json_object *params);
  * "result" object, a reference the caller puts. A reply carrying "error"
  * gives CDP_ERROR with the browser's message. */
 int cdp_call(cdp_conn *c, const char *method, struct json_object *params, int timeout_ms,
-             struct json_object **result, char *err, size_t errlen);
+             struct json_object **result, ds4_error *err);
 
 /* Services the connection (events reach the handler) until done(ud) is
  * true, the timeout passes, or the wait is cancelled. what names the wait
  * in a timeout message. */
 int cdp_wait(cdp_conn *c, bool (*done)(void *ud), void *ud, int timeout_ms, const char *what,
-             char *err, size_t errlen);
+             ds4_error *err);
 
 /* Replies whose id matched no waiting call, since the connection opened. */
 unsigned cdp_stray_replies(const cdp_conn *c);
@@ -188,7 +190,6 @@ void cdp_msg_free(cdp_msg *m);
  * "result" object (an empty one when it has none) in *result when result
  * is not NULL, or CDP_ERROR with the browser's message in err. reply stays
  * the caller's. */
-int cdp_reply_result(struct json_object *reply, const char *method, struct json_object **result, char *err,
-                     size_t errlen);
+int cdp_reply_result(struct json_object *reply, const char *method, struct json_object **result, ds4_error *err);
 
 #endif

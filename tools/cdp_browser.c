@@ -75,7 +75,7 @@ static char *search_path(const char *name)
     return NULL;
 }
 
-char *cdp_find_browser(const char *explicit_path, char *err, size_t errlen)
+char *cdp_find_browser(const char *explicit_path, ds4_error *err)
 {
     if (explicit_path && *explicit_path) {
         if (strchr(explicit_path, '/')) {
@@ -86,18 +86,18 @@ char *cdp_find_browser(const char *explicit_path, char *err, size_t errlen)
                 if (!s) abort();
                 return s;
             }
-            snprintf(err, errlen, "browser %s is not an executable file", explicit_path);
+            ds4_error_set(err, "browser %s is not an executable file", explicit_path);
             return NULL;
         }
         char *found = search_path(explicit_path);
-        if (!found) snprintf(err, errlen, "browser %s not found on PATH", explicit_path);
+        if (!found) ds4_error_set(err, "browser %s not found on PATH", explicit_path);
         return found;
     }
     for (int i = 0; g_candidates[i]; i++) {
         char *found = search_path(g_candidates[i]);
         if (found) return found;
     }
-    snprintf(err, errlen,
+    ds4_error_set(err,
              "no Chromium or Chrome found (looked on PATH for chromium, chromium-browser, "
              "google-chrome, google-chrome-stable, chrome); install one, name it with "
              "--browser PATH, or attach to a running one with --cdp-url");
@@ -298,25 +298,25 @@ static void free_strv(char **v)
     free(v);
 }
 
-cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, char *err, size_t errlen)
+cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, ds4_error *err)
 {
     cdp_launch_opts none = {0};
     if (!opts) opts = &none;
-    char *exe = cdp_find_browser(opts->executable, err, errlen);
+    char *exe = cdp_find_browser(opts->executable, err);
     if (!exe) return NULL;
 
     const char *base = opts->base_dir;
     if (!base || !*base) base = getenv("TMPDIR");
     if (!base || !*base) base = "/tmp";
     if (base_mkdir_p(base, 0700) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", base, strerror(errno));
+        ds4_error_set(err, "cannot create %s: %s", base, strerror(errno));
         free(exe);
         return NULL;
     }
     char prefix[4096], dir[4200];
     snprintf(prefix, sizeof prefix, "%s/ds4cl-browser-", base);
     if (temp_template(dir, sizeof dir, prefix) != 0 || !mkdtemp(dir)) {
-        snprintf(err, errlen, "cannot create a browser profile under %s: %s", base, strerror(errno));
+        ds4_error_set(err, "cannot create a browser profile under %s: %s", base, strerror(errno));
         free(exe);
         return NULL;
     }
@@ -404,14 +404,14 @@ cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, char *err, size_t er
     free_strv(envp);
     sb_free(&p);
     if (!ok) {
-        snprintf(err, errlen, "cannot start %s: %s", exe, strerror(saved));
+        ds4_error_set(err, "cannot start %s: %s", exe, strerror(saved));
         cdp_browser_close(b);
         return NULL;
     }
     return b;
 }
 
-int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, char *err, size_t errlen)
+int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, ds4_error *err)
 {
     const char *exe = b->exe;
     strbuf p = {0};
@@ -424,20 +424,20 @@ int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, char *err, 
         if (watchdog_exited(b)) {
             char tail[300];
             log_tail(b->dir, tail, sizeof tail);
-            snprintf(err, errlen, "the browser %s exited during startup%s%s", exe,
+            ds4_error_set(err, "the browser %s exited during startup%s%s", exe,
                      tail[0] ? ": " : "", tail);
             rc = CDP_CLOSED;
             break;
         }
         if (cancel && cancel->fn && cancel->fn(cancel->ud)) {
-            snprintf(err, errlen, "cancelled");
+            ds4_error_set(err, "cancelled");
             rc = CDP_CANCELLED;
             break;
         }
         if (base_now_ms() >= deadline) {
             char tail[300];
             log_tail(b->dir, tail, sizeof tail);
-            snprintf(err, errlen, "the browser %s did not open its DevTools port within %.0f s%s%s",
+            ds4_error_set(err, "the browser %s did not open its DevTools port within %.0f s%s%s",
                      exe, b->start_timeout_ms / 1e3, tail[0] ? ": " : "", tail);
             rc = CDP_TIMEOUT;
             break;
@@ -449,16 +449,16 @@ int cdp_browser_wait_ready(cdp_browser *b, const cdp_cancel *cancel, char *err, 
         snprintf(b->http_url, sizeof b->http_url, "http://127.0.0.1:%d", port);
         int left = (int)(deadline - base_now_ms());
         if (left < 1000) left = 1000;
-        rc = cdp_version(b->http_url, left, cancel, NULL, NULL, NULL, err, errlen);
+        rc = cdp_version(b->http_url, left, cancel, NULL, NULL, NULL, err);
     }
     return rc;
 }
 
 cdp_browser *cdp_browser_launch(const cdp_launch_opts *opts, const cdp_cancel *cancel,
-                                char *err, size_t errlen)
+                                ds4_error *err)
 {
-    cdp_browser *b = cdp_browser_start(opts, err, errlen);
-    if (b && cdp_browser_wait_ready(b, cancel, err, errlen) != CDP_OK) {
+    cdp_browser *b = cdp_browser_start(opts, err);
+    if (b && cdp_browser_wait_ready(b, cancel, err) != CDP_OK) {
         cdp_browser_close(b);
         b = NULL;
     }

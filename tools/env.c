@@ -18,11 +18,11 @@
 
 /* ---- environment ------------------------------------------------------------------ */
 
-static int make_state_dir(tool_env *env, char *err, size_t errlen)
+static int make_state_dir(tool_env *env, ds4_error *err)
 {
     if (env->cfg.state_dir && *env->cfg.state_dir) {
         if (base_mkdir_p(env->cfg.state_dir, 0700) != 0) {
-            snprintf(err, errlen, "cannot create state directory %s: %s", env->cfg.state_dir,
+            ds4_error_set(err, "cannot create state directory %s: %s", env->cfg.state_dir,
                      strerror(errno));
             return -1;
         }
@@ -36,7 +36,7 @@ static int make_state_dir(tool_env *env, char *err, size_t errlen)
     char prefix[4096];
     snprintf(prefix, sizeof prefix, "%s/ds4cl-tools-", tmp);
     if (temp_template(buf, sizeof buf, prefix) != 0 || !mkdtemp(buf)) {
-        snprintf(err, errlen, "cannot create a temporary state directory in %s: %s", tmp,
+        ds4_error_set(err, "cannot create a temporary state directory in %s: %s", tmp,
                  strerror(errno));
         return -1;
     }
@@ -90,11 +90,9 @@ static void free_list(char **list)
     free(list);
 }
 
-tool_env *tool_env_new(const tool_env_config *cfg, char *err, size_t errlen)
+tool_env *tool_env_new(const tool_env_config *cfg, ds4_error *err)
 {
-    char dummy[8];
-    if (!err || !errlen) { err = dummy; errlen = sizeof dummy; }
-    err[0] = 0;
+    if (err) err->msg[0] = 0;
     tool_env_config zero = {0};
     if (!cfg) cfg = &zero;
     tool_env *env = calloc(1, sizeof *env);
@@ -116,7 +114,7 @@ tool_env *tool_env_new(const tool_env_config *cfg, char *err, size_t errlen)
     env->workspace = realpath(ws, NULL);
     struct stat st;
     if (!env->workspace || stat(env->workspace, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "workspace %s is not a directory%s%s", ws,
+        ds4_error_set(err, "workspace %s is not a directory%s%s", ws,
                  env->workspace ? "" : ": ", env->workspace ? "" : strerror(errno));
         tool_env_free(env);
         return NULL;
@@ -128,12 +126,12 @@ tool_env *tool_env_new(const tool_env_config *cfg, char *err, size_t errlen)
 
     for (size_t i = 0; env->allow && env->allow[i]; i++) {
         if (!tools_find(env->allow[i])) {
-            snprintf(err, errlen, "--allow %s: no such tool", env->allow[i]);
+            ds4_error_set(err, "--allow %s: no such tool", env->allow[i]);
             tool_env_free(env);
             return NULL;
         }
     }
-    if (make_state_dir(env, err, errlen) != 0 || perm_rules_load(env, err, errlen) != 0) {
+    if (make_state_dir(env, err) != 0 || perm_rules_load(env, err) != 0) {
         tool_env_free(env);
         return NULL;
     }

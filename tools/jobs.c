@@ -424,12 +424,12 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
-job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox, char *err, size_t errlen)
+job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox, ds4_error *err)
 {
     struct job_table *t = table(env);
     jobs_poll_all(env);
     if (jobs_running(env) >= JOB_MAX_RUNNING) {
-        snprintf(err, errlen, "%d jobs are running already; stop one (bash_stop) or wait for one to end",
+        ds4_error_set(err, "%d jobs are running already; stop one (bash_stop) or wait for one to end",
                  JOB_MAX_RUNNING);
         return NULL;
     }
@@ -455,9 +455,9 @@ job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox,
     if (log_w < 0 || j->log_fd < 0) fail = "cannot create the job log";
     else if (pipe2(rep, O_CLOEXEC) != 0) fail = "cannot create a pipe";
     else if (devnull < 0) fail = "cannot open /dev/null";
-    if (!fail && sandbox && sandbox_prepare(env, NULL, &plan, err, errlen) != 0) fail = "";
+    if (!fail && sandbox && sandbox_prepare(env, NULL, &plan, err) != 0) fail = "";
     if (fail) {
-        if (*fail) snprintf(err, errlen, "%s: %s", fail, strerror(errno));
+        if (*fail) ds4_error_set(err, "%s: %s", fail, strerror(errno));
         if (log_w >= 0) close(log_w);
         if (rep[0] >= 0) { close(rep[0]); close(rep[1]); }
         if (devnull >= 0) close(devnull);
@@ -495,7 +495,7 @@ job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox,
     sandbox_plan_release(&plan);
     free_env(envp);
     if (pid < 0) {
-        snprintf(err, errlen, "cannot start the job: %s", strerror(fork_errno));
+        ds4_error_set(err, "cannot start the job: %s", strerror(fork_errno));
         close(rep[0]);
         close(j->log_fd);
         unlink(j->log_path);
@@ -518,7 +518,7 @@ job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox,
         kill(pid, SIGTERM);
         int st;
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-        snprintf(err, errlen, "cannot start the job: no thread for it");
+        ds4_error_set(err, "cannot start the job: no thread for it");
         close(rep[0]);
         close(j->log_fd);
         unlink(j->log_path);

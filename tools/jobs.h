@@ -65,7 +65,7 @@ struct job_table {
 };
 
 /* Starts a job; NULL with a reason in err. */
-job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox, char *err, size_t errlen);
+job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox, ds4_error *err);
 /* Collects the supervisor's reports and reaps it when it is done. */
 void job_poll(job *j);
 void jobs_poll_all(tool_env *env);

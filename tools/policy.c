@@ -85,7 +85,7 @@ static char *xstrndup(const char *s, size_t n)
     return d;
 }
 
-static int parse_rules(tool_env *env, const char *file, const char *text, char *err, size_t errlen)
+static int parse_rules(tool_env *env, const char *file, const char *text, ds4_error *err)
 {
     int lineno = 0;
     const char *p = text;
@@ -113,22 +113,22 @@ static int parse_rules(tool_env *env, const char *file, const char *text, char *
         else if (!strcmp(act, "ask")) a = PERM_ASK;
         else if (!strcmp(act, "deny")) a = PERM_DENY;
         else {
-            snprintf(err, errlen, "%s:%d: unknown action '%s' (allow, ask or deny)", file, lineno, act);
+            ds4_error_set(err, "%s:%d: unknown action '%s' (allow, ask or deny)", file, lineno, act);
             free(line);
             return -1;
         }
         if (!*tool) {
-            snprintf(err, errlen, "%s:%d: '%s' needs a tool name (or *)", file, lineno, act);
+            ds4_error_set(err, "%s:%d: '%s' needs a tool name (or *)", file, lineno, act);
             free(line);
             return -1;
         }
         if (strcmp(tool, "*") != 0 && !tools_find(tool)) {
-            snprintf(err, errlen, "%s:%d: no tool named '%s'", file, lineno, tool);
+            ds4_error_set(err, "%s:%d: no tool named '%s'", file, lineno, tool);
             free(line);
             return -1;
         }
         if (*s && (!strcmp(tool, "*") || !subject_param(tool))) {
-            snprintf(err, errlen, "%s:%d: '%s' rules take no pattern", file, lineno, tool);
+            ds4_error_set(err, "%s:%d: '%s' rules take no pattern", file, lineno, tool);
             free(line);
             return -1;
         }
@@ -141,7 +141,7 @@ static int parse_rules(tool_env *env, const char *file, const char *text, char *
             shell_split sp;
             shell_split_line(s, &sp);
             if (sp.n != 1 || sp.complex || sp.cmd[0].argc == 0) {
-                snprintf(err, errlen, "%s:%d: a bash pattern is one simple command (words, no ; | && or redirections)",
+                ds4_error_set(err, "%s:%d: a bash pattern is one simple command (words, no ; | && or redirections)",
                          file, lineno);
                 shell_split_free(&sp);
                 rule_free(&r);
@@ -162,26 +162,26 @@ static int parse_rules(tool_env *env, const char *file, const char *text, char *
     return 0;
 }
 
-static int load_file(tool_env *env, const char *path, bool must_exist, char *err, size_t errlen)
+static int load_file(tool_env *env, const char *path, bool must_exist, ds4_error *err)
 {
     size_t len;
     char *text = file_read_all(path, &len);
     if (!text) {
         if (errno == ENOENT && !must_exist) return 0;
-        snprintf(err, errlen, "cannot read rules file %s: %s", path, strerror(errno));
+        ds4_error_set(err, "cannot read rules file %s: %s", path, strerror(errno));
         return -1;
     }
     if (memchr(text, 0, len)) {
-        snprintf(err, errlen, "rules file %s is not text", path);
+        ds4_error_set(err, "rules file %s is not text", path);
         free(text);
         return -1;
     }
-    int rc = parse_rules(env, path, text, err, errlen);
+    int rc = parse_rules(env, path, text, err);
     free(text);
     return rc;
 }
 
-int perm_rules_load(tool_env *env, char *err, size_t errlen)
+int perm_rules_load(tool_env *env, ds4_error *err)
 {
     env->rules = calloc(1, sizeof *env->rules);
     if (!env->rules) abort();
@@ -191,11 +191,11 @@ int perm_rules_load(tool_env *env, char *err, size_t errlen)
     if (xdg && xdg[0] == '/') snprintf(dir, sizeof dir, "%s/ds4cl/rules", xdg);
     else if (env->home) snprintf(dir, sizeof dir, "%s/.config/ds4cl/rules", env->home);
     else dir[0] = 0;
-    if (dir[0] && load_file(env, dir, false, err, errlen) != 0) return -1;
+    if (dir[0] && load_file(env, dir, false, err) != 0) return -1;
     snprintf(dir, sizeof dir, "%s/.ds4cl/rules", env->workspace_len ? env->workspace : "");
-    if (load_file(env, dir, false, err, errlen) != 0) return -1;
+    if (load_file(env, dir, false, err) != 0) return -1;
     if (env->cfg.rules_path && *env->cfg.rules_path &&
-        load_file(env, env->cfg.rules_path, true, err, errlen) != 0)
+        load_file(env, env->cfg.rules_path, true, err) != 0)
         return -1;
     return 0;
 }

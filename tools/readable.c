@@ -517,7 +517,7 @@ static void render_block(readable_doc *d, json_object *blk)
     d->prev_end = t->len;
 }
 
-readable_doc *readable_doc_new(json_object *value, char *err, size_t errlen)
+readable_doc *readable_doc_new(json_object *value, ds4_error *err)
 {
     json_object *blocks, *links;
     if (!value || !json_object_is_type(value, json_type_object) ||
@@ -525,7 +525,7 @@ readable_doc *readable_doc_new(json_object *value, char *err, size_t errlen)
         !json_object_is_type(blocks, json_type_array) ||
         !json_object_object_get_ex(value, "links", &links) ||
         !json_object_is_type(links, json_type_array)) {
-        snprintf(err, errlen, "the page extractor returned something unexpected");
+        ds4_error_set(err, "the page extractor returned something unexpected");
         return NULL;
     }
     readable_doc *d = calloc(1, sizeof *d);

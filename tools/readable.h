@@ -39,7 +39,7 @@ typedef struct readable_doc readable_doc;
 
 /* Renders the value readable_page_js returned; NULL with a message when it
  * does not have the expected shape. */
-readable_doc *readable_doc_new(struct json_object *value, char *err, size_t errlen);
+readable_doc *readable_doc_new(struct json_object *value, ds4_error *err);
 void readable_doc_free(readable_doc *d);
 
 const char *readable_doc_title(const readable_doc *d); /* cleaned, one line */

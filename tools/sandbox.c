@@ -224,7 +224,7 @@ static void default_writable(const char **dirs, int *n)
     if (t && t[0] == '/') dirs[(*n)++] = t;
 }
 
-int sandbox_prepare(tool_env *env, const char *log_path, sandbox_plan *plan, char *err, size_t errlen)
+int sandbox_prepare(tool_env *env, const char *log_path, sandbox_plan *plan, ds4_error *err)
 {
     memset(plan, 0, sizeof *plan);
     plan->ruleset_fd = -1;
@@ -234,7 +234,7 @@ int sandbox_prepare(tool_env *env, const char *log_path, sandbox_plan *plan, cha
     struct landlock_ruleset_attr attr = { .handled_access_fs = handled };
     int rs = (int)syscall(__NR_landlock_create_ruleset, &attr, sizeof attr, 0);
     if (rs < 0) {
-        snprintf(err, errlen, "cannot create a Landlock ruleset: %s", strerror(errno));
+        ds4_error_set(err, "cannot create a Landlock ruleset: %s", strerror(errno));
         return -1;
     }
     unsigned long long dev_rights = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE;
@@ -244,7 +244,7 @@ int sandbox_prepare(tool_env *env, const char *log_path, sandbox_plan *plan, cha
     if (add_path_rule(rs, "/", read_rights, true) != 0 ||
         add_path_rule(rs, env->workspace, handled, true) != 0 ||
         (log_path && add_path_rule(rs, log_path, dev_rights & FS_FILE_RIGHTS, true) != 0)) {
-        snprintf(err, errlen, "cannot add a Landlock rule: %s", strerror(errno));
+        ds4_error_set(err, "cannot add a Landlock rule: %s", strerror(errno));
         close(rs);
         return -1;
     }

@@ -31,7 +31,7 @@ typedef struct {
 
 /* Builds the plan for one command; log_path, when not NULL, is a file the
  * command may write besides. 0 or -1 with a reason. */
-int sandbox_prepare(tool_env *env, const char *log_path, sandbox_plan *plan, char *err, size_t errlen);
+int sandbox_prepare(tool_env *env, const char *log_path, sandbox_plan *plan, ds4_error *err);
 void sandbox_plan_release(sandbox_plan *plan);
 /* In the child: 0, or the errno of the step that failed (*step names it). */
 int sandbox_apply(const sandbox_plan *plan, const char **step);

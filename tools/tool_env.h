@@ -246,7 +246,7 @@ int read_file_range(tool_env *env, const char *abs_path, size_t start_line, size
 
 /* ---- policy (tools/policy.c) ----------------------------------------------------- */
 
-int perm_rules_load(tool_env *env, char *err, size_t errlen);
+int perm_rules_load(tool_env *env, ds4_error *err);
 /* tools_policy, and *why = the rule that decided ("file:line"), or NULL. */
 perm_decision perm_decide(tool_env *env, const tool_def *t, struct json_object *args,
                           const char **why);

@@ -73,6 +73,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
+
 struct json_object;
 typedef struct tool_env tool_env;
 
@@ -155,7 +157,7 @@ typedef struct {
     const char *const *writable_dirs;
 } tool_env_config;
 
-tool_env *tool_env_new(const tool_env_config *cfg, char *err, size_t errlen);
+tool_env *tool_env_new(const tool_env_config *cfg, ds4_error *err);
 void tool_env_free(tool_env *env);
 
 /* The decision the policy takes for a call before asking anyone. */

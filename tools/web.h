@@ -84,10 +84,10 @@ typedef struct {
 void web_last_timing(const web_state *ws, web_timing *t);
 
 /* The http(s) URL visit_page would open (malloc'd), or NULL with the reason. */
-char *web_normalize_url(const char *url, char *err, size_t errlen);
+char *web_normalize_url(const char *url, ds4_error *err);
 
 /* The search template with {query} replaced by the URL-encoded query. */
-char *web_search_url(const char *tmpl, const char *query, char *err, size_t errlen);
+char *web_search_url(const char *tmpl, const char *query, ds4_error *err);
 
 #define WEB_DEFAULT_SEARCH_URL "https://html.duckduckgo.com/html/?q={query}"
 #define WEB_DEFAULT_RESULT_BYTES (24u * 1024u)

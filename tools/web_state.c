@@ -75,8 +75,8 @@ static void close_stale_tabs(web_state *ws, const cdp_cancel *cancel)
     bool answering = ws->endpoint != NULL, cancelled = false;
     int kept = 0;
     for (int i = 0; i < ws->nstale; i++) {
-        char err[256];
-        int rc = answering && !cancelled ? cdp_target_close(ws->endpoint, ws->stale[i], 1000, cancel, err, sizeof err)
+        ds4_error err = { "" };
+        int rc = answering && !cancelled ? cdp_target_close(ws->endpoint, ws->stale[i], 1000, cancel, &err)
                                          : CDP_OK;
         if (rc == CDP_CANCELLED) cancelled = true;
         if (cancelled) {
@@ -131,17 +131,17 @@ void web_last_timing(const web_state *ws, web_timing *t) { *t = ws->timing; }
 
 /* ---- URLs ----------------------------------------------------------------------- */
 
-char *web_normalize_url(const char *url, char *err, size_t errlen)
+char *web_normalize_url(const char *url, ds4_error *err)
 {
     while (*url == ' ' || *url == '\t' || *url == '\n') url++;
     size_t len = strlen(url);
     while (len && (url[len - 1] == ' ' || url[len - 1] == '\t' || url[len - 1] == '\n')) len--;
     if (!len) {
-        snprintf(err, errlen, "empty URL");
+        ds4_error_set(err, "empty URL");
         return NULL;
     }
     if (len > MAX_URL_BYTES) {
-        snprintf(err, errlen, "URL longer than %d bytes", MAX_URL_BYTES);
+        ds4_error_set(err, "URL longer than %d bytes", MAX_URL_BYTES);
         return NULL;
     }
     strbuf s = {0};
@@ -154,9 +154,9 @@ char *web_normalize_url(const char *url, char *err, size_t errlen)
     if (has_scheme && !((scheme_len == 4 && !strncasecmp(url, "http", 4)) ||
                         (scheme_len == 5 && !strncasecmp(url, "https", 5)))) {
         if (scheme_len == 4 && !strncasecmp(url, "file", 4))
-            snprintf(err, errlen, "file:// URLs are not opened in the browser; use the read tool for local files");
+            ds4_error_set(err, "file:// URLs are not opened in the browser; use the read tool for local files");
         else
-            snprintf(err, errlen, "only http and https URLs can be visited, not %.*s:",
+            ds4_error_set(err, "only http and https URLs can be visited, not %.*s:",
                      (int)(scheme_len < 40 ? scheme_len : 40), url);
         return NULL;
     }
@@ -168,13 +168,13 @@ char *web_normalize_url(const char *url, char *err, size_t errlen)
     char *scheme = NULL, *host = NULL, *out = NULL;
     if (uc == CURLUE_OK) curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
     if (uc != CURLUE_OK || !scheme) {
-        snprintf(err, errlen, "not a valid URL: %.200s", s.s);
+        ds4_error_set(err, "not a valid URL: %.200s", s.s);
     } else if (strcmp(scheme, "http") && strcmp(scheme, "https")) {
-        snprintf(err, errlen, "only http and https URLs can be visited, not %.40s:", scheme);
+        ds4_error_set(err, "only http and https URLs can be visited, not %.40s:", scheme);
     } else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host || !*host) {
-        snprintf(err, errlen, "URL without a host: %.200s", s.s);
+        ds4_error_set(err, "URL without a host: %.200s", s.s);
     } else if (curl_url_get(u, CURLUPART_URL, &out, 0) != CURLUE_OK) {
-        snprintf(err, errlen, "not a valid URL: %.200s", s.s);
+        ds4_error_set(err, "not a valid URL: %.200s", s.s);
         out = NULL;
     }
     char *res = NULL;
@@ -190,18 +190,18 @@ char *web_normalize_url(const char *url, char *err, size_t errlen)
     return res;
 }
 
-char *web_search_url(const char *tmpl, const char *query, char *err, size_t errlen)
+char *web_search_url(const char *tmpl, const char *query, ds4_error *err)
 {
     if (!tmpl) tmpl = WEB_DEFAULT_SEARCH_URL;
     if (!strstr(tmpl, "{query}")) {
-        snprintf(err, errlen, "the search URL template has no {query}: %.200s", tmpl);
+        ds4_error_set(err, "the search URL template has no {query}: %.200s", tmpl);
         return NULL;
     }
     CURL *h = curl_easy_init();
     char *enc = h ? curl_easy_escape(h, query, (int)strlen(query)) : NULL;
     if (!enc) {
         if (h) curl_easy_cleanup(h);
-        snprintf(err, errlen, "cannot encode the query");
+        ds4_error_set(err, "cannot encode the query");
         return NULL;
     }
     strbuf s = {0};
@@ -215,13 +215,13 @@ char *web_search_url(const char *tmpl, const char *query, char *err, size_t errl
     }
     curl_free(enc);
     curl_easy_cleanup(h);
-    char *url = web_normalize_url(s.s, err, errlen);
+    char *url = web_normalize_url(s.s, err);
     sb_free(&s);
     return url;
 }
 
 /* "http://host:port" of a --cdp-url given as http(s)://, ws:// or host:port. */
-static char *attach_endpoint(const char *cdp_url, char *err, size_t errlen)
+static char *attach_endpoint(const char *cdp_url, ds4_error *err)
 {
     strbuf s = {0};
     if (!strstr(cdp_url, "://")) sb_puts(&s, "http://");
@@ -238,7 +238,7 @@ static char *attach_endpoint(const char *cdp_url, char *err, size_t errlen)
         sb_printf(&r, "%s://%s%s%s", tls ? "https" : "http", host, port ? ":" : "", port ? port : "");
         res = sb_take(&r);
     } else {
-        snprintf(err, errlen, "not a DevTools URL: %.200s", cdp_url);
+        ds4_error_set(err, "not a DevTools URL: %.200s", cdp_url);
     }
     curl_free(host);
     curl_free(port);
@@ -283,18 +283,18 @@ static void set_user_agent(web_state *ws, char *ua)
  * off. Settings made through a session last as long as it does (a page
  * session's would end with its tab, while a download it started goes on),
  * so this one stays open as long as the web_state uses the browser. */
-static int open_browser_session(web_state *ws, const cdp_cancel *cancel, char *err, size_t errlen)
+static int open_browser_session(web_state *ws, const cdp_cancel *cancel, ds4_error *err)
 {
     char *ua = NULL, *ws_url = NULL;
-    int rc = cdp_version(ws->endpoint, ws->lim.connect_ms, cancel, NULL, &ws_url, &ua, err, errlen);
+    int rc = cdp_version(ws->endpoint, ws->lim.connect_ms, cancel, NULL, &ws_url, &ua, err);
     if (rc != CDP_OK) return rc;
     set_user_agent(ws, ua);
-    ws->browser_conn = cdp_connect(ws_url, ws->lim.connect_ms, cancel, err, errlen);
+    ws->browser_conn = cdp_connect(ws_url, ws->lim.connect_ms, cancel, err);
     free(ws_url);
     if (!ws->browser_conn) return CDP_CLOSED;
     json_object *dl = json_object_new_object();
     json_object_object_add(dl, "behavior", json_object_new_string("deny"));
-    rc = cdp_call(ws->browser_conn, "Browser.setDownloadBehavior", dl, ws->lim.connect_ms, NULL, err, errlen);
+    rc = cdp_call(ws->browser_conn, "Browser.setDownloadBehavior", dl, ws->lim.connect_ms, NULL, err);
     if (rc == CDP_ERROR) rc = CDP_OK; /* a browser without the setting still browses */
     if (rc != CDP_OK) {
         cdp_conn_free(ws->browser_conn);
@@ -304,18 +304,18 @@ static int open_browser_session(web_state *ws, const cdp_cancel *cancel, char *e
 }
 
 static int ensure_browser(web_state *ws, const tool_call_ctx *ctx, const cdp_cancel *cancel,
-                          char *err, size_t errlen)
+                          ds4_error *err)
 {
-    char e2[512];
+    ds4_error e2 = { "" };
     if (ws->cdp_url) {
         if (!ws->endpoint) {
-            ws->endpoint = attach_endpoint(ws->cdp_url, err, errlen);
+            ws->endpoint = attach_endpoint(ws->cdp_url, err);
             if (!ws->endpoint) return CDP_ERROR;
         }
         if (!ws->browser_conn) {
-            int rc = open_browser_session(ws, cancel, e2, sizeof e2);
+            int rc = open_browser_session(ws, cancel, &e2);
             if (rc != CDP_OK) {
-                snprintf(err, errlen, "cannot reach the browser at %s: %s", ws->cdp_url, e2);
+                ds4_error_set(err, "cannot reach the browser at %s: %s", ws->cdp_url, e2.msg);
                 return rc;
             }
         }
@@ -325,7 +325,7 @@ static int ensure_browser(web_state *ws, const tool_call_ctx *ctx, const cdp_can
     if (!ws->browser) {
         progress(ctx, "starting the browser");
         cdp_launch_opts opts = { ws->browser_path, ws->state_dir, ws->lim.start_ms };
-        ws->browser = cdp_browser_start(&opts, err, errlen);
+        ws->browser = cdp_browser_start(&opts, err);
         if (!ws->browser) return CDP_ERROR;
         ws->timing.started_browser = true;
     }
@@ -333,7 +333,7 @@ static int ensure_browser(web_state *ws, const tool_call_ctx *ctx, const cdp_can
      * next call to use: tearing a browser down takes longer than a
      * cancellation may. */
     if (!ws->endpoint) {
-        int rc = cdp_browser_wait_ready(ws->browser, cancel, err, errlen);
+        int rc = cdp_browser_wait_ready(ws->browser, cancel, err);
         if (rc != CDP_OK && (rc == CDP_CANCELLED || ctx_cancelled((void *)ctx))) return CDP_CANCELLED;
         if (rc != CDP_OK) {
             forget_browser(ws);
@@ -343,13 +343,13 @@ static int ensure_browser(web_state *ws, const tool_call_ctx *ctx, const cdp_can
         if (!ws->endpoint) abort();
     }
     if (!ws->browser_conn) {
-        int rc = open_browser_session(ws, cancel, e2, sizeof e2);
+        int rc = open_browser_session(ws, cancel, &e2);
         if (rc != CDP_OK && (rc == CDP_CANCELLED || ctx_cancelled((void *)ctx))) {
-            snprintf(err, errlen, "cancelled");
+            ds4_error_set(err, "cancelled");
             return CDP_CANCELLED;
         }
         if (rc != CDP_OK) {
-            snprintf(err, errlen, "the browser started but its DevTools session failed: %s", e2);
+            ds4_error_set(err, "the browser started but its DevTools session failed: %s", e2.msg);
             forget_browser(ws);
             return rc;
         }
@@ -442,9 +442,9 @@ static void page_close(page *p, bool wait_for_close)
     cdp_conn_free(p->conn);
     p->conn = NULL;
     if (!p->target_id) return;
-    char err[256];
+    ds4_error err = { "" };
     if (!wait_for_close || !ws->endpoint ||
-        cdp_target_close(ws->endpoint, p->target_id, ws->lim.connect_ms, &p->cancel, err, sizeof err) != CDP_OK) {
+        cdp_target_close(ws->endpoint, p->target_id, ws->lim.connect_ms, &p->cancel, &err) != CDP_OK) {
         if (ws->nstale < MAX_STALE_TABS) {
             ws->stale[ws->nstale++] = p->target_id;
             p->target_id = NULL;
@@ -454,31 +454,31 @@ static void page_close(page *p, bool wait_for_close)
     p->target_id = NULL;
 }
 
-static int page_open(web_state *ws, const tool_call_ctx *ctx, page *p, char *err, size_t errlen)
+static int page_open(web_state *ws, const tool_call_ctx *ctx, page *p, ds4_error *err)
 {
     memset(p, 0, sizeof *p);
     p->ws = ws;
     p->ctx = ctx;
     p->cancel = (cdp_cancel){ ctx_cancelled, (void *)ctx };
     double t0 = base_now_ms();
-    int rc = ensure_browser(ws, ctx, &p->cancel, err, errlen);
+    int rc = ensure_browser(ws, ctx, &p->cancel, err);
     ws->timing.browser_ms = base_now_ms() - t0;
     if (rc != CDP_OK) return rc;
     close_stale_tabs(ws, &p->cancel);
 
     double t1 = base_now_ms();
     char *ws_url = NULL;
-    char e2[512];
-    rc = cdp_target_new(ws->endpoint, ws->lim.connect_ms, &p->cancel, &p->target_id, &ws_url, e2, sizeof e2);
+    ds4_error e2 = { "" };
+    rc = cdp_target_new(ws->endpoint, ws->lim.connect_ms, &p->cancel, &p->target_id, &ws_url, &e2);
     if (rc != CDP_OK && rc != CDP_CANCELLED && ws->browser) {
         /* Our browser stopped answering: start a fresh one, once. */
         forget_browser(ws);
-        rc = ensure_browser(ws, ctx, &p->cancel, err, errlen);
+        rc = ensure_browser(ws, ctx, &p->cancel, err);
         if (rc != CDP_OK) return rc;
-        rc = cdp_target_new(ws->endpoint, ws->lim.connect_ms, &p->cancel, &p->target_id, &ws_url, e2, sizeof e2);
+        rc = cdp_target_new(ws->endpoint, ws->lim.connect_ms, &p->cancel, &p->target_id, &ws_url, &e2);
     }
     if (rc != CDP_OK) {
-        snprintf(err, errlen, "cannot open a browser tab: %s", e2);
+        ds4_error_set(err, "cannot open a browser tab: %s", e2.msg);
         if (!ws->browser && rc != CDP_CANCELLED) {
             /* the attached browser may have gone: start over next time */
             cdp_conn_free(ws->browser_conn);
@@ -486,10 +486,10 @@ static int page_open(web_state *ws, const tool_call_ctx *ctx, page *p, char *err
         }
         return rc;
     }
-    p->conn = cdp_connect(ws_url, ws->lim.connect_ms, &p->cancel, e2, sizeof e2);
+    p->conn = cdp_connect(ws_url, ws->lim.connect_ms, &p->cancel, &e2);
     free(ws_url);
     if (!p->conn) {
-        snprintf(err, errlen, "cannot connect to the browser tab: %s", e2);
+        ds4_error_set(err, "cannot connect to the browser tab: %s", e2.msg);
         page_close(p, false);
         return ctx_cancelled((void *)ctx) ? CDP_CANCELLED : CDP_CLOSED;
     }
@@ -509,7 +509,7 @@ static int page_open(web_state *ws, const tool_call_ctx *ctx, page *p, char *err
     cdp_send(p->conn, "Page.setLifecycleEventsEnabled", lp);
     cdp_send(p->conn, "Network.enable", NULL);
     json_object *tree = NULL;
-    rc = cdp_call(p->conn, "Page.getFrameTree", NULL, ws->lim.connect_ms, &tree, err, errlen);
+    rc = cdp_call(p->conn, "Page.getFrameTree", NULL, ws->lim.connect_ms, &tree, err);
     if (rc == CDP_OK) {
         json_object *ft = NULL, *frame = NULL;
         json_object_object_get_ex(tree, "frameTree", &ft);
@@ -546,7 +546,7 @@ static bool latest_loaded(void *ud)
 
 /* Navigates and waits for the page; *partial is set when it had not
  * finished loading in time (its text is read anyway). */
-static int page_load(page *p, const char *url, bool *partial, char *err, size_t errlen)
+static int page_load(page *p, const char *url, bool *partial, ds4_error *err)
 {
     web_state *ws = p->ws;
     *partial = false;
@@ -554,27 +554,27 @@ static int page_load(page *p, const char *url, bool *partial, char *err, size_t 
     json_object *np = json_object_new_object(), *res = NULL;
     json_object_object_add(np, "url", json_object_new_string(url));
     json_object_object_add(np, "transitionType", json_object_new_string("typed"));
-    char e2[512];
-    int rc = cdp_call(p->conn, "Page.navigate", np, ws->lim.navigate_ms, &res, e2, sizeof e2);
+    ds4_error e2 = { "" };
+    int rc = cdp_call(p->conn, "Page.navigate", np, ws->lim.navigate_ms, &res, &e2);
     ws->timing.navigate_ms = base_now_ms() - t0;
     if (rc == CDP_TIMEOUT) {
-        snprintf(err, errlen, "no response from %s within %.0f s", url, ws->lim.navigate_ms / 1e3);
+        ds4_error_set(err, "no response from %s within %.0f s", url, ws->lim.navigate_ms / 1e3);
         return rc;
     }
     if (rc != CDP_OK) {
-        snprintf(err, errlen, "%s", e2);
+        ds4_error_set(err, "%s", e2.msg);
         return rc;
     }
     const char *et = json_str(res, "errorText");
     if (*et) {
         json_object *dl = NULL;
         if (json_object_object_get_ex(res, "isDownload", &dl) && json_object_get_boolean(dl))
-            snprintf(err, errlen, "%s is a file to download (a PDF, an archive, …), not a page; "
+            ds4_error_set(err, "%s is a file to download (a PDF, an archive, …), not a page; "
                                   "downloads are turned off, so fetch it with a shell command instead", url);
         else if (!strcmp(et, "net::ERR_ABORTED"))
-            snprintf(err, errlen, "%s did not produce a page (the request was aborted)", url);
+            ds4_error_set(err, "%s did not produce a page (the request was aborted)", url);
         else
-            snprintf(err, errlen, "cannot load %s: %s", url, et);
+            ds4_error_set(err, "cannot load %s: %s", url, et);
         json_object_put(res);
         return CDP_ERROR;
     }
@@ -585,32 +585,32 @@ static int page_load(page *p, const char *url, bool *partial, char *err, size_t 
 
     double t1 = base_now_ms();
     if (p->loader_id[0]) {
-        rc = cdp_wait(p->conn, nav_loaded, p, ws->lim.load_ms, "the page to load", err, errlen);
+        rc = cdp_wait(p->conn, nav_loaded, p, ws->lim.load_ms, "the page to load", err);
         if (rc == CDP_TIMEOUT) {
             *partial = true;
-            cdp_call(p->conn, "Page.stopLoading", NULL, 1000, NULL, e2, sizeof e2);
+            cdp_call(p->conn, "Page.stopLoading", NULL, 1000, NULL, &e2);
             rc = CDP_OK;
         }
         if (rc == CDP_OK && !*partial && !p->crashed && !p->detached) {
             /* Scripts fetch and render after the load event; give them until
              * the network is quiet, briefly. */
-            rc = cdp_wait(p->conn, nav_settled, p, ws->lim.settle_ms, "the network to settle", e2, sizeof e2);
+            rc = cdp_wait(p->conn, nav_settled, p, ws->lim.settle_ms, "the network to settle", &e2);
             if (rc == CDP_TIMEOUT) rc = CDP_OK;
             if (rc == CDP_OK && strcmp(p->latest_loader, p->loader_id) && p->latest_loader[0]) {
-                rc = cdp_wait(p->conn, latest_loaded, p, ws->lim.settle_ms, "a redirect to load", e2, sizeof e2);
+                rc = cdp_wait(p->conn, latest_loaded, p, ws->lim.settle_ms, "a redirect to load", &e2);
                 if (rc == CDP_TIMEOUT) rc = CDP_OK;
             }
-            if (rc != CDP_OK) snprintf(err, errlen, "%s", e2);
+            if (rc != CDP_OK) ds4_error_set(err, "%s", e2.msg);
         }
     }
     ws->timing.load_ms = base_now_ms() - t1;
     if (rc != CDP_OK) return rc;
     if (p->crashed) {
-        snprintf(err, errlen, "the page crashed the browser tab while loading");
+        ds4_error_set(err, "the page crashed the browser tab while loading");
         return CDP_ERROR;
     }
     if (p->detached) {
-        snprintf(err, errlen, "the browser tab was closed while loading");
+        ds4_error_set(err, "the browser tab was closed while loading");
         return CDP_CLOSED;
     }
     return CDP_OK;
@@ -619,21 +619,21 @@ static int page_load(page *p, const char *url, bool *partial, char *err, size_t 
 /* Runs an extractor in an isolated world of the main frame: the page's
  * scripts share the DOM with it but not its globals, so they cannot
  * redefine what it calls. */
-static int page_eval(page *p, const char *js, json_object **value, char *err, size_t errlen)
+static int page_eval(page *p, const char *js, json_object **value, ds4_error *err)
 {
     web_state *ws = p->ws;
     *value = NULL;
-    char e2[512];
+    ds4_error e2 = { "" };
     for (int attempt = 0; attempt < 2; attempt++) {
         json_object *wp = json_object_new_object(), *wr = NULL;
         json_object_object_add(wp, "frameId", json_object_new_string(p->frame_id));
         json_object_object_add(wp, "worldName", json_object_new_string("ds4cl-reader"));
-        int rc = cdp_call(p->conn, "Page.createIsolatedWorld", wp, ws->lim.eval_ms, &wr, e2, sizeof e2);
+        int rc = cdp_call(p->conn, "Page.createIsolatedWorld", wp, ws->lim.eval_ms, &wr, &e2);
         if (rc != CDP_OK) {
             if (rc == CDP_TIMEOUT)
-                snprintf(err, errlen, "the page is not responding (a script keeps it busy)");
+                ds4_error_set(err, "the page is not responding (a script keeps it busy)");
             else
-                snprintf(err, errlen, "%s", e2);
+                ds4_error_set(err, "%s", e2.msg);
             return rc;
         }
         json_object *cid = NULL;
@@ -646,13 +646,13 @@ static int page_eval(page *p, const char *js, json_object **value, char *err, si
         json_object_object_add(ep, "contextId", json_object_new_int(context_id));
         json_object_object_add(ep, "returnByValue", json_object_new_boolean(1));
         json_object_object_add(ep, "timeout", json_object_new_int(ws->lim.eval_ms));
-        rc = cdp_call(p->conn, "Runtime.evaluate", ep, ws->lim.eval_ms + 2000, &er, e2, sizeof e2);
-        if (rc == CDP_ERROR && attempt == 0 && strstr(e2, "context")) continue; /* navigated meanwhile */
+        rc = cdp_call(p->conn, "Runtime.evaluate", ep, ws->lim.eval_ms + 2000, &er, &e2);
+        if (rc == CDP_ERROR && attempt == 0 && strstr(e2.msg, "context")) continue; /* navigated meanwhile */
         if (rc != CDP_OK) {
             if (rc == CDP_TIMEOUT)
-                snprintf(err, errlen, "the page is not responding (a script keeps it busy)");
+                ds4_error_set(err, "the page is not responding (a script keeps it busy)");
             else
-                snprintf(err, errlen, "%s", e2);
+                ds4_error_set(err, "%s", e2.msg);
             return rc;
         }
         json_object *ex = NULL, *r = NULL, *v = NULL;
@@ -660,7 +660,7 @@ static int page_eval(page *p, const char *js, json_object **value, char *err, si
             json_object *exo = NULL;
             json_object_object_get_ex(ex, "exception", &exo);
             const char *d = json_str(exo, "description");
-            snprintf(err, errlen, "reading the page failed: %.200s", *d ? d : json_str(ex, "text"));
+            ds4_error_set(err, "reading the page failed: %.200s", *d ? d : json_str(ex, "text"));
             json_object_put(er);
             return CDP_ERROR;
         }
@@ -668,12 +668,12 @@ static int page_eval(page *p, const char *js, json_object **value, char *err, si
             *value = json_object_get(v);
         json_object_put(er);
         if (!*value) {
-            snprintf(err, errlen, "reading the page returned nothing");
+            ds4_error_set(err, "reading the page returned nothing");
             return CDP_ERROR;
         }
         return CDP_OK;
     }
-    snprintf(err, errlen, "the page kept navigating while it was being read");
+    ds4_error_set(err, "the page kept navigating while it was being read");
     return CDP_ERROR;
 }
 
@@ -770,32 +770,32 @@ int web_visit_page(web_state *ws, const char *url, const tool_call_ctx *ctx, too
     memset(out, 0, sizeof *out);
     memset(&ws->timing, 0, sizeof ws->timing);
     double t0 = base_now_ms();
-    char err[1024];
-    char *target = web_normalize_url(url ? url : "", err, sizeof err);
-    if (!target) return result_error(out, "visit_page", CDP_ERROR, err);
+    ds4_error err = { "" };
+    char *target = web_normalize_url(url ? url : "", &err);
+    if (!target) return result_error(out, "visit_page", CDP_ERROR, err.msg);
 
     page p;
-    int rc = page_open(ws, ctx, &p, err, sizeof err);
+    int rc = page_open(ws, ctx, &p, &err);
     if (rc != CDP_OK) {
         free(target);
-        return result_error(out, "visit_page", rc, err);
+        return result_error(out, "visit_page", rc, err.msg);
     }
     progress(ctx, "loading %s", target);
     bool partial = false;
-    rc = page_load(&p, target, &partial, err, sizeof err);
+    rc = page_load(&p, target, &partial, &err);
     json_object *value = NULL;
     double t1 = base_now_ms();
-    if (rc == CDP_OK) rc = page_eval(&p, readable_page_js, &value, err, sizeof err);
+    if (rc == CDP_OK) rc = page_eval(&p, readable_page_js, &value, &err);
     page_close(&p, rc == CDP_OK);
     if (rc != CDP_OK) {
         free(target);
-        return result_error(out, "visit_page", rc, err);
+        return result_error(out, "visit_page", rc, err.msg);
     }
-    readable_doc *doc = readable_doc_new(value, err, sizeof err);
+    readable_doc *doc = readable_doc_new(value, &err);
     json_object_put(value);
     if (!doc) {
         free(target);
-        return result_error(out, "visit_page", CDP_ERROR, err);
+        return result_error(out, "visit_page", CDP_ERROR, err.msg);
     }
     readable_doc_free(ws->doc);
     ws->doc = doc;
@@ -828,33 +828,33 @@ int web_search(web_state *ws, const char *query, const tool_call_ctx *ctx, tool_
     memset(out, 0, sizeof *out);
     memset(&ws->timing, 0, sizeof ws->timing);
     double t0 = base_now_ms();
-    char err[1024];
+    ds4_error err = { "" };
     if (!query || !*query) return result_error(out, "web_search", CDP_ERROR, "empty query");
     if (strlen(query) > MAX_QUERY_BYTES)
         return result_error(out, "web_search", CDP_ERROR, "query longer than 500 bytes");
-    char *url = web_search_url(ws->search_tmpl, query, err, sizeof err);
-    if (!url) return result_error(out, "web_search", CDP_ERROR, err);
+    char *url = web_search_url(ws->search_tmpl, query, &err);
+    if (!url) return result_error(out, "web_search", CDP_ERROR, err.msg);
 
     page p;
-    int rc = page_open(ws, ctx, &p, err, sizeof err);
+    int rc = page_open(ws, ctx, &p, &err);
     if (rc != CDP_OK) {
         free(url);
-        return result_error(out, "web_search", rc, err);
+        return result_error(out, "web_search", rc, err.msg);
     }
     progress(ctx, "searching: %s", url);
     bool partial = false;
-    rc = page_load(&p, url, &partial, err, sizeof err);
+    rc = page_load(&p, url, &partial, &err);
     json_object *value = NULL;
     double t1 = base_now_ms();
-    if (rc == CDP_OK) rc = page_eval(&p, readable_search_js, &value, err, sizeof err);
+    if (rc == CDP_OK) rc = page_eval(&p, readable_search_js, &value, &err);
     page_close(&p, rc == CDP_OK);
     if (rc != CDP_OK) {
-        if (rc == CDP_ERROR && strstr(err, "net::")) {
-            size_t n = strlen(err);
-            snprintf(err + n, sizeof err - n, " (offline, or the search engine is unreachable)");
+        if (rc == CDP_ERROR && strstr(err.msg, "net::")) {
+            size_t n = strlen(err.msg);
+            snprintf(err.msg + n, sizeof err.msg - n, " (offline, or the search engine is unreachable)");
         }
         free(url);
-        return result_error(out, "web_search", rc, err);
+        return result_error(out, "web_search", rc, err.msg);
     }
 
     CURLU *u = curl_url();

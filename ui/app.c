@@ -348,7 +348,7 @@ static void tick(ui_app *app)
 }
 
 
-ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
+ui_exit ui_run(ui_config *cfg, int *sig, ds4_error *msg)
 {
     ui_app app;
     memset(&app, 0, sizeof app);
@@ -375,7 +375,7 @@ ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen)
         cfg->base->trace_path = app.trace_path;
     }
     ui_exit rc = UI_EXIT_QUIT;
-    if (ui_term_start(cfg->no_color, msg, msglen) != 0) {
+    if (ui_term_start(cfg->no_color, msg) != 0) {
         rc = UI_EXIT_ERROR;
         goto done;
     }

@@ -62,10 +62,9 @@ static void draw(const session_info *v, size_t n, size_t sel, size_t *first)
     refresh();
 }
 
-int ui_pick_session(const session_info *v, size_t n, bool no_color, char *id, size_t idsize, char *msg,
-                    size_t msglen)
+int ui_pick_session(const session_info *v, size_t n, bool no_color, char *id, size_t idsize, ds4_error *msg)
 {
-    if (ui_term_start(no_color, msg, msglen) != 0) return -1;
+    if (ui_term_start(no_color, msg) != 0) return -1;
     size_t sel = n ? 1 : 0, first = 0;
     int result = -2;
     curs_set(0);
@@ -101,6 +100,6 @@ int ui_pick_session(const session_info *v, size_t n, bool no_color, char *id, si
     curs_set(1);
     ui_term_stop();
     if (result == 1) snprintf(id, idsize, "%s", v[sel - 1].id);
-    if (result == -1) snprintf(msg, msglen, "no session picked");
+    if (result == -1) ds4_error_set(msg, "no session picked");
     return result;
 }

@@ -296,20 +296,20 @@ static void select_utf8(void)
     if (!setlocale(LC_CTYPE, "C.UTF-8")) setlocale(LC_CTYPE, "C.utf8");
 }
 
-int ui_terminal_check(char *msg, size_t msglen)
+int ui_terminal_check(ds4_error *msg)
 {
     if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) {
-        snprintf(msg, msglen, "the interactive mode needs a terminal; -p TEXT runs one task without one");
+        ds4_error_set(msg, "the interactive mode needs a terminal; -p TEXT runs one task without one");
         return -1;
     }
     const char *term = getenv("TERM");
     if (!term || !*term) {
-        snprintf(msg, msglen, "TERM is not set: the terminal's type is unknown");
+        ds4_error_set(msg, "TERM is not set: the terminal's type is unknown");
         return -1;
     }
     int err = 0;
     if (setupterm(term, STDOUT_FILENO, &err) != OK) {
-        snprintf(msg, msglen, "cannot use the terminal \"%s\" (no terminfo entry?)", term);
+        ds4_error_set(msg, "cannot use the terminal \"%s\" (no terminfo entry?)", term);
         return -1;
     }
     const char *cup = tigetstr("cursor_address");
@@ -317,13 +317,13 @@ int ui_terminal_check(char *msg, size_t msglen)
     bool ok = cup && cup != (char *)-1;
     del_curterm(cur_term);
     if (!ok) {
-        snprintf(msg, msglen, "the terminal \"%s\" cannot place its cursor; -p TEXT runs without one", term);
+        ds4_error_set(msg, "the terminal \"%s\" cannot place its cursor; -p TEXT runs without one", term);
         return -1;
     }
     return 0;
 }
 
-int ui_term_start(bool no_color, char *msg, size_t msglen)
+int ui_term_start(bool no_color, ds4_error *msg)
 {
     if (g_active) return 0;
     if (g_started) {
@@ -337,12 +337,12 @@ int ui_term_start(bool no_color, char *msg, size_t msglen)
         g_active = true;
         return 0;
     }
-    if (ui_terminal_check(msg, msglen) != 0) return -1;
+    if (ui_terminal_check(msg) != 0) return -1;
     select_utf8();
     g_have_tty = tcgetattr(STDIN_FILENO, &g_saved_tty) == 0;
     g_screen = newterm(NULL, stdout, stdin);
     if (!g_screen) {
-        snprintf(msg, msglen, "cannot use the terminal \"%s\"", getenv("TERM"));
+        ds4_error_set(msg, "cannot use the terminal \"%s\"", getenv("TERM"));
         return -1;
     }
     set_term(g_screen);
@@ -395,5 +395,5 @@ void ui_term_suspend(void)
     ui_term_stop();
     raise(SIGTSTP);
     /* continued */
-    ui_term_start(!g_color, NULL, 0);
+    ui_term_start(!g_color, NULL);
 }

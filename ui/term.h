@@ -9,6 +9,7 @@
 
 #include <curses.h>
 
+#include "base/base.h"
 #include "ui/text.h"
 
 /* Key codes for the bracketed-paste markers (ESC [ 200 ~ and 201 ~). */
@@ -22,7 +23,7 @@
 /* Starts curses on the process's terminal (a UTF-8 locale is selected
  * first). 0, or -1 with msg when there is no usable terminal. Calling it
  * again after ui_term_stop resumes. */
-int ui_term_start(bool no_color, char *msg, size_t msglen);
+int ui_term_start(bool no_color, ds4_error *msg);
 /* Restores the terminal (idempotent) and brings standard error back,
  * printing what was written to it meanwhile (its last lines). */
 void ui_term_stop(void);

@@ -53,17 +53,16 @@ typedef enum {
     UI_EXIT_ERROR,      /* no terminal to run on: msg says why */
 } ui_exit;
 
-ui_exit ui_run(ui_config *cfg, int *sig, char *msg, size_t msglen);
+ui_exit ui_run(ui_config *cfg, int *sig, ds4_error *msg);
 
 /* Whether this process can run the interface (standard input and output
  * on a terminal that can place its cursor): 0, or -1 with msg. Cheap, so
  * it comes before the model is loaded. */
-int ui_terminal_check(char *msg, size_t msglen);
+int ui_terminal_check(ds4_error *msg);
 
 /* --resume without an ID: the user picks from the list. Returns 1 with
  * the ID, 0 for a new session, -1 when the user gave up or there is no
  * terminal (msg says so). */
-int ui_pick_session(const session_info *v, size_t n, bool no_color, char *id, size_t idsize, char *msg,
-                    size_t msglen);
+int ui_pick_session(const session_info *v, size_t n, bool no_color, char *id, size_t idsize, ds4_error *msg);
 
 #endif
