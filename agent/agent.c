@@ -54,8 +54,7 @@ void agent_publish(agent *a, agent_event_type type, const char *text, size_t len
     pthread_mutex_lock(&a->mu);
     if (a->n_ev && text && mergeable(&a->ev[a->n_ev - 1], type, tool, name, call_index)) {
         agent_event *last = &a->ev[a->n_ev - 1];
-        char *grown = realloc(last->text, last->len + len + 1);
-        if (!grown) abort();
+        char *grown = xrealloc(last->text, last->len + len + 1);
         memcpy(grown + last->len, text, len);
         last->len += len;
         grown[last->len] = 0;
@@ -63,15 +62,13 @@ void agent_publish(agent *a, agent_event_type type, const char *text, size_t len
     } else {
         if (a->n_ev == a->cap_ev) {
             a->cap_ev = a->cap_ev ? a->cap_ev * 2 : 64;
-            a->ev = realloc(a->ev, a->cap_ev * sizeof *a->ev);
-            if (!a->ev) abort();
+            a->ev = xrealloc(a->ev, a->cap_ev * sizeof *a->ev);
         }
         agent_event *e = &a->ev[a->n_ev++];
         memset(e, 0, sizeof *e);
         e->type = type;
         if (text) {
-            e->text = malloc(len + 1);
-            if (!e->text) abort();
+            e->text = xmalloc(len + 1);
             memcpy(e->text, text, len);
             e->text[len] = 0;
             e->len = len;
@@ -91,8 +88,7 @@ void agent_publish_result(agent *a, const char *tool, const char *text, bool is_
     pthread_mutex_lock(&a->mu);
     if (a->n_ev == a->cap_ev) {
         a->cap_ev = a->cap_ev ? a->cap_ev * 2 : 64;
-        a->ev = realloc(a->ev, a->cap_ev * sizeof *a->ev);
-        if (!a->ev) abort();
+        a->ev = xrealloc(a->ev, a->cap_ev * sizeof *a->ev);
     }
     agent_event *e = &a->ev[a->n_ev++];
     memset(e, 0, sizeof *e);
@@ -174,15 +170,13 @@ static void turn_push(agent *a, agent_turn_kind kind, size_t start, size_t end, 
 {
     if (a->n_turns == a->cap_turns) {
         a->cap_turns = a->cap_turns ? a->cap_turns * 2 : 32;
-        a->turns = realloc(a->turns, a->cap_turns * sizeof *a->turns);
-        if (!a->turns) abort();
+        a->turns = xrealloc(a->turns, a->cap_turns * sizeof *a->turns);
     }
     turn_rec *r = &a->turns[a->n_turns++];
     r->kind = kind;
     r->start = start;
     r->end = end;
-    r->text = malloc(len + 1);
-    if (!r->text) abort();
+    r->text = xmalloc(len + 1);
     memcpy(r->text, text ? text : "", len);
     r->text[len] = 0;
 }
@@ -451,8 +445,7 @@ static int setup_tools(agent *a, ds4_error *err)
     if (a->cfg.custom_tools) {
         const agent_tools *t = a->cfg.custom_tools;
         a->n_schemas = t->n;
-        a->schemas = calloc(t->n ? t->n : 1, sizeof *a->schemas);
-        if (!a->schemas) abort();
+        a->schemas = xcalloc(t->n ? t->n : 1, sizeof *a->schemas);
         for (size_t i = 0; i < t->n; i++) a->schemas[i] = xstrdup(t->schemas_json[i]);
     } else {
         ds4_error msg = { "" };
@@ -462,8 +455,7 @@ static int setup_tools(agent *a, ds4_error *err)
         if (!a->env) return ds4_error_set(err, "tools: %s", msg.msg[0] ? msg.msg : "cannot set up");
         size_t n = 0;
         const tool_def *const *all = tools_all(&n);
-        a->schemas = calloc(n ? n : 1, sizeof *a->schemas);
-        if (!a->schemas) abort();
+        a->schemas = xcalloc(n ? n : 1, sizeof *a->schemas);
         for (size_t i = 0; i < n; i++) a->schemas[a->n_schemas++] = tools_schema_json(all[i]);
     }
     if (a->n_schemas) {
@@ -528,8 +520,7 @@ static void agent_free(agent *a)
  * render the system prompt. */
 static agent *agent_alloc(const agent_config *cfg)
 {
-    agent *a = calloc(1, sizeof *a);
-    if (!a) abort();
+    agent *a = xcalloc(1, sizeof *a);
     a->wake_r = a->wake_w = -1;
     pthread_mutex_init(&a->mu, NULL);
     /* timed waits (a permission question) follow the monotonic clock */
@@ -723,8 +714,7 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
          * reading it again then lets the front end cache it anew */
         bool same_bytes = unloadable && rs->system_snapshot == rs->snapshot;
         if (a->sys_len && rs->system_snapshot && !same_bytes && rs->system_snapshot_len <= SYS_SNAPSHOT_MAX) {
-            a->sys_snap = malloc(rs->system_snapshot_len);
-            if (!a->sys_snap) abort();
+            a->sys_snap = xmalloc(rs->system_snapshot_len);
             memcpy(a->sys_snap, rs->system_snapshot, rs->system_snapshot_len);
             a->sys_snap_len = rs->system_snapshot_len;
             size_t held = rs->system_snapshot_tokens && rs->system_snapshot_tokens < a->sys_len
@@ -738,8 +728,7 @@ agent *agent_start(const agent_config *cfg, ds4_error *err)
         a->started_note = !fresh;
         a->resumed = !fresh;
         if (rs->last_reply && rs->last_reply_len) {
-            a->unanswered = malloc(rs->last_reply_len);
-            if (!a->unanswered) abort();
+            a->unanswered = xmalloc(rs->last_reply_len);
             memcpy(a->unanswered, rs->last_reply, rs->last_reply_len);
             a->unanswered_len = rs->last_reply_len;
         }

@@ -35,12 +35,10 @@ void saved_state_free(saved_state *s)
 
 static void copy_turns(turn_rec **dst, size_t *n, const turn_rec *src, size_t count)
 {
-    *dst = calloc(count ? count : 1, sizeof **dst);
-    if (!*dst) abort();
+    *dst = xcalloc(count ? count : 1, sizeof **dst);
     for (size_t i = 0; i < count; i++) {
         (*dst)[i] = src[i];
-        (*dst)[i].text = strdup(src[i].text);
-        if (!(*dst)[i].text) abort();
+        (*dst)[i].text = xstrdup(src[i].text);
     }
     *n = count;
 }
@@ -228,8 +226,7 @@ compact_result agent_compact(agent *a, const char *reason)
     /* Swap in the new transcript, keeping the turn log aligned. */
     turn_rec *nturns = NULL;
     size_t nn = 0, ncap = a->n_turns + 2;
-    nturns = calloc(ncap, sizeof *nturns);
-    if (!nturns) abort();
+    nturns = xcalloc(ncap, sizeof *nturns);
     nturns[nn].kind = AGENT_TURN_REBUILD;
     nturns[nn].start = note_start;
     nturns[nn].end = shift_to;
@@ -239,8 +236,7 @@ compact_result agent_compact(agent *a, const char *reason)
         nturns[nn] = a->turns[i];
         nturns[nn].start = a->turns[i].start - tail_start + shift_to;
         nturns[nn].end = a->turns[i].end - tail_start + shift_to;
-        nturns[nn].text = strdup(a->turns[i].text);
-        if (!nturns[nn].text) abort();
+        nturns[nn].text = xstrdup(a->turns[i].text);
         nn++;
     }
     sb_free(&note);
@@ -321,23 +317,20 @@ int agent_uncompact(agent *a)
     ds4_tokens later = { 0 };
     ds4_tokens_append(&later, a->tx.ids + mark, since);
     size_t nlater = 0;
-    turn_rec *lturns = calloc(a->n_turns ? a->n_turns : 1, sizeof *lturns);
-    if (!lturns) abort();
+    turn_rec *lturns = xcalloc(a->n_turns ? a->n_turns : 1, sizeof *lturns);
     for (size_t i = 0; i < a->n_turns; i++) {
         if (a->turns[i].start < mark) continue;
         lturns[nlater] = a->turns[i];
         lturns[nlater].start = a->turns[i].start - mark + s.tx.n;
         lturns[nlater].end = a->turns[i].end - mark + s.tx.n;
-        lturns[nlater].text = strdup(a->turns[i].text);
-        if (!lturns[nlater].text) abort();
+        lturns[nlater].text = xstrdup(a->turns[i].text);
         nlater++;
     }
     restore_from(a, &s);
     ds4_tokens_append(&a->tx, later.ids, later.n);
     if (a->n_turns + nlater > a->cap_turns) {
         a->cap_turns = a->n_turns + nlater;
-        a->turns = realloc(a->turns, a->cap_turns * sizeof *a->turns);
-        if (!a->turns) abort();
+        a->turns = xrealloc(a->turns, a->cap_turns * sizeof *a->turns);
     }
     memcpy(a->turns + a->n_turns, lturns, nlater * sizeof *lturns);
     a->n_turns += nlater;

@@ -259,14 +259,12 @@ static int close_call(dsml_parser *p)
     if (rc == 0) {
         if (p->n_calls == p->cap_calls) {
             p->cap_calls = p->cap_calls ? p->cap_calls * 2 : 4;
-            p->calls = realloc(p->calls, p->cap_calls * sizeof *p->calls);
-            if (!p->calls) abort();
+            p->calls = xrealloc(p->calls, p->cap_calls * sizeof *p->calls);
         }
         const char *js = json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
         dsml_call *c = &p->calls[p->n_calls];
         c->name = p->call_name;
-        c->args_json = strdup(js);
-        if (!c->args_json) abort();
+        c->args_json = xstrdup(js);
         p->call_name = NULL;
         emit(p, DSML_EV_CALL_END, c->name, c->args_json, strlen(c->args_json));
         p->n_calls++;
@@ -333,20 +331,17 @@ static void on_byte(dsml_parser *p, unsigned char c)
         if (p->call_open && close_call(p) != 0) return;
         p->call_open = true;
         free(p->call_name);
-        p->call_name = strdup(sb_str(&p->name));
-        if (!p->call_name) abort();
+        p->call_name = xstrdup(sb_str(&p->name));
         emit(p, DSML_EV_CALL, p->call_name, NULL, 0);
         break;
     case EV_PARAM_OPEN: {
         if (p->n_params == p->cap_params) {
             p->cap_params = p->cap_params ? p->cap_params * 2 : 8;
-            p->params = realloc(p->params, p->cap_params * sizeof *p->params);
-            if (!p->params) abort();
+            p->params = xrealloc(p->params, p->cap_params * sizeof *p->params);
         }
         pparam *pp = &p->params[p->n_params++];
         memset(pp, 0, sizeof *pp);
-        pp->name = strdup(sb_str(&p->name));
-        if (!pp->name) abort();
+        pp->name = xstrdup(sb_str(&p->name));
         pp->string = (p->g.have & HAVE_STRING) ? (p->g.have & STRING_TRUE ? 1 : 0) : -1;
         p->region = R_VALUE;
         emit(p, DSML_EV_PARAM, pp->name, NULL, 0);
@@ -373,8 +368,7 @@ static void on_byte(dsml_parser *p, unsigned char c)
 
 dsml_parser *dsml_parser_new(const dsml_schema *schema, bool thinking, dsml_event_fn fn, void *ud)
 {
-    dsml_parser *p = calloc(1, sizeof *p);
-    if (!p) abort();
+    dsml_parser *p = xcalloc(1, sizeof *p);
     p->schema = schema;
     p->fn = fn;
     p->ud = ud;

@@ -67,10 +67,8 @@ static bool name_ok(const char *s)
 
 dsml_schema *dsml_schema_new(const char *const *schemas_json, size_t n, ds4_error *err)
 {
-    dsml_schema *s = calloc(1, sizeof *s);
-    if (!s) abort();
-    s->tools = calloc(n ? n : 1, sizeof *s->tools);
-    if (!s->tools) abort();
+    dsml_schema *s = xcalloc(1, sizeof *s);
+    s->tools = xcalloc(n ? n : 1, sizeof *s->tools);
     for (size_t i = 0; i < n; i++) {
         struct json_object *root = json_tokener_parse(schemas_json[i]), *name, *params, *props, *req;
         if (!root || !json_object_is_type(root, json_type_object) ||
@@ -94,8 +92,7 @@ dsml_schema *dsml_schema_new(const char *const *schemas_json, size_t n, ds4_erro
                 dsml_schema_free(s);
                 return NULL;
             }
-            t->params = calloc(np ? np : 1, sizeof *t->params);
-            if (!t->params) abort();
+            t->params = xcalloc(np ? np : 1, sizeof *t->params);
             json_object_object_foreach(props, key, val) {
                 if (!name_ok(key)) continue;
                 dsml_sparam *p = &t->params[t->n_params++];

@@ -47,23 +47,20 @@ static int bucket_of(const char *s, size_t n)
 dsml_vocab *dsml_vocab_new(int n_vocab, dsml_token_bytes_fn bytes, void *ud,
                            int32_t eos, int32_t dsml, const int32_t *control, size_t n_control)
 {
-    dsml_vocab *v = calloc(1, sizeof *v);
-    if (!v) abort();
+    dsml_vocab *v = xcalloc(1, sizeof *v);
     v->n = n_vocab;
     v->eos = eos;
     v->dsml = dsml;
-    v->off = calloc((size_t)n_vocab, sizeof *v->off);
-    v->len = calloc((size_t)n_vocab, sizeof *v->len);
-    v->flags = calloc((size_t)n_vocab, 1);
-    if (!v->off || !v->len || !v->flags) abort();
+    v->off = xcalloc((size_t)n_vocab, sizeof *v->off);
+    v->len = xcalloc((size_t)n_vocab, sizeof *v->len);
+    v->flags = xcalloc((size_t)n_vocab, 1);
     size_t total = 0;
     for (int i = 0; i < n_vocab; i++) {
         size_t n = 0;
         if (!bytes(ud, i, &n)) n = 0;
         total += n;
     }
-    v->arena = malloc(total ? total : 1);
-    if (!v->arena) abort();
+    v->arena = xmalloc(total ? total : 1);
     size_t at = 0;
     for (int i = 0; i < n_vocab; i++) {
         size_t n = 0;
@@ -84,8 +81,7 @@ dsml_vocab *dsml_vocab_new(int n_vocab, dsml_token_bytes_fn bytes, void *ud,
         if (v->len[i] && !(v->flags[i] & F_CONTROL)) count[bucket_of(v->arena + v->off[i], v->len[i])]++;
     v->bucket_start[0] = 0;
     for (int b = 0; b < N_BUCKETS; b++) v->bucket_start[b + 1] = v->bucket_start[b] + count[b];
-    v->bucket_ids = malloc((v->bucket_start[N_BUCKETS] + 1) * sizeof *v->bucket_ids);
-    if (!v->bucket_ids) abort();
+    v->bucket_ids = xmalloc((v->bucket_start[N_BUCKETS] + 1) * sizeof *v->bucket_ids);
     uint32_t fill[N_BUCKETS];
     memcpy(fill, v->bucket_start, sizeof fill);
     for (int i = 0; i < n_vocab; i++)
@@ -131,12 +127,10 @@ struct dsml_masker {
 
 dsml_masker *dsml_masker_new(const dsml_vocab *v, const dsml_schema *schema)
 {
-    dsml_masker *m = calloc(1, sizeof *m);
-    if (!m) abort();
+    dsml_masker *m = xcalloc(1, sizeof *m);
     m->v = v;
     m->s = schema;
-    m->cache = calloc(CACHE_SLOTS, sizeof *m->cache);
-    if (!m->cache) abort();
+    m->cache = xcalloc(CACHE_SLOTS, sizeof *m->cache);
     return m;
 }
 
@@ -202,8 +196,7 @@ static void push(dsml_masker *m, size_t *n, int32_t id)
 {
     if (*n == m->cap) {
         m->cap = m->cap ? m->cap * 2 : 1024;
-        m->scratch = realloc(m->scratch, m->cap * sizeof *m->scratch);
-        if (!m->scratch) abort();
+        m->scratch = xrealloc(m->scratch, m->cap * sizeof *m->scratch);
     }
     m->scratch[(*n)++] = id;
 }
@@ -284,8 +277,7 @@ static const int32_t *allowed_for(dsml_masker *m, const dsml_gram *g, size_t *n)
     m->misses++;
     size_t cnt = compute_allowed(m, g);
     free(e->ids);
-    e->ids = malloc((cnt ? cnt : 1) * sizeof *e->ids);
-    if (!e->ids) abort();
+    e->ids = xmalloc((cnt ? cnt : 1) * sizeof *e->ids);
     memcpy(e->ids, m->scratch, cnt * sizeof *e->ids);
     e->n = cnt;
     e->hash = h;
@@ -315,8 +307,7 @@ int dsml_mask_apply(dsml_masker *m, const dsml_parser *p, float *logits, int n_v
     if (n == 0) return n_vocab;
     if (n > m->saved_cap) {
         m->saved_cap = n;
-        m->saved = realloc(m->saved, n * sizeof *m->saved);
-        if (!m->saved) abort();
+        m->saved = xrealloc(m->saved, n * sizeof *m->saved);
     }
     for (size_t i = 0; i < n; i++) m->saved[i] = ids[i] < n_vocab ? logits[ids[i]] : 0;
     for (int i = 0; i < n_vocab; i++) logits[i] = -INFINITY;

@@ -74,8 +74,7 @@ void agent_answer_unanswered(agent *a, const char *reply, size_t len)
         dsml_parser_free(p);
         return;
     }
-    agent_tool_call *v = calloc(n, sizeof *v);
-    if (!v) abort();
+    agent_tool_call *v = xcalloc(n, sizeof *v);
     strbuf msg = { 0 };
     for (size_t i = 0; i < n; i++) {
         const dsml_call *c = dsml_call_at(p, i);

@@ -24,8 +24,7 @@ trace *trace_open(const char *path, ds4_error *err)
         ds4_error_set(err, "cannot open the trace file %s: %s", path, strerror(errno));
         return NULL;
     }
-    trace *t = calloc(1, sizeof *t);
-    if (!t) abort();
+    trace *t = xcalloc(1, sizeof *t);
     t->f = f;
     pthread_mutex_init(&t->mu, NULL);
     return t;

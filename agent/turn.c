@@ -417,8 +417,7 @@ static void call_log_free(call_log *l)
 static void run_calls(agent *a, strbuf *msg, call_log *log)
 {
     size_t n = dsml_n_calls(a->parser);
-    log->v = calloc(n ? n : 1, sizeof *log->v);
-    if (!log->v) abort();
+    log->v = xcalloc(n ? n : 1, sizeof *log->v);
     for (size_t i = 0; i < n; i++) {
         const dsml_call *c = dsml_call_at(a->parser, i);
         tool_result res = { 0 };
@@ -585,8 +584,7 @@ const char *agent_run_turn(agent *a, const char *text)
     /* set only now: a compaction just before this turn carries the
      * previous request, and this one follows it verbatim anyway */
     free(a->last_user);
-    a->last_user = strdup(text);
-    if (!a->last_user) abort();
+    a->last_user = xstrdup(text);
     turn_log_add(a, AGENT_TURN_USER, start, text, strlen(text));
     agent_publish(a, AGENT_EV_USER, text, strlen(text), NULL, NULL, NULL, false, 0);
     agent_update_ctx(a);

@@ -52,6 +52,15 @@ char *xstrdup(const char *s)
     return memcpy(xmalloc(n), s, n);
 }
 
+char *xstrndup(const char *s, size_t n)
+{
+    size_t len = strnlen(s, n);
+    char *d = xmalloc(len + 1);
+    memcpy(d, s, len);
+    d[len] = 0;
+    return d;
+}
+
 const char *format_bytes(char *buf, size_t n, uint64_t bytes)
 {
     static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };

@@ -33,6 +33,7 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s); /* NULL stays NULL */
+char *xstrndup(const char *s, size_t n); /* at most n bytes of s, NUL-terminated */
 
 /* ---- little-endian fields of on-disk formats ------------------------------ */
 static inline void le_put_u32(unsigned char *p, uint32_t v)

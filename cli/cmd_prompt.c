@@ -307,8 +307,7 @@ static char *load_prompt(const ds4cl_options *o)
         if (!t) fprintf(stderr, "ds4cl: cannot read the standard input: %s\n", strerror(errno));
         return t;
     }
-    char *t = strdup(o->prompt ? o->prompt : "");
-    if (!t) abort();
+    char *t = xstrdup(o->prompt ? o->prompt : "");
     return t;
 }
 

@@ -118,8 +118,7 @@ int cmd_serve(int argc, char **argv)
 {
     serve_flags f = { 0 };
     f.cfg.port = 8000;
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    if (!rest) abort();
+    char **rest = xcalloc((size_t)argc + 1, sizeof *rest);
     int n = 0;
     rest[n++] = "ds4cl";
     for (int i = 1; i < argc; i++) {

@@ -546,8 +546,7 @@ static int hash_existing(xfer *x)
     md_reset(x);
     if (x->offset == 0) return 0;
     size_t cap = 4u << 20;
-    unsigned char *buf = malloc(cap);
-    if (!buf) abort();
+    unsigned char *buf = xmalloc(cap);
     progress p;
     bool show = x->rq->show_progress;
     if (show) progress_start(&p, "checking partial download", PROGRESS_LINES);
@@ -632,8 +631,7 @@ download_status download_file(const download_request *rq, download_result *res)
     pthread_once(&once, init_curl_once);
 
     memset(res, 0, sizeof *res);
-    xfer *x = calloc(1, sizeof *x);
-    if (!x) abort();
+    xfer *x = xcalloc(1, sizeof *x);
     x->rq = rq;
     x->res = res;
     x->fd = -1;

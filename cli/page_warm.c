@@ -50,8 +50,7 @@ int page_warm(const char *path, page_warm_fn fn, void *ud, page_warm_stats *st, 
     }
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t vec_len = WARM_CHUNK / page + 1;
-    unsigned char *vec = malloc(2 * vec_len);
-    if (!vec) abort();
+    unsigned char *vec = xmalloc(2 * vec_len);
     unsigned char *cur = vec, *next = vec + vec_len;
     volatile unsigned char sink = 0;
     /* What is in memory is asked before the readahead of a chunk starts,

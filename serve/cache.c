@@ -73,13 +73,11 @@ static void load_entry(sv_cache *c, const char *name)
     if (data && len >= sizeof head && bytes) {
         memcpy(head, data, sizeof head);
         if (head[0] == TOK_MAGIC && head[1] == c->identity && head[2] == (len - sizeof head) / sizeof(int32_t)) {
-            c->v = realloc(c->v, (c->n + 1) * sizeof *c->v);
-            if (!c->v) abort();
+            c->v = xrealloc(c->v, (c->n + 1) * sizeof *c->v);
             entry *e = &c->v[c->n++];
             e->key = key;
             e->n = head[2];
-            e->ids = malloc((e->n ? e->n : 1) * sizeof *e->ids);
-            if (!e->ids) abort();
+            e->ids = xmalloc((e->n ? e->n : 1) * sizeof *e->ids);
             memcpy(e->ids, data + sizeof head, e->n * sizeof *e->ids);
             e->bytes = bytes + len;
             e->stamp = mtime;
@@ -92,8 +90,7 @@ static void load_entry(sv_cache *c, const char *name)
 sv_cache *sv_cache_open(const char *dir, uint64_t max_bytes, uint64_t model_identity)
 {
     if (!dir || base_mkdir_p(dir, 0700) != 0) return NULL;
-    sv_cache *c = calloc(1, sizeof *c);
-    if (!c) abort();
+    sv_cache *c = xcalloc(1, sizeof *c);
     c->dir = sv_strdup(dir);
     c->max_bytes = max_bytes;
     c->identity = model_identity;
@@ -173,13 +170,11 @@ int sv_cache_save(sv_cache *c, ds4_session *s, ds4_error *err)
         unlink(snap);
         return -1;
     }
-    c->v = realloc(c->v, (c->n + 1) * sizeof *c->v);
-    if (!c->v) abort();
+    c->v = xrealloc(c->v, (c->n + 1) * sizeof *c->v);
     entry *e2 = &c->v[c->n++];
     e2->key = key;
     e2->n = n;
-    e2->ids = malloc(n * sizeof *ids);
-    if (!e2->ids) abort();
+    e2->ids = xmalloc(n * sizeof *ids);
     memcpy(e2->ids, ids, n * sizeof *ids);
     e2->bytes = len + sizeof head + n * sizeof *ids;
     e2->stamp = ++c->clock;

@@ -251,8 +251,7 @@ static enum MHD_Result run(serve *s, struct MHD_Connection *c, const char *url, 
     sv_worker_submit(s->w, j);
     int fd = conn_fd(c);
     if (stream) {
-        stream_state *st = calloc(1, sizeof *st);
-        if (!st) abort();
+        stream_state *st = xcalloc(1, sizeof *st);
         st->job = j;
         st->fd = fd;
         st->keepalive_ms = (s->cfg.keepalive_s > 0 ? s->cfg.keepalive_s : DEFAULT_KEEPALIVE_S) * 1000.0;
@@ -334,8 +333,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     conn_state *cs = *con_cls;
     size_t cap = s->cfg.max_body ? s->cfg.max_body : DEFAULT_MAX_BODY;
     if (!cs) {
-        cs = calloc(1, sizeof *cs);
-        if (!cs) abort();
+        cs = xcalloc(1, sizeof *cs);
         cs->s = s;
         cs->t0 = base_now_ms();
         *con_cls = cs;
@@ -396,8 +394,7 @@ static int bind_address(const char *host, int port, struct sockaddr_storage *ss,
 
 serve *serve_start(const serve_config *cfg, char *err, size_t errlen)
 {
-    serve *s = calloc(1, sizeof *s);
-    if (!s) abort();
+    serve *s = xcalloc(1, sizeof *s);
     s->cfg = *cfg;
     if (!s->cfg.host) s->cfg.host = "127.0.0.1";
     if (!s->cfg.cache_max_bytes) s->cfg.cache_max_bytes = DEFAULT_CACHE_BYTES;

@@ -12,8 +12,7 @@
 sv_job *sv_job_new(serve_request *req, const sv_writer *w, const char *model)
 {
     static atomic_ulong counter;
-    sv_job *j = calloc(1, sizeof *j);
-    if (!j) abort();
+    sv_job *j = xcalloc(1, sizeof *j);
     j->req = req;
     j->w = w;
     j->seq = atomic_fetch_add(&counter, 1) + 1;

@@ -68,8 +68,7 @@ static uint64_t memo_key(uint64_t before, const char *text, const sv_call *calls
 
 sv_memo *sv_memo_new(void)
 {
-    sv_memo *m = calloc(1, sizeof *m);
-    if (!m) abort();
+    sv_memo *m = xcalloc(1, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
     return m;
 }
@@ -90,8 +89,7 @@ static void memo_put_key(sv_memo *m, uint64_t key, const int32_t *ids, size_t n)
         if (m->v[i].key == key) slot = &m->v[i];
     if (!slot && m->n < MEMO_MAX) {
         if (!m->v) {
-            m->v = calloc(MEMO_MAX, sizeof *m->v);
-            if (!m->v) abort();
+            m->v = xcalloc(MEMO_MAX, sizeof *m->v);
         }
         slot = &m->v[m->n++];
     }
@@ -101,8 +99,7 @@ static void memo_put_key(sv_memo *m, uint64_t key, const int32_t *ids, size_t n)
             if (m->v[i].used < slot->used) slot = &m->v[i];
     }
     free(slot->ids);
-    slot->ids = malloc((n ? n : 1) * sizeof *ids);
-    if (!slot->ids) abort();
+    slot->ids = xmalloc((n ? n : 1) * sizeof *ids);
     memcpy(slot->ids, ids, n * sizeof *ids);
     slot->n = n;
     slot->key = key;
@@ -172,8 +169,7 @@ void sv_memo_load(sv_memo *m, const char *path)
             memcpy(h, data + at, sizeof h);
             at += sizeof h;
             if (h[1] > (len - at) / sizeof(int32_t)) break;
-            int32_t *ids = malloc((h[1] ? h[1] : 1) * sizeof *ids);
-            if (!ids) abort();
+            int32_t *ids = xmalloc((h[1] ? h[1] : 1) * sizeof *ids);
             memcpy(ids, data + at, h[1] * sizeof *ids);
             at += h[1] * sizeof *ids;
             memo_put_key(m, h[0], ids, h[1]);

@@ -32,17 +32,7 @@ static int fail(perr *e, const char *fmt, ...)
 
 char *sv_strdup(const char *s)
 {
-    char *d = strdup(s ? s : "");
-    if (!d) abort();
-    return d;
-}
-
-char *sv_strndup(const char *s, size_t n)
-{
-    char *d = malloc(n + 1);
-    if (!d) abort();
-    memcpy(d, s, n);
-    d[n] = 0;
+    char *d = xstrdup(s ? s : "");
     return d;
 }
 
@@ -109,8 +99,7 @@ static sv_msg *add_msg(serve_request *r, sv_role role)
 {
     if (r->n_msgs == r->cap_msgs) {
         r->cap_msgs = r->cap_msgs ? 2 * r->cap_msgs : 8;
-        r->msgs = realloc(r->msgs, r->cap_msgs * sizeof *r->msgs);
-        if (!r->msgs) abort();
+        r->msgs = xrealloc(r->msgs, r->cap_msgs * sizeof *r->msgs);
     }
     sv_msg *m = &r->msgs[r->n_msgs++];
     memset(m, 0, sizeof *m);
@@ -120,8 +109,7 @@ static sv_msg *add_msg(serve_request *r, sv_role role)
 
 static void add_call(sv_msg *m, const char *id, const char *name, const char *args)
 {
-    m->calls = realloc(m->calls, (m->n_calls + 1) * sizeof *m->calls);
-    if (!m->calls) abort();
+    m->calls = xrealloc(m->calls, (m->n_calls + 1) * sizeof *m->calls);
     m->calls[m->n_calls++] = (sv_call){ sv_strdup(id), sv_strdup(name), sv_strdup(args) };
 }
 
@@ -159,8 +147,7 @@ static int add_tool_schema(serve_request *r, const char *name, const char *desc,
     if (desc) json_object_object_add(s, "description", json_object_new_string(desc));
     json_object_object_add(s, "parameters",
                            params ? json_object_get(params) : json_tokener_parse("{\"type\":\"object\",\"properties\":{}}"));
-    r->tools = realloc(r->tools, (r->n_tools + 1) * sizeof *r->tools);
-    if (!r->tools) abort();
+    r->tools = xrealloc(r->tools, (r->n_tools + 1) * sizeof *r->tools);
     r->tools[r->n_tools++] = sv_strdup(compact(s));
     json_object_put(s);
     return 0;
@@ -199,8 +186,7 @@ static int parse_stop(serve_request *r, jo *v, perr *e)
     if (!json_object_is_type(v, json_type_array) && !json_object_is_type(v, json_type_string))
         return fail(e, "'stop' must be a string or an array of strings");
     if (n > 16) return fail(e, "at most 16 stop sequences");
-    r->stop = calloc(n ? n : 1, sizeof *r->stop);
-    if (!r->stop) abort();
+    r->stop = xcalloc(n ? n : 1, sizeof *r->stop);
     for (size_t i = 0; i < n; i++) {
         jo *s = json_object_is_type(v, json_type_array) ? json_object_array_get_idx(v, i) : v;
         if (!s || !json_object_is_type(s, json_type_string)) return fail(e, "stop sequences must be strings");
@@ -648,8 +634,7 @@ serve_request *serve_request_parse(serve_api api, const char *body, size_t len, 
         fail(&e, "the body must be one JSON object");
         return NULL;
     }
-    serve_request *r = calloc(1, sizeof *r);
-    if (!r) abort();
+    serve_request *r = xcalloc(1, sizeof *r);
     r->api = api;
     r->think = -1;
     const char *model;

@@ -164,7 +164,6 @@ const char *sv_cache_memo_path(const sv_cache *c);
 /* ---- helpers ------------------------------------------------------------------------ */
 
 char *sv_strdup(const char *s);
-char *sv_strndup(const char *s, size_t n);
 const char *sv_finish_openai(sv_finish f);
 const char *sv_finish_anthropic(sv_finish f);
 

@@ -143,8 +143,7 @@ static void on_dsml(void *ud, const dsml_event *ev)
         const char *canon = args ? json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN |
                                                                             JSON_C_TO_STRING_NOSLASHESCAPE)
                                  : "{}";
-        j->calls = realloc(j->calls, (j->n_calls + 1) * sizeof *j->calls);
-        if (!j->calls) abort();
+        j->calls = xrealloc(j->calls, (j->n_calls + 1) * sizeof *j->calls);
         char id[96];
         snprintf(id, sizeof id, "%s_%s_%zu", j->req->api == SERVE_API_MESSAGES ? "toolu" : "call", j->id, j->n_calls);
         j->calls[j->n_calls] = (sv_call){ sv_strdup(id), sv_strdup(ev->name), sv_strdup(canon) };
@@ -477,8 +476,7 @@ static void close_slots(sv_worker *w)
 
 sv_worker *sv_worker_start(const serve_config *cfg, sv_memo *memo, char *err, size_t errlen)
 {
-    sv_worker *w = calloc(1, sizeof *w);
-    if (!w) abort();
+    sv_worker *w = xcalloc(1, sizeof *w);
     w->cfg = *cfg;
     w->memo = memo;
     w->n_slots = cfg->parallel < 1 ? 1 : cfg->parallel > MAX_SLOTS ? MAX_SLOTS : cfg->parallel;
@@ -545,8 +543,7 @@ void sv_worker_submit(sv_worker *w, sv_job *j)
     }
     if (w->nq == w->capq) {
         w->capq = w->capq ? 2 * w->capq : 16;
-        w->q = realloc(w->q, w->capq * sizeof *w->q);
-        if (!w->q) abort();
+        w->q = xrealloc(w->q, w->capq * sizeof *w->q);
     }
     w->q[w->nq++] = j;
     pthread_cond_broadcast(&w->cv);

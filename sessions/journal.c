@@ -100,8 +100,7 @@ agent_turn journal_rec_turn(const journal_rec *r)
 
 static char *dup_bytes(const void *p, size_t n)
 {
-    char *s = malloc(n + 1);
-    if (!s) abort();
+    char *s = xmalloc(n + 1);
     if (n) memcpy(s, p, n);
     s[n] = 0;
     return s;
@@ -110,8 +109,7 @@ static char *dup_bytes(const void *p, size_t n)
 agent_tool_call *tool_calls_dup(const agent_tool_call *calls, size_t n)
 {
     if (!n) return NULL;
-    agent_tool_call *v = calloc(n, sizeof *v);
-    if (!v) abort();
+    agent_tool_call *v = xcalloc(n, sizeof *v);
     for (size_t i = 0; i < n; i++) {
         const char *name = calls[i].name ? calls[i].name : "", *args = calls[i].args_json ? calls[i].args_json : "";
         const char *res = calls[i].result ? calls[i].result : "";
@@ -147,8 +145,7 @@ static bool decode_calls(const unsigned char *p, const unsigned char *end, uint3
     }
     if (q != end) return false;
     if (!rec || n == 0) return true;
-    rec->calls = calloc(n, sizeof *rec->calls);
-    if (!rec->calls) abort();
+    rec->calls = xcalloc(n, sizeof *rec->calls);
     rec->n_calls = n;
     q = p;
     for (uint32_t i = 0; i < n; i++) {
@@ -184,13 +181,11 @@ static size_t record_at(const unsigned char *p, size_t avail, journal_rec *rec)
         memset(rec, 0, sizeof *rec);
         rec->kind = (agent_turn_kind)kind;
         rec->len = text_len;
-        rec->text = malloc((size_t)text_len + 1);
-        if (!rec->text) abort();
+        rec->text = xmalloc((size_t)text_len + 1);
         memcpy(rec->text, body + JOURNAL_BODY_FIXED, text_len);
         rec->text[text_len] = 0;
         rec->n_tokens = n_tokens;
-        rec->tokens = malloc((n_tokens ? n_tokens : 1) * sizeof *rec->tokens);
-        if (!rec->tokens) abort();
+        rec->tokens = xmalloc((n_tokens ? n_tokens : 1) * sizeof *rec->tokens);
         const unsigned char *tp = body + JOURNAL_BODY_FIXED + text_len;
         for (uint32_t i = 0; i < n_tokens; i++) rec->tokens[i] = (int32_t)le_get_u32(tp + 4 * i);
         rec->transcript_len = le_get_u64(body + 8);
@@ -203,8 +198,7 @@ static void push(journal_scan *s, const journal_rec *r)
 {
     if (s->n == s->cap) {
         s->cap = s->cap ? s->cap * 2 : 64;
-        s->recs = realloc(s->recs, s->cap * sizeof *s->recs);
-        if (!s->recs) abort();
+        s->recs = xrealloc(s->recs, s->cap * sizeof *s->recs);
     }
     s->recs[s->n++] = *r;
 }

@@ -162,8 +162,7 @@ int session_load_journal(session *s, ds4_error *err)
  * journal is rewritten to begin with it. Caller holds mu. */
 void session_rebuild_system(session *s, const ds4_tokens *sys)
 {
-    journal_rec *recs = calloc(s->n_turns + 1, sizeof *recs);
-    if (!recs) abort();
+    journal_rec *recs = xcalloc(s->n_turns + 1, sizeof *recs);
     recs[0] = (journal_rec){ .kind = AGENT_TURN_SYSTEM, .text = "", .tokens = sys->ids, .n_tokens = sys->n };
     size_t off = 0;
     for (size_t i = 0; i < s->n_turns; i++) {
@@ -185,12 +184,10 @@ void session_rebuild_system(session *s, const ds4_tokens *sys)
         s->system_len = sys->n;
         if (s->n_turns == s->cap_turns) {
             s->cap_turns = s->cap_turns ? s->cap_turns * 2 : 32;
-            s->turns = realloc(s->turns, s->cap_turns * sizeof *s->turns);
-            if (!s->turns) abort();
+            s->turns = xrealloc(s->turns, s->cap_turns * sizeof *s->turns);
         }
         memmove(s->turns + 1, s->turns, s->n_turns * sizeof *s->turns);
-        s->turns[0] = (turn_rec){ .kind = AGENT_TURN_SYSTEM, .text = strdup("") };
-        if (!s->turns[0].text) abort();
+        s->turns[0] = (turn_rec){ .kind = AGENT_TURN_SYSTEM, .text = xstrdup("") };
         s->n_turns++;
         s->meta.info.n_tokens = s->tx.n;
         s->meta.snap_tokens = 0;

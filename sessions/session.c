@@ -24,11 +24,9 @@ void session_note(session *s, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    char **grown = realloc(s->notes, (s->n_notes + 1) * sizeof *grown);
-    if (!grown) abort();
+    char **grown = xrealloc(s->notes, (s->n_notes + 1) * sizeof *grown);
     s->notes = grown;
-    s->notes[s->n_notes] = strdup(buf);
-    if (!s->notes[s->n_notes]) abort();
+    s->notes[s->n_notes] = xstrdup(buf);
     s->n_notes++;
 }
 
@@ -39,8 +37,7 @@ void session_path_in(const session *s, const char *name, char *buf, size_t size)
 
 static session *session_alloc(const char *dir, int lock_fd)
 {
-    session *s = calloc(1, sizeof *s);
-    if (!s) abort();
+    session *s = xcalloc(1, sizeof *s);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     s->lock_fd = lock_fd;
     s->jfd = -1;
@@ -98,14 +95,12 @@ void session_apply_record(session *s, const agent_turn *t)
     ds4_tokens_append(&s->tx, ids, n);
     if (s->n_turns == s->cap_turns) {
         s->cap_turns = s->cap_turns ? s->cap_turns * 2 : 32;
-        s->turns = realloc(s->turns, s->cap_turns * sizeof *s->turns);
-        if (!s->turns) abort();
+        s->turns = xrealloc(s->turns, s->cap_turns * sizeof *s->turns);
     }
     turn_rec *r = &s->turns[s->n_turns++];
     r->kind = kind;
     r->len = len;
-    r->text = malloc(len + 1);
-    if (!r->text) abort();
+    r->text = xmalloc(len + 1);
     memcpy(r->text, text, len);
     r->text[len] = 0;
     r->n_tokens = n;
@@ -596,15 +591,13 @@ size_t session_history(session *s, int max_user, session_turn **out)
         }
     }
     size_t n = s->n_turns - from;
-    session_turn *v = calloc(n ? n : 1, sizeof *v);
-    if (!v) abort();
+    session_turn *v = xcalloc(n ? n : 1, sizeof *v);
     for (size_t i = 0; i < n; i++) {
         const turn_rec *r = &s->turns[from + i];
         v[i].kind = r->kind;
         v[i].len = r->len;
         v[i].n_tokens = r->n_tokens;
-        v[i].text = malloc(r->len + 1);
-        if (!v[i].text) abort();
+        v[i].text = xmalloc(r->len + 1);
         memcpy(v[i].text, r->text, r->len + 1);
         v[i].calls = tool_calls_dup(r->calls, r->n_calls);
         v[i].n_calls = r->n_calls;

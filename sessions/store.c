@@ -153,8 +153,7 @@ void session_trim_run(const char *run_dir)
         if (is_job_log(de->d_name) && lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
             if (n == cap) {
                 cap = cap ? cap * 2 : 16;
-                logs = realloc(logs, cap * sizeof *logs);
-                if (!logs) abort();
+                logs = xrealloc(logs, cap * sizeof *logs);
             }
             snprintf(logs[n].name, sizeof logs[n].name, "%s", de->d_name);
             logs[n].mtime = (int64_t)st.st_mtime;
@@ -483,8 +482,7 @@ static void info_push(info_vec *iv, const session_info *i)
 {
     if (iv->n == iv->cap) {
         iv->cap = iv->cap ? iv->cap * 2 : 16;
-        iv->v = realloc(iv->v, iv->cap * sizeof *iv->v);
-        if (!iv->v) abort();
+        iv->v = xrealloc(iv->v, iv->cap * sizeof *iv->v);
     }
     iv->v[iv->n++] = *i;
 }
@@ -758,8 +756,7 @@ static void snap_push(snap_vec *sv, const char *path, const char *dir)
     if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) return;
     if (sv->n == sv->cap) {
         sv->cap = sv->cap ? sv->cap * 2 : 32;
-        sv->v = realloc(sv->v, sv->cap * sizeof *sv->v);
-        if (!sv->v) abort();
+        sv->v = xrealloc(sv->v, sv->cap * sizeof *sv->v);
     }
     snap_file *f = &sv->v[sv->n++];
     snprintf(f->path, sizeof f->path, "%s", path);

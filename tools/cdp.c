@@ -534,8 +534,7 @@ cdp_conn *cdp_connect(const char *ws_url, int timeout_ms, const cdp_cancel *canc
                  ws_url);
         return NULL;
     }
-    char *copy = strdup(ws_url);
-    if (!copy) abort();
+    char *copy = xstrdup(ws_url);
     const char *proto = NULL, *host = NULL, *path = NULL;
     int port = 80;
     if (lws_parse_uri(copy, &proto, &host, &port, &path) || !host || !*host) {
@@ -546,8 +545,7 @@ cdp_conn *cdp_connect(const char *ws_url, int timeout_ms, const cdp_cancel *canc
     char full_path[1024];
     snprintf(full_path, sizeof full_path, "/%s", path ? path : "");
 
-    cdp_conn *c = calloc(1, sizeof *c);
-    if (!c) abort();
+    cdp_conn *c = xcalloc(1, sizeof *c);
     c->next_id = 1;
     if (cancel) c->cancel = *cancel;
 
@@ -638,8 +636,7 @@ int cdp_send(cdp_conn *c, const char *method, json_object *params)
     size_t len = 0;
     const char *s = json_object_to_json_string_length(
         o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
-    out_msg *m = malloc(sizeof *m + LWS_PRE + len + 1);
-    if (!m) abort();
+    out_msg *m = xmalloc(sizeof *m + LWS_PRE + len + 1);
     m->next = NULL;
     m->len = len;
     memcpy(m->data + LWS_PRE, s, len + 1);

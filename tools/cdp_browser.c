@@ -82,8 +82,7 @@ char *cdp_find_browser(const char *explicit_path, ds4_error *err)
             struct stat st;
             if (stat(explicit_path, &st) == 0 && S_ISREG(st.st_mode) &&
                 access(explicit_path, X_OK) == 0) {
-                char *s = strdup(explicit_path);
-                if (!s) abort();
+                char *s = xstrdup(explicit_path);
                 return s;
             }
             ds4_error_set(err, "browser %s is not an executable file", explicit_path);
@@ -270,13 +269,12 @@ static char **build_env(const char *dir)
 {
     size_t n = 0;
     while (environ[n]) n++;
-    char **envp = calloc(n + 3, sizeof *envp);
-    if (!envp) abort();
+    char **envp = xcalloc(n + 3, sizeof *envp);
     size_t j = 0;
     for (size_t i = 0; i < n; i++) {
         if (!strncmp(environ[i], "XDG_CONFIG_HOME=", 16) || !strncmp(environ[i], "XDG_CACHE_HOME=", 15))
             continue;
-        envp[j++] = strdup(environ[i]);
+        envp[j++] = xstrdup(environ[i]);
     }
     /* Chrome puts its crash database and caches under these; keep them in
      * the throwaway directory instead of the user's home. */
@@ -286,8 +284,6 @@ static char **build_env(const char *dir)
     sb_printf(&s, "XDG_CACHE_HOME=%s/cache", dir);
     envp[j++] = sb_take(&s);
     envp[j] = NULL;
-    for (size_t i = 0; i < j; i++)
-        if (!envp[i]) abort();
     return envp;
 }
 
@@ -320,10 +316,8 @@ cdp_browser *cdp_browser_start(const cdp_launch_opts *opts, ds4_error *err)
         free(exe);
         return NULL;
     }
-    cdp_browser *b = calloc(1, sizeof *b);
-    if (!b) abort();
-    b->dir = strdup(dir);
-    if (!b->dir) abort();
+    cdp_browser *b = xcalloc(1, sizeof *b);
+    b->dir = xstrdup(dir);
     b->exe = exe;
     b->start_timeout_ms = opts->start_timeout_ms > 0 ? opts->start_timeout_ms : 20000;
     b->lifeline = -1;

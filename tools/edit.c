@@ -158,8 +158,7 @@ static size_t closest(const char *file, const line_index *fl, const char *old, s
         return 0;
     }
     strbuf tmp = {0};
-    line_sig *os = calloc(k, sizeof *os), *fs = calloc(fl->n, sizeof *fs);
-    if (!os || !fs) abort();
+    line_sig *os = xcalloc(k, sizeof *os), *fs = xcalloc(fl->n, sizeof *fs);
     for (size_t i = 0; i < k; i++) make_sig(old + ol.start[i], ol.len[i], &os[i], &tmp);
     for (size_t i = 0; i < fl->n; i++) make_sig(file + fl->start[i], fl->len[i], &fs[i], &tmp);
     size_t windows = fl->n >= k ? fl->n - k + 1 : 1;

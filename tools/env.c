@@ -50,8 +50,7 @@ static char **copy_list(const char *const *list)
     if (!list) return NULL;
     size_t n = 0;
     while (list[n]) n++;
-    char **c = calloc(n + 1, sizeof *c);
-    if (!c) abort();
+    char **c = xcalloc(n + 1, sizeof *c);
     for (size_t i = 0; i < n; i++) c[i] = xstrdup(list[i]);
     return c;
 }
@@ -61,8 +60,7 @@ static char **split_allow(const char *const *list)
 {
     if (!list) return NULL;
     size_t n = 0, cap = 8;
-    char **c = calloc(cap, sizeof *c);
-    if (!c) abort();
+    char **c = xcalloc(cap, sizeof *c);
     for (size_t i = 0; list[i]; i++) {
         for (const char *p = list[i]; *p;) {
             size_t skip = strspn(p, ", \t");
@@ -71,11 +69,9 @@ static char **split_allow(const char *const *list)
             if (!len) break;
             if (n + 2 > cap) {
                 cap *= 2;
-                c = realloc(c, cap * sizeof *c);
-                if (!c) abort();
+                c = xrealloc(c, cap * sizeof *c);
             }
-            c[n] = strndup(p, len);
-            if (!c[n]) abort();
+            c[n] = xstrndup(p, len);
             c[++n] = NULL;
             p += len;
         }
@@ -95,8 +91,7 @@ tool_env *tool_env_new(const tool_env_config *cfg, ds4_error *err)
     if (err) err->msg[0] = 0;
     tool_env_config zero = {0};
     if (!cfg) cfg = &zero;
-    tool_env *env = calloc(1, sizeof *env);
-    if (!env) abort();
+    tool_env *env = xcalloc(1, sizeof *env);
     env->cfg = *cfg;
     env->cfg.workspace = xstrdup(cfg->workspace);
     env->cfg.rules_path = xstrdup(cfg->rules_path);
@@ -209,8 +204,7 @@ void tool_pager_set(tool_env *env, const char *label, const char *text, size_t l
     tool_pager_clear(env);
     env->pager.kind = PAGER_TEXT;
     env->pager.label = xstrdup(label ? label : "output");
-    env->pager.text = malloc(len + 1);
-    if (!env->pager.text) abort();
+    env->pager.text = xmalloc(len + 1);
     memcpy(env->pager.text, text, len);
     env->pager.text[len] = 0;
     env->pager.len = len;
@@ -270,18 +264,16 @@ void lines_split(const char *text, size_t len, line_index *li)
 {
     size_t cap = 64;
     memset(li, 0, sizeof *li);
-    li->start = malloc(cap * sizeof *li->start);
-    li->len = malloc(cap * sizeof *li->len);
-    li->end = malloc(cap * sizeof *li->end);
-    if (!li->start || !li->len || !li->end) abort();
+    li->start = xmalloc(cap * sizeof *li->start);
+    li->len = xmalloc(cap * sizeof *li->len);
+    li->end = xmalloc(cap * sizeof *li->end);
     size_t pos = 0;
     while (pos < len) {
         if (li->n == cap) {
             cap *= 2;
-            li->start = realloc(li->start, cap * sizeof *li->start);
-            li->len = realloc(li->len, cap * sizeof *li->len);
-            li->end = realloc(li->end, cap * sizeof *li->end);
-            if (!li->start || !li->len || !li->end) abort();
+            li->start = xrealloc(li->start, cap * sizeof *li->start);
+            li->len = xrealloc(li->len, cap * sizeof *li->len);
+            li->end = xrealloc(li->end, cap * sizeof *li->end);
         }
         size_t s = pos;
         const char *nl = memchr(text + pos, '\n', len - pos);
@@ -468,16 +460,14 @@ static struct seen_file *seen_find(tool_env *env, const char *path, bool create)
         size_t ncap = env->seen_cap ? env->seen_cap * 2 : 64;
         struct seen_file **old = env->seen;
         size_t ocap = env->seen_cap;
-        env->seen = calloc(ncap, sizeof *env->seen);
-        if (!env->seen) abort();
+        env->seen = xcalloc(ncap, sizeof *env->seen);
         env->seen_cap = ncap;
         for (size_t i = 0; i < ocap; i++)
             if (old[i]) *seen_slot(env, old[i]->path) = old[i];
         free(old);
         slot = seen_slot(env, path);
     }
-    struct seen_file *f = calloc(1, sizeof *f);
-    if (!f) abort();
+    struct seen_file *f = xcalloc(1, sizeof *f);
     f->path = xstrdup(path);
     *slot = f;
     env->seen_count++;
@@ -487,8 +477,7 @@ static struct seen_file *seen_find(tool_env *env, const char *path, bool create)
 static void seen_grow(struct seen_file *f, size_t n)
 {
     if (n <= f->n) return;
-    f->h = realloc(f->h, n * sizeof *f->h);
-    if (!f->h) abort();
+    f->h = xrealloc(f->h, n * sizeof *f->h);
     memset(f->h + f->n, 0, (n - f->n) * sizeof *f->h);
     f->n = n;
 }
@@ -717,13 +706,11 @@ static size_t edit_distance(const char *a, const char *b)
 
 void tool_suggest_names(const char *abs_path, strbuf *b)
 {
-    char *dir = strdup(abs_path);
-    if (!dir) abort();
+    char *dir = xstrdup(abs_path);
     char *slash = strrchr(dir, '/');
     if (!slash) { free(dir); return; }
     const char *name = slash + 1;
-    char *base = strdup(name);
-    if (!base) abort();
+    char *base = xstrdup(name);
     if (slash == dir) slash[1] = 0;
     else *slash = 0;
     DIR *d = opendir(dir);

@@ -132,8 +132,7 @@ bool glob_match_fold(const char *pattern, const char *path, bool fold)
     size_t bits = (m.plen + 1) * (m.slen + 1);
     if (m.plen > 4096 || m.slen > 8192) return false;
     uint8_t small[512];
-    m.failed = bits <= sizeof small * 8 ? small : calloc((bits + 7) / 8, 1);
-    if (!m.failed) abort();
+    m.failed = bits <= sizeof small * 8 ? small : xcalloc((bits + 7) / 8, 1);
     memset(m.failed, 0, m.failed == small ? sizeof small : 0);
     bool r = match_at(&m, 0, 0);
     if (m.failed != small) free(m.failed);
@@ -213,8 +212,7 @@ struct ignore_stack {
 
 ignore_stack *ignore_new(void)
 {
-    ignore_stack *st = calloc(1, sizeof *st);
-    if (!st) abort();
+    ignore_stack *st = xcalloc(1, sizeof *st);
     return st;
 }
 
@@ -256,8 +254,7 @@ static void parse_line(ignore_level *l, size_t *cap, const char *s, size_t n)
     p.glob = sb_take(&b);
     if (l->n == *cap) {
         *cap = *cap ? *cap * 2 : 16;
-        l->pat = realloc(l->pat, *cap * sizeof *l->pat);
-        if (!l->pat) abort();
+        l->pat = xrealloc(l->pat, *cap * sizeof *l->pat);
     }
     l->pat[l->n++] = p;
 }
@@ -266,13 +263,11 @@ static ignore_level *push_level(ignore_stack *st, const char *base)
 {
     if (st->n == st->cap) {
         st->cap = st->cap ? st->cap * 2 : 16;
-        st->lv = realloc(st->lv, st->cap * sizeof *st->lv);
-        if (!st->lv) abort();
+        st->lv = xrealloc(st->lv, st->cap * sizeof *st->lv);
     }
     ignore_level *l = &st->lv[st->n++];
     memset(l, 0, sizeof *l);
-    l->base = strdup(base);
-    if (!l->base) abort();
+    l->base = xstrdup(base);
     l->base_len = strlen(base);
     while (l->base_len > 1 && l->base[l->base_len - 1] == '/') l->base[--l->base_len] = 0;
     return l;
@@ -326,8 +321,7 @@ void ignore_pop(ignore_stack *st)
 size_t ignore_push_ancestors(ignore_stack *st, const char *dir)
 {
     /* the repository top: the nearest ancestor holding .git */
-    char *d = strdup(dir);
-    if (!d) abort();
+    char *d = xstrdup(dir);
     size_t n = strlen(d);
     while (n > 1 && d[n - 1] == '/') d[--n] = 0;
     size_t top = (size_t)-1;

@@ -116,8 +116,7 @@ static void append_region(strbuf *b, job *j, size_t from, size_t to)
     size_t len = to - from;
     size_t lines = count_newlines(job_log_fd(j), from, to);
     if (len <= WHOLE_MAX_BYTES && lines <= WHOLE_MAX_LINES) {
-        char *buf = malloc(len + 1);
-        if (!buf) abort();
+        char *buf = xmalloc(len + 1);
         size_t got = pread_all(job_log_fd(j), buf, len, from);
         sanitize_append(b, buf, got);
         if (got && buf[got - 1] != '\n') sb_putc(b, '\n');
@@ -134,8 +133,7 @@ static void append_region(strbuf *b, job *j, size_t from, size_t to)
     if (hend && head[hend - 1] != '\n') sb_puts(b, " …\n");
     size_t tstart = to > TAIL_BYTES ? to - TAIL_BYTES : 0;
     if (tstart < from + hend) tstart = from + hend;
-    char *tail = malloc(TAIL_BYTES);
-    if (!tail) abort();
+    char *tail = xmalloc(TAIL_BYTES);
     size_t tn = pread_all(job_log_fd(j), tail, to - tstart, tstart);
     /* the last TAIL_LINES lines, starting at a line start */
     size_t k = tn, tl = 0;
@@ -253,8 +251,7 @@ static void send_progress(job *j, const tool_call_ctx *ctx)
     if (size <= j->progress_upto) return;
     size_t from = j->progress_upto;
     if (size - from > PROGRESS_MAX) from = size - PROGRESS_MAX;
-    char *buf = malloc(size - from);
-    if (!buf) abort();
+    char *buf = xmalloc(size - from);
     size_t got = pread_all(job_log_fd(j), buf, size - from, from);
     /* only whole lines, unless the job is over */
     size_t end = got;

@@ -381,8 +381,7 @@ static char **build_env(int id)
     size_t nset = sizeof set / sizeof set[0];
     size_t n = 0;
     while (environ && environ[n]) n++;
-    char **e = calloc(n + nset + 2, sizeof *e);
-    if (!e) abort();
+    char **e = xcalloc(n + nset + 2, sizeof *e);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         bool overridden = !strncmp(environ[i], "DS4CL_JOB=", 10);
@@ -407,8 +406,7 @@ static void free_env(char **e)
 static struct job_table *table(tool_env *env)
 {
     if (!env->jobs) {
-        env->jobs = calloc(1, sizeof *env->jobs);
-        if (!env->jobs) abort();
+        env->jobs = xcalloc(1, sizeof *env->jobs);
     }
     return env->jobs;
 }
@@ -434,8 +432,7 @@ job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox,
         return NULL;
     }
     int id = ++t->next_id;
-    job *j = calloc(1, sizeof *j);
-    if (!j) abort();
+    job *j = xcalloc(1, sizeof *j);
     j->id = id;
     j->report_fd = j->log_fd = -1;
     j->command = xstrdup(command);
@@ -530,8 +527,7 @@ job *jobs_start(tool_env *env, const char *command, int timeout_s, bool sandbox,
     }
     if (t->n == t->cap) {
         t->cap = t->cap ? t->cap * 2 : 8;
-        t->v = realloc(t->v, t->cap * sizeof *t->v);
-        if (!t->v) abort();
+        t->v = xrealloc(t->v, t->cap * sizeof *t->v);
     }
     t->v[t->n++] = j;
     return j;

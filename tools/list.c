@@ -101,13 +101,11 @@ static int run_list(tool_env *env, json_object *args, const tool_call_ctx *ctx, 
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 64;
-            v = realloc(v, cap * sizeof *v);
-            if (!v) abort();
+            v = xrealloc(v, cap * sizeof *v);
         }
         entry *x = &v[n++];
         memset(x, 0, sizeof *x);
-        x->name = strdup(e->d_name);
-        if (!x->name) abort();
+        x->name = xstrdup(e->d_name);
         x->stat_ok = fstatat(dfd, e->d_name, &x->st, AT_SYMLINK_NOFOLLOW) == 0;
         if (x->stat_ok && S_ISLNK(x->st.st_mode)) {
             char target[4096];

@@ -81,8 +81,7 @@ static int run_more(tool_env *env, json_object *args, const tool_call_ctx *ctx, 
         return tool_fail(out, "there is no previous output to continue (more continues a read, search "
                               "or web page that did not fit in one result)");
     case PAGER_FILE: {
-        char *path = strdup(env->pager.label);
-        if (!path) abort();
+        char *path = xstrdup(env->pager.label);
         int rc = read_file_range(env, path, env->pager.next_line + 1, n, false, env->pager.raw, ctx, out);
         free(path);
         return rc;

@@ -52,8 +52,7 @@ static perm_rule *add_rule(struct perm_rules *rs)
 {
     if (rs->n == rs->cap) {
         rs->cap = rs->cap ? rs->cap * 2 : 16;
-        rs->r = realloc(rs->r, rs->cap * sizeof *rs->r);
-        if (!rs->r) abort();
+        rs->r = xrealloc(rs->r, rs->cap * sizeof *rs->r);
     }
     perm_rule *r = &rs->r[rs->n++];
     memset(r, 0, sizeof *r);
@@ -76,13 +75,6 @@ void perm_rules_free(struct perm_rules *rs)
     for (size_t i = 0; i < rs->n; i++) rule_free(&rs->r[i]);
     free(rs->r);
     free(rs);
-}
-
-static char *xstrndup(const char *s, size_t n)
-{
-    char *d = strndup(s, n);
-    if (!d) abort();
-    return d;
 }
 
 static int parse_rules(tool_env *env, const char *file, const char *text, ds4_error *err)
@@ -183,8 +175,7 @@ static int load_file(tool_env *env, const char *path, bool must_exist, ds4_error
 
 int perm_rules_load(tool_env *env, ds4_error *err)
 {
-    env->rules = calloc(1, sizeof *env->rules);
-    if (!env->rules) abort();
+    env->rules = xcalloc(1, sizeof *env->rules);
     char dir[4096];
     /* XDG_CONFIG is only read, so do not create it when it is missing */
     const char *xdg = getenv("XDG_CONFIG_HOME");
@@ -336,8 +327,7 @@ static bool path_matches(tool_env *env, const char *pattern, const char *abs)
     while (pat.len > 1 && pat.s[pat.len - 1] == '/') pat.s[--pat.len] = 0;
     /* the pattern or any directory above the path: "src" covers src/a.c */
     bool m = false;
-    char *p = strdup(abs);
-    if (!p) abort();
+    char *p = xstrdup(abs);
     for (;;) {
         if (glob_match_braces(sb_str(&pat), p, false)) { m = true; break; }
         char *slash = strrchr(p, '/');
@@ -510,8 +500,7 @@ static void add_session(tool_env *env, const tool_def *t, char **argv, size_t ar
     r->tool = xstrndup(t->name, strlen(t->name));
     r->where = xstrndup("session", 7);
     if (argc) {
-        r->argv = calloc(argc + 1, sizeof *r->argv);
-        if (!r->argv) abort();
+        r->argv = xcalloc(argc + 1, sizeof *r->argv);
         for (size_t i = 0; i < argc; i++) r->argv[i] = xstrndup(argv[i], strlen(argv[i]));
         r->argc = argc;
     }

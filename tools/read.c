@@ -42,8 +42,7 @@ static void push_hash(reader *r, uint64_t h)
 {
     if (r->nhash == r->caphash) {
         r->caphash = r->caphash ? r->caphash * 2 : 256;
-        r->hashes = realloc(r->hashes, r->caphash * sizeof *r->hashes);
-        if (!r->hashes) abort();
+        r->hashes = xrealloc(r->hashes, r->caphash * sizeof *r->hashes);
     }
     r->hashes[r->nhash++] = h;
 }
@@ -168,8 +167,7 @@ int read_file_range(tool_env *env, const char *abs_path, size_t start_line, size
     r.line = 1;
     r.cur_hash = line_hash_begin();
 
-    char *buf = malloc(READ_CHUNK);
-    if (!buf) abort();
+    char *buf = xmalloc(READ_CHUNK);
     size_t total_bytes = 0;
     int rc = 0;
     for (;;) {

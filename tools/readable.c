@@ -363,8 +363,7 @@ static void add_ref(readable_doc *d, size_t start, size_t end, int n)
 {
     if (d->nrefs == d->caprefs) {
         d->caprefs = d->caprefs ? d->caprefs * 2 : 64;
-        d->refs = realloc(d->refs, d->caprefs * sizeof *d->refs);
-        if (!d->refs) abort();
+        d->refs = xrealloc(d->refs, d->caprefs * sizeof *d->refs);
     }
     d->refs[d->nrefs++] = (link_ref){ start, end, n };
 }
@@ -528,8 +527,7 @@ readable_doc *readable_doc_new(json_object *value, ds4_error *err)
         ds4_error_set(err, "the page extractor returned something unexpected");
         return NULL;
     }
-    readable_doc *d = calloc(1, sizeof *d);
-    if (!d) abort();
+    readable_doc *d = xcalloc(1, sizeof *d);
     size_t tl, ul, yl;
     const char *title = json_get_str(value, "title", &tl), *url = json_get_str(value, "url", &ul);
     const char *type = json_get_str(value, "type", &yl);
@@ -541,9 +539,8 @@ readable_doc *readable_doc_new(json_object *value, ds4_error *err)
     if (json_object_object_get_ex(value, "truncated", &v)) d->truncated = json_object_get_boolean(v);
 
     d->nlinks = json_object_array_length(links);
-    d->links = calloc(d->nlinks + 1, sizeof *d->links);
-    d->listed = calloc(d->nlinks + 1, sizeof *d->listed);
-    if (!d->links || !d->listed) abort();
+    d->links = xcalloc(d->nlinks + 1, sizeof *d->links);
+    d->listed = xcalloc(d->nlinks + 1, sizeof *d->listed);
     for (size_t i = 0; i < d->nlinks; i++) {
         json_object *l = json_object_array_get_idx(links, i);
         bool is_str = json_object_is_type(l, json_type_string);

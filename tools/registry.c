@@ -52,9 +52,8 @@ char *tools_schema_json(const tool_def *t)
     if (!params) params = json_object_new_object();
     json_object_object_add(o, "parameters", params);
     const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
-    char *r = strdup(s);
+    char *r = xstrdup(s);
     json_object_put(o);
-    if (!r) abort();
     return r;
 }
 
@@ -333,8 +332,7 @@ void tools_run(tool_env *env, const char *name, const char *args_json,
     if (!out->text) {
         if (rc != 0) tool_fail(out, "%s failed without a message", t->name);
         else {
-            out->text = strdup("(no output)");
-            if (!out->text) abort();
+            out->text = xstrdup("(no output)");
         }
     }
     out->is_error = strncmp(out->text, "Tool error: ", 12) == 0;

@@ -69,8 +69,7 @@ static void add_mark(searcher *s, size_t file, size_t line, uint64_t h)
 {
     if (s->nmarks == s->capmarks) {
         s->capmarks = s->capmarks ? s->capmarks * 2 : 256;
-        s->marks = realloc(s->marks, s->capmarks * sizeof *s->marks);
-        if (!s->marks) abort();
+        s->marks = xrealloc(s->marks, s->capmarks * sizeof *s->marks);
     }
     s->marks[s->nmarks++] = (pager_mark){ s->out_lines, file, line, h };
 }
@@ -79,12 +78,10 @@ static size_t add_file(searcher *s, const char *path, const struct stat *st)
 {
     if (s->nfiles == s->capfiles) {
         s->capfiles = s->capfiles ? s->capfiles * 2 : 64;
-        s->files = realloc(s->files, s->capfiles * sizeof *s->files);
-        if (!s->files) abort();
+        s->files = xrealloc(s->files, s->capfiles * sizeof *s->files);
     }
     pager_file *f = &s->files[s->nfiles];
-    f->path = strdup(path);
-    if (!f->path) abort();
+    f->path = xstrdup(path);
     f->dev = st->st_dev;
     f->ino = st->st_ino;
     f->size = st->st_size;
@@ -129,8 +126,7 @@ static void find_hits(searcher *s, const char *buf, size_t len)
         }
         if (s->nhits == s->caphits) {
             s->caphits = s->caphits ? s->caphits * 2 : 64;
-            s->hits = realloc(s->hits, s->caphits * sizeof *s->hits);
-            if (!s->hits) abort();
+            s->hits = xrealloc(s->hits, s->caphits * sizeof *s->hits);
         }
         s->hits[s->nhits++] = at;
         const char *le = memchr(buf + at, '\n', len - at);
@@ -166,8 +162,7 @@ static void search_file(searcher *s, const char *abs, int fd, const struct stat 
     if (need > s->cap) {
         s->cap = need > s->cap * 2 ? need : s->cap * 2;
         free(s->buf);
-        s->buf = malloc(s->cap);
-        if (!s->buf) abort();
+        s->buf = xmalloc(s->cap);
     }
     size_t len = 0;
     bool checked = false;
@@ -302,11 +297,9 @@ static void walk(searcher *s, const char *dir, int depth)
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 64;
-            v = realloc(v, cap * sizeof *v);
-            if (!v) abort();
+            v = xrealloc(v, cap * sizeof *v);
         }
-        v[n].name = strdup(e->d_name);
-        if (!v[n].name) abort();
+        v[n].name = xstrdup(e->d_name);
         v[n].type = e->d_type;
         n++;
     }
@@ -376,11 +369,9 @@ static void split_globs(searcher *s, const char *g)
         }
         if (s->nglobs == cap) {
             cap = cap ? cap * 2 : 4;
-            s->globs = realloc(s->globs, cap * sizeof *s->globs);
-            if (!s->globs) abort();
+            s->globs = xrealloc(s->globs, cap * sizeof *s->globs);
         }
-        s->globs[s->nglobs] = strndup(p, (size_t)(q - p));
-        if (!s->globs[s->nglobs]) abort();
+        s->globs[s->nglobs] = xstrndup(p, (size_t)(q - p));
         if (s->globs[s->nglobs][0] != '!') s->any_positive = true;
         s->nglobs++;
         p = q;
@@ -466,8 +457,7 @@ static int run_search(tool_env *env, json_object *args, const tool_call_ctx *ctx
         rc = tool_fail(out, "%s", sb_str(&b));
         sb_free(&b);
     } else if (S_ISDIR(st.st_mode)) {
-        s.root = strdup(abs);
-        if (!s.root) abort();
+        s.root = xstrdup(abs);
         s.root_len = strlen(abs);
         s.ign = ignore_new();
         if (!s.include_ignored) ignore_push_ancestors(s.ign, abs);

@@ -47,12 +47,10 @@ static void push_cmd(shell_split *out, builder *b)
     if (b->n == 0 && !b->unsafe_env) return;
     if (out->n == out->cap) {
         out->cap = out->cap ? out->cap * 2 : 8;
-        out->cmd = realloc(out->cmd, out->cap * sizeof *out->cmd);
-        if (!out->cmd) abort();
+        out->cmd = xrealloc(out->cmd, out->cap * sizeof *out->cmd);
     }
     shell_cmd *c = &out->cmd[out->n++];
-    c->argv = realloc(b->w, (b->n + 1) * sizeof *b->w);
-    if (!c->argv) abort();
+    c->argv = xrealloc(b->w, (b->n + 1) * sizeof *b->w);
     c->argv[b->n] = NULL;
     c->argc = b->n;
     c->writes_file = b->writes_file;
@@ -136,8 +134,7 @@ static void add_word(scanner *p, builder *b, char *w)
     }
     if (b->n == b->cap) {
         b->cap = b->cap ? b->cap * 2 : 8;
-        b->w = realloc(b->w, b->cap * sizeof *b->w);
-        if (!b->w) abort();
+        b->w = xrealloc(b->w, b->cap * sizeof *b->w);
     }
     b->w[b->n++] = w;
 }

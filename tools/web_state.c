@@ -55,8 +55,7 @@ static char *setting_dup(const char *s) { return xstrdup(s && *s ? s : NULL); }
 
 web_state *web_state_new(const tool_env_config *cfg)
 {
-    web_state *ws = calloc(1, sizeof *ws);
-    if (!ws) abort();
+    web_state *ws = xcalloc(1, sizeof *ws);
     if (cfg) {
         ws->state_dir = setting_dup(cfg->state_dir);
         ws->cdp_url = setting_dup(cfg->cdp_url);
@@ -179,8 +178,7 @@ char *web_normalize_url(const char *url, ds4_error *err)
     }
     char *res = NULL;
     if (out) {
-        res = strdup(out);
-        if (!res) abort();
+        res = xstrdup(out);
     }
     curl_free(out);
     curl_free(scheme);
@@ -339,8 +337,7 @@ static int ensure_browser(web_state *ws, const tool_call_ctx *ctx, const cdp_can
             forget_browser(ws);
             return CDP_ERROR;
         }
-        ws->endpoint = strdup(cdp_browser_http_url(ws->browser));
-        if (!ws->endpoint) abort();
+        ws->endpoint = xstrdup(cdp_browser_http_url(ws->browser));
     }
     if (!ws->browser_conn) {
         int rc = open_browser_session(ws, cancel, &e2);

@@ -23,11 +23,9 @@
 
 void ui_str_list_push(str_list *l, const char *s)
 {
-    char **grown = realloc(l->v, (l->n + 1) * sizeof *grown);
-    if (!grown) abort();
+    char **grown = xrealloc(l->v, (l->n + 1) * sizeof *grown);
     l->v = grown;
-    l->v[l->n] = strdup(s);
-    if (!l->v[l->n]) abort();
+    l->v[l->n] = xstrdup(s);
     l->n++;
 }
 
@@ -181,8 +179,7 @@ void ui_app_submit(ui_app *app)
     if (blank) return;
     ds4_error err = { "" };
     if (t[0] == '/') {
-        char *line = strdup(t);
-        if (!line) abort();
+        char *line = xstrdup(t);
         int rc = ui_commands_run(app, line);
         if (rc != 0) {
             if (ui_history_add(&app->hist, line, &err) != 0) ui_app_hint(app, "history not saved: %s", err.msg);
@@ -296,8 +293,7 @@ static void handle_event(ui_app *app, const agent_event *e)
         break;
     case AGENT_EV_CONFIRM:
         free(app->confirm_text);
-        app->confirm_text = strdup(e->text ? e->text : "");
-        if (!app->confirm_text) abort();
+        app->confirm_text = xstrdup(e->text ? e->text : "");
         snprintf(app->confirm_tool, sizeof app->confirm_tool, "%s", e->tool ? e->tool : "");
         app->confirm_open = true;
         app->confirm_choice = 0;
@@ -370,8 +366,7 @@ ui_exit ui_run(ui_config *cfg, int *sig, ds4_error *msg)
     app.resuming = cfg->resumed;
     app.st.state = AGENT_PREFILL;
     if (cfg->base->trace_path) {
-        app.trace_path = strdup(cfg->base->trace_path);
-        if (!app.trace_path) abort();
+        app.trace_path = xstrdup(cfg->base->trace_path);
         cfg->base->trace_path = app.trace_path;
     }
     ui_exit rc = UI_EXIT_QUIT;

@@ -141,8 +141,7 @@ static int cmd_trace(ui_app *app, const char *args)
     free(app->trace_path);
     app->trace_path = NULL;
     if (!off) {
-        app->trace_path = strdup(path);
-        if (!app->trace_path) abort();
+        app->trace_path = xstrdup(path);
     }
     app->cfg->base->trace_path = app->trace_path;
     char msg[4200];

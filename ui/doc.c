@@ -36,8 +36,7 @@ static const ui_line g_empty_line = { (char *)"", 0, NULL, 0, 0, 0 };
 
 ui_doc *ui_doc_new(void)
 {
-    ui_doc *d = calloc(1, sizeof *d);
-    if (!d) abort();
+    ui_doc *d = xcalloc(1, sizeof *d);
     return d;
 }
 
@@ -76,8 +75,7 @@ static block *push_block(ui_doc *d, doc_kind kind)
 {
     if (d->n == d->cap) {
         d->cap = d->cap ? d->cap * 2 : 32;
-        d->b = realloc(d->b, d->cap * sizeof *d->b);
-        if (!d->b) abort();
+        d->b = xrealloc(d->b, d->cap * sizeof *d->b);
     }
     block *b = &d->b[d->n++];
     memset(b, 0, sizeof *b);
@@ -139,8 +137,7 @@ static block *tool_block_or_new(ui_doc *d, const agent_event *e)
     if (b) return b;
     close_open(d);
     b = push_block(d, DOC_TOOL);
-    b->tool.tool = strdup(e->tool ? e->tool : "tool");
-    if (!b->tool.tool) abort();
+    b->tool.tool = xstrdup(e->tool ? e->tool : "tool");
     b->tool.call = e->call_index;
     return b;
 }
@@ -162,12 +159,10 @@ void ui_doc_add_tool(ui_doc *d, const char *tool, const char *args_json, const c
 {
     close_open(d);
     block *b = push_block(d, DOC_TOOL);
-    b->tool.tool = strdup(tool ? tool : "tool");
-    if (!b->tool.tool) abort();
+    b->tool.tool = xstrdup(tool ? tool : "tool");
     b->tool.call = -1;
     ui_tool_view_set_args(&b->tool, args_json);
-    b->tool.result = strdup(result ? result : "");
-    if (!b->tool.result) abort();
+    b->tool.result = xstrdup(result ? result : "");
     b->tool.done = true;
     b->tool.is_error = is_error;
     b->tool.denied = denied;
@@ -210,8 +205,7 @@ static void mark_not_run(ui_doc *d, const char *why)
         block *b = &d->b[i];
         if (b->kind == DOC_USER) break;
         if (b->kind != DOC_TOOL || b->tool.done || b->tool.not_run) continue;
-        b->tool.not_run = strdup(why);
-        if (!b->tool.not_run) abort();
+        b->tool.not_run = xstrdup(why);
         b->tool.asking = false;
         b->version++;
     }
@@ -250,8 +244,7 @@ void ui_doc_event(ui_doc *d, const agent_event *e)
     case AGENT_EV_TOOL_START:
         close_open(d);
         b = push_block(d, DOC_TOOL);
-        b->tool.tool = strdup(e->tool ? e->tool : "tool");
-        if (!b->tool.tool) abort();
+        b->tool.tool = xstrdup(e->tool ? e->tool : "tool");
         b->tool.call = e->call_index;
         break;
     case AGENT_EV_TOOL_PARAM:
@@ -273,8 +266,7 @@ void ui_doc_event(ui_doc *d, const agent_event *e)
     case AGENT_EV_TOOL_RESULT:
         b = tool_block_or_new(d, e);
         free(b->tool.result);
-        b->tool.result = strdup(e->text ? e->text : "");
-        if (!b->tool.result) abort();
+        b->tool.result = xstrdup(e->text ? e->text : "");
         b->tool.done = true;
         b->tool.asking = false;
         b->tool.is_error = e->is_error;
@@ -404,8 +396,7 @@ size_t ui_doc_layout(ui_doc *d, int width)
     if (width < 8) width = 8;
     if (d->cap_off < d->n) {
         d->cap_off = d->n + 32;
-        d->off = realloc(d->off, d->cap_off * sizeof *d->off);
-        if (!d->off) abort();
+        d->off = xrealloc(d->off, d->cap_off * sizeof *d->off);
     }
     size_t total = 0;
     for (size_t i = 0; i < d->n; i++) {

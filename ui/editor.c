@@ -32,8 +32,7 @@ struct ui_editor {
 
 ui_editor *ui_editor_new(ui_history *history)
 {
-    ui_editor *e = calloc(1, sizeof *e);
-    if (!e) abort();
+    ui_editor *e = xcalloc(1, sizeof *e);
     e->hist = history;
     e->goal_col = -1;
     sb_puts(&e->buf, "");
@@ -62,8 +61,7 @@ static void save_undo(ui_editor *e)
         memmove(e->undo, e->undo + 1, (UNDO_MAX - 1) * sizeof *e->undo);
         e->n_undo--;
     }
-    char *t = strdup(sb_str(&e->buf));
-    if (!t) abort();
+    char *t = xstrdup(sb_str(&e->buf));
     e->undo[e->n_undo++] = (snapshot){ t, e->cur };
 }
 
@@ -268,8 +266,7 @@ bool ui_editor_history(ui_editor *e, int dir)
     if (dir > 0 && e->hist_pos >= h->n) return false;
     if (e->hist_pos == h->n) {
         free(e->draft);
-        e->draft = strdup(sb_str(&e->buf));
-        if (!e->draft) abort();
+        e->draft = xstrdup(sb_str(&e->buf));
     }
     e->walking = true;
     e->hist_pos = dir < 0 ? e->hist_pos - 1 : e->hist_pos + 1;
@@ -284,8 +281,7 @@ bool ui_editor_history(ui_editor *e, int dir)
 
 char *ui_editor_take(ui_editor *e)
 {
-    char *t = strdup(sb_str(&e->buf));
-    if (!t) abort();
+    char *t = xstrdup(sb_str(&e->buf));
     sb_clear(&e->buf);
     sb_puts(&e->buf, "");
     e->cur = 0;
@@ -306,8 +302,7 @@ size_t ui_editor_layout(const ui_editor *e, int cols, ed_row **rows, int *crow, 
     if (cols < 1) cols = 1;
     const char *s = sb_str(&e->buf);
     size_t len = e->buf.len, n = 0, cap = 8;
-    ed_row *v = malloc(cap * sizeof *v);
-    if (!v) abort();
+    ed_row *v = xmalloc(cap * sizeof *v);
     *crow = 0;
     *ccol = 0;
     bool found = false;
@@ -328,8 +323,7 @@ size_t ui_editor_layout(const ui_editor *e, int cols, ed_row **rows, int *crow, 
             }
             if (n == cap) {
                 cap *= 2;
-                v = realloc(v, cap * sizeof *v);
-                if (!v) abort();
+                v = xrealloc(v, cap * sizeof *v);
             }
             v[n] = (ed_row){ rs, j };
             if (!found && e->cur >= rs && (e->cur < j || (e->cur == j && j == le))) {
@@ -346,8 +340,7 @@ size_t ui_editor_layout(const ui_editor *e, int cols, ed_row **rows, int *crow, 
     if (*ccol >= cols) {
         /* the cursor after a full row sits at the start of the next one */
         if (n == cap) {
-            v = realloc(v, (cap + 1) * sizeof *v);
-            if (!v) abort();
+            v = xrealloc(v, (cap + 1) * sizeof *v);
         }
         memmove(v + *crow + 2, v + *crow + 1, (n - (size_t)*crow - 1) * sizeof *v);
         v[*crow + 1] = (ed_row){ e->cur, e->cur };

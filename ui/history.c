@@ -22,8 +22,7 @@ static void unescape_into(strbuf *b, const char *s, size_t n)
 
 static void push(ui_history *h, char *s)
 {
-    char **grown = realloc(h->v, (h->n + 1) * sizeof *grown);
-    if (!grown) abort();
+    char **grown = xrealloc(h->v, (h->n + 1) * sizeof *grown);
     h->v = grown;
     h->v[h->n++] = s;
 }

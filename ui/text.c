@@ -1,6 +1,8 @@
 /* text.c — UTF-8, display widths and styled lines (see text.h). */
 #include "ui/text.h"
 
+#include "base/base.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <wchar.h>
@@ -133,8 +135,7 @@ uint32_t ui_control_picture(uint32_t c)
 static void raw_add(ui_line *l, const char *s, size_t n, ui_style style, int width)
 {
     if (!n) return;
-    char *t = realloc(l->text, l->len + n + 1);
-    if (!t) abort();
+    char *t = xrealloc(l->text, l->len + n + 1);
     l->text = t;
     memcpy(l->text + l->len, s, n);
     if (l->n_spans && l->spans[l->n_spans - 1].style == style &&
@@ -143,8 +144,7 @@ static void raw_add(ui_line *l, const char *s, size_t n, ui_style style, int wid
     } else {
         if (l->n_spans == l->cap_spans) {
             l->cap_spans = l->cap_spans ? l->cap_spans * 2 : 4;
-            l->spans = realloc(l->spans, l->cap_spans * sizeof *l->spans);
-            if (!l->spans) abort();
+            l->spans = xrealloc(l->spans, l->cap_spans * sizeof *l->spans);
         }
         l->spans[l->n_spans++] = (ui_span){ (uint32_t)l->len, (uint32_t)n, style };
     }

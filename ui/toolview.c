@@ -47,13 +47,11 @@ tool_param *ui_tool_param_get_or_add(tool_view *t, const char *name)
 {
     for (size_t i = 0; i < t->n_params; i++)
         if (!strcmp(t->params[i].name, name)) return &t->params[i];
-    tool_param *grown = realloc(t->params, (t->n_params + 1) * sizeof *grown);
-    if (!grown) abort();
+    tool_param *grown = xrealloc(t->params, (t->n_params + 1) * sizeof *grown);
     t->params = grown;
     tool_param *p = &t->params[t->n_params++];
     memset(p, 0, sizeof *p);
-    p->name = strdup(name ? name : "");
-    if (!p->name) abort();
+    p->name = xstrdup(name ? name : "");
     return p;
 }
 

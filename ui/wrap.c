@@ -8,12 +8,10 @@ void ui_lines_push(line_list *ls, ui_line *l)
 {
     if (ls->n == ls->cap) {
         ls->cap = ls->cap ? ls->cap * 2 : 16;
-        ls->v = realloc(ls->v, ls->cap * sizeof *ls->v);
-        if (!ls->v) abort();
+        ls->v = xrealloc(ls->v, ls->cap * sizeof *ls->v);
     }
     if (!l->text) {
-        l->text = calloc(1, 1);
-        if (!l->text) abort();
+        l->text = xcalloc(1, 1);
     }
     ls->v[ls->n++] = *l;
     memset(l, 0, sizeof *l);
