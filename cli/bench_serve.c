@@ -210,10 +210,10 @@ int bench_serve_main(int argc, char **argv)
         return 1;
     }
     serve_config cfg = { .engine = e, .n_ctx = (int)ctx, .quiet = true };
-    char msg[512];
-    serve *s = serve_start(&cfg, msg, sizeof msg);
+    ds4_error serr = { "" };
+    serve *s = serve_start(&cfg, &serr);
     if (!s) {
-        fprintf(stderr, "ds4cl-bench: %s\n", msg);
+        fprintf(stderr, "ds4cl-bench: %s\n", serr.msg);
         ds4_engine_close(e);
         free(text);
         return 1;

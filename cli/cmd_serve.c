@@ -172,10 +172,10 @@ int cmd_serve(int argc, char **argv)
     f.cfg.seed_given = o.seed_given;
     f.cfg.max_tokens = o.max_tokens;
     f.cfg.think = o.think;
-    char err[1024];
-    serve *s = serve_start(&f.cfg, err, sizeof err);
+    ds4_error err = { "" };
+    serve *s = serve_start(&f.cfg, &err);
     if (!s) {
-        fprintf(stderr, "ds4cl serve: %s\n", err);
+        fprintf(stderr, "ds4cl serve: %s\n", err.msg);
         ds4_engine_close(e);
         return EXIT_ERROR;
     }

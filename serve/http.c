@@ -215,16 +215,16 @@ static enum MHD_Result models(serve *s, struct MHD_Connection *c)
 static enum MHD_Result run(serve *s, struct MHD_Connection *c, const char *url, serve_api api, bool count_only,
                            const strbuf *body)
 {
-    char err[512];
-    serve_request *r = serve_request_parse(api, body->s, body->len, err, sizeof err);
-    if (!r) return send_error(c, url, 400, NULL, "%s", err);
+    ds4_error err = { "" };
+    serve_request *r = serve_request_parse(api, body->s, body->len, &err);
+    if (!r) return send_error(c, url, 400, NULL, "%s", err.msg);
     r->count_only = count_only;
     bool think = r->think >= 0 ? r->think : s->cfg.think != DS4_THINK_NONE;
     ds4_tokens prompt = { 0 };
-    if (sv_render(s->tok, s->memo, r, think, &prompt, err, sizeof err) != 0) {
+    if (sv_render(s->tok, s->memo, r, think, &prompt, &err) != 0) {
         serve_request_free(r);
         ds4_tokens_free(&prompt);
-        return send_error(c, url, 400, NULL, "%s", err);
+        return send_error(c, url, 400, NULL, "%s", err.msg);
     }
     if (count_only) {
         jo *o = json_object_new_object();
@@ -376,14 +376,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- start and stop -------------------------------------------------------------------------- */
 
-static int bind_address(const char *host, int port, struct sockaddr_storage *ss, bool *v6, char *err, size_t errlen)
+static int bind_address(const char *host, int port, struct sockaddr_storage *ss, bool *v6, ds4_error *err)
 {
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *res;
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
     int rc = getaddrinfo(host, portstr, &hints, &res);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot resolve --host %s: %s", host, gai_strerror(rc));
+        ds4_error_set(err, "cannot resolve --host %s: %s", host, gai_strerror(rc));
         return -1;
     }
     memcpy(ss, res->ai_addr, res->ai_addrlen);
@@ -392,7 +392,7 @@ static int bind_address(const char *host, int port, struct sockaddr_storage *ss,
     return 0;
 }
 
-serve *serve_start(const serve_config *cfg, char *err, size_t errlen)
+serve *serve_start(const serve_config *cfg, ds4_error *err)
 {
     serve *s = xcalloc(1, sizeof *s);
     s->cfg = *cfg;
@@ -404,12 +404,12 @@ serve *serve_start(const serve_config *cfg, char *err, size_t errlen)
     snprintf(s->model_id, sizeof s->model_id, "%s", cfg->model_id ? cfg->model_id : info.name);
     struct sockaddr_storage ss;
     bool v6 = false;
-    if (bind_address(s->cfg.host, cfg->port, &ss, &v6, err, errlen) != 0) {
+    if (bind_address(s->cfg.host, cfg->port, &ss, &v6, err) != 0) {
         free(s);
         return NULL;
     }
     s->memo = sv_memo_new();
-    s->w = sv_worker_start(&s->cfg, s->memo, err, errlen);
+    s->w = sv_worker_start(&s->cfg, s->memo, err);
     if (!s->w) {
         sv_memo_free(s->memo);
         free(s);
@@ -425,7 +425,7 @@ serve *serve_start(const serve_config *cfg, char *err, size_t errlen)
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10), MHD_OPTION_NOTIFY_COMPLETED,
                             on_completed, s, MHD_OPTION_END);
     if (!s->d) {
-        snprintf(err, errlen, "cannot listen on %s port %d: %s", s->cfg.host, cfg->port,
+        ds4_error_set(err, "cannot listen on %s port %d: %s", s->cfg.host, cfg->port,
                  errno ? strerror(errno) : "the address is not available");
         sv_worker_stop(s->w);
         sv_worker_free(s->w);

@@ -262,10 +262,9 @@ static const char *call_name(const sv_msg *a, const char *id, size_t fallback)
 }
 
 int sv_render(const ds4_tokenizer *t, sv_memo *memo, const serve_request *r, bool think, ds4_tokens *out,
-              char *err, size_t errlen)
+              ds4_error *err)
 {
     (void)err;
-    (void)errlen;
     out->n = 0;
     ds4_think mode = think ? DS4_THINK_HIGH : DS4_THINK_NONE;
     ds4_chat_begin(t, out, mode);

@@ -16,8 +16,7 @@
 typedef struct json_object jo;
 
 typedef struct {
-    char *err;
-    size_t errlen;
+    ds4_error *err;
 } perr;
 
 static int fail(perr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -25,7 +24,7 @@ static int fail(perr *e, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->err, e->errlen, fmt, ap);
+    if (e->err) vsnprintf(e->err->msg, sizeof e->err->msg, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -612,10 +611,10 @@ static int check_order(serve_request *r, perr *e)
     return 0;
 }
 
-serve_request *serve_request_parse(serve_api api, const char *body, size_t len, char *err, size_t errlen)
+serve_request *serve_request_parse(serve_api api, const char *body, size_t len, ds4_error *err)
 {
-    perr e = { err, errlen };
-    if (errlen) err[0] = 0;
+    perr e = { err };
+    if (err) err->msg[0] = 0;
     json_tokener *tok = json_tokener_new_ex(64);
     if (!tok) abort();
     jo *o = json_tokener_parse_ex(tok, body ? body : "", (int)(len > (size_t)INT32_MAX ? INT32_MAX : len));

@@ -61,7 +61,7 @@ typedef struct serve serve;
 
 /* NULL with a message in err when the session cannot be opened or the
  * address cannot be bound. */
-serve *serve_start(const serve_config *cfg, char *err, size_t errlen);
+serve *serve_start(const serve_config *cfg, ds4_error *err);
 /* The bound port (useful with port 0). */
 int serve_port(const serve *s);
 /* Stops accepting, cancels the request in progress at its next safe point,
@@ -77,7 +77,7 @@ typedef struct serve_request serve_request;
 /* Parses a request body of the given API into the server's normalized
  * conversation. NULL with a client-facing message in err for malformed
  * JSON, wrong types, unknown roles or unsupported content. */
-serve_request *serve_request_parse(serve_api api, const char *body, size_t len, char *err, size_t errlen);
+serve_request *serve_request_parse(serve_api api, const char *body, size_t len, ds4_error *err);
 void serve_request_free(serve_request *r);
 
 #endif

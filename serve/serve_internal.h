@@ -71,7 +71,7 @@ void sv_memo_load(sv_memo *m, const char *path);
 /* The prompt of r as tokens, ending with the assistant prefix. -1 with a
  * message when the conversation cannot be rendered. */
 int sv_render(const ds4_tokenizer *t, sv_memo *memo, const serve_request *r, bool think, ds4_tokens *out,
-              char *err, size_t errlen);
+              ds4_error *err);
 
 /* ---- jobs ------------------------------------------------------------------- */
 
@@ -138,7 +138,7 @@ extern const sv_writer sv_writer_chat, sv_writer_messages, sv_writer_responses;
 
 typedef struct sv_worker sv_worker;
 
-sv_worker *sv_worker_start(const serve_config *cfg, sv_memo *memo, char *err, size_t errlen);
+sv_worker *sv_worker_start(const serve_config *cfg, sv_memo *memo, ds4_error *err);
 /* Queues a job (takes a reference). */
 void sv_worker_submit(sv_worker *w, sv_job *j);
 /* Cancels everything, saves the cache, joins the thread, closes the

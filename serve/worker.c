@@ -474,7 +474,7 @@ static void close_slots(sv_worker *w)
     }
 }
 
-sv_worker *sv_worker_start(const serve_config *cfg, sv_memo *memo, char *err, size_t errlen)
+sv_worker *sv_worker_start(const serve_config *cfg, sv_memo *memo, ds4_error *err)
 {
     sv_worker *w = xcalloc(1, sizeof *w);
     w->cfg = *cfg;
@@ -485,7 +485,7 @@ sv_worker *sv_worker_start(const serve_config *cfg, sv_memo *memo, char *err, si
         w->slots[k] = (slot){ .w = w, .index = k };
         w->slots[k].sess = ds4_session_open(cfg->engine, cfg->n_ctx, &e);
         if (!w->slots[k].sess) {
-            snprintf(err, errlen, "cannot open %s of %d tokens: %s", k ? "another session" : "a session", cfg->n_ctx,
+            ds4_error_set(err, "cannot open %s of %d tokens: %s", k ? "another session" : "a session", cfg->n_ctx,
                      e.msg);
             close_slots(w);
             free(w);
@@ -514,7 +514,7 @@ sv_worker *sv_worker_start(const serve_config *cfg, sv_memo *memo, char *err, si
     pthread_cond_init(&w->cv, NULL);
     for (int k = 0; k < w->n_slots; k++) {
         if (pthread_create(&w->slots[k].th, NULL, worker_main, &w->slots[k]) != 0) {
-            snprintf(err, errlen, "cannot start an engine thread");
+            ds4_error_set(err, "cannot start an engine thread");
             sv_worker_stop(w);
             sv_worker_free(w);
             return NULL;

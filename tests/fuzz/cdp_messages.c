@@ -51,10 +51,10 @@ static void clean_text(const char *s, size_t n)
 
 static void render(json_object *value, size_t budget)
 {
-    char err[256];
-    readable_doc *d = readable_doc_new(value, err, sizeof err);
+    ds4_error err = { "" };
+    readable_doc *d = readable_doc_new(value, &err);
     if (!d) {
-        printable(err);
+        printable(err.msg);
     } else {
         clean_text(readable_doc_title(d), strlen(readable_doc_title(d)));
         size_t total = 0, size = readable_doc_size(d);
@@ -111,11 +111,11 @@ static void one(const char *msg, size_t len, size_t budget)
 
     if (m.kind == CDP_MSG_REPLY) {
         json_object *res = NULL, *r, *v;
-        char err[512] = "";
-        int rc = cdp_reply_result(m.obj, "Runtime.evaluate", &res, err, sizeof err);
+        ds4_error err = { "" };
+        int rc = cdp_reply_result(m.obj, "Runtime.evaluate", &res, &err);
         if (rc == CDP_ERROR) {
             if (res) abort();
-            printable(err);
+            printable(err.msg);
         } else {
             if (rc != CDP_OK || !res || !json_object_is_type(res, json_type_object)) abort();
             if (json_object_object_get_ex(res, "result", &r) && json_object_object_get_ex(r, "value", &v))

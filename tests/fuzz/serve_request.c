@@ -26,10 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
     serve_api api = (serve_api)(data[0] % 3);
-    char err[512];
-    serve_request *r = serve_request_parse(api, (const char *)data + 1, size - 1, err, sizeof err);
+    ds4_error err = { "" };
+    serve_request *r = serve_request_parse(api, (const char *)data + 1, size - 1, &err);
     if (!r) {
-        if (!err[0]) abort();
+        if (!err.msg[0]) abort();
         return 0;
     }
     for (size_t i = 0; i < r->n_tools; i++) must_be_object(r->tools[i]);
