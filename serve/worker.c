@@ -205,7 +205,6 @@ static void gen_setup(gen *g)
     }
     if (g->schema && g->w->dvocab) g->masker = dsml_masker_new(g->w->dvocab, g->schema);
     g->parser = dsml_parser_new(g->schema, j->think, on_dsml, g);
-    if (!g->parser) abort();
     if (r->choice == SV_CHOICE_REQUIRED || r->choice == SV_CHOICE_NAMED) {
         strbuf o = { 0 };
         sb_puts(&o, "<\xef\xbd\x9c" "DSML\xef\xbd\x9ctool_calls>\n");
