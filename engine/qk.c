@@ -1,0 +1,154 @@
+/* qk.c — the SIMD level of the integer 2-bit kernels (CPUID, DS4CL_SIMD)
+ * and the row/token walk that feeds them tiles. */
+#include "engine/qk.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/qk_impl.h"
+
+static const char *const level_names[QK_N_LEVELS] = { "scalar", "avx2", "avx2vnni", "avx512", "avx512vbmi" };
+
+const char *qk_level_name(qk_level l)
+{
+    return (unsigned)l < QK_N_LEVELS ? level_names[l] : "?";
+}
+
+int qk_level_parse(const char *name)
+{
+    for (int l = 0; l < QK_N_LEVELS; l++)
+        if (name && !strcmp(name, level_names[l])) return l;
+    return -1;
+}
+
+bool qk_level_supported(qk_level l)
+{
+    if (l == QK_SCALAR) return true;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    /* libgcc's answers include the OS's saving of the ymm/zmm state */
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                  __builtin_cpu_supports("avx512vnni");
+    switch (l) {
+    case QK_AVX2: return avx2;
+    case QK_AVX2VNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+    case QK_AVX512: return avx512;
+    case QK_AVX512VBMI: return avx512 && __builtin_cpu_supports("avx512vbmi");
+    default: return false;
+    }
+#else
+    return false;
+#endif
+}
+
+static qk_level active_level;
+static char level_error[160];
+static pthread_once_t level_once = PTHREAD_ONCE_INIT;
+
+static void level_init(void)
+{
+    active_level = QK_SCALAR;
+    for (int l = QK_N_LEVELS - 1; l > QK_SCALAR; l--)
+        if (qk_level_supported((qk_level)l)) {
+            active_level = (qk_level)l;
+            break;
+        }
+    const char *env = getenv("DS4CL_SIMD");
+    if (!env || !*env) return;
+    int want = qk_level_parse(env);
+    if (want < 0)
+        snprintf(level_error, sizeof level_error, "DS4CL_SIMD=%s is not a level (avx512vbmi, avx512, avx2vnni, avx2, scalar)",
+                 env);
+    else if (!qk_level_supported((qk_level)want))
+        snprintf(level_error, sizeof level_error, "DS4CL_SIMD=%s: this CPU does not have that level", env);
+    else
+        active_level = (qk_level)want;
+}
+
+qk_level qk_level_active(void)
+{
+    pthread_once(&level_once, level_init);
+    return active_level;
+}
+
+const char *qk_level_error(void)
+{
+    pthread_once(&level_once, level_init);
+    return level_error;
+}
+
+static uint64_t signs8[128];
+static pthread_once_t signs_once = PTHREAD_ONCE_INIT;
+
+static void signs_init(void)
+{
+    for (int s = 0; s < 128; s++) {
+        uint64_t v = 0;
+        for (int j = 0; j < 8; j++) v |= (uint64_t)((quant_ksigns_iq2xs[s] >> j) & 1 ? 0xff : 0x01) << (8 * j);
+        signs8[s] = v;
+    }
+}
+
+const uint64_t *qk_signs8(void)
+{
+    pthread_once(&signs_once, signs_init);
+    return signs8;
+}
+
+bool qk_supports(uint32_t type, int64_t n)
+{
+    return (type == GGML_TYPE_IQ2_XXS || type == GGML_TYPE_Q2_K) && n > 0 && n % QK_K == 0;
+}
+
+static qk_kernel kernel_of(qk_level level, uint32_t type)
+{
+    const qk_kernels *k = level == QK_AVX512VBMI ? &qk_kernels_avx512vbmi
+                          : level == QK_AVX512   ? &qk_kernels_avx512
+                          : level == QK_AVX2VNNI ? &qk_kernels_avx2vnni
+                          : level == QK_AVX2     ? &qk_kernels_avx2
+                                                 : NULL;
+    if (!k) return NULL;
+    return type == GGML_TYPE_IQ2_XXS ? k->iq2_xxs : type == GGML_TYPE_Q2_K ? k->q2_K : NULL;
+}
+
+/* Tokens per pass over a group of rows: their activations (n/256 blocks
+ * of 292 bytes each) stay in L2 while every row group of the range is
+ * decoded once per QK_TOKS of them. */
+enum { TOKEN_CHUNK = 64 };
+
+void qk_rows(qk_level level, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0, int64_t r1,
+             int T, const block_q8_K *const *act, float *const *y)
+{
+    qk_kernel fn = kernel_of(level, type);
+    if (!fn) {
+        for (int t = 0; t < T; t++)
+            for (int64_t r = r0; r < r1; r++) y[t][r] = quant_dot_act(type, w + (size_t)r * row_bytes, act[t], n);
+        return;
+    }
+    int64_t nb = n / QK_K;
+    for (int c0 = 0; c0 < T; c0 += TOKEN_CHUNK) {
+        int c1 = T - c0 < TOKEN_CHUNK ? T : c0 + TOKEN_CHUNK;
+        for (int64_t r = r0; r < r1; r += QK_ROWS) {
+            int nr = r1 - r < QK_ROWS ? (int)(r1 - r) : QK_ROWS;
+            const uint8_t *rows[QK_ROWS], *next[QK_ROWS];
+            /* a short group repeats its last row; the extra results are dropped */
+            for (int i = 0; i < QK_ROWS; i++) rows[i] = w + (size_t)(r + (i < nr ? i : nr - 1)) * row_bytes;
+            int64_t rn = r + QK_ROWS;
+            int nn = r1 - rn < QK_ROWS ? (int)(r1 - rn) : QK_ROWS;
+            for (int i = 0; i < QK_ROWS && nn > 0; i++)
+                next[i] = w + (size_t)(rn + (i < nn ? i : nn - 1)) * row_bytes;
+            for (int t0 = c0; t0 < c1; t0 += QK_TOKS) {
+                int nt = c1 - t0 < QK_TOKS ? c1 - t0 : QK_TOKS;
+                float out[QK_ROWS][QK_TOKS];
+                /* the next rows are fetched during the first token pass only */
+                fn(rows, nn > 0 && t0 == c0 ? next : NULL, act + t0, nt, nb, out);
+                for (int i = 0; i < nr; i++)
+                    for (int t = 0; t < nt; t++) y[t0 + t][r + i] = out[i][t];
+            }
+        }
+    }
+}

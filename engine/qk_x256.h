@@ -1,0 +1,194 @@
+/* qk_x256.h — the 256-bit integer 2-bit kernels, included once per AVX2
+ * level by qk_avx2vnni.c and qk_avx2.c, which define
+ *   QK_TGT   the function attribute naming the level's instructions,
+ *   QK_VNNI  1 where the 256-bit vpdpbusd / vpdpwssd may be used,
+ *   QK_NAME  the kernel table's name.
+ *
+ * IQ2_XXS: a group's four grid rows form one vector of magnitudes; its
+ * four sign selectors pick ±1 byte rows (qk_signs8) that vpsignb applies
+ * to the activation bytes; vpmaddubsw sums magnitude × signed activation
+ * pairs and the group scale 2·ls+1 weights them (vpmaddwd, or vpdpwssd).
+ * Q2_K: each 32-byte quarter of the quants, shifted by 0/2/4/6 and
+ * multiplied by the sub-block scale (≤ 45, still a byte), pairs with 32
+ * contiguous activation bytes (vpdpbusd, or vpmaddubsw + vpmaddwd).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "engine/qk_impl.h"
+#include "engine/quant_impl.h"
+
+#if QK_VNNI
+#define DOT_U8S8(acc, u, s) QK_DPBUSD(acc, u, s)
+#define DOT_S16(acc, a, b) QK_DPWSSD(acc, a, b)
+#else
+#define DOT_U8S8(acc, u, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+#define DOT_S16(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+#endif
+
+static inline QK_TGT int hsum256(__m256i v)
+{
+    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0x4e));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xb1));
+    return _mm_cvtsi128_si32(q);
+}
+
+static inline QK_TGT void prefetch_block(const uint8_t *const *next, int64_t off, int64_t bytes)
+{
+    if (!next) return;
+    for (int r = 0; r < QK_ROWS; r++) {
+        _mm_prefetch((const char *)(next[r] + off), _MM_HINT_T0);
+        _mm_prefetch((const char *)(next[r] + off + bytes - 1), _MM_HINT_T0);
+    }
+}
+
+/* ---- IQ2_XXS ------------------------------------------------------------------ */
+
+typedef struct {
+    __m256i mag[8], sgn[8], sc[8];
+    float d;
+} iq2_dec;
+
+static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, const uint64_t *signs8, iq2_dec *s)
+{
+    const uint8_t *qs = (const uint8_t *)b->qs;
+    const uint64_t *grid = quant_iq2xxs_grid;
+    for (int g = 0; g < 8; g++) {
+        const uint8_t *q = qs + 8 * g;
+        uint32_t w = quant_rd32(q + 4);
+        s->mag[g] = _mm256_set_epi64x((long long)grid[q[3]], (long long)grid[q[2]], (long long)grid[q[1]],
+                                      (long long)grid[q[0]]);
+        s->sgn[g] = _mm256_set_epi64x((long long)signs8[(w >> 21) & 127], (long long)signs8[(w >> 14) & 127],
+                                      (long long)signs8[(w >> 7) & 127], (long long)signs8[w & 127]);
+        s->sc[g] = _mm256_set1_epi16((short)(2 * (w >> 28) + 1));
+    }
+    s->d = _cvtsh_ss(quant_rd16(&b->d));
+}
+
+static inline QK_TGT __attribute__((always_inline)) void
+iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+         int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    const uint64_t *signs8 = qk_signs8();
+    float sum[QK_ROWS][QK_TOKS] = { { 0 } };
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
+        for (int r = 0; r < QK_ROWS; r++) {
+            iq2_dec s;
+            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, signs8, &s);
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = act[t] + i;
+                __m256i acc = _mm256_setzero_si256();
+                for (int g = 0; g < 8; g++) {
+                    __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * g));
+                    __m256i p = _mm256_maddubs_epi16(s.mag[g], _mm256_sign_epi8(q8, s.sgn[g]));
+                    acc = DOT_S16(acc, p, s.sc[g]);
+                }
+                sum[r][t] += s.d * a->d * (float)hsum256(acc);
+            }
+        }
+    }
+    for (int r = 0; r < QK_ROWS; r++)
+        for (int t = 0; t < nt; t++) out[r][t] = 0.125f * sum[r][t];
+}
+
+/* ---- Q2_K ------------------------------------------------------------------- */
+
+typedef struct {
+    __m256i w[8];  /* [4h + k]: q·(scale & 15) of elements 128h + 32k … +31 */
+    __m256i mins; /* scale >> 4 as words */
+    float d, dmin;
+} q2k_dec;
+
+static inline QK_TGT void q2k_decode(const block_q2_K *b, q2k_dec *s)
+{
+    __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
+    __m256i lo = _mm256_broadcastsi128_si256(_mm_and_si128(sc, _mm_set1_epi8(15)));
+    /* vpshufb controls putting sub-block 2k's scale in every word of the low
+     * lane and 2k+1's in the high lane */
+    const __m256i ctl0 = _mm256_setr_epi32((int)0x80008000u, (int)0x80008000u, (int)0x80008000u, (int)0x80008000u,
+                                           (int)0x80018001u, (int)0x80018001u, (int)0x80018001u, (int)0x80018001u);
+    const __m256i three = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h));
+        for (int k = 0; k < 4; k++) {
+            int sub = 8 * h + 2 * k;
+            __m256i scw = _mm256_shuffle_epi8(lo, _mm256_add_epi32(ctl0, _mm256_set1_epi32(sub * 0x00010001)));
+            __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
+            s->w[4 * h + k] = _mm256_mullo_epi16(v, scw);
+        }
+    }
+    s->mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
+    s->d = _cvtsh_ss(quant_rd16(&b->d));
+    s->dmin = _cvtsh_ss(quant_rd16(&b->dmin));
+}
+
+static inline QK_TGT __attribute__((always_inline)) void
+q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+         int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    float sum[QK_ROWS][QK_TOKS] = { { 0 } };
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
+        for (int r = 0; r < QK_ROWS; r++) {
+            q2k_dec s;
+            q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = act[t] + i;
+                __m256i acc = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) {
+                    __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * j));
+                    acc = DOT_U8S8(acc, s.w[j], q8);
+                }
+                __m256i mv = _mm256_madd_epi16(s.mins, _mm256_loadu_si256((const __m256i *)(const void *)a->bsums));
+                int isum = hsum256(acc), summs = hsum256(mv);
+                float dall = a->d * s.d, dmin = a->d * s.dmin;
+                sum[r][t] += dall * (float)isum - dmin * (float)summs;
+            }
+        }
+    }
+    for (int r = 0; r < QK_ROWS; r++)
+        for (int t = 0; t < nt; t++) out[r][t] = sum[r][t];
+}
+
+/* ---- fixed token counts --------------------------------------------------------- */
+
+#define QK_FIXED(FN, NT)                                                                               \
+    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *const *next,               \
+                                 const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
+    {                                                                                                  \
+        FN(rows, next, act, NT, nb, out);                                                              \
+    }
+QK_FIXED(iq2_tile, 1)
+QK_FIXED(iq2_tile, 2)
+QK_FIXED(iq2_tile, 3)
+QK_FIXED(iq2_tile, 4)
+QK_FIXED(q2k_tile, 1)
+QK_FIXED(q2k_tile, 2)
+QK_FIXED(q2k_tile, 3)
+QK_FIXED(q2k_tile, 4)
+
+static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    switch (nt) {
+    case 1: iq2_tile_1(rows, next, act, nb, out); break;
+    case 2: iq2_tile_2(rows, next, act, nb, out); break;
+    case 3: iq2_tile_3(rows, next, act, nb, out); break;
+    default: iq2_tile_4(rows, next, act, nb, out); break;
+    }
+}
+
+static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    switch (nt) {
+    case 1: q2k_tile_1(rows, next, act, nb, out); break;
+    case 2: q2k_tile_2(rows, next, act, nb, out); break;
+    case 3: q2k_tile_3(rows, next, act, nb, out); break;
+    default: q2k_tile_4(rows, next, act, nb, out); break;
+    }
+}
+
+const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel };

@@ -1,0 +1,233 @@
+/* qk_x512.h — the 512-bit integer 2-bit kernels, included once per
+ * AVX-512 level by qk_avx512vbmi.c and qk_avx512.c, which define
+ *   QK_TGT   the function attribute naming the level's instructions,
+ *   QK_VBMI  1 where vpermi2b / vpmultishiftqb may be used,
+ *   QK_NAME  the kernel table's name.
+ *
+ * IQ2_XXS: a block's eight groups are eight qwords (four grid indices,
+ * then four 7-bit sign selectors and a 4-bit scale). Grid rows are
+ * gathered eight at a time (two groups per vector, unsigned magnitudes
+ * 8/25/43), the sign bits become a 64-bit mask that negates the matching
+ * activation bytes, and vpmaddubsw + vpdpwssd sum magnitude × signed
+ * activation pairs weighted by the group scale 2·ls+1.
+ * Q2_K: the 2-bit quants of a block are the 64 bytes shifted by 0/2/4/6;
+ * multiplied by their 4-bit sub-block scale (≤ 45, still a byte) they feed
+ * vpdpbusd directly, and the minimums go through the activation's bsums.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "engine/qk_impl.h"
+#include "engine/quant_impl.h"
+
+static inline QK_TGT int hsum512(__m512i v)
+{
+    __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0x4e));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xb1));
+    return _mm_cvtsi128_si32(q);
+}
+
+static inline QK_TGT void prefetch_block(const uint8_t *const *next, int64_t off, int64_t bytes)
+{
+    if (!next) return;
+    for (int r = 0; r < QK_ROWS; r++) {
+        _mm_prefetch((const char *)(next[r] + off), _MM_HINT_T0);
+        _mm_prefetch((const char *)(next[r] + off + bytes - 1), _MM_HINT_T0);
+    }
+}
+
+/* ---- IQ2_XXS ------------------------------------------------------------------ */
+
+typedef struct {
+    __m512i mag[4];  /* grid magnitudes of groups 2p, 2p+1 */
+    __m512i sc[4];   /* 2·ls+1 as words: group 2p in the low half, 2p+1 in the high */
+    __mmask64 neg[4]; /* negated elements of groups 2p, 2p+1 */
+    float d;
+} iq2_dec;
+
+/* The sign bytes of the eight groups (byte 4g+k: selector k of group g
+ * with its parity as bit 7), 32 bytes. */
+static inline QK_TGT __m256i iq2_sign_bytes(__m512i q)
+{
+#if QK_VBMI
+    /* bytes 0..3 of each qword: the selectors at bits 32, 39, 46, 53; the
+     * 128-entry ksigns table is two registers for vpermi2b */
+    __m512i sel = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720), q);
+    __m512i ks_lo = _mm512_loadu_si512(quant_ksigns_iq2xs), ks_hi = _mm512_loadu_si512(quant_ksigns_iq2xs + 64);
+    __m512i sb = _mm512_permutex2var_epi8(ks_lo, sel, ks_hi);
+    static const uint8_t pick[64] = { 0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
+                                      32, 33, 34, 35, 40, 41, 42, 43, 48, 49, 50, 51, 56, 57, 58, 59 };
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi8(_mm512_loadu_si512(pick), sb));
+#else
+    /* each group's sign word to four dword lanes, shifted to its selectors;
+     * parity from a nibble table */
+    const __m512i shifts = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
+    const __m512i par = _mm512_set4_epi32(0x00808000, (int)0x80000080u, (int)0x80000080u, 0x00808000);
+    const __m512i m7 = _mm512_set1_epi32(127), m15 = _mm512_set1_epi32(15);
+    __m512i a = _mm512_permutexvar_epi32(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), q);
+    __m512i b = _mm512_permutexvar_epi32(_mm512_setr_epi32(9, 9, 9, 9, 11, 11, 11, 11, 13, 13, 13, 13, 15, 15, 15, 15), q);
+    a = _mm512_and_si512(_mm512_srlv_epi32(a, shifts), m7);
+    b = _mm512_and_si512(_mm512_srlv_epi32(b, shifts), m7);
+    a = _mm512_or_si512(a, _mm512_xor_si512(_mm512_shuffle_epi8(par, _mm512_and_si512(a, m15)),
+                                            _mm512_shuffle_epi8(par, _mm512_srli_epi32(a, 4))));
+    b = _mm512_or_si512(b, _mm512_xor_si512(_mm512_shuffle_epi8(par, _mm512_and_si512(b, m15)),
+                                            _mm512_shuffle_epi8(par, _mm512_srli_epi32(b, 4))));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(a)), _mm512_cvtepi32_epi8(b), 1);
+#endif
+}
+
+static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, iq2_dec *s)
+{
+    __m512i q = _mm512_loadu_si512(b->qs);
+    uint64_t neg[4];
+    _mm256_storeu_si256((__m256i *)(void *)neg, iq2_sign_bytes(q));
+    /* the 32 grid indices, four per qword, in order */
+    const __m512i pick_idx = _mm512_set4_epi32(-1, -1, 0x0b0a0908, 0x03020100);
+    __m512i idx = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), _mm512_shuffle_epi8(q, pick_idx));
+    uint64_t idx8[4];
+    _mm256_storeu_si256((__m256i *)(void *)idx8, _mm512_castsi512_si256(idx));
+    /* scales: 2·ls+1 in every word of group g's qword */
+    __m512i ls = _mm512_add_epi64(_mm512_slli_epi64(_mm512_srli_epi64(q, 60), 1), _mm512_set1_epi64(1));
+    ls = _mm512_shuffle_epi8(ls, _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100));
+    for (int p = 0; p < 4; p++) {
+        __m128i i8 = _mm_cvtsi64_si128((long long)idx8[p]);
+        s->mag[p] = _mm512_i64gather_epi64(_mm512_cvtepu8_epi64(i8), (const long long *)quant_iq2xxs_grid, 8);
+        s->sc[p] = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
+                                                              2 * p + 1, 2 * p + 1), ls);
+        s->neg[p] = (__mmask64)neg[p];
+    }
+    s->d = _cvtsh_ss(quant_rd16(&b->d));
+}
+
+static inline QK_TGT __attribute__((always_inline)) void
+iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+         int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    float sum[QK_ROWS][QK_TOKS] = { { 0 } };
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
+        for (int r = 0; r < QK_ROWS; r++) {
+            iq2_dec s;
+            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, &s);
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = act[t] + i;
+                __m512i acc = _mm512_setzero_si512();
+                for (int p = 0; p < 4; p++) {
+                    __m512i q8 = _mm512_loadu_si512(a->qs + 64 * p);
+                    q8 = _mm512_mask_sub_epi8(q8, s.neg[p], _mm512_setzero_si512(), q8);
+                    acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(s.mag[p], q8), s.sc[p]);
+                }
+                sum[r][t] += s.d * a->d * (float)hsum512(acc);
+            }
+        }
+    }
+    for (int r = 0; r < QK_ROWS; r++)
+        for (int t = 0; t < nt; t++) out[r][t] = 0.125f * sum[r][t];
+}
+
+/* ---- Q2_K ------------------------------------------------------------------- */
+
+typedef struct {
+    __m512i w[4];  /* q·(scale & 15) for shift 2s: elements 32s.. (low half), 128+32s.. (high) */
+    __m256i mins; /* scale >> 4 as words */
+    float d, dmin;
+} q2k_dec;
+
+static inline QK_TGT void q2k_decode(const block_q2_K *b, q2k_dec *s)
+{
+    __m512i q = _mm512_loadu_si512(b->qs);
+    __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
+    __m512i lo = _mm512_broadcast_i32x4(_mm_and_si128(sc, _mm_set1_epi8(15)));
+    const __m512i three = _mm512_set1_epi8(3);
+    /* for shift 2k the 16-byte lanes hold sub-blocks 2k, 2k+1, 8+2k, 9+2k:
+     * vpshufb controls picking each lane's scale into the low byte of every
+     * word (a byte times a word scale ≤ 45 stays in its byte) */
+    const __m512i base = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 8, 8, 8, 8, 9, 9, 9, 9);
+    const __m512i ctl0 = _mm512_or_si512(_mm512_mullo_epi32(base, _mm512_set1_epi32(0x00010001)),
+                                         _mm512_set1_epi32((int)0x80008000u));
+    for (int k = 0; k < 4; k++) {
+        __m512i scw = _mm512_shuffle_epi8(lo, _mm512_add_epi32(ctl0, _mm512_set1_epi32(2 * k * 0x00010001)));
+        __m512i v = _mm512_and_si512(_mm512_srli_epi16(q, 2 * k), three);
+        s->w[k] = _mm512_mullo_epi16(v, scw);
+    }
+    s->mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
+    s->d = _cvtsh_ss(quant_rd16(&b->d));
+    s->dmin = _cvtsh_ss(quant_rd16(&b->dmin));
+}
+
+static inline QK_TGT __attribute__((always_inline)) void
+q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+         int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    float sum[QK_ROWS][QK_TOKS] = { { 0 } };
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
+        for (int r = 0; r < QK_ROWS; r++) {
+            q2k_dec s;
+            q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = act[t] + i;
+                __m512i acc = _mm512_setzero_si512();
+                for (int k = 0; k < 4; k++) {
+                    __m512i q8 = _mm512_inserti64x4(
+                        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * k))),
+                        _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 128 + 32 * k)), 1);
+                    acc = _mm512_dpbusd_epi32(acc, s.w[k], q8);
+                }
+                __m256i mv = _mm256_madd_epi16(s.mins, _mm256_loadu_si256((const __m256i *)(const void *)a->bsums));
+                int isum = hsum512(acc);
+                __m128i m4 = _mm_add_epi32(_mm256_castsi256_si128(mv), _mm256_extracti128_si256(mv, 1));
+                m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
+                m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
+                int summs = _mm_cvtsi128_si32(m4);
+                float dall = a->d * s.d, dmin = a->d * s.dmin;
+                sum[r][t] += dall * (float)isum - dmin * (float)summs;
+            }
+        }
+    }
+    for (int r = 0; r < QK_ROWS; r++)
+        for (int t = 0; t < nt; t++) out[r][t] = sum[r][t];
+}
+
+/* ---- fixed token counts --------------------------------------------------------- */
+
+#define QK_FIXED(FN, NT)                                                                               \
+    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *const *next,               \
+                                 const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
+    {                                                                                                  \
+        FN(rows, next, act, NT, nb, out);                                                              \
+    }
+QK_FIXED(iq2_tile, 1)
+QK_FIXED(iq2_tile, 2)
+QK_FIXED(iq2_tile, 3)
+QK_FIXED(iq2_tile, 4)
+QK_FIXED(q2k_tile, 1)
+QK_FIXED(q2k_tile, 2)
+QK_FIXED(q2k_tile, 3)
+QK_FIXED(q2k_tile, 4)
+
+static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    switch (nt) {
+    case 1: iq2_tile_1(rows, next, act, nb, out); break;
+    case 2: iq2_tile_2(rows, next, act, nb, out); break;
+    case 3: iq2_tile_3(rows, next, act, nb, out); break;
+    default: iq2_tile_4(rows, next, act, nb, out); break;
+    }
+}
+
+static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    switch (nt) {
+    case 1: q2k_tile_1(rows, next, act, nb, out); break;
+    case 2: q2k_tile_2(rows, next, act, nb, out); break;
+    case 3: q2k_tile_3(rows, next, act, nb, out); break;
+    default: q2k_tile_4(rows, next, act, nb, out); break;
+    }
+}
+
+const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel };
