@@ -32,5 +32,8 @@ extern const qk_kernels qk_kernels_avx512vbmi, qk_kernels_avx512, qk_kernels_avx
 /* ksigns as ±1 bytes: byte j of qk_signs8[s] is −1 when bit j of
  * quant_ksigns_iq2xs[s] is set, else +1 (vpsignb's sign operand). */
 extern const uint64_t *qk_signs8(void);
+/* The IQ2_XXS grid as 2-bit codes (8 → 0, 25 → 1, 43 → 2), element j of
+ * row i at bits 2j of entry i; 512 bytes, 64-byte aligned. */
+extern const uint16_t *qk_grid_codes(void);
 
 #endif

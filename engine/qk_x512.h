@@ -78,7 +78,53 @@ static inline QK_TGT __m256i iq2_sign_bytes(__m512i q)
 #endif
 }
 
-static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, iq2_dec *s)
+/* The magnitudes of a block's 32 grid rows, two groups per vector. Each
+ * grid row is 8 two-bit codes (qk_grid_codes): the 32 codes words are
+ * looked up four 64-entry tables at a time (vpermi2w, the index's two top
+ * bits choosing among them), then spread to one code per byte and mapped
+ * to 8, 25 or 43. */
+static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, __m512i mag[4])
+{
+    const __m512i *t = (const __m512i *)(const void *)codes;
+    __m512i iw = _mm512_cvtepu8_epi16(idx32);
+    __m512i r0 = _mm512_permutex2var_epi16(_mm512_loadu_si512(t), iw, _mm512_loadu_si512(t + 1));
+    __m512i r1 = _mm512_permutex2var_epi16(_mm512_loadu_si512(t + 2), iw, _mm512_loadu_si512(t + 3));
+    __m512i r2 = _mm512_permutex2var_epi16(_mm512_loadu_si512(t + 4), iw, _mm512_loadu_si512(t + 5));
+    __m512i r3 = _mm512_permutex2var_epi16(_mm512_loadu_si512(t + 6), iw, _mm512_loadu_si512(t + 7));
+    __mmask32 b6 = _mm512_test_epi16_mask(iw, _mm512_set1_epi16(0x40));
+    __mmask32 b7 = _mm512_test_epi16_mask(iw, _mm512_set1_epi16(0x80));
+    __m512i c = _mm512_mask_blend_epi16(b7, _mm512_mask_blend_epi16(b6, r0, r1), _mm512_mask_blend_epi16(b6, r2, r3));
+#if QK_VBMI
+    /* byte j of a qword: bits 2j.. of its code word; vpermb reads 6 bits, so
+     * the table repeats the three magnitudes every four entries */
+    const __m512i ctl = _mm512_set1_epi64(0x0e0c0a0806040200ll);
+    const __m512i lut = _mm512_set4_epi32(0x002b1908, 0x002b1908, 0x002b1908, 0x002b1908);
+#define IQ2_SPREAD(P)                                                                                          \
+    mag[P] = _mm512_permutexvar_epi8(                                                                          \
+        _mm512_multishift_epi64_epi8(ctl, _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(c, P))), lut)
+#else
+    /* byte j of a qword: a copy of code byte j/4, masked to its two bits;
+     * both nibbles folded give 0-3 (even j) or 0/4/8/12 (odd j) */
+    const __m512i rep = _mm512_set4_epi32(0x09090909, 0x08080808, 0x01010101, 0x00000000);
+    const __m512i pos = _mm512_set1_epi32((int)0xc0300c03u);
+    const __m512i m15 = _mm512_set1_epi8(15);
+    const __m512i lut = _mm512_set4_epi32(0, 0x2b, 0x19, 0x002b1908);
+#define IQ2_SPREAD(P)                                                                                          \
+    do {                                                                                                       \
+        __m512i v = _mm512_and_si512(                                                                          \
+            _mm512_shuffle_epi8(_mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(c, P)), rep), pos);            \
+        v = _mm512_or_si512(_mm512_and_si512(v, m15), _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));       \
+        mag[P] = _mm512_shuffle_epi8(lut, v);                                                                 \
+    } while (0)
+#endif
+    IQ2_SPREAD(0);
+    IQ2_SPREAD(1);
+    IQ2_SPREAD(2);
+    IQ2_SPREAD(3);
+#undef IQ2_SPREAD
+}
+
+static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, const uint16_t *codes, iq2_dec *s)
 {
     __m512i q = _mm512_loadu_si512(b->qs);
     uint64_t neg[4];
@@ -86,14 +132,11 @@ static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, iq2_dec *s)
     /* the 32 grid indices, four per qword, in order */
     const __m512i pick_idx = _mm512_set4_epi32(-1, -1, 0x0b0a0908, 0x03020100);
     __m512i idx = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), _mm512_shuffle_epi8(q, pick_idx));
-    uint64_t idx8[4];
-    _mm256_storeu_si256((__m256i *)(void *)idx8, _mm512_castsi512_si256(idx));
+    iq2_magnitudes(_mm512_castsi512_si256(idx), codes, s->mag);
     /* scales: 2·ls+1 in every word of group g's qword */
     __m512i ls = _mm512_add_epi64(_mm512_slli_epi64(_mm512_srli_epi64(q, 60), 1), _mm512_set1_epi64(1));
     ls = _mm512_shuffle_epi8(ls, _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100));
     for (int p = 0; p < 4; p++) {
-        __m128i i8 = _mm_cvtsi64_si128((long long)idx8[p]);
-        s->mag[p] = _mm512_i64gather_epi64(_mm512_cvtepu8_epi64(i8), (const long long *)quant_iq2xxs_grid, 8);
         s->sc[p] = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
                                                               2 * p + 1, 2 * p + 1), ls);
         s->neg[p] = (__mmask64)neg[p];
@@ -105,12 +148,13 @@ static inline QK_TGT __attribute__((always_inline)) void
 iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
          int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
+    const uint16_t *codes = qk_grid_codes();
     float sum[QK_ROWS][QK_TOKS] = { { 0 } };
     for (int64_t i = 0; i < nb; i++) {
         prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
         for (int r = 0; r < QK_ROWS; r++) {
             iq2_dec s;
-            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, &s);
+            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, codes, &s);
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = act[t] + i;
                 __m512i acc = _mm512_setzero_si512();
