@@ -130,10 +130,29 @@ static qk_kernel kernel_of(qk_level level, uint32_t type)
     return type == GGML_TYPE_IQ2_XXS ? k->iq2_xxs : type == GGML_TYPE_Q2_K ? k->q2_K : NULL;
 }
 
-/* Tokens per pass over a group of rows: their activations (n/256 blocks
- * of 292 bytes each) stay in L2 while every row group of the range is
- * decoded once per QK_TOKS of them. */
-enum { TOKEN_CHUNK = 64 };
+/* Prefill walks the rows in stretches of about STRETCH_BYTES and, for
+ * each stretch, the tokens QK_TOKS at a time: a tile's four activations
+ * (4 × n/256 blocks of 292 bytes, 19 KB at n = 4096) and the stretch's
+ * rows stay in L1 while the stretch is multiplied. Row by row instead,
+ * more than a few tokens' activations would be read from L2 for every
+ * row group, which halves the speed. */
+enum { STRETCH_BYTES = 16 << 10 };
+
+static void tile_rows(qk_kernel fn, const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r, int64_t r1,
+                      bool fetch_next, int t0, int nt, const block_q8_K *const *act, float *const *y)
+{
+    int nr = r1 - r < QK_ROWS ? (int)(r1 - r) : QK_ROWS;
+    const uint8_t *rows[QK_ROWS], *next[QK_ROWS];
+    /* a short group repeats its last row; the extra results are dropped */
+    for (int i = 0; i < QK_ROWS; i++) rows[i] = w + (size_t)(r + (i < nr ? i : nr - 1)) * row_bytes;
+    int64_t rn = r + QK_ROWS;
+    int nn = r1 - rn < QK_ROWS ? (int)(r1 - rn) : QK_ROWS;
+    for (int i = 0; i < QK_ROWS && nn > 0; i++) next[i] = w + (size_t)(rn + (i < nn ? i : nn - 1)) * row_bytes;
+    float out[QK_ROWS][QK_TOKS];
+    fn(rows, fetch_next && nn > 0 ? next : NULL, act + t0, nt, nb, out);
+    for (int i = 0; i < nr; i++)
+        for (int t = 0; t < nt; t++) y[t0 + t][r + i] = out[i][t];
+}
 
 void qk_rows(qk_level level, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0, int64_t r1,
              int T, const block_q8_K *const *act, float *const *y)
@@ -145,25 +164,18 @@ void qk_rows(qk_level level, uint32_t type, const uint8_t *w, size_t row_bytes, 
         return;
     }
     int64_t nb = n / QK_K;
-    for (int c0 = 0; c0 < T; c0 += TOKEN_CHUNK) {
-        int c1 = T - c0 < TOKEN_CHUNK ? T : c0 + TOKEN_CHUNK;
-        for (int64_t r = r0; r < r1; r += QK_ROWS) {
-            int nr = r1 - r < QK_ROWS ? (int)(r1 - r) : QK_ROWS;
-            const uint8_t *rows[QK_ROWS], *next[QK_ROWS];
-            /* a short group repeats its last row; the extra results are dropped */
-            for (int i = 0; i < QK_ROWS; i++) rows[i] = w + (size_t)(r + (i < nr ? i : nr - 1)) * row_bytes;
-            int64_t rn = r + QK_ROWS;
-            int nn = r1 - rn < QK_ROWS ? (int)(r1 - rn) : QK_ROWS;
-            for (int i = 0; i < QK_ROWS && nn > 0; i++)
-                next[i] = w + (size_t)(rn + (i < nn ? i : nn - 1)) * row_bytes;
-            for (int t0 = c0; t0 < c1; t0 += QK_TOKS) {
-                int nt = c1 - t0 < QK_TOKS ? c1 - t0 : QK_TOKS;
-                float out[QK_ROWS][QK_TOKS];
-                /* the next rows are fetched during the first token pass only */
-                fn(rows, nn > 0 && t0 == c0 ? next : NULL, act + t0, nt, nb, out);
-                for (int i = 0; i < nr; i++)
-                    for (int t = 0; t < nt; t++) y[t0 + t][r + i] = out[i][t];
-            }
+    if (T <= QK_TOKS) {
+        for (int64_t r = r0; r < r1; r += QK_ROWS) tile_rows(fn, w, row_bytes, nb, r, r1, true, 0, T, act, y);
+        return;
+    }
+    int64_t stretch = (int64_t)(STRETCH_BYTES / row_bytes) & ~(int64_t)(QK_ROWS - 1);
+    if (stretch < QK_ROWS) stretch = QK_ROWS;
+    for (int64_t s0 = r0; s0 < r1; s0 += stretch) {
+        int64_t s1 = r1 - s0 < stretch ? r1 : s0 + stretch;
+        for (int t0 = 0; t0 < T; t0 += QK_TOKS) {
+            int nt = T - t0 < QK_TOKS ? T - t0 : QK_TOKS;
+            /* the next rows are fetched during the first token pass only */
+            for (int64_t r = s0; r < s1; r += QK_ROWS) tile_rows(fn, w, row_bytes, nb, r, s1, t0 == 0, t0, nt, act, y);
         }
     }
 }
