@@ -26,12 +26,13 @@
 #define DOT_S16(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 #endif
 
-static inline QK_TGT int hsum256(__m256i v)
+/* The sums of four vectors' lanes, [a, b, c, d]. */
+static inline QK_TGT __m128i hsum4x256(__m256i a, __m256i b, __m256i c, __m256i d)
 {
-    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0x4e));
-    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xb1));
-    return _mm_cvtsi128_si32(q);
+    __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    __m256i u = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+    return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
 }
 
 static inline QK_TGT void prefetch_block(const uint8_t *const *next, int64_t off, int64_t bytes)
@@ -71,26 +72,40 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
          int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     const uint64_t *signs8 = qk_signs8();
-    float sum[QK_ROWS][QK_TOKS] = { { 0 } };
+    /* lane r of sum[t]: row r's running sum, rounded as the reference's */
+    __m128 sum[QK_TOKS];
+    for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
+        __m256i acc[QK_ROWS][QK_TOKS];
+        float dw[QK_ROWS];
         for (int r = 0; r < QK_ROWS; r++) {
             iq2_dec s;
             iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, signs8, &s);
+            dw[r] = s.d;
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = act[t] + i;
-                __m256i acc = _mm256_setzero_si256();
+                __m256i ac = _mm256_setzero_si256();
                 for (int g = 0; g < 8; g++) {
                     __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * g));
                     __m256i p = _mm256_maddubs_epi16(s.mag[g], _mm256_sign_epi8(q8, s.sgn[g]));
-                    acc = DOT_S16(acc, p, s.sc[g]);
+                    ac = DOT_S16(ac, p, s.sc[g]);
                 }
-                sum[r][t] += s.d * a->d * (float)hsum256(acc);
+                acc[r][t] = ac;
             }
         }
+        __m128 d4 = _mm_loadu_ps(dw);
+        for (int t = 0; t < nt; t++) {
+            __m128i is = hsum4x256(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+            __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
+            sum[t] = _mm_add_ps(sum[t], f);
+        }
     }
-    for (int r = 0; r < QK_ROWS; r++)
-        for (int t = 0; t < nt; t++) out[r][t] = 0.125f * sum[r][t];
+    for (int t = 0; t < nt; t++) {
+        float v[4];
+        _mm_storeu_ps(v, sum[t]);
+        for (int r = 0; r < QK_ROWS; r++) out[r][t] = 0.125f * v[r];
+    }
 }
 
 /* ---- Q2_K ------------------------------------------------------------------- */
@@ -128,28 +143,44 @@ static inline QK_TGT __attribute__((always_inline)) void
 q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
          int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
-    float sum[QK_ROWS][QK_TOKS] = { { 0 } };
+    __m128 sum[QK_TOKS];
+    for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
+        __m256i acc[QK_ROWS][QK_TOKS], accm[QK_ROWS][QK_TOKS];
+        float dw[QK_ROWS], dm[QK_ROWS];
         for (int r = 0; r < QK_ROWS; r++) {
             q2k_dec s;
             q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
+            dw[r] = s.d;
+            dm[r] = s.dmin;
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = act[t] + i;
-                __m256i acc = _mm256_setzero_si256();
+                __m256i ac = _mm256_setzero_si256();
                 for (int j = 0; j < 8; j++) {
                     __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * j));
-                    acc = DOT_U8S8(acc, s.w[j], q8);
+                    ac = DOT_U8S8(ac, s.w[j], q8);
                 }
-                __m256i mv = _mm256_madd_epi16(s.mins, _mm256_loadu_si256((const __m256i *)(const void *)a->bsums));
-                int isum = hsum256(acc), summs = hsum256(mv);
-                float dall = a->d * s.d, dmin = a->d * s.dmin;
-                sum[r][t] += dall * (float)isum - dmin * (float)summs;
+                acc[r][t] = ac;
+                accm[r][t] = _mm256_madd_epi16(s.mins, _mm256_loadu_si256((const __m256i *)(const void *)a->bsums));
             }
         }
+        __m128 d4 = _mm_loadu_ps(dw), m4 = _mm_loadu_ps(dm);
+        for (int t = 0; t < nt; t++) {
+            __m128i is = hsum4x256(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+            __m128i ms = hsum4x256(accm[0][t], accm[1][t], accm[2][t], accm[3][t]);
+            __m128 ad = _mm_set1_ps(act[t][i].d);
+            /* dall·isum − dmin·summs, as the reference rounds it */
+            __m128 f = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(ad, d4), _mm_cvtepi32_ps(is)),
+                                  _mm_mul_ps(_mm_mul_ps(ad, m4), _mm_cvtepi32_ps(ms)));
+            sum[t] = _mm_add_ps(sum[t], f);
+        }
     }
-    for (int r = 0; r < QK_ROWS; r++)
-        for (int t = 0; t < nt; t++) out[r][t] = sum[r][t];
+    for (int t = 0; t < nt; t++) {
+        float v[4];
+        _mm_storeu_ps(v, sum[t]);
+        for (int r = 0; r < QK_ROWS; r++) out[r][t] = v[r];
+    }
 }
 
 /* ---- fixed token counts --------------------------------------------------------- */
