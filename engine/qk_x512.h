@@ -10,9 +10,14 @@
  * 8/25/43), the sign bits become a 64-bit mask that negates the matching
  * activation bytes, and vpmaddubsw + vpdpwssd sum magnitude × signed
  * activation pairs weighted by the group scale 2·ls+1.
- * Q2_K: the 2-bit quants of a block are the 64 bytes shifted by 0/2/4/6;
+ * With more than one token the magnitudes are signed once per row
+ * instead, and the activations, made unsigned (q8 + 128), are shared by the
+ * rows.
+ * Q2_K: each 32-byte half of the quants, broadcast to both halves of a
+ * vector and shifted per half (vpsrlvw), gives 64 consecutive 2-bit quants;
  * multiplied by their 4-bit sub-block scale (≤ 45, still a byte) they feed
- * vpdpbusd directly, and the minimums go through the activation's bsums.
+ * vpdpbusd directly against 64 contiguous activation bytes, and the
+ * minimums go through the activation's bsums.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -194,36 +199,93 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
     }
 }
 
+/* More tokens: each row's block is signed once (magnitudes negated where
+ * their sign bit is set), and the activations enter vpmaddubsw as its
+ * unsigned operand, q8 + 128, made once per token for the four rows. The
+ * 128·Σ(2·ls+1)·w that this adds to a row's block sum is subtracted up
+ * front, so the integers are the same. */
+static inline QK_TGT __attribute__((always_inline)) void
+iq2_tile_many(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+              int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    const uint16_t *codes = qk_grid_codes();
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m128 sum[QK_TOKS];
+    for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
+        __m512i au[QK_TOKS][4], acc[QK_ROWS][QK_TOKS];
+        for (int t = 0; t < nt; t++)
+            for (int p = 0; p < 4; p++) au[t][p] = _mm512_xor_si512(_mm512_loadu_si512(act[t][i].qs + 64 * p), bias);
+        float dw[QK_ROWS];
+        for (int r = 0; r < QK_ROWS; r++) {
+            iq2_dec s;
+            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, codes, &s);
+            dw[r] = s.d;
+            __m512i w[4], c = _mm512_setzero_si512();
+            for (int p = 0; p < 4; p++) {
+                w[p] = _mm512_mask_sub_epi8(s.mag[p], s.neg[p], _mm512_setzero_si512(), s.mag[p]);
+                c = _mm512_dpwssd_epi32(c, _mm512_maddubs_epi16(bias, w[p]), s.sc[p]);
+            }
+            c = _mm512_sub_epi32(_mm512_setzero_si512(), c);
+            for (int t = 0; t < nt; t++) {
+                __m512i ac = c;
+                for (int p = 0; p < 4; p++) ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(au[t][p], w[p]), s.sc[p]);
+                acc[r][t] = ac;
+            }
+        }
+        __m128 d4 = _mm_loadu_ps(dw);
+        for (int t = 0; t < nt; t++) {
+            __m128i is = hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+            __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
+            sum[t] = _mm_add_ps(sum[t], f);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float v[4];
+        _mm_storeu_ps(v, sum[t]);
+        for (int r = 0; r < QK_ROWS; r++) out[r][t] = 0.125f * v[r];
+    }
+}
+
 /* ---- Q2_K ------------------------------------------------------------------- */
 
 typedef struct {
-    __m512i w[4];  /* q·(scale & 15) for shift 2s: elements 32s.. (low half), 128+32s.. (high) */
+    __m512i w[4];  /* q·(scale & 15) of elements 64j … 64j+63 */
     __m256i mins; /* scale >> 4 as words */
     float d, dmin;
 } q2k_dec;
 
 static inline QK_TGT void q2k_decode(const block_q2_K *b, q2k_dec *s)
 {
-    __m512i q = _mm512_loadu_si512(b->qs);
     __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
     __m512i lo = _mm512_broadcast_i32x4(_mm_and_si128(sc, _mm_set1_epi8(15)));
     const __m512i three = _mm512_set1_epi8(3);
-    /* for shift 2k the 16-byte lanes hold sub-blocks 2k, 2k+1, 8+2k, 9+2k:
-     * vpshufb controls picking each lane's scale into the low byte of every
-     * word (a byte times a word scale ≤ 45 stays in its byte) */
-    const __m512i base = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 8, 8, 8, 8, 9, 9, 9, 9);
-    const __m512i ctl0 = _mm512_or_si512(_mm512_mullo_epi32(base, _mm512_set1_epi32(0x00010001)),
-                                         _mm512_set1_epi32((int)0x80008000u));
-    for (int k = 0; k < 4; k++) {
-        __m512i scw = _mm512_shuffle_epi8(lo, _mm512_add_epi32(ctl0, _mm512_set1_epi32(2 * k * 0x00010001)));
-        __m512i v = _mm512_and_si512(_mm512_srli_epi16(q, 2 * k), three);
-        s->w[k] = _mm512_mullo_epi16(v, scw);
+    /* vpshufb controls putting sub-block 4j + lane's scale in every word of
+     * a 16-byte lane (a byte times a word scale ≤ 45 stays in its byte) */
+    const __m512i ctl0 = _mm512_setr_epi32((int)0x80008000u, (int)0x80008000u, (int)0x80008000u, (int)0x80008000u,
+                                           (int)0x80018001u, (int)0x80018001u, (int)0x80018001u, (int)0x80018001u,
+                                           (int)0x80028002u, (int)0x80028002u, (int)0x80028002u, (int)0x80028002u,
+                                           (int)0x80038003u, (int)0x80038003u, (int)0x80038003u, (int)0x80038003u);
+    for (int h = 0; h < 2; h++) {
+        /* elements 128h + 32s + l are bits 2s of byte l of the half's 32 bytes:
+         * 64j … 64j+63 are shifts 4jj and 4jj+2 (j = 2h + jj) of both copies */
+        __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h)));
+        for (int jj = 0; jj < 2; jj++) {
+            int j = 2 * h + jj;
+            __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * jj)), _mm256_set1_epi16((short)(4 * jj + 2)), 1);
+            __m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, cnt), three);
+            __m512i scw = _mm512_shuffle_epi8(lo, _mm512_add_epi32(ctl0, _mm512_set1_epi32(4 * j * 0x00010001)));
+            s->w[j] = _mm512_mullo_epi16(v, scw);
+        }
     }
     s->mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
     s->d = _cvtsh_ss(quant_rd16(&b->d));
     s->dmin = _cvtsh_ss(quant_rd16(&b->dmin));
 }
 
+/* Every row's block decoded first, then each token's activations loaded
+ * once for the four rows. */
 static inline QK_TGT __attribute__((always_inline)) void
 q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
          int64_t nb, float out[QK_ROWS][QK_TOKS])
@@ -232,32 +294,29 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
-        __m512i acc[QK_ROWS][QK_TOKS];
-        __m256i accm[QK_ROWS][QK_TOKS];
+        q2k_dec s[QK_ROWS];
         float dw[QK_ROWS], dm[QK_ROWS];
         for (int r = 0; r < QK_ROWS; r++) {
-            q2k_dec s;
-            q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
-            dw[r] = s.d;
-            dm[r] = s.dmin;
-            for (int t = 0; t < nt; t++) {
-                const block_q8_K *a = act[t] + i;
-                __m512i ac = _mm512_setzero_si512();
-                for (int k = 0; k < 4; k++) {
-                    __m512i q8 = _mm512_inserti64x4(
-                        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * k))),
-                        _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 128 + 32 * k)), 1);
-                    ac = _mm512_dpbusd_epi32(ac, s.w[k], q8);
-                }
-                acc[r][t] = ac;
-                accm[r][t] = _mm256_madd_epi16(s.mins, _mm256_loadu_si256((const __m256i *)(const void *)a->bsums));
-            }
+            q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s[r]);
+            dw[r] = s[r].d;
+            dm[r] = s[r].dmin;
         }
         __m128 d4 = _mm_loadu_ps(dw), m4 = _mm_loadu_ps(dm);
         for (int t = 0; t < nt; t++) {
-            __m128i is = hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
-            __m128i ms = hsum4x256(accm[0][t], accm[1][t], accm[2][t], accm[3][t]);
-            __m128 ad = _mm_set1_ps(act[t][i].d);
+            const block_q8_K *a = act[t] + i;
+            __m512i q8[4], acc[QK_ROWS];
+            __m256i accm[QK_ROWS];
+            for (int j = 0; j < 4; j++) q8[j] = _mm512_loadu_si512(a->qs + 64 * j);
+            __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)a->bsums);
+            for (int r = 0; r < QK_ROWS; r++) {
+                __m512i ac = _mm512_dpbusd_epi32(_mm512_setzero_si512(), s[r].w[0], q8[0]);
+                for (int j = 1; j < 4; j++) ac = _mm512_dpbusd_epi32(ac, s[r].w[j], q8[j]);
+                acc[r] = ac;
+                accm[r] = _mm256_madd_epi16(s[r].mins, bs);
+            }
+            __m128i is = hsum4x512(acc[0], acc[1], acc[2], acc[3]);
+            __m128i ms = hsum4x256(accm[0], accm[1], accm[2], accm[3]);
+            __m128 ad = _mm_set1_ps(a->d);
             /* dall·isum − dmin·summs, as the reference rounds it */
             __m128 f = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(ad, d4), _mm_cvtepi32_ps(is)),
                                   _mm_mul_ps(_mm_mul_ps(ad, m4), _mm_cvtepi32_ps(ms)));
@@ -280,9 +339,9 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
         FN(rows, next, act, NT, nb, out);                                                              \
     }
 QK_FIXED(iq2_tile, 1)
-QK_FIXED(iq2_tile, 2)
-QK_FIXED(iq2_tile, 3)
-QK_FIXED(iq2_tile, 4)
+QK_FIXED(iq2_tile_many, 2)
+QK_FIXED(iq2_tile_many, 3)
+QK_FIXED(iq2_tile_many, 4)
 QK_FIXED(q2k_tile, 1)
 QK_FIXED(q2k_tile, 2)
 QK_FIXED(q2k_tile, 3)
@@ -293,9 +352,9 @@ static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *const *
 {
     switch (nt) {
     case 1: iq2_tile_1(rows, next, act, nb, out); break;
-    case 2: iq2_tile_2(rows, next, act, nb, out); break;
-    case 3: iq2_tile_3(rows, next, act, nb, out); break;
-    default: iq2_tile_4(rows, next, act, nb, out); break;
+    case 2: iq2_tile_many_2(rows, next, act, nb, out); break;
+    case 3: iq2_tile_many_3(rows, next, act, nb, out); break;
+    default: iq2_tile_many_4(rows, next, act, nb, out); break;
     }
 }
 
