@@ -10,8 +10,10 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "engine/cpu_ops.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
+#include "engine/qk.h"
 #include "engine/quant.h"
 #include "opencl/cl_runtime.h"
 
@@ -202,6 +204,10 @@ int cmd_model_info(const ds4cl_options *o)
     print_bytes(m->weights_bytes + ctx_bytes);
     printf("\n");
     if (o->backend == DS4_BACKEND_OPENCL) print_opencl(&clp, m, n_ctx);
+    else {
+        printf("\ncpu experts   %s\n", cpu_expert_arith_name(cpu_expert_arith_for(o->quant_sim)));
+        if (*qk_level_error()) printf("              (%s)\n", qk_level_error());
+    }
     model_free(m);
     gguf_close(f);
     return EXIT_DONE;
