@@ -119,15 +119,13 @@ bool qk_supports(uint32_t type, int64_t n)
     return (type == GGML_TYPE_IQ2_XXS || type == GGML_TYPE_Q2_K) && n > 0 && n % QK_K == 0;
 }
 
-static qk_kernel kernel_of(qk_level level, uint32_t type)
+static const qk_kernels *kernels_of(qk_level level)
 {
-    const qk_kernels *k = level == QK_AVX512VBMI ? &qk_kernels_avx512vbmi
-                          : level == QK_AVX512   ? &qk_kernels_avx512
-                          : level == QK_AVX2VNNI ? &qk_kernels_avx2vnni
-                          : level == QK_AVX2     ? &qk_kernels_avx2
-                                                 : NULL;
-    if (!k) return NULL;
-    return type == GGML_TYPE_IQ2_XXS ? k->iq2_xxs : type == GGML_TYPE_Q2_K ? k->q2_K : NULL;
+    return level == QK_AVX512VBMI ? &qk_kernels_avx512vbmi
+           : level == QK_AVX512   ? &qk_kernels_avx512
+           : level == QK_AVX2VNNI ? &qk_kernels_avx2vnni
+           : level == QK_AVX2     ? &qk_kernels_avx2
+                                  : NULL;
 }
 
 /* Prefill walks the rows in stretches of about STRETCH_BYTES and, for
@@ -157,7 +155,13 @@ static void tile_rows(qk_kernel fn, const uint8_t *w, size_t row_bytes, int64_t 
 void qk_rows(qk_level level, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0, int64_t r1,
              int T, const block_q8_K *const *act, float *const *y)
 {
-    qk_kernel fn = kernel_of(level, type);
+    qk_rows_with(kernels_of(level), type, w, row_bytes, n, r0, r1, T, act, y);
+}
+
+void qk_rows_with(const qk_kernels *k, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0,
+                  int64_t r1, int T, const block_q8_K *const *act, float *const *y)
+{
+    qk_kernel fn = !k ? NULL : type == GGML_TYPE_IQ2_XXS ? k->iq2_xxs : type == GGML_TYPE_Q2_K ? k->q2_K : NULL;
     if (!fn) {
         for (int t = 0; t < T; t++)
             for (int64_t r = r0; r < r1; r++) y[t][r] = quant_dot_act(type, w + (size_t)r * row_bytes, act[t], n);

@@ -28,6 +28,13 @@ typedef struct {
 
 /* Each level's kernels (NULL entries where the build cannot target it). */
 extern const qk_kernels qk_kernels_avx512vbmi, qk_kernels_avx512, qk_kernels_avx2vnni, qk_kernels_avx2;
+/* The avx2vnni source with EVEX-encoded VNNI (AVX-512 VNNI + VL): for
+ * tests on CPUs without AVX-VNNI, never dispatched. */
+extern const qk_kernels qk_kernels_avx2vnni_evex;
+
+/* qk_rows with a given kernel set (NULL entries: the scalar reference). */
+void qk_rows_with(const qk_kernels *k, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0,
+                  int64_t r1, int T, const block_q8_K *const *act, float *const *y);
 
 /* ksigns as ±1 bytes: byte j of qk_signs8[s] is −1 when bit j of
  * quant_ksigns_iq2xs[s] is set, else +1 (vpsignb's sign operand). */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/qk.h"
+#include "engine/qk_impl.h"
 #include "tests/test.h"
 
 static uint64_t rng_state;
@@ -55,9 +56,9 @@ static void random_rows(uint32_t type, uint8_t *w, int64_t rows, int64_t n)
     }
 }
 
-static void check_level(qk_level level)
+/* kernels: the level's set, or NULL for qk_rows(level). */
+static void check_kernels(qk_level level, const qk_kernels *kernels)
 {
-    if (!qk_level_supported(level)) SKIP("this CPU does not run the %s level", qk_level_name(level));
     const uint32_t types[] = { GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K };
     const int64_t ns[] = { 256, 1024 };
     const int Ts[] = { 1, 2, 3, 4, 7, 70 };
@@ -87,7 +88,8 @@ static void check_level(qk_level level)
                 int T = Ts[k];
                 /* rows [1, ROWS) (a short last group), y outside it untouched */
                 for (int i = 0; i < ROWS * MAXT; i++) y[i] = NAN;
-                qk_rows(level, type, w, rb, n, 1, ROWS, T, ap, yp);
+                if (kernels) qk_rows_with(kernels, type, w, rb, n, 1, ROWS, T, ap, yp);
+                else qk_rows(level, type, w, rb, n, 1, ROWS, T, ap, yp);
                 for (int t = 0; t < T; t++) {
                     CHECK(isnan(yp[t][0]));
                     for (int r = 1; r < ROWS; r++) {
@@ -100,9 +102,24 @@ static void check_level(qk_level level)
         }
 }
 
+static void check_level(qk_level level)
+{
+    if (!qk_level_supported(level)) SKIP("this CPU does not run the %s level", qk_level_name(level));
+    check_kernels(level, NULL);
+}
+
 TEST(qk, avx512vbmi_equals_the_reference) { check_level(QK_AVX512VBMI); }
 TEST(qk, avx512_equals_the_reference) { check_level(QK_AVX512); }
 TEST(qk, avx2vnni_equals_the_reference) { check_level(QK_AVX2VNNI); }
+
+/* Where AVX-VNNI is missing but AVX-512 VNNI is there, the avx2vnni
+ * source with the EVEX encodings of its dot instructions. */
+TEST(qk, avx2vnni_source_with_evex_vnni_equals_the_reference)
+{
+    if (qk_level_supported(QK_AVX2VNNI)) SKIP("the avx2vnni level itself runs here (see its test)");
+    if (!qk_level_supported(QK_AVX512)) SKIP("this CPU has neither AVX-VNNI nor AVX-512 VNNI");
+    check_kernels(QK_AVX2VNNI, &qk_kernels_avx2vnni_evex);
+}
 TEST(qk, avx2_equals_the_reference) { check_level(QK_AVX2); }
 TEST(qk, scalar_equals_the_reference) { check_level(QK_SCALAR); }
 
