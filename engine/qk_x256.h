@@ -10,7 +10,8 @@
  * pairs and the group scale 2·ls+1 weights them (vpmaddwd, or vpdpwssd).
  * Q2_K: each 32-byte quarter of the quants, shifted by 0/2/4/6 and
  * multiplied by the sub-block scale (≤ 45, still a byte), pairs with 32
- * contiguous activation bytes (vpdpbusd, or vpmaddubsw + vpmaddwd).
+ * contiguous activation bytes (vpdpbusd; without VNNI vpmaddubsw on the raw
+ * quants, the scales applied by the vpmaddwd that widens the pairs).
  */
 #include <immintrin.h>
 #include <string.h>
@@ -18,11 +19,17 @@
 #include "engine/qk_impl.h"
 #include "engine/quant_impl.h"
 
+/* Q2_K quants × activations weighted by the sub-block scales: with VNNI
+ * the quants are scaled once per row (Q2K_SCALED) and vpdpbusd sums them
+ * against each token; without, vpmaddubsw sums raw quant pairs and the
+ * scales ride on the vpmaddwd that widens them anyway. */
 #if QK_VNNI
-#define DOT_U8S8(acc, u, s) QK_DPBUSD(acc, u, s)
+#define Q2K_SCALED 1
+#define DOT_Q2K(acc, w, scw, s) QK_DPBUSD(acc, w, s)
 #define DOT_S16(acc, a, b) QK_DPWSSD(acc, a, b)
 #else
-#define DOT_U8S8(acc, u, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+#define Q2K_SCALED 0
+#define DOT_Q2K(acc, w, scw, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, s), scw))
 #define DOT_S16(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 #endif
 
@@ -111,7 +118,8 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
 /* ---- Q2_K ------------------------------------------------------------------- */
 
 typedef struct {
-    __m256i w[8];  /* [4h + k]: q·(scale & 15) of elements 128h + 32k … +31 */
+    __m256i w[8];   /* [4h + k]: q of elements 128h + 32k … +31, times its scale where Q2K_SCALED */
+    __m256i scw[8]; /* their scales as words (unused where Q2K_SCALED) */
     __m256i mins; /* scale >> 4 as words */
     float d, dmin;
 } q2k_dec;
@@ -131,7 +139,8 @@ static inline QK_TGT void q2k_decode(const block_q2_K *b, q2k_dec *s)
             int sub = 8 * h + 2 * k;
             __m256i scw = _mm256_shuffle_epi8(lo, _mm256_add_epi32(ctl0, _mm256_set1_epi32(sub * 0x00010001)));
             __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
-            s->w[4 * h + k] = _mm256_mullo_epi16(v, scw);
+            s->w[4 * h + k] = Q2K_SCALED ? _mm256_mullo_epi16(v, scw) : v;
+            s->scw[4 * h + k] = scw;
         }
     }
     s->mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
@@ -159,7 +168,7 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
                 __m256i ac = _mm256_setzero_si256();
                 for (int j = 0; j < 8; j++) {
                     __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * j));
-                    ac = DOT_U8S8(ac, s.w[j], q8);
+                    ac = DOT_Q2K(ac, s.w[j], s.scw[j], q8);
                 }
                 acc[r][t] = ac;
                 accm[r][t] = _mm256_madd_epi16(s.mins, _mm256_loadu_si256((const __m256i *)(const void *)a->bsums));
