@@ -101,7 +101,8 @@ const char *cpu_expert_arith_name(cpu_expert_arith a)
 {
     static char q8k[160];
     if (a == CPU_EXPERTS_F32) return "exact f32 products";
-    snprintf(q8k, sizeof q8k, "IQ2_XXS and Q2_K rows by integer dots with 8-bit activations (Q8_K), %s kernels", qk_level_name(qk_level_active()));
+    snprintf(q8k, sizeof q8k, "IQ2_XXS and Q2_K rows by integer dots with 8-bit activations (Q8_K), %s kernels",
+             qk_level_name(qk_level_active()));
     return q8k;
 }
 
@@ -724,7 +725,7 @@ typedef struct {
     float *g, *u, *mid, *ys, *y;
     const float **xp;
     float **yp;
-    const block_q8_K **ap; /* per pair, in `order`: its Q8_K activations (NULL: f32 products) */
+    const block_q8_K **ap; /* per pair, in `order`: its Q8_K activations (integer products only) */
     block_q8_K *qa;        /* the quantized activations: per token (gate, up) or per pair (down) */
     bool q8k_gateup, q8k_down;
     int64_t D, F, block;

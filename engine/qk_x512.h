@@ -5,11 +5,11 @@
  *   QK_NAME  the kernel table's name.
  *
  * IQ2_XXS: a block's eight groups are eight qwords (four grid indices,
- * then four 7-bit sign selectors and a 4-bit scale). Grid rows are
- * gathered eight at a time (two groups per vector, unsigned magnitudes
- * 8/25/43), the sign bits become a 64-bit mask that negates the matching
- * activation bytes, and vpmaddubsw + vpdpwssd sum magnitude × signed
- * activation pairs weighted by the group scale 2·ls+1.
+ * then four 7-bit sign selectors and a 4-bit scale). The 32 grid rows are
+ * looked up as 2-bit codes and spread into unsigned magnitudes 8/25/43, two
+ * groups per vector (iq2_magnitudes); the sign bits become a 64-bit mask
+ * that negates the matching activation bytes, and vpmaddubsw + vpdpwssd sum
+ * magnitude × signed activation pairs weighted by the group scale 2·ls+1.
  * With more than one token the magnitudes are signed once per row
  * instead, and the activations, made unsigned (q8 + 128), are shared by the
  * rows.
