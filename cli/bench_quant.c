@@ -17,6 +17,7 @@
 #endif
 
 #include "base/base.h"
+#include "cli/bench_qk.h"
 #include "cpu/cpu_kernels.h"
 #include "engine/quant.h"
 
@@ -149,11 +150,17 @@ void bench_fill_weights(uint32_t type, uint8_t *w, size_t bytes)
 static void usage(void)
 {
     fputs("usage: ds4cl-bench --quant-bench [--mb M] [--n N] [--threads T] [--reps R] [--types LIST]\n"
+          "                                 [--levels LIST] [--ggml PATH] [--qk-only]\n"
           "  --mb M       weight matrix size per format in MiB (default 512, at least 256)\n"
           "  --n N        row length (default 4096; a multiple of 256)\n"
           "  --threads T  threads for the multi-threaded column (default: online cores)\n"
           "  --reps R     repetitions, the best is reported (default 3)\n"
-          "  --types L    comma-separated subset of F32,F16,BF16,Q8_0,Q2_K,Q4_K,IQ2_XXS\n",
+          "  --types L    comma-separated subset of F32,F16,BF16,Q8_0,Q2_K,Q4_K,IQ2_XXS\n"
+          "  --levels L   SIMD levels of the integer 2-bit kernels' rows (default\n"
+          "               avx512vbmi,avx512,avx2vnni,avx2; also scalar)\n"
+          "  --ggml PATH  ggml's test-backend-ops, run first for the yardstick column\n"
+          "               (default: $DS4CL_GGML_TBO when set)\n"
+          "  --qk-only    only the integer 2-bit kernels' rows\n",
           stderr);
 }
 
@@ -208,7 +215,8 @@ int bench_quant(int argc, char **argv)
     size_t mb = 512;
     int64_t n = 4096;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 3;
-    const char *types_arg = "F16,Q8_0,IQ2_XXS,Q2_K,Q4_K,F32,BF16";
+    const char *types_arg = "F16,Q8_0,IQ2_XXS,Q2_K,Q4_K,F32,BF16", *levels = NULL, *ggml = getenv("DS4CL_GGML_TBO");
+    bool qk_only = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--mb") && v) mb = (size_t)strtoull(argv[++i], NULL, 10);
@@ -216,6 +224,9 @@ int bench_quant(int argc, char **argv)
         else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
         else if (!strcmp(a, "--types") && v) types_arg = argv[++i];
+        else if (!strcmp(a, "--levels") && v) levels = argv[++i];
+        else if (!strcmp(a, "--ggml") && v) ggml = argv[++i];
+        else if (!strcmp(a, "--qk-only")) qk_only = true;
         else {
             fprintf(stderr, "ds4cl-bench: --quant-bench: unknown or incomplete option '%s'\n", a);
             usage();
@@ -226,6 +237,7 @@ int bench_quant(int argc, char **argv)
         usage();
         return 2;
     }
+    if (qk_only) return bench_qk(levels, ggml && *ggml ? ggml : NULL, threads, reps);
     size_t bytes = mb << 20;
     printf("quant-bench: %zu MiB per matrix, rows of %lld, %d thread(s), kernels: %s\n", mb, (long long)n,
            threads, cpu_kernels_isa());
@@ -275,5 +287,5 @@ int bench_quant(int argc, char **argv)
         free(y);
     }
     free(x);
-    return 0;
+    return bench_qk(levels, ggml && *ggml ? ggml : NULL, threads, reps);
 }

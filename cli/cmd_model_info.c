@@ -225,6 +225,11 @@ int cmd_model_info(const ds4cl_options *o)
     print_bytes(m->weights_bytes + ctx_bytes);
     printf("\n");
     if (o->backend == DS4_BACKEND_OPENCL) print_opencl(&clp, m, n_ctx);
+    else {
+        const char *why = "";
+        printf("\ncpu experts   %s\n", ds4_cpu_experts_mode(o->quant_sim, &why));
+        if (*why) printf("              (%s)\n", why);
+    }
     model_free(m);
     gguf_close(f);
     return EXIT_DONE;

@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/qk.h"
 
 static int cpu_open(ds4_engine *e, ds4_error *err)
 {
     void *ctx = cpu_ops_new(e->model, e->opt.threads, err);
     if (!ctx) return -1;
+    cpu_ops_set_expert_arith(ctx, cpu_expert_arith_for(e->opt.quant_sim));
     return fwd_backend_open(e, &cpu_ops, ctx, cpu_ops_free, err);
 }
 
@@ -25,8 +27,15 @@ static void cpu_close(ds4_engine *e)
 static void cpu_describe(const ds4_engine *e, ds4_model_info *info)
 {
     int n = cpu_ops_threads(fwd_ops_ctx(e->impl));
-    snprintf(info->device_name, sizeof info->device_name, "cpu (%d thread%s, %s)", n, n == 1 ? "" : "s",
-             cpu_kernels_isa());
+    bool q8k = cpu_expert_arith_for(e->opt.quant_sim) == CPU_EXPERTS_Q8K;
+    snprintf(info->device_name, sizeof info->device_name, "cpu (%d thread%s, %s%s%s)", n, n == 1 ? "" : "s",
+             cpu_kernels_isa(), q8k ? ", experts Q8_K " : "", q8k ? qk_level_name(qk_level_active()) : "");
+}
+
+const char *ds4_cpu_experts_mode(ds4_quant_sim q, const char **note)
+{
+    if (note) *note = qk_level_error();
+    return cpu_expert_arith_name(cpu_expert_arith_for(q));
 }
 
 static uint64_t cpu_session_bytes(const ds4_engine *e, int n_ctx)

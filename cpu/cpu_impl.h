@@ -28,6 +28,7 @@ typedef struct {
     size_t tscr_n;
     float *scr[CPU_SCR_SLOTS];
     size_t scr_n[CPU_SCR_SLOTS];
+    bool q8k_experts; /* routed experts through qk.h's integer products */
     char err[256];
 } cpu_ctx;
 

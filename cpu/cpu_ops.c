@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "engine/numerics.h"
+#include "cpu/qk.h"
 #include "engine/quant.h"
 
 /* ---- context ------------------------------------------------------------------ */
@@ -83,6 +84,26 @@ void *cpu_ops_new(const ds4_model *m, int threads, ds4_error *err)
         return NULL;
     }
     return c;
+}
+
+cpu_expert_arith cpu_expert_arith_for(ds4_quant_sim qsim)
+{
+    const char *env = getenv("DS4CL_EXPERTS");
+    return qsim == DS4_QSIM_FULL && env && !strcmp(env, "q8k") ? CPU_EXPERTS_Q8K : CPU_EXPERTS_F32;
+}
+
+void cpu_ops_set_expert_arith(void *ctx, cpu_expert_arith a)
+{
+    ((cpu_ctx *)ctx)->q8k_experts = a == CPU_EXPERTS_Q8K;
+}
+
+const char *cpu_expert_arith_name(cpu_expert_arith a)
+{
+    static char q8k[160];
+    if (a == CPU_EXPERTS_F32) return "exact f32 products";
+    snprintf(q8k, sizeof q8k, "IQ2_XXS and Q2_K rows by integer dots with 8-bit activations (Q8_K), %s kernels",
+             qk_level_name(qk_level_active()));
+    return q8k;
 }
 
 void cpu_ops_free(void *ctx)
@@ -710,6 +731,9 @@ typedef struct {
     float *g, *u, *mid, *ys, *y;
     const float **xp;
     float **yp;
+    const block_q8_K **ap; /* per pair, in `order`: its Q8_K activations (integer products only) */
+    block_q8_K *qa;        /* the quantized activations: per token (gate, up) or per pair (down) */
+    bool q8k_gateup, q8k_down;
     int64_t D, F, block;
     int k;
     float clamp;
@@ -727,6 +751,12 @@ static void moe_gateup_task(void *arg, int64_t task, int worker)
     float **yp = j->yp + j->offset[a];
     cpu_weight wg = cpu_weight_of(j->gate, e), wu = cpu_weight_of(j->up, e);
     /* yp holds g pointers in the first half of the pair array, u in the second */
+    if (j->q8k_gateup) {
+        const block_q8_K *const *ap = j->ap + j->offset[a];
+        qk_rows(qk_level_active(), wg.type, wg.data, wg.row_bytes, wg.n, r0, r1, n, ap, yp);
+        qk_rows(qk_level_active(), wu.type, wu.data, wu.row_bytes, wu.n, r0, r1, n, ap, yp + j->offset[j->n_active]);
+        return;
+    }
     cpu_mm_rows(&wg, r0, r1, n, xp, yp, j->c->tscr[worker]);
     cpu_mm_rows(&wu, r0, r1, n, xp, yp + j->offset[j->n_active], j->c->tscr[worker]);
 }
@@ -745,6 +775,14 @@ static void moe_mid_task(void *arg, int64_t pair, int worker)
         }
         m[i] = silu(gv) * uv * w;
     }
+    if (j->q8k_down) quant_act_q8_K(m, j->F, j->qa + pair * (j->F / QK_K));
+}
+
+static void moe_quant_task(void *arg, int64_t t, int worker)
+{
+    (void)worker;
+    moe_job *j = arg;
+    quant_act_q8_K(j->x + t * j->D, j->D, j->qa + t * (j->D / QK_K));
 }
 
 static void moe_down_task(void *arg, int64_t task, int worker)
@@ -756,6 +794,11 @@ static void moe_down_task(void *arg, int64_t task, int worker)
     int64_t r0 = s * j->block, r1 = r0 + j->block < j->D ? r0 + j->block : j->D;
     if (r0 >= r1) return;
     cpu_weight wd = cpu_weight_of(j->down, e);
+    if (j->q8k_down) {
+        qk_rows(qk_level_active(), wd.type, wd.data, wd.row_bytes, wd.n, r0, r1, n, j->ap + j->offset[a],
+                j->yp + j->offset[a]);
+        return;
+    }
     cpu_mm_rows(&wd, r0, r1, n, j->xp + j->offset[a], j->yp + j->offset[a], j->c->tscr[worker]);
 }
 
@@ -771,6 +814,14 @@ static void moe_sum_task(void *arg, int64_t task, int worker)
         for (int i = 1; i < j->k; i++) acc += j->ys[(t * j->k + i) * j->D + d];
         y[d] = acc;
     }
+}
+
+/* Floats of scratch for the quantized activations: T tokens of D inputs
+ * (gate, up), then T·k pairs of F (down), one after the other. */
+static size_t moe_act_floats(int64_t T, int64_t k, int64_t D, int64_t F)
+{
+    int64_t blocks = T * (D / QK_K) > T * k * (F / QK_K) ? T * (D / QK_K) : T * k * (F / QK_K);
+    return ((size_t)blocks * sizeof(block_q8_K) + 3) / 4;
 }
 
 static int cpu_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, const ds4_tensor *down, ds4_buf *xb,
@@ -790,8 +841,13 @@ static int cpu_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, cons
     int32_t *ints = (int32_t *)(void *)cpu_scratch(c, CPU_SCR_INTS, (size_t)(3 * E + 2 + P));
     float *g = cpu_scratch(c, CPU_SCR_A, (size_t)(3 * P * F));
     float *ys = cpu_scratch(c, CPU_SCR_B, (size_t)(P * D));
-    const float **xp = (const float **)(void *)cpu_scratch(c, CPU_SCR_PTRS, (size_t)(3 * P) * 2);
-    if (!ints || !g || !ys || !xp) return cpu_fail(c, "out of memory (MoE scratch for %d tokens)", T);
+    const float **xp = (const float **)(void *)cpu_scratch(c, CPU_SCR_PTRS, (size_t)(4 * P) * 2);
+    bool q8k_gateup = c->q8k_experts && qk_supports(gate->type, D) && qk_supports(up->type, D);
+    bool q8k_down = c->q8k_experts && qk_supports(down->type, F);
+    block_q8_K *qa = NULL;
+    if (q8k_gateup || q8k_down) qa = (block_q8_K *)(void *)cpu_scratch(c, CPU_SCR_C, moe_act_floats(T, k, D, F));
+    if (!ints || !g || !ys || !xp || ((q8k_gateup || q8k_down) && !qa))
+        return cpu_fail(c, "out of memory (MoE scratch for %d tokens)", T);
     int32_t *count = ints, *active = ints + E, *offset = ints + 2 * E, *order = ints + 3 * E + 2;
     memset(count, 0, (size_t)E * 4);
     for (int64_t i = 0; i < P; i++) count[sel[i]]++;
@@ -809,10 +865,11 @@ static int cpu_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, cons
     moe_job j = { .c = c, .gate = gate, .up = up, .down = down, .n_active = na, .active = active, .offset = offset,
                   .order = order, .x = (const float *)(void *)xb->p, .w = (const float *)(void *)wb->p, .g = g,
                   .u = g + P * F, .mid = g + 2 * P * F, .ys = ys, .y = (float *)(void *)yb->p, .D = D, .F = F,
-                  .k = k, .clamp = clamp };
+                  .k = k, .clamp = clamp, .qa = qa, .q8k_gateup = q8k_gateup, .q8k_down = q8k_down };
     float **yp = (float **)(xp + P);
     j.xp = xp;
     j.yp = yp;
+    j.ap = (const block_q8_K **)(void *)(yp + 2 * P);
     size_t tsz = cpu_mm_scratch_floats(D > F ? D : F);
     if (cpu_thread_scratch(c, tsz)) return -1;
 
@@ -822,7 +879,9 @@ static int cpu_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, cons
         xp[q] = j.x + (pid / k) * D;
         yp[q] = j.g + (int64_t)pid * F;
         yp[P + q] = j.u + (int64_t)pid * F;
+        j.ap[q] = qa + (pid / k) * (D / QK_K);
     }
+    if (q8k_gateup) tp_run(c->tp, T, moe_quant_task, &j);
     j.block = cpu_row_block(c, F, 2);
     j.n_slices = (int)((F + j.block - 1) / j.block);
     tp_run(c->tp, (int64_t)j.n_slices * na, moe_gateup_task, &j);
@@ -833,6 +892,7 @@ static int cpu_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, cons
         int32_t pid = order[q];
         xp[q] = j.mid + (int64_t)pid * F;
         yp[q] = ys + (int64_t)pid * D;
+        j.ap[q] = qa + (int64_t)pid * (F / QK_K);
     }
     j.block = cpu_row_block(c, D, 2);
     j.n_slices = (int)((D + j.block - 1) / j.block);
@@ -905,7 +965,9 @@ uint64_t cpu_ops_scratch_estimate(const ds4_model *m, int T, int n_ctx, int thre
     if (t * max_vis > a) a = t * max_vis;
     uint64_t b = t * (uint64_t)hp->mix_hc > P * D ? t * (uint64_t)hp->mix_hc : P * D;
     uint64_t c = t * 2 * hd;
-    uint64_t ptrs = 6 * P > (uint64_t)(hp->n_out_group + 1) * t * 2 ? 6 * P : (uint64_t)(hp->n_out_group + 1) * t * 2;
+    uint64_t qa = moe_act_floats((int64_t)t, hp->n_expert_used, (int64_t)D, (int64_t)F);
+    if (qa > c) c = qa;
+    uint64_t ptrs = 8 * P > (uint64_t)(hp->n_out_group + 1) * t * 2 ? 8 * P : (uint64_t)(hp->n_out_group + 1) * t * 2;
     uint64_t ints = 3 * (uint64_t)hp->n_expert + 2 + P;
     uint64_t n_in = (uint64_t)hp->hc_dim;
     uint64_t widths[] = { D, (uint64_t)hp->q_lora, (uint64_t)hp->group_dim, (uint64_t)hp->n_out_group * hp->o_lora,

@@ -14,6 +14,20 @@ extern const ds4_ops cpu_ops;
 void *cpu_ops_new(const ds4_model *m, int threads, ds4_error *err);
 void cpu_ops_free(void *ctx);
 int cpu_ops_threads(void *ctx);
+/* How the routed experts are multiplied. Exact f32 products by default;
+ * with Q8K, each token's (or expert pair's) activations are quantized per
+ * 256 to 8 bits (Q8_K, as ds4's own CPU path does) and IQ2_XXS / Q2_K
+ * expert rows use the integer kernels of engine/qk.h, other formats stay
+ * f32. cpu_expert_arith_for gives the engine's choice for a numerics
+ * mode: Q8K only where DS4CL_EXPERTS=q8k asks for it under the release
+ * numerics (DS4_QSIM_FULL); exact f32 otherwise. Not the default: on the
+ * golden model the 8-bit activations move the release-numerics logits
+ * (median 0.1 relative) beyond that tier's tolerance. */
+typedef enum { CPU_EXPERTS_F32, CPU_EXPERTS_Q8K } cpu_expert_arith;
+cpu_expert_arith cpu_expert_arith_for(ds4_quant_sim qsim);
+void cpu_ops_set_expert_arith(void *ctx, cpu_expert_arith a);
+/* A line naming the arithmetic and the kernels' SIMD level. */
+const char *cpu_expert_arith_name(cpu_expert_arith a);
 /* Host bytes currently held by the context's scratch areas. */
 uint64_t cpu_ops_scratch_bytes(void *ctx);
 /* What the scratch grows to at most for chunks of T tokens in a context

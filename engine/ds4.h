@@ -127,6 +127,12 @@ typedef struct {
  * platform, a backend without devices). */
 int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *n, int *selected, ds4_error *err);
 
+/* How the CPU backend multiplies the routed experts under numerics mode q:
+ * a line naming the arithmetic (exact f32, or 8-bit activations and the
+ * SIMD level of their kernels). *note, when not NULL, gets why a SIMD
+ * level asked for (DS4CL_SIMD) is not used, or "". */
+const char *ds4_cpu_experts_mode(ds4_quant_sim q, const char **note);
+
 /* Bytes a session of n_ctx tokens needs on this engine's backend (KV,
  * compressed rows, scratch), for memory planning before opening it. */
 uint64_t ds4_session_bytes_estimate(const ds4_engine *e, int n_ctx);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "engine/backend.h"
+#include "engine/testkit/mkmodel.h"
 
 typedef struct {
     int n_pos, n_layer, k, top_k, hc_dim;
@@ -70,5 +71,10 @@ void mc_check_agree(const ds4_hparams *hp, const mc_plan *p, const mc_outcome *r
  * logits agree with ref_steps within rel tol. */
 void mc_resume_on(ds4_engine *e, const mc_plan *p, const mc_outcome *from, const float *ref_steps, int steps,
                   double tol, const char *what);
+
+/* The second fixture shape the cross-backend tests share: wider embedding,
+ * fewer and narrower heads, two output groups, two streams, Q4_K experts,
+ * one hash-routed layer, compression ratios 4/128/0/4; seed 5. */
+void mc_spec_other_shape(mk_spec *s);
 
 #endif

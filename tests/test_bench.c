@@ -1,6 +1,6 @@
 /* The measuring modes of ds4cl-bench that bench/README.md reports: the
- * stage-by-stage open time and the tokenizer comparison with the npm
- * reference. Their numbers are not checked (speed lives in `make bench`),
+ * stage-by-stage open time, the tokenizer comparison with the npm
+ * reference and the integer 2-bit kernels' yardstick. Their numbers are not checked (speed lives in `make bench`),
  * their shape and their failures are. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 
 #include "engine/testkit/mkmodel.h"
 #include "engine/npm_vocab.h"
+#include "cpu/qk.h"
 #include "tests/test.h"
 
 static const char *tiny_model(void)
@@ -83,4 +84,33 @@ TEST(bench, tokenizer_bench_runs_both_tokenizers_on_the_same_text)
     CHECK_CONTAINS(out, test_printf("\nds4cl,%zu,", strlen(s)));
     CHECK_CONTAINS(out, test_printf("\nnpm,%zu,", strlen(s)));
     CHECK_CONTAINS(out, "# ids identical");
+}
+
+/* --quant-bench --qk-only runs the ggml command it is given first and reads
+ * its MUL_MAT times (a stand-in script prints them here); levels the CPU
+ * lacks get a row saying so, unknown ones are refused. */
+TEST(bench, quant_bench_reads_the_ggml_yardstick_and_names_missing_levels)
+{
+    const char *fake = test_tmp_path("tbo.sh");
+    FILE *f = fopen(fake, "w");
+    CHECK(f != NULL);
+    fputs("#!/bin/sh\n"
+          "echo '  MUL_MAT(type_a=iq2_xxs,type_b=f32,m=4096,n=1,k=14336,bs=[1,1]):  69 runs - 11286.00 us/run - 117.44 MFLOP/run'\n"
+          "echo '  MUL_MAT(type_a=q2_K,type_b=f32,m=4096,n=512,k=14336,bs=[1,1]):  1 runs - 1823994.00 us/run - 60.13 GFLOP/run'\n",
+          f);
+    fclose(f);
+    CHECK(chmod(fake, 0755) == 0);
+    char *out;
+    /* a level this CPU lacks (with all of them, avx2's rows run for real) */
+    qk_level lvl = QK_AVX2;
+    for (int l = QK_AVX2; l < QK_N_LEVELS; l++)
+        if (!qk_level_supported((qk_level)l)) lvl = (qk_level)l;
+    int rc = test_runf(&out, "%s/ds4cl-bench --quant-bench --qk-only --threads 1 --reps 1 --levels %s --ggml %s",
+                       test_bindir(), qk_level_name(lvl), fake);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+    CHECK_CONTAINS(out, "IQ2_XXS 11286 / 0 us, Q2_K 0 / 1823994 us per run at n = 1 / 512");
+    if (!qk_level_supported(lvl)) CHECK_CONTAINS(out, "IQ2_XXS  decode  6x(gate+up) 2048x4096      (not on this CPU)");
+    rc = test_runf(&out, "%s/ds4cl-bench --quant-bench --qk-only --levels avx1024", test_bindir());
+    CHECK_EQ_INT(rc, 2);
+    CHECK_CONTAINS(out, "unknown SIMD level 'avx1024'");
 }

@@ -2,7 +2,8 @@
  * exact ties, which random weights almost never produce but real runs do
  * (indexer rows whose head dots are all ≤ 0 score exactly 0): the router
  * keeps the lower expert id, the indexer the lower row, as the reference
- * does (doc/model.md §6.5, §7). Thread counts must not change the choice. */
+ * does (doc/model.md §6.5, §7). Thread counts must not change the choice.
+ * Also the routed experts in 8-bit activation arithmetic. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,4 +158,60 @@ TEST(cpu_ops, indexer_ties_go_to_the_lower_row)
     check_indexer(1, DS4_CACHE_F32);
     check_indexer(2, DS4_CACHE_F32);
     check_indexer(2, DS4_CACHE_F16);
+}
+
+/* The routed experts in 8-bit activation arithmetic (cpu_expert_arith
+ * Q8K): T tokens at once give every token the bits it gets alone and with
+ * any thread count (the integer products do not depend on the tile), and
+ * land near the exact f32 products without equalling them. */
+static void moe_run(int threads, bool q8k, int T, int t0, const float *x, const int32_t *sel, const float *wt,
+                    float *y)
+{
+    tiny_ops t;
+    tiny_open(&t, threads);
+    const ds4_hparams *hp = &t.m->hp;
+    const ds4_layer *L = &t.m->layers[hp->n_layer - 1];
+    int64_t D = hp->n_embd;
+    int k = hp->n_expert_used;
+    cpu_ops_set_expert_arith(t.ctx, q8k ? CPU_EXPERTS_Q8K : CPU_EXPERTS_F32);
+    ds4_buf *xb = buf_of(&t, x + t0 * D, (size_t)(T * D) * 4), *sb = buf_of(&t, sel + t0 * k, (size_t)(T * k) * 4);
+    ds4_buf *wb = buf_of(&t, wt + t0 * k, (size_t)(T * k) * 4), *yb = buf_of(&t, NULL, (size_t)(T * D) * 4);
+    CHECK(cpu_ops.moe(t.ctx, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, xb, sb, wb, T, hp->swiglu_clamp[0],
+                      yb) == 0);
+    CHECK(cpu_ops.read(t.ctx, yb, 0, y + t0 * D, (size_t)(T * D) * 4) == 0);
+    cpu_ops.release(t.ctx, xb);
+    cpu_ops.release(t.ctx, sb);
+    cpu_ops.release(t.ctx, wb);
+    cpu_ops.release(t.ctx, yb);
+    tiny_close(&t);
+}
+
+TEST(cpu_ops, q8k_experts_are_batch_and_thread_invariant_and_near_f32)
+{
+    enum { T = 7, D = 256, K = 6 };
+    static float x[T * D], wt[T * K], prefill[T * D], alone[T * D], two[T * D], f32[T * D];
+    static int32_t sel[T * K];
+    uint32_t s = 12345;
+    for (int i = 0; i < T * D; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)((int32_t)(s >> 8) % 2000) / 1000.0f;
+    }
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) {
+            sel[t * K + j] = (t + 3 * j) % 16; /* distinct within a token, shared across tokens */
+            wt[t * K + j] = 0.1f + 0.05f * (float)j;
+        }
+    moe_run(1, true, T, 0, x, sel, wt, prefill);
+    for (int t = 0; t < T; t++) moe_run(1, true, 1, t, x, sel, wt, alone);
+    moe_run(2, true, T, 0, x, sel, wt, two);
+    moe_run(1, false, T, 0, x, sel, wt, f32);
+    CHECK(memcmp(prefill, alone, sizeof prefill) == 0);
+    CHECK(memcmp(prefill, two, sizeof prefill) == 0);
+    double num = 0, den = 0;
+    for (int i = 0; i < T * D; i++) {
+        num += ((double)prefill[i] - f32[i]) * ((double)prefill[i] - f32[i]);
+        den += (double)f32[i] * f32[i];
+    }
+    CHECK_MSG(den > 0 && num > 0, "the 8-bit path gave the f32 products exactly (or nothing)");
+    CHECK_MSG(sqrt(num / den) < 0.05, "relative distance to f32 %.3g", sqrt(num / den));
 }

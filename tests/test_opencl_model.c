@@ -115,26 +115,7 @@ TEST(opencl_model, tiny_shape_agrees_with_the_cpu)
 TEST(opencl_model, other_shape_q4_experts_agrees_with_the_cpu)
 {
     mk_spec s;
-    mk_spec_tiny(&s);
-    s.n_layer = 4;
-    s.n_embd = 512;
-    s.n_head = 4;
-    s.head_dim = 256;
-    s.q_lora = 128;
-    s.o_lora = 64;
-    s.n_out_group = 2;
-    s.n_expert = 8;
-    s.n_expert_used = 3;
-    s.n_hash_layer = 1;
-    s.n_swa = 32;
-    s.n_indexer_head = 2;
-    s.indexer_head_dim = 64;
-    s.indexer_top_k = 5;
-    s.n_hc = 2;
-    int ratios[] = { 4, 128, 0, 4 };
-    memcpy(s.ratios, ratios, sizeof ratios);
-    mk_set_quant(&s, "q4");
-    s.seed = 5;
+    mc_spec_other_shape(&s);
     run_shape rs = { .n_tokens = 330, .prefill = 290, .chunk = 37, .ids_seed = 9 };
     cpu_and_opencl_agree(&s, &rs);
 }

@@ -1,0 +1,185 @@
+/* qk.c — the SIMD level of the integer 2-bit kernels (CPUID, DS4CL_SIMD)
+ * and the row/token walk that feeds them tiles. */
+#include "cpu/qk.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/qk_impl.h"
+
+static const char *const level_names[QK_N_LEVELS] = { "scalar", "avx2", "avx2vnni", "avx512", "avx512vbmi" };
+
+const char *qk_level_name(qk_level l)
+{
+    return (unsigned)l < QK_N_LEVELS ? level_names[l] : "?";
+}
+
+int qk_level_parse(const char *name)
+{
+    for (int l = 0; l < QK_N_LEVELS; l++)
+        if (name && !strcmp(name, level_names[l])) return l;
+    return -1;
+}
+
+bool qk_level_supported(qk_level l)
+{
+    if (l == QK_SCALAR) return true;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    /* libgcc's answers include the OS's saving of the ymm/zmm state */
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                  __builtin_cpu_supports("avx512vnni");
+    switch (l) {
+    case QK_AVX2: return avx2;
+    case QK_AVX2VNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+    case QK_AVX512: return avx512;
+    case QK_AVX512VBMI: return avx512 && __builtin_cpu_supports("avx512vbmi");
+    default: return false;
+    }
+#else
+    return false;
+#endif
+}
+
+static qk_level active_level;
+static char level_error[160];
+static pthread_once_t level_once = PTHREAD_ONCE_INIT;
+
+static void level_init(void)
+{
+    active_level = QK_SCALAR;
+    for (int l = QK_N_LEVELS - 1; l > QK_SCALAR; l--)
+        if (qk_level_supported((qk_level)l)) {
+            active_level = (qk_level)l;
+            break;
+        }
+    const char *env = getenv("DS4CL_SIMD");
+    if (!env || !*env) return;
+    int want = qk_level_parse(env);
+    if (want < 0)
+        snprintf(level_error, sizeof level_error, "DS4CL_SIMD=%s is not a level (avx512vbmi, avx512, avx2vnni, avx2, scalar)",
+                 env);
+    else if (!qk_level_supported((qk_level)want))
+        snprintf(level_error, sizeof level_error, "DS4CL_SIMD=%s: this CPU does not have that level", env);
+    else
+        active_level = (qk_level)want;
+}
+
+qk_level qk_level_active(void)
+{
+    pthread_once(&level_once, level_init);
+    return active_level;
+}
+
+const char *qk_level_error(void)
+{
+    pthread_once(&level_once, level_init);
+    return level_error;
+}
+
+static uint64_t signs8[128];
+static _Alignas(64) uint16_t grid_codes[256];
+static pthread_once_t signs_once = PTHREAD_ONCE_INIT;
+
+static void signs_init(void)
+{
+    for (int i = 0; i < 256; i++) {
+        uint16_t c = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t m = (uint8_t)(quant_iq2xxs_grid[i] >> (8 * j));
+            c |= (uint16_t)((m == 8 ? 0 : m == 25 ? 1 : 2) << (2 * j));
+        }
+        grid_codes[i] = c;
+    }
+    for (int s = 0; s < 128; s++) {
+        uint64_t v = 0;
+        for (int j = 0; j < 8; j++) v |= (uint64_t)((quant_ksigns_iq2xs[s] >> j) & 1 ? 0xff : 0x01) << (8 * j);
+        signs8[s] = v;
+    }
+}
+
+const uint64_t *qk_signs8(void)
+{
+    pthread_once(&signs_once, signs_init);
+    return signs8;
+}
+
+const uint16_t *qk_grid_codes(void)
+{
+    pthread_once(&signs_once, signs_init);
+    return grid_codes;
+}
+
+bool qk_supports(uint32_t type, int64_t n)
+{
+    return (type == GGML_TYPE_IQ2_XXS || type == GGML_TYPE_Q2_K) && n > 0 && n % QK_K == 0;
+}
+
+static const qk_kernels *kernels_of(qk_level level)
+{
+    return level == QK_AVX512VBMI ? &qk_kernels_avx512vbmi
+           : level == QK_AVX512   ? &qk_kernels_avx512
+           : level == QK_AVX2VNNI ? &qk_kernels_avx2vnni
+           : level == QK_AVX2     ? &qk_kernels_avx2
+                                  : NULL;
+}
+
+/* Prefill walks the rows in stretches of about STRETCH_BYTES and, for
+ * each stretch, the tokens QK_TOKS at a time: a tile's four activations
+ * (4 × n/256 blocks of 292 bytes, 19 KB at n = 4096) and the stretch's
+ * rows stay in L1 while the stretch is multiplied. Row by row instead,
+ * more than a few tokens' activations would be read from L2 for every
+ * row group, which halves the speed. */
+enum { STRETCH_BYTES = 16 << 10 };
+
+static void tile_rows(qk_kernel fn, const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r, int64_t r1,
+                      bool fetch_next, int t0, int nt, const block_q8_K *const *act, float *const *y)
+{
+    int nr = r1 - r < QK_ROWS ? (int)(r1 - r) : QK_ROWS;
+    const uint8_t *rows[QK_ROWS], *next[QK_ROWS];
+    /* a short group repeats its last row; the extra results are dropped */
+    for (int i = 0; i < QK_ROWS; i++) rows[i] = w + (size_t)(r + (i < nr ? i : nr - 1)) * row_bytes;
+    int64_t rn = r + QK_ROWS;
+    int nn = r1 - rn < QK_ROWS ? (int)(r1 - rn) : QK_ROWS;
+    for (int i = 0; i < QK_ROWS && nn > 0; i++) next[i] = w + (size_t)(rn + (i < nn ? i : nn - 1)) * row_bytes;
+    float out[QK_ROWS][QK_TOKS];
+    fn(rows, fetch_next && nn > 0 ? next : NULL, act + t0, nt, nb, out);
+    for (int i = 0; i < nr; i++)
+        for (int t = 0; t < nt; t++) y[t0 + t][r + i] = out[i][t];
+}
+
+void qk_rows(qk_level level, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0, int64_t r1,
+             int T, const block_q8_K *const *act, float *const *y)
+{
+    qk_rows_with(kernels_of(level), type, w, row_bytes, n, r0, r1, T, act, y);
+}
+
+void qk_rows_with(const qk_kernels *k, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0,
+                  int64_t r1, int T, const block_q8_K *const *act, float *const *y)
+{
+    qk_kernel fn = !k ? NULL : type == GGML_TYPE_IQ2_XXS ? k->iq2_xxs : type == GGML_TYPE_Q2_K ? k->q2_K : NULL;
+    if (!fn) {
+        for (int t = 0; t < T; t++)
+            for (int64_t r = r0; r < r1; r++) y[t][r] = quant_dot_act(type, w + (size_t)r * row_bytes, act[t], n);
+        return;
+    }
+    int64_t nb = n / QK_K;
+    if (T <= QK_TOKS) {
+        for (int64_t r = r0; r < r1; r += QK_ROWS) tile_rows(fn, w, row_bytes, nb, r, r1, true, 0, T, act, y);
+        return;
+    }
+    int64_t stretch = (int64_t)(STRETCH_BYTES / row_bytes) & ~(int64_t)(QK_ROWS - 1);
+    if (stretch < QK_ROWS) stretch = QK_ROWS;
+    for (int64_t s0 = r0; s0 < r1; s0 += stretch) {
+        int64_t s1 = r1 - s0 < stretch ? r1 : s0 + stretch;
+        for (int t0 = 0; t0 < T; t0 += QK_TOKS) {
+            int nt = T - t0 < QK_TOKS ? T - t0 : QK_TOKS;
+            /* the next rows are fetched during the first token pass only */
+            for (int64_t r = s0; r < s1; r += QK_ROWS) tile_rows(fn, w, row_bytes, nb, r, s1, t0 == 0, t0, nt, act, y);
+        }
+    }
+}

@@ -1,0 +1,234 @@
+/* qk_x256.h — the 256-bit integer 2-bit kernels, included once per AVX2
+ * level by qk_avx2vnni.c and qk_avx2.c, which define
+ *   QK_TGT   the function attribute naming the level's instructions,
+ *   QK_VNNI  1 where the 256-bit vpdpbusd / vpdpwssd may be used,
+ *   QK_NAME  the kernel table's name.
+ *
+ * IQ2_XXS: a group's four grid rows form one vector of magnitudes; its
+ * four sign selectors pick ±1 byte rows (qk_signs8) that vpsignb applies
+ * to the activation bytes; vpmaddubsw sums magnitude × signed activation
+ * pairs and the group scale 2·ls+1 weights them (vpmaddwd, or vpdpwssd).
+ * Q2_K: each 32-byte quarter of the quants, shifted by 0/2/4/6 and
+ * multiplied by the sub-block scale (≤ 45, still a byte), pairs with 32
+ * contiguous activation bytes (vpdpbusd; without VNNI vpmaddubsw on the raw
+ * quants, the scales applied by the vpmaddwd that widens the pairs).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "cpu/qk_impl.h"
+#include "engine/quant_impl.h"
+
+/* Q2_K quants × activations weighted by the sub-block scales: with VNNI
+ * the quants are scaled once per row (Q2K_SCALED) and vpdpbusd sums them
+ * against each token; without, vpmaddubsw sums raw quant pairs and the
+ * scales ride on the vpmaddwd that widens them anyway. */
+#if QK_VNNI
+#define Q2K_SCALED 1
+#define DOT_Q2K(acc, w, scw, s) QK_DPBUSD(acc, w, s)
+#define DOT_S16(acc, a, b) QK_DPWSSD(acc, a, b)
+#else
+#define Q2K_SCALED 0
+#define DOT_Q2K(acc, w, scw, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, s), scw))
+#define DOT_S16(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+#endif
+
+/* The sums of four vectors' lanes, [a, b, c, d]. */
+static inline QK_TGT __m128i hsum4x256(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    __m256i u = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+    return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+}
+
+static inline QK_TGT void prefetch_block(const uint8_t *const *next, int64_t off, int64_t bytes)
+{
+    if (!next) return;
+    for (int r = 0; r < QK_ROWS; r++) {
+        _mm_prefetch((const char *)(next[r] + off), _MM_HINT_T0);
+        _mm_prefetch((const char *)(next[r] + off + bytes - 1), _MM_HINT_T0);
+    }
+}
+
+/* ---- IQ2_XXS ------------------------------------------------------------------ */
+
+typedef struct {
+    __m256i mag[8], sgn[8], sc[8];
+    float d;
+} iq2_dec;
+
+static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, const uint64_t *signs8, iq2_dec *s)
+{
+    const uint8_t *qs = (const uint8_t *)b->qs;
+    const uint64_t *grid = quant_iq2xxs_grid;
+    for (int g = 0; g < 8; g++) {
+        const uint8_t *q = qs + 8 * g;
+        uint32_t w = quant_rd32(q + 4);
+        s->mag[g] = _mm256_set_epi64x((long long)grid[q[3]], (long long)grid[q[2]], (long long)grid[q[1]],
+                                      (long long)grid[q[0]]);
+        s->sgn[g] = _mm256_set_epi64x((long long)signs8[(w >> 21) & 127], (long long)signs8[(w >> 14) & 127],
+                                      (long long)signs8[(w >> 7) & 127], (long long)signs8[w & 127]);
+        s->sc[g] = _mm256_set1_epi16((short)(2 * (w >> 28) + 1));
+    }
+    s->d = _cvtsh_ss(quant_rd16(&b->d));
+}
+
+static inline QK_TGT __attribute__((always_inline)) void
+iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+         int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    const uint64_t *signs8 = qk_signs8();
+    /* lane r of sum[t]: row r's running sum, rounded as the reference's */
+    __m128 sum[QK_TOKS];
+    for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
+        __m256i acc[QK_ROWS][QK_TOKS];
+        float dw[QK_ROWS];
+        for (int r = 0; r < QK_ROWS; r++) {
+            iq2_dec s;
+            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, signs8, &s);
+            dw[r] = s.d;
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = act[t] + i;
+                __m256i ac = _mm256_setzero_si256();
+                for (int g = 0; g < 8; g++) {
+                    __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * g));
+                    __m256i p = _mm256_maddubs_epi16(s.mag[g], _mm256_sign_epi8(q8, s.sgn[g]));
+                    ac = DOT_S16(ac, p, s.sc[g]);
+                }
+                acc[r][t] = ac;
+            }
+        }
+        __m128 d4 = _mm_loadu_ps(dw);
+        for (int t = 0; t < nt; t++) {
+            __m128i is = hsum4x256(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+            __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
+            sum[t] = _mm_add_ps(sum[t], f);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float v[4];
+        _mm_storeu_ps(v, sum[t]);
+        for (int r = 0; r < QK_ROWS; r++) out[r][t] = 0.125f * v[r];
+    }
+}
+
+/* ---- Q2_K ------------------------------------------------------------------- */
+
+typedef struct {
+    __m256i w[8];   /* [4h + k]: q of elements 128h + 32k … +31, times its scale where Q2K_SCALED */
+    __m256i scw[8]; /* their scales as words (unused where Q2K_SCALED) */
+    __m256i mins; /* scale >> 4 as words */
+    float d, dmin;
+} q2k_dec;
+
+static inline QK_TGT void q2k_decode(const block_q2_K *b, q2k_dec *s)
+{
+    __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
+    __m256i lo = _mm256_broadcastsi128_si256(_mm_and_si128(sc, _mm_set1_epi8(15)));
+    /* vpshufb controls putting sub-block 2k's scale in every word of the low
+     * lane and 2k+1's in the high lane */
+    const __m256i ctl0 = _mm256_setr_epi32((int)0x80008000u, (int)0x80008000u, (int)0x80008000u, (int)0x80008000u,
+                                           (int)0x80018001u, (int)0x80018001u, (int)0x80018001u, (int)0x80018001u);
+    const __m256i three = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h));
+        for (int k = 0; k < 4; k++) {
+            int sub = 8 * h + 2 * k;
+            __m256i scw = _mm256_shuffle_epi8(lo, _mm256_add_epi32(ctl0, _mm256_set1_epi32(sub * 0x00010001)));
+            __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
+            s->w[4 * h + k] = Q2K_SCALED ? _mm256_mullo_epi16(v, scw) : v;
+            s->scw[4 * h + k] = scw;
+        }
+    }
+    s->mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
+    s->d = _cvtsh_ss(quant_rd16(&b->d));
+    s->dmin = _cvtsh_ss(quant_rd16(&b->dmin));
+}
+
+static inline QK_TGT __attribute__((always_inline)) void
+q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+         int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    __m128 sum[QK_TOKS];
+    for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
+        __m256i acc[QK_ROWS][QK_TOKS], accm[QK_ROWS][QK_TOKS];
+        float dw[QK_ROWS], dm[QK_ROWS];
+        for (int r = 0; r < QK_ROWS; r++) {
+            q2k_dec s;
+            q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
+            dw[r] = s.d;
+            dm[r] = s.dmin;
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = act[t] + i;
+                __m256i ac = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) {
+                    __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * j));
+                    ac = DOT_Q2K(ac, s.w[j], s.scw[j], q8);
+                }
+                acc[r][t] = ac;
+                accm[r][t] = _mm256_madd_epi16(s.mins, _mm256_loadu_si256((const __m256i *)(const void *)a->bsums));
+            }
+        }
+        __m128 d4 = _mm_loadu_ps(dw), m4 = _mm_loadu_ps(dm);
+        for (int t = 0; t < nt; t++) {
+            __m128i is = hsum4x256(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+            __m128i ms = hsum4x256(accm[0][t], accm[1][t], accm[2][t], accm[3][t]);
+            __m128 ad = _mm_set1_ps(act[t][i].d);
+            /* dall·isum − dmin·summs, as the reference rounds it */
+            __m128 f = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(ad, d4), _mm_cvtepi32_ps(is)),
+                                  _mm_mul_ps(_mm_mul_ps(ad, m4), _mm_cvtepi32_ps(ms)));
+            sum[t] = _mm_add_ps(sum[t], f);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float v[4];
+        _mm_storeu_ps(v, sum[t]);
+        for (int r = 0; r < QK_ROWS; r++) out[r][t] = v[r];
+    }
+}
+
+/* ---- fixed token counts --------------------------------------------------------- */
+
+#define QK_FIXED(FN, NT)                                                                               \
+    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *const *next,               \
+                                 const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
+    {                                                                                                  \
+        FN(rows, next, act, NT, nb, out);                                                              \
+    }
+QK_FIXED(iq2_tile, 1)
+QK_FIXED(iq2_tile, 2)
+QK_FIXED(iq2_tile, 3)
+QK_FIXED(iq2_tile, 4)
+QK_FIXED(q2k_tile, 1)
+QK_FIXED(q2k_tile, 2)
+QK_FIXED(q2k_tile, 3)
+QK_FIXED(q2k_tile, 4)
+
+static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    switch (nt) {
+    case 1: iq2_tile_1(rows, next, act, nb, out); break;
+    case 2: iq2_tile_2(rows, next, act, nb, out); break;
+    case 3: iq2_tile_3(rows, next, act, nb, out); break;
+    default: iq2_tile_4(rows, next, act, nb, out); break;
+    }
+}
+
+static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    switch (nt) {
+    case 1: q2k_tile_1(rows, next, act, nb, out); break;
+    case 2: q2k_tile_2(rows, next, act, nb, out); break;
+    case 3: q2k_tile_3(rows, next, act, nb, out); break;
+    default: q2k_tile_4(rows, next, act, nb, out); break;
+    }
+}
+
+const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel };

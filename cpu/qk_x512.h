@@ -1,0 +1,372 @@
+/* qk_x512.h — the 512-bit integer 2-bit kernels, included once per
+ * AVX-512 level by qk_avx512vbmi.c and qk_avx512.c, which define
+ *   QK_TGT   the function attribute naming the level's instructions,
+ *   QK_VBMI  1 where vpermi2b / vpmultishiftqb may be used,
+ *   QK_NAME  the kernel table's name.
+ *
+ * IQ2_XXS: a block's eight groups are eight qwords (four grid indices,
+ * then four 7-bit sign selectors and a 4-bit scale). The 32 grid rows are
+ * looked up as 2-bit codes and spread into unsigned magnitudes 8/25/43, two
+ * groups per vector (iq2_magnitudes); the sign bits become a 64-bit mask
+ * that negates the matching activation bytes, and vpmaddubsw + vpdpwssd sum
+ * magnitude × signed activation pairs weighted by the group scale 2·ls+1.
+ * With more than one token the magnitudes are signed once per row
+ * instead, and the activations, made unsigned (q8 + 128), are shared by the
+ * rows.
+ * Q2_K: each 32-byte half of the quants, broadcast to both halves of a
+ * vector and shifted per half (vpsrlvw), gives 64 consecutive 2-bit quants;
+ * multiplied by their 4-bit sub-block scale (≤ 45, still a byte) they feed
+ * vpdpbusd directly against 64 contiguous activation bytes, and the
+ * minimums go through the activation's bsums.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "cpu/qk_impl.h"
+#include "engine/quant_impl.h"
+
+/* The sums of four vectors' lanes, [a, b, c, d]. */
+static inline QK_TGT __m128i hsum4x512(__m512i a, __m512i b, __m512i c, __m512i d)
+{
+    __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+static inline QK_TGT __m128i hsum4x256(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    __m256i u = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+    return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+}
+
+static inline QK_TGT void prefetch_block(const uint8_t *const *next, int64_t off, int64_t bytes)
+{
+    if (!next) return;
+    for (int r = 0; r < QK_ROWS; r++) {
+        _mm_prefetch((const char *)(next[r] + off), _MM_HINT_T0);
+        _mm_prefetch((const char *)(next[r] + off + bytes - 1), _MM_HINT_T0);
+    }
+}
+
+/* ---- IQ2_XXS ------------------------------------------------------------------ */
+
+typedef struct {
+    __m512i mag[4];  /* grid magnitudes of groups 2p, 2p+1 */
+    __m512i sc[4];   /* 2·ls+1 as words: group 2p in the low half, 2p+1 in the high */
+    __mmask64 neg[4]; /* negated elements of groups 2p, 2p+1 */
+    float d;
+} iq2_dec;
+
+/* The sign bytes of the eight groups (byte 4g+k: selector k of group g
+ * with its parity as bit 7), 32 bytes. */
+static inline QK_TGT __m256i iq2_sign_bytes(__m512i q)
+{
+#if QK_VBMI
+    /* bytes 0..3 of each qword: the selectors at bits 32, 39, 46, 53; the
+     * 128-entry ksigns table is two registers for vpermi2b */
+    __m512i sel = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720), q);
+    __m512i ks_lo = _mm512_loadu_si512(quant_ksigns_iq2xs), ks_hi = _mm512_loadu_si512(quant_ksigns_iq2xs + 64);
+    __m512i sb = _mm512_permutex2var_epi8(ks_lo, sel, ks_hi);
+    static const uint8_t pick[64] = { 0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
+                                      32, 33, 34, 35, 40, 41, 42, 43, 48, 49, 50, 51, 56, 57, 58, 59 };
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi8(_mm512_loadu_si512(pick), sb));
+#else
+    /* each group's sign word to four dword lanes, shifted to its selectors;
+     * parity from a nibble table */
+    const __m512i shifts = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
+    const __m512i par = _mm512_set4_epi32(0x00808000, (int)0x80000080u, (int)0x80000080u, 0x00808000);
+    const __m512i m7 = _mm512_set1_epi32(127), m15 = _mm512_set1_epi32(15);
+    __m512i a = _mm512_permutexvar_epi32(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), q);
+    __m512i b = _mm512_permutexvar_epi32(_mm512_setr_epi32(9, 9, 9, 9, 11, 11, 11, 11, 13, 13, 13, 13, 15, 15, 15, 15), q);
+    a = _mm512_and_si512(_mm512_srlv_epi32(a, shifts), m7);
+    b = _mm512_and_si512(_mm512_srlv_epi32(b, shifts), m7);
+    a = _mm512_or_si512(a, _mm512_xor_si512(_mm512_shuffle_epi8(par, _mm512_and_si512(a, m15)),
+                                            _mm512_shuffle_epi8(par, _mm512_srli_epi32(a, 4))));
+    b = _mm512_or_si512(b, _mm512_xor_si512(_mm512_shuffle_epi8(par, _mm512_and_si512(b, m15)),
+                                            _mm512_shuffle_epi8(par, _mm512_srli_epi32(b, 4))));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(a)), _mm512_cvtepi32_epi8(b), 1);
+#endif
+}
+
+/* The magnitudes of a block's 32 grid rows, two groups per vector. Each
+ * grid row is 8 two-bit codes (qk_grid_codes): the 32 codes words are
+ * looked up four 64-entry tables at a time (vpermi2w, the index's two top
+ * bits choosing among them), then spread to one code per byte and mapped
+ * to 8, 25 or 43. */
+static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, __m512i mag[4])
+{
+    const __m512i *t = (const __m512i *)(const void *)codes;
+    __m512i iw = _mm512_cvtepu8_epi16(idx32);
+    __m512i r0 = _mm512_permutex2var_epi16(_mm512_loadu_si512(t), iw, _mm512_loadu_si512(t + 1));
+    __m512i r1 = _mm512_permutex2var_epi16(_mm512_loadu_si512(t + 2), iw, _mm512_loadu_si512(t + 3));
+    __m512i r2 = _mm512_permutex2var_epi16(_mm512_loadu_si512(t + 4), iw, _mm512_loadu_si512(t + 5));
+    __m512i r3 = _mm512_permutex2var_epi16(_mm512_loadu_si512(t + 6), iw, _mm512_loadu_si512(t + 7));
+    __mmask32 b6 = _mm512_test_epi16_mask(iw, _mm512_set1_epi16(0x40));
+    __mmask32 b7 = _mm512_test_epi16_mask(iw, _mm512_set1_epi16(0x80));
+    __m512i c = _mm512_mask_blend_epi16(b7, _mm512_mask_blend_epi16(b6, r0, r1), _mm512_mask_blend_epi16(b6, r2, r3));
+#if QK_VBMI
+    /* byte j of a qword: bits 2j.. of its code word; vpermb reads 6 bits, so
+     * the table repeats the three magnitudes every four entries */
+    const __m512i ctl = _mm512_set1_epi64(0x0e0c0a0806040200ll);
+    const __m512i lut = _mm512_set4_epi32(0x002b1908, 0x002b1908, 0x002b1908, 0x002b1908);
+#define IQ2_SPREAD(P)                                                                                          \
+    mag[P] = _mm512_permutexvar_epi8(                                                                          \
+        _mm512_multishift_epi64_epi8(ctl, _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(c, P))), lut)
+#else
+    /* byte j of a qword: a copy of code byte j/4, masked to its two bits;
+     * both nibbles folded give 0-3 (even j) or 0/4/8/12 (odd j) */
+    const __m512i rep = _mm512_set4_epi32(0x09090909, 0x08080808, 0x01010101, 0x00000000);
+    const __m512i pos = _mm512_set1_epi32((int)0xc0300c03u);
+    const __m512i m15 = _mm512_set1_epi8(15);
+    const __m512i lut = _mm512_set4_epi32(0, 0x2b, 0x19, 0x002b1908);
+#define IQ2_SPREAD(P)                                                                                          \
+    do {                                                                                                       \
+        __m512i v = _mm512_and_si512(                                                                          \
+            _mm512_shuffle_epi8(_mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(c, P)), rep), pos);            \
+        v = _mm512_or_si512(_mm512_and_si512(v, m15), _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));       \
+        mag[P] = _mm512_shuffle_epi8(lut, v);                                                                 \
+    } while (0)
+#endif
+    IQ2_SPREAD(0);
+    IQ2_SPREAD(1);
+    IQ2_SPREAD(2);
+    IQ2_SPREAD(3);
+#undef IQ2_SPREAD
+}
+
+static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, const uint16_t *codes, iq2_dec *s)
+{
+    __m512i q = _mm512_loadu_si512(b->qs);
+    uint64_t neg[4];
+    _mm256_storeu_si256((__m256i *)(void *)neg, iq2_sign_bytes(q));
+    /* the 32 grid indices, four per qword, in order */
+    const __m512i pick_idx = _mm512_set4_epi32(-1, -1, 0x0b0a0908, 0x03020100);
+    __m512i idx = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), _mm512_shuffle_epi8(q, pick_idx));
+    iq2_magnitudes(_mm512_castsi512_si256(idx), codes, s->mag);
+    /* scales: 2·ls+1 in every word of group g's qword */
+    __m512i ls = _mm512_add_epi64(_mm512_slli_epi64(_mm512_srli_epi64(q, 60), 1), _mm512_set1_epi64(1));
+    ls = _mm512_shuffle_epi8(ls, _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100));
+    for (int p = 0; p < 4; p++) {
+        s->sc[p] = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
+                                                              2 * p + 1, 2 * p + 1), ls);
+        s->neg[p] = (__mmask64)neg[p];
+    }
+    s->d = _cvtsh_ss(quant_rd16(&b->d));
+}
+
+static inline QK_TGT __attribute__((always_inline)) void
+iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+         int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    const uint16_t *codes = qk_grid_codes();
+    /* lane r of sum[t]: row r's running sum, rounded as the reference's */
+    __m128 sum[QK_TOKS];
+    for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
+        __m512i acc[QK_ROWS][QK_TOKS];
+        float dw[QK_ROWS];
+        for (int r = 0; r < QK_ROWS; r++) {
+            iq2_dec s;
+            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, codes, &s);
+            dw[r] = s.d;
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *a = act[t] + i;
+                __m512i ac = _mm512_setzero_si512();
+                for (int p = 0; p < 4; p++) {
+                    __m512i q8 = _mm512_loadu_si512(a->qs + 64 * p);
+                    q8 = _mm512_mask_sub_epi8(q8, s.neg[p], _mm512_setzero_si512(), q8);
+                    ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(s.mag[p], q8), s.sc[p]);
+                }
+                acc[r][t] = ac;
+            }
+        }
+        __m128 d4 = _mm_loadu_ps(dw);
+        for (int t = 0; t < nt; t++) {
+            __m128i is = hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+            __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
+            sum[t] = _mm_add_ps(sum[t], f);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float v[4];
+        _mm_storeu_ps(v, sum[t]);
+        for (int r = 0; r < QK_ROWS; r++) out[r][t] = 0.125f * v[r];
+    }
+}
+
+/* More tokens: each row's block is signed once (magnitudes negated where
+ * their sign bit is set), and the activations enter vpmaddubsw as its
+ * unsigned operand, q8 + 128, made once per token for the four rows. The
+ * 128·Σ(2·ls+1)·w that this adds to a row's block sum is subtracted up
+ * front, so the integers are the same. */
+static inline QK_TGT __attribute__((always_inline)) void
+iq2_tile_many(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+              int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    const uint16_t *codes = qk_grid_codes();
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m128 sum[QK_TOKS];
+    for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
+        __m512i au[QK_TOKS][4], acc[QK_ROWS][QK_TOKS];
+        for (int t = 0; t < nt; t++)
+            for (int p = 0; p < 4; p++) au[t][p] = _mm512_xor_si512(_mm512_loadu_si512(act[t][i].qs + 64 * p), bias);
+        float dw[QK_ROWS];
+        for (int r = 0; r < QK_ROWS; r++) {
+            iq2_dec s;
+            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, codes, &s);
+            dw[r] = s.d;
+            __m512i w[4], c = _mm512_setzero_si512();
+            for (int p = 0; p < 4; p++) {
+                w[p] = _mm512_mask_sub_epi8(s.mag[p], s.neg[p], _mm512_setzero_si512(), s.mag[p]);
+                c = _mm512_dpwssd_epi32(c, _mm512_maddubs_epi16(bias, w[p]), s.sc[p]);
+            }
+            c = _mm512_sub_epi32(_mm512_setzero_si512(), c);
+            for (int t = 0; t < nt; t++) {
+                __m512i ac = c;
+                for (int p = 0; p < 4; p++) ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(au[t][p], w[p]), s.sc[p]);
+                acc[r][t] = ac;
+            }
+        }
+        __m128 d4 = _mm_loadu_ps(dw);
+        for (int t = 0; t < nt; t++) {
+            __m128i is = hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+            __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
+            sum[t] = _mm_add_ps(sum[t], f);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float v[4];
+        _mm_storeu_ps(v, sum[t]);
+        for (int r = 0; r < QK_ROWS; r++) out[r][t] = 0.125f * v[r];
+    }
+}
+
+/* ---- Q2_K ------------------------------------------------------------------- */
+
+typedef struct {
+    __m512i w[4];  /* q·(scale & 15) of elements 64j … 64j+63 */
+    __m256i mins; /* scale >> 4 as words */
+    float d, dmin;
+} q2k_dec;
+
+static inline QK_TGT void q2k_decode(const block_q2_K *b, q2k_dec *s)
+{
+    __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
+    __m512i lo = _mm512_broadcast_i32x4(_mm_and_si128(sc, _mm_set1_epi8(15)));
+    const __m512i three = _mm512_set1_epi8(3);
+    /* vpshufb controls putting sub-block 4j + lane's scale in every word of
+     * a 16-byte lane (a byte times a word scale ≤ 45 stays in its byte) */
+    const __m512i ctl0 = _mm512_setr_epi32((int)0x80008000u, (int)0x80008000u, (int)0x80008000u, (int)0x80008000u,
+                                           (int)0x80018001u, (int)0x80018001u, (int)0x80018001u, (int)0x80018001u,
+                                           (int)0x80028002u, (int)0x80028002u, (int)0x80028002u, (int)0x80028002u,
+                                           (int)0x80038003u, (int)0x80038003u, (int)0x80038003u, (int)0x80038003u);
+    for (int h = 0; h < 2; h++) {
+        /* elements 128h + 32s + l are bits 2s of byte l of the half's 32 bytes:
+         * 64j … 64j+63 are shifts 4jj and 4jj+2 (j = 2h + jj) of both copies */
+        __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h)));
+        for (int jj = 0; jj < 2; jj++) {
+            int j = 2 * h + jj;
+            __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * jj)), _mm256_set1_epi16((short)(4 * jj + 2)), 1);
+            __m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, cnt), three);
+            __m512i scw = _mm512_shuffle_epi8(lo, _mm512_add_epi32(ctl0, _mm512_set1_epi32(4 * j * 0x00010001)));
+            s->w[j] = _mm512_mullo_epi16(v, scw);
+        }
+    }
+    s->mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
+    s->d = _cvtsh_ss(quant_rd16(&b->d));
+    s->dmin = _cvtsh_ss(quant_rd16(&b->dmin));
+}
+
+/* Every row's block decoded first, then each token's activations loaded
+ * once for the four rows. */
+static inline QK_TGT __attribute__((always_inline)) void
+q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+         int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    __m128 sum[QK_TOKS];
+    for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
+        q2k_dec s[QK_ROWS];
+        float dw[QK_ROWS], dm[QK_ROWS];
+        for (int r = 0; r < QK_ROWS; r++) {
+            q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s[r]);
+            dw[r] = s[r].d;
+            dm[r] = s[r].dmin;
+        }
+        __m128 d4 = _mm_loadu_ps(dw), m4 = _mm_loadu_ps(dm);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *a = act[t] + i;
+            __m512i q8[4], acc[QK_ROWS];
+            __m256i accm[QK_ROWS];
+            for (int j = 0; j < 4; j++) q8[j] = _mm512_loadu_si512(a->qs + 64 * j);
+            __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)a->bsums);
+            for (int r = 0; r < QK_ROWS; r++) {
+                __m512i ac = _mm512_dpbusd_epi32(_mm512_setzero_si512(), s[r].w[0], q8[0]);
+                for (int j = 1; j < 4; j++) ac = _mm512_dpbusd_epi32(ac, s[r].w[j], q8[j]);
+                acc[r] = ac;
+                accm[r] = _mm256_madd_epi16(s[r].mins, bs);
+            }
+            __m128i is = hsum4x512(acc[0], acc[1], acc[2], acc[3]);
+            __m128i ms = hsum4x256(accm[0], accm[1], accm[2], accm[3]);
+            __m128 ad = _mm_set1_ps(a->d);
+            /* dall·isum − dmin·summs, as the reference rounds it */
+            __m128 f = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(ad, d4), _mm_cvtepi32_ps(is)),
+                                  _mm_mul_ps(_mm_mul_ps(ad, m4), _mm_cvtepi32_ps(ms)));
+            sum[t] = _mm_add_ps(sum[t], f);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float v[4];
+        _mm_storeu_ps(v, sum[t]);
+        for (int r = 0; r < QK_ROWS; r++) out[r][t] = v[r];
+    }
+}
+
+/* ---- fixed token counts --------------------------------------------------------- */
+
+#define QK_FIXED(FN, NT)                                                                               \
+    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *const *next,               \
+                                 const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
+    {                                                                                                  \
+        FN(rows, next, act, NT, nb, out);                                                              \
+    }
+QK_FIXED(iq2_tile, 1)
+QK_FIXED(iq2_tile_many, 2)
+QK_FIXED(iq2_tile_many, 3)
+QK_FIXED(iq2_tile_many, 4)
+QK_FIXED(q2k_tile, 1)
+QK_FIXED(q2k_tile, 2)
+QK_FIXED(q2k_tile, 3)
+QK_FIXED(q2k_tile, 4)
+
+static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    switch (nt) {
+    case 1: iq2_tile_1(rows, next, act, nb, out); break;
+    case 2: iq2_tile_many_2(rows, next, act, nb, out); break;
+    case 3: iq2_tile_many_3(rows, next, act, nb, out); break;
+    default: iq2_tile_many_4(rows, next, act, nb, out); break;
+    }
+}
+
+static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    switch (nt) {
+    case 1: q2k_tile_1(rows, next, act, nb, out); break;
+    case 2: q2k_tile_2(rows, next, act, nb, out); break;
+    case 3: q2k_tile_3(rows, next, act, nb, out); break;
+    default: q2k_tile_4(rows, next, act, nb, out); break;
+    }
+}
+
+const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel };
