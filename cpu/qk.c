@@ -23,21 +23,50 @@ int qk_level_parse(const char *name)
     return -1;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+
+/* The features straight from CPUID, with XGETBV for the OS's saving of the
+ * ymm (and zmm) state: compilers' __builtin_cpu_supports do not all know
+ * f16c or avxvnni. */
+typedef struct {
+    bool avx2, avx2vnni, avx512, avx512vbmi;
+} qk_cpu;
+
+static qk_cpu qk_cpu_detect(void)
+{
+    qk_cpu c = { 0 };
+    unsigned a, b, cx, d;
+    if (!__get_cpuid(1, &a, &b, &cx, &d)) return c;
+    bool fma = cx >> 12 & 1, osxsave = cx >> 27 & 1, avx = cx >> 28 & 1, f16c = cx >> 29 & 1;
+    if (!osxsave || !avx) return c;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    bool ymm = (xlo & 0x6) == 0x6, zmm = (xlo & 0xe6) == 0xe6;
+    if (__get_cpuid_max(0, NULL) < 7) return c;
+    __cpuid_count(7, 0, a, b, cx, d);
+    c.avx2 = ymm && fma && f16c && (b >> 5 & 1);
+    bool f = b >> 16 & 1, dq = b >> 17 & 1, bw = b >> 30 & 1, vl = b >> 31 & 1;
+    bool vnni512 = cx >> 11 & 1, vbmi = cx >> 1 & 1;
+    c.avx512 = c.avx2 && zmm && f && dq && bw && vl && vnni512;
+    c.avx512vbmi = c.avx512 && vbmi;
+    unsigned a1, b1, c1, d1;
+    __cpuid_count(7, 1, a1, b1, c1, d1);
+    c.avx2vnni = c.avx2 && (a1 >> 4 & 1);
+    return c;
+}
+#endif
+
 bool qk_level_supported(qk_level l)
 {
     if (l == QK_SCALAR) return true;
 #if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    /* libgcc's answers include the OS's saving of the ymm/zmm state */
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                  __builtin_cpu_supports("avx512vnni");
+    qk_cpu c = qk_cpu_detect();
     switch (l) {
-    case QK_AVX2: return avx2;
-    case QK_AVX2VNNI: return avx2 && __builtin_cpu_supports("avxvnni");
-    case QK_AVX512: return avx512;
-    case QK_AVX512VBMI: return avx512 && __builtin_cpu_supports("avx512vbmi");
+    case QK_AVX2: return c.avx2;
+    case QK_AVX2VNNI: return c.avx2vnni;
+    case QK_AVX512: return c.avx512;
+    case QK_AVX512VBMI: return c.avx512vbmi;
     default: return false;
     }
 #else
