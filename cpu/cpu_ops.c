@@ -879,7 +879,7 @@ static int cpu_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, cons
         xp[q] = j.x + (pid / k) * D;
         yp[q] = j.g + (int64_t)pid * F;
         yp[P + q] = j.u + (int64_t)pid * F;
-        j.ap[q] = qa + (pid / k) * (D / QK_K);
+        j.ap[q] = qa ? qa + (pid / k) * (D / QK_K) : NULL; /* activations quantized in Q8K mode only */
     }
     if (q8k_gateup) tp_run(c->tp, T, moe_quant_task, &j);
     j.block = cpu_row_block(c, F, 2);
@@ -892,7 +892,7 @@ static int cpu_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, cons
         int32_t pid = order[q];
         xp[q] = j.mid + (int64_t)pid * F;
         yp[q] = ys + (int64_t)pid * D;
-        j.ap[q] = qa + (int64_t)pid * (F / QK_K);
+        j.ap[q] = qa ? qa + (int64_t)pid * (F / QK_K) : NULL;
     }
     j.block = cpu_row_block(c, D, 2);
     j.n_slices = (int)((D + j.block - 1) / j.block);
