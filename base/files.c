@@ -186,12 +186,12 @@ int temp_prefix_for(char *buf, size_t size, const char *path)
 }
 
 /* The PID in a name made by temp_prefix_for + temp_template
- * (".NAME.tmp.PID.XXXXXX"), or 0 when it is not one. */
+ * (".NAME.tmp.PID." and mkstemp's six characters), or 0 when it is not one. */
 static long temp_writer(const char *name)
 {
     size_t n = strlen(name);
     if (name[0] != '.' || n < 1 + 5 + 2 + 6) return 0;
-    const char *tail = name + n - 7; /* ".XXXXXX" */
+    const char *tail = name + n - 7; /* the dot and mkstemp's six characters */
     if (tail[0] != '.') return 0;
     for (int i = 1; i < 7; i++)
         if (!isalnum((unsigned char)tail[i])) return 0;

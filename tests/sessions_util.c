@@ -79,6 +79,23 @@ void read_journal(const char *id, journal_scan *j)
     if (journal_read(sess_path(id, "journal"), j) != 0) FAIL("cannot read the journal of %s: %s", id, strerror(errno));
 }
 
+void check_journal_adds_up(const char *id)
+{
+    journal_scan j;
+    read_journal(id, &j);
+    size_t n = 0;
+    for (size_t i = 0; i < j.n; i++) {
+        if (j.recs[i].kind == AGENT_TURN_SYSTEM || j.recs[i].kind == AGENT_TURN_REBUILD) n = 0;
+        n += j.recs[i].n_tokens;
+        CHECK_MSG(j.recs[i].transcript_len == n, "record %zu of %zu: length %llu, the records before make %zu", i, j.n,
+                  (unsigned long long)j.recs[i].transcript_len, n);
+    }
+    CHECK(!j.bad_header);
+    CHECK_EQ_INT(j.torn, 0);
+    CHECK_EQ_INT(j.damaged_spans, 0);
+    journal_scan_free(&j);
+}
+
 const char *journal_users(const char *id)
 {
     journal_scan j;

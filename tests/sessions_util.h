@@ -41,6 +41,10 @@ const char *sess_path(const char *id, const char *file);
 
 /* The journal of session id (fails the test when unreadable). */
 void read_journal(const char *id, journal_scan *j);
+/* Fails the test unless the journal of id is whole (header, no damaged or
+ * torn span) and every record's transcript length follows from the ones
+ * before it. */
+void check_journal_adds_up(const char *id);
 /* Texts of its USER records joined by '|' (runner-owned). */
 const char *journal_users(const char *id);
 

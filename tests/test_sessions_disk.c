@@ -23,23 +23,6 @@ static const char *answers_script(int n)
     return write_script(lines);
 }
 
-/* Every record's transcript length follows from the ones before it. */
-static void check_adds_up(const char *id)
-{
-    journal_scan j;
-    read_journal(id, &j);
-    size_t n = 0;
-    for (size_t i = 0; i < j.n; i++) {
-        if (j.recs[i].kind == AGENT_TURN_SYSTEM || j.recs[i].kind == AGENT_TURN_REBUILD) n = 0;
-        n += j.recs[i].n_tokens;
-        CHECK_MSG(j.recs[i].transcript_len == n, "record %zu of %zu: length %llu, the records before make %zu", i, j.n,
-                  (unsigned long long)j.recs[i].transcript_len, n);
-    }
-    CHECK_EQ_INT(j.torn, 0);
-    CHECK_EQ_INT(j.damaged_spans, 0);
-    journal_scan_free(&j);
-}
-
 static const char *open_notes(const char *id)
 {
     ds4_error err = { "" };
@@ -65,7 +48,7 @@ TEST(sessions_disk, a_full_disk_ends_the_turn_with_an_error_and_the_next_write_r
     CHECK_CONTAINS(errors, "No space left on device");
     /* everything before the failed record is on disk and loads */
     CHECK_STR_EQ(journal_users("full"), "first");
-    check_adds_up("full");
+    check_journal_adds_up("full");
     CHECK_CONTAINS(sb_str(&x.log.notices), "is still not saved");
     /* the turn stopped for the disk, not for the user */
     CHECK(strstr(sb_str(&x.log.notices), "by user") == NULL);
@@ -76,7 +59,7 @@ TEST(sessions_disk, a_full_disk_ends_the_turn_with_an_error_and_the_next_write_r
     sa_turn(&x, "third");
     CHECK_STR_EQ(x.log.end, AGENT_END_DONE);
     CHECK_STR_EQ(journal_users("full"), "first|second|third");
-    check_adds_up("full");
+    check_journal_adds_up("full");
     sa_stop(&x);
     CHECK_STR_EQ(open_notes("full"), "");
 }
@@ -103,7 +86,7 @@ TEST(sessions_disk, a_journal_failure_and_a_kv_failure_are_both_told)
     fault_space_set(-1);
     sa_turn(&x, "third");
     CHECK_STR_EQ(journal_users("both"), "first|second|third");
-    check_adds_up("both");
+    check_journal_adds_up("both");
     sa_stop(&x);
     CHECK_STR_EQ(open_notes("both"), "");
 }
@@ -121,7 +104,7 @@ TEST(sessions_disk, little_space_keeps_the_journal_and_skips_the_kv_state_saying
     CHECK_CONTAINS(notices, "free");
     CHECK_EQ_INT(access(sess_path("low", "state.kv"), F_OK), -1);
     CHECK_STR_EQ(journal_users("low"), "first");
-    check_adds_up("low");
+    check_journal_adds_up("low");
     fault_space_set(-1);
     sa_turn(&x, "second");
     CHECK(access(sess_path("low", "state.kv"), F_OK) == 0);
@@ -167,7 +150,7 @@ TEST(sessions_disk, prompt_mode_exits_5_with_an_error_result_when_the_session_is
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     CHECK_MSG(strstr(out, "\"type\":\"notice\"") == NULL || strstr(out, "\"level\":\"warning\"") == NULL, "%s", out);
     CHECK_STR_EQ(journal_users("disk"), "one|four");
-    check_adds_up("disk");
+    check_journal_adds_up("disk");
 }
 
 TEST(sessions_disk, a_refused_stream_json_run_still_ends_with_a_result)
@@ -278,7 +261,7 @@ TEST(sessions_disk, a_full_tmpfs_never_loses_a_turn_that_reported_success)
         users = at + len;
         p += len + (bar ? 1 : 0);
     }
-    check_adds_up("full");
+    check_journal_adds_up("full");
     CHECK_STR_EQ(open_notes("full"), "");
     sb_free(&want);
 }

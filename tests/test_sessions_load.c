@@ -59,20 +59,6 @@ static const char *opened_notes(const char *id)
     return n;
 }
 
-static void check_adds_up(const char *id)
-{
-    journal_scan j;
-    read_journal(id, &j);
-    size_t n = 0;
-    for (size_t i = 0; i < j.n; i++) {
-        if (j.recs[i].kind == AGENT_TURN_SYSTEM || j.recs[i].kind == AGENT_TURN_REBUILD) n = 0;
-        n += j.recs[i].n_tokens;
-        CHECK_EQ_INT(j.recs[i].transcript_len, n);
-    }
-    CHECK(!j.bad_header && j.torn == 0 && j.damaged_spans == 0);
-    journal_scan_free(&j);
-}
-
 static int damaged_copies(const char *id)
 {
     DIR *d = opendir(sess_path(id, ""));
@@ -149,7 +135,7 @@ TEST(sessions_load, a_journal_cut_anywhere_reports_the_turns_and_bytes_lost_once
         /* repaired: the rest loads, adds up, and is not reported again */
         const char *want[] = { "", "one", "one|two", "one|two|three" };
         CHECK_STR_EQ(journal_users("cut"), want[kept_users]);
-        check_adds_up("cut");
+        check_journal_adds_up("cut");
         CHECK_STR_EQ(opened_notes("cut"), "");
     }
 
@@ -258,7 +244,7 @@ TEST(sessions_load, a_damaged_system_record_is_rebuilt_from_the_prompt)
     CHECK(j.recs[0].kind == AGENT_TURN_SYSTEM);
     CHECK_EQ_INT(j.recs[0].n_tokens, sys_n);
     journal_scan_free(&j);
-    check_adds_up("sys");
+    check_journal_adds_up("sys");
     CHECK_STR_EQ(journal_users("sys"), "one|two|three|four");
     CHECK_STR_EQ(opened_notes("sys"), "");
 }
