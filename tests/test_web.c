@@ -217,6 +217,19 @@ TEST(web_readable, render)
     json_object_put(v);
 }
 
+/* A first block with nothing visible leaves the text empty, not a write
+ * through the empty buffer's NULL (the sanitizer build catches that). */
+TEST(web_readable, an_invisible_first_block_is_dropped)
+{
+    json_object *v = parse("{\"links\":[],\"blocks\":[[\"p\",0,[\"\",7],0],[\"tr\",0,[\" \"],0],[\"p\",0,[\"x\"],0]]}");
+    ds4_error err = { "" };
+    readable_doc *d = readable_doc_new(v, &err);
+    json_object_put(v);
+    CHECK_MSG(d != NULL, "%s", err.msg);
+    CHECK_STR_EQ(readable_doc_text(d), "x\n");
+    readable_doc_free(d);
+}
+
 TEST(web_readable, paging_keeps_links_with_their_part)
 {
     /* 300 paragraphs, each with its own link */

@@ -497,7 +497,7 @@ static void render_block(readable_doc *d, json_object *blk)
         }
         if (!pa.any) {
             t->len = start; /* nothing visible: drop the prefix too */
-            t->s[t->len] = 0;
+            if (t->s) t->s[t->len] = 0;
         } else if (!strcmp(kind, "tr")) {
             sb_puts(t, " |");
         }
