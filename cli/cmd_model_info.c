@@ -60,10 +60,11 @@ static void print_split(const ds4_model *m, uint64_t max_alloc)
     if (split) printf("; %d tensor%s larger than one buffer, split", split, split == 1 ? "" : "s");
 }
 
-/* What the OpenCL backend would use: its device and a session's bytes there. */
+/* What the OpenCL backend would use: its device and the placement of the
+ * model for a session of n_ctx tokens. */
 typedef struct {
     ds4_device dev;
-    uint64_t session;
+    ds4_placement place;
 } opencl_plan;
 
 /* 0, or -1 after printing why the backend cannot open: before any other
@@ -84,38 +85,85 @@ static int plan_opencl(const ds4cl_options *o, const char *path, int n_ctx, open
         return -1;
     }
     ds4_engine_options eo = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .device = o->device,
-                              .quant_sim = o->quant_sim, .plan_only = true };
+                              .quant_sim = o->quant_sim, .plan_only = true,
+                              .host_expert_layers = o->host_expert_layers, .plan_ctx = n_ctx,
+                              .device_memory = memplan_device_memory_override() };
     ds4_error err = { { 0 } };
     ds4_engine *e = ds4_engine_open(&eo, &err);
     if (!e) {
         fprintf(stderr, "ds4cl: %s\n", err.msg);
         return -1;
     }
-    p->session = ds4_session_bytes_estimate(e, n_ctx);
+    ds4_engine_placement(e, &p->place);
     ds4_engine_close(e);
     return 0;
 }
 
-static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx)
+static void print_layers(int from, int to)
+{
+    if (to - from == 1) printf("layer %d", from);
+    else printf("layers %d-%d", from, to - 1);
+}
+
+static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds4_quant_sim q)
 {
     const ds4_device *d = &p->dev;
+    const ds4_placement *pl = &p->place;
     printf("\non OpenCL device [%d] %s (%s, %s)\n", d->index, d->name, ds4_device_kind_name(d->kind), d->platform);
     printf("  device memory     ");
-    print_bytes(d->memory);
-    printf("%s, largest buffer ", d->shares_host_memory ? " (shared with the host)" : "");
+    print_bytes(pl->device_memory ? pl->device_memory : d->memory);
+    if (pl->shares_host_memory) printf(" (shared with the host)");
+    else {
+        printf("%s, ", memplan_device_memory_override() ? " (DS4CL_DEVICE_MEM)" : "");
+        print_bytes(pl->device_budget);
+        printf(" usable");
+    }
+    printf(", largest buffer ");
     print_bytes(d->max_alloc);
-    printf("\n  weights           ");
-    print_bytes(m->weights_bytes);
-    printf(d->shares_host_memory ? " zero-copy over the mapped file" : " uploaded at load");
     print_split(m, d->max_alloc);
-    printf("\n  session           ");
-    print_bytes(p->session);
-    printf("  (buffers and scratch for %d tokens)\n", n_ctx);
-    uint64_t need = p->session + (d->shares_host_memory ? 0 : m->weights_bytes);
-    printf("  on the device     ");
-    print_bytes(need);
-    if (need > d->memory) printf("  (more than the device has)");
-    printf("\n");
+    printf("\n  placement         ");
+    int h = pl->host_expert_layers, nl = pl->n_layer;
+    if (h == 0) printf("everything on the device");
+    else {
+        printf("routed experts of ");
+        if (h >= nl) printf("every layer");
+        else print_layers(0, h);
+        printf(" in host memory, on the CPU");
+        if (h < nl) {
+            printf("; ");
+            print_layers(h, nl);
+            printf(" on the device");
+        }
+        printf("\n                    the rest on the device%s", pl->embed_on_host ? ", the embedding in host memory" : "");
+    }
+    printf("\n  on the device     ");
+    print_bytes(pl->device_weights);
+    printf(" of weights%s + ", pl->shares_host_memory ? " (read in place from the mapped file)" : "");
+    print_bytes(pl->device_session);
+    printf(" for %d tokens = ", n_ctx);
+    print_bytes(pl->device_weights + pl->device_session);
+    if (!pl->fits) printf("  (more than the device has)");
+    printf("\n  in host memory    ");
+    print_bytes(pl->host_weights);
+    printf(" of weights computed by the CPU (the file is mapped whole: ");
+    print_bytes(m->weights_bytes);
+    printf(")\n  per token         ");
+    print_bytes(pl->token_device_bytes);
+    printf(" of weights read from device memory, ");
+    print_bytes(pl->token_host_bytes);
+    printf(" from host memory\n");
+    if (!pl->shares_host_memory) {
+        printf("  largest context   %d tokens with this placement", pl->largest_ctx);
+        if (pl->largest_ctx_all_host != pl->largest_ctx)
+            printf(", %d with every routed expert in host memory", pl->largest_ctx_all_host);
+        printf("\n");
+    }
+    if (!pl->fits) printf("  does not fit      %s\n", pl->refusal);
+    if (h > 0) {
+        const char *why = "";
+        printf("  cpu experts       %s\n", ds4_cpu_experts_mode(q, &why));
+        if (*why) printf("                    (%s)\n", why);
+    }
 }
 
 /* --ctx auto: the context a session would get on this machine, and why
@@ -224,7 +272,7 @@ int cmd_model_info(const ds4cl_options *o)
     printf("  total             ");
     print_bytes(m->weights_bytes + ctx_bytes);
     printf("\n");
-    if (o->backend == DS4_BACKEND_OPENCL) print_opencl(&clp, m, n_ctx);
+    if (o->backend == DS4_BACKEND_OPENCL) print_opencl(&clp, m, n_ctx, o->quant_sim);
     else {
         const char *why = "";
         printf("\ncpu experts   %s\n", ds4_cpu_experts_mode(o->quant_sim, &why));

@@ -464,20 +464,35 @@ int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char
     memset(&info, 0, sizeof info);
     ds4_engine_info(e, &info);
     pool pl;
-    if (session_pool(backend, device, &pl) != 0) {
+    memplan_policy pol = memplan_default_policy();
+    uint64_t weights = info.weights_bytes;
+    ds4_placement place;
+    if (backend == DS4_BACKEND_OPENCL && ds4_engine_placement(e, &place) == 0 && !place.shares_host_memory &&
+        place.device_memory) {
+        /* The placement decided what the device holds, within its own
+         * reserve; all of the rest is the session's. */
+        memset(&pl, 0, sizeof pl);
+        pl.available = place.device_memory;
+        pl.what = "device memory";
+        pl.holds_weights = true;
+        snprintf(pl.source, sizeof pl.source, "%s", memplan_device_memory_override() ? "DS4CL_DEVICE_MEM" : place.device_name);
+        weights = place.device_weights;
+        pol.reserve_min = place.device_memory - place.device_budget;
+        pol.reserve_fraction = 0;
+        pol.comfort_fraction = 1.0;
+    } else if (session_pool(backend, device, &pl) != 0) {
         if (requested == -1 && why) snprintf(why, whylen, "cannot tell how much memory is free; using --ctx %d", fallback);
         else if (requested == -1) fprintf(stderr, "ds4cl: cannot tell how much memory is free; using --ctx %d\n", fallback);
         *n_ctx = fallback;
         return 0;
     }
     memplan_input in = {
-        .weights_bytes = pl.holds_weights ? info.weights_bytes : 0,
+        .weights_bytes = pl.holds_weights ? weights : 0,
         .ctx_bytes = engine_ctx_bytes,
         .ctx_ud = (void *)e,
         .available_bytes = pl.available,
         .max_ctx = info.n_ctx_train,
     };
-    memplan_policy pol = memplan_default_policy();
     memplan_result r;
     char msg[1024];
     if (requested > 0) {

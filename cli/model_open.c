@@ -44,7 +44,7 @@ static bool plan_ctx(ds4_engine *e, const ds4cl_options *o, int default_ctx, int
     return rc == 0;
 }
 
-static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool plan_only)
+static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool plan_only, int plan_ctx)
 {
     progress p;
     if (!plan_only) progress_start(&p, "loading model", PROGRESS_QUIET);
@@ -56,6 +56,9 @@ static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool pl
         .threads = o->threads,
         .quant_sim = o->quant_sim,
         .plan_only = plan_only,
+        .host_expert_layers = o->host_expert_layers,
+        .plan_ctx = plan_ctx,
+        .device_memory = memplan_device_memory_override(),
         .load_progress = plan_only ? NULL : progress_load_callback,
         .load_ud = plan_only ? NULL : &p,
     };
@@ -88,14 +91,15 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     /* Opening for OpenCL uploads the weights: the plan is made on an
      * engine opened without them, so that a refusal costs no upload. */
     if (o->backend == DS4_BACKEND_OPENCL) {
-        ds4_engine *plan = open_engine(o, path, true);
+        ds4_engine *plan = open_engine(o, path, true, o->ctx > 0 ? o->ctx : default_ctx);
         if (!plan) return NULL;
         bool ok = plan_ctx(plan, o, default_ctx, n_ctx, exit_code, check);
         ds4_engine_close(plan);
         if (!ok) return NULL;
     }
     double t0 = base_now_ms();
-    ds4_engine *e = open_engine(o, path, false);
+    /* an OpenCL engine places the model for the context just decided */
+    ds4_engine *e = open_engine(o, path, false, o->backend == DS4_BACKEND_OPENCL ? *n_ctx : 0);
     if (!e) return NULL;
     /* the context is decided before the weights are read: a refusal
      * should not cost minutes of disk reads */

@@ -18,7 +18,7 @@ enum {
     OPT_MIN_P, OPT_SEED, OPT_THINK, OPT_NOTHINK, OPT_THINK_MAX, OPT_YES, OPT_ALLOW,
     OPT_RULES, OPT_NO_SANDBOX, OPT_NO_PROMPT_CACHE, OPT_TRACE, OPT_RESUME, OPT_CONTINUE, OPT_SESSION,
     OPT_CDP_URL, OPT_BROWSER, OPT_SEARCH_URL, OPT_SYSTEM, OPT_DIR, OPT_TOKEN,
-    OPT_NO_COLOR, OPT_MAX_TOOL_ROUNDS,
+    OPT_NO_COLOR, OPT_MAX_TOOL_ROUNDS, OPT_CPU_MOE, OPT_N_CPU_MOE,
 };
 
 static const struct option long_opts[] = {
@@ -35,6 +35,8 @@ static const struct option long_opts[] = {
     { "device", required_argument, 0, OPT_DEVICE },
     { "backend", required_argument, 0, OPT_BACKEND },
     { "threads", required_argument, 0, OPT_THREADS },
+    { "cpu-moe", no_argument, 0, OPT_CPU_MOE },
+    { "n-cpu-moe", required_argument, 0, OPT_N_CPU_MOE },
     { "engine", required_argument, 0, OPT_ENGINE },
     { "quant-sim", required_argument, 0, OPT_QUANT_SIM },
     { "output-format", required_argument, 0, OPT_OUTPUT_FORMAT },
@@ -88,6 +90,9 @@ void options_print_help(void)
 "      --backend cpu|opencl  compute backend (default: cpu)\n"
 "      --device D          OpenCL device index or name (or $DS4CL_DEVICE)\n"
 "      --threads N         CPU threads (default: all cores)\n"
+"      --cpu-moe           OpenCL: every layer's routed experts in host memory, on the CPU\n"
+"      --n-cpu-moe N       OpenCL: the first N layers' routed experts on the CPU (0: none;\n"
+"                          default: as many as the device cannot hold)\n"
 "      --engine script:FILE  scripted test engine (JSON Lines replies)\n"
 "      --quant-sim full|f16kv|none  rounding simulations (diagnostics)\n"
 "\n"
@@ -196,6 +201,11 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
             if (!strcmp(optarg, "cpu")) o->backend = DS4_BACKEND_CPU;
             else if (!strcmp(optarg, "opencl")) o->backend = DS4_BACKEND_OPENCL;
             else return usage_error("--backend wants cpu or opencl, not '%s'", optarg);
+            break;
+        case OPT_CPU_MOE: o->host_expert_layers = INT_MAX; break;
+        case OPT_N_CPU_MOE:
+            if (!parse_int(optarg, 0, INT_MAX, &iv)) return usage_error("--n-cpu-moe wants a number ≥ 0, not '%s'", optarg);
+            o->host_expert_layers = iv == 0 ? DS4_EXPERTS_ON_DEVICE : (int)iv;
             break;
         case OPT_THREADS:
             if (!parse_int(optarg, 1, 1024, &iv)) return usage_error("--threads wants 1..1024, not '%s'", optarg);

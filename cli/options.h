@@ -36,6 +36,7 @@ typedef struct {
     const char *script_path;
     const char *device;         /* --device */
     int threads;                /* --threads */
+    int host_expert_layers;     /* --cpu-moe / --n-cpu-moe (ds4_engine_options) */
     ds4_quant_sim quant_sim;    /* --quant-sim */
 
     /* text input */

@@ -11,12 +11,25 @@
 #include "cpu/cpu_kernels.h"
 #include "cpu/qk.h"
 
+/* An ops context over e's model: the backend's own, or one that computes
+ * parts another backend's placement keeps in host memory. */
+static int cpu_ops_for(const ds4_engine *e, const ds4_ops **ops, void **ctx, void (**free_ctx)(void *), ds4_error *err)
+{
+    *ctx = cpu_ops_new(e->model, e->opt.threads, err);
+    if (!*ctx) return -1;
+    cpu_ops_set_expert_arith(*ctx, cpu_expert_arith_for(e->opt.quant_sim));
+    *ops = &cpu_ops;
+    *free_ctx = cpu_ops_free;
+    return 0;
+}
+
 static int cpu_open(ds4_engine *e, ds4_error *err)
 {
-    void *ctx = cpu_ops_new(e->model, e->opt.threads, err);
-    if (!ctx) return -1;
-    cpu_ops_set_expert_arith(ctx, cpu_expert_arith_for(e->opt.quant_sim));
-    return fwd_backend_open(e, &cpu_ops, ctx, cpu_ops_free, err);
+    const ds4_ops *ops;
+    void *ctx;
+    void (*free_ctx)(void *);
+    if (cpu_ops_for(e, &ops, &ctx, &free_ctx, err)) return -1;
+    return fwd_backend_open(e, ops, ctx, free_ctx, err);
 }
 
 static void cpu_close(ds4_engine *e)
@@ -74,5 +87,6 @@ const ds4_backend_ops ds4_backend_cpu = {
     .devices = cpu_devices,
     .describe = cpu_describe,
     .session_bytes = cpu_session_bytes,
+    .ops_new = cpu_ops_for,
     FWD_BACKEND_SESSION_OPS,
 };

@@ -17,6 +17,7 @@
 #include "engine/model.h"
 
 typedef struct ds4_backend_ops ds4_backend_ops;
+struct ds4_ops;
 
 struct ds4_engine {
     ds4_engine_options opt;   /* strings point into the copies below */
@@ -30,6 +31,8 @@ struct ds4_engine {
     int n_vocab;
     const ds4_backend_ops *ops;
     void *impl;               /* backend's engine-level state */
+    bool placed;              /* the backend made a placement plan (ds4_engine_placement) */
+    ds4_placement place;
 };
 
 struct ds4_backend_ops {
@@ -43,6 +46,11 @@ struct ds4_backend_ops {
     /* Optional: backend/device names into info. */
     void (*describe)(const ds4_engine *e, ds4_model_info *info);
     uint64_t (*session_bytes)(const ds4_engine *e, int n_ctx);
+    /* Optional: a new ops context of this backend over e's model, for
+     * another backend's forward pass to run parts of the model on (the CPU
+     * backend computes routed experts kept in host memory). */
+    int (*ops_new)(const ds4_engine *e, const struct ds4_ops **ops, void **ctx, void (**free_ctx)(void *),
+                   ds4_error *err);
 
     void *(*state_new)(ds4_engine *e, int n_ctx, ds4_error *err);
     void (*state_free)(void *st);

@@ -66,10 +66,26 @@ typedef struct {
      * and sizes sessions, but the weights get no device memory and no
      * session can be opened. */
     bool plan_only;
+    /* Placement on an accelerator (OpenCL) that may not hold the whole
+     * model (ds4_placement below). host_expert_layers: 0 places
+     * automatically; N > 0 keeps the first N layers' routed experts in
+     * host memory, computed by the CPU (N ≥ n_layer: every layer's);
+     * DS4_EXPERTS_ON_DEVICE keeps them all on the device. plan_ctx: the
+     * context the device must hold a session of beside its weights (0:
+     * DS4_DEFAULT_PLAN_CTX). device_memory: the device's memory in bytes
+     * (0: what the device reports); when set, the weights are copied to
+     * the device even where it could read host memory, so the budget is
+     * real. */
+    int host_expert_layers;
+    int plan_ctx;
+    uint64_t device_memory;
     /* Optional load progress (0..1) with a short label; may be NULL. */
     void (*load_progress)(void *ud, double fraction, const char *what);
     void *load_ud;
 } ds4_engine_options;
+
+#define DS4_EXPERTS_ON_DEVICE (-1)
+#define DS4_DEFAULT_PLAN_CTX 65536
 
 typedef struct ds4_engine ds4_engine;
 
@@ -88,6 +104,39 @@ typedef struct {
 } ds4_model_info;
 
 void ds4_engine_info(const ds4_engine *e, ds4_model_info *out);
+
+/* Where the parts of the model live on an engine whose backend computes on
+ * an accelerator (OpenCL): every layer's dense part (attention,
+ * compressors, indexer, router, shared expert, norms, hyper-connections)
+ * and the output head on the device; the routed experts of the first
+ * host_expert_layers layers in host memory, computed by the CPU backend,
+ * the others on the device; the embedding table in host memory whenever
+ * any experts are (one row per token is all a step reads of it). The
+ * device may use its memory less a reserve (1/16 of it, at most 1 GiB)
+ * for its weights and a session of n_ctx tokens. */
+typedef struct {
+    int n_layer;
+    int n_ctx;                    /* the context planned for */
+    int host_expert_layers;       /* 0 … n_layer */
+    bool embed_on_host;
+    bool shares_host_memory;      /* the device reads the mapped file in place: no budget */
+    bool fits;                    /* within the budget at n_ctx */
+    int largest_ctx;              /* the largest context this placement holds (0: none) */
+    int largest_ctx_all_host;     /* the same with every layer's experts on the host */
+    uint64_t device_memory;       /* the device's memory, or ds4_engine_options.device_memory */
+    uint64_t device_budget;       /* device_memory less the reserve */
+    uint64_t device_weights;      /* weight bytes on the device */
+    uint64_t device_session;      /* a session of n_ctx tokens and the device's scratch */
+    uint64_t host_weights;        /* weight bytes computed from host memory */
+    uint64_t token_device_bytes;  /* weight bytes a decoded token reads from device memory */
+    uint64_t token_host_bytes;    /* … and from host memory */
+    char device_name[128];
+    char refusal[384];            /* why it does not fit, in numbers; "" when it fits */
+} ds4_placement;
+
+/* The placement of e into out: 0, or -1 when e's backend places nothing
+ * (the CPU and script backends compute everything from host memory). */
+int ds4_engine_placement(const ds4_engine *e, ds4_placement *out);
 
 /* ---- backends and their devices ------------------------------------------ */
 

@@ -85,6 +85,16 @@ void ds4_engine_close(ds4_engine *e)
     free(e);
 }
 
+int ds4_engine_placement(const ds4_engine *e, ds4_placement *out)
+{
+    if (!e->placed) {
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
+    *out = e->place;
+    return 0;
+}
+
 void ds4_engine_info(const ds4_engine *e, ds4_model_info *out)
 {
     memset(out, 0, sizeof *out);

@@ -252,17 +252,29 @@ static int ffn_block(run *r, int l, int64_t pos0, int T)
         trace_rows(r, "experts", l, &a->rsel, pos0, 1, T, (size_t)k * 4);
         trace_rows(r, "expert_weights", l, &a->rw, pos0, 1, T, (size_t)k * 4);
     }
-    on(r, st->place[l].experts);
-    OP(r->o->moe(r->c, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, IN(a->xn), IN(a->rsel), IN(a->rw), T,
-                 clamp, OUT(a->Fm)));
-    TRACE("ffn_moe", l, a->Fm, pos0, T, D);
-    on(r, st->place[l].ffn);
-
+    /* Routed experts on another backend get their inputs first; the
+     * shared expert is then queued here and runs while that backend
+     * computes the routed ones (a device's queue does not wait for the
+     * host). The sum does not depend on the order. */
+    const int fb = st->place[l].ffn, eb = st->place[l].experts;
+    if (eb != fb) {
+        on(r, eb);
+        if (!IN(a->xn) || !IN(a->rsel) || !IN(a->rw) || r->fail) return -1;
+        on(r, fb);
+    }
     OP(o->matmul(c, &L->ffn_gate_shexp, IN(a->xn), T, 1, OUT(a->g)));
     OP(o->matmul(c, &L->ffn_up_shexp, IN(a->xn), T, 1, OUT(a->u)));
     OP(o->swiglu(c, IN(a->g), IN(a->u), T, hp->shared_ff, clamp, OUT(a->mid)));
     OP(o->matmul(c, &L->ffn_down_shexp, IN(a->mid), T, 1, OUT(a->Fs)));
     TRACE("ffn_shared", l, a->Fs, pos0, T, D);
+
+    on(r, eb);
+    double t0 = eb != fb ? base_now_ms() : 0;
+    OP(r->o->moe(r->c, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, IN(a->xn), IN(a->rsel), IN(a->rw), T,
+                 clamp, OUT(a->Fm)));
+    if (eb != fb) st->f->experts_ms += base_now_ms() - t0;
+    TRACE("ffn_moe", l, a->Fm, pos0, T, D);
+    on(r, fb);
 
     OP(o->add(c, IN(a->Fm), IN(a->Fs), (int64_t)T * D, OUT(a->F)));
     OP(o->hc_post(c, IN(*S), IN(a->F), IN(a->post), IN(a->comb), T, OUT(*S2)));

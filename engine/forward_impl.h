@@ -22,6 +22,7 @@ struct fwd_engine {
     int chunk, rewind;
     ds4_rope rope_plain, rope_comp;    /* RoPE of ratio-0 and compressed layers */
     pthread_mutex_t mu;                /* one evaluation at a time on the backends */
+    double experts_ms;                 /* wall time of routed experts run off their layer's FFN backend */
     fwd_trace_fn trace;
     void *trace_ud;
 };

@@ -2,6 +2,7 @@
  * device ops of cl_ops.c. */
 #include "engine/backend.h"
 #include "engine/forward.h"
+#include "engine/plan.h"
 #include "opencl/cl_ops.h"
 
 #include <stdio.h>
@@ -30,20 +31,113 @@ static int kernel_shape(clo_kernel_shape *shape, ds4_error *err)
     return 0;
 }
 
+/* The device's share of a session of n_ctx tokens: the schedule's buffers
+ * on backend 0 and the context's scratch. */
+static uint64_t device_session_bytes(void *ud, int n_ctx, bool experts)
+{
+    const ds4_engine *e = ud;
+    fwd_engine *f = e->impl;
+    int T = fwd_chunk(f) < n_ctx ? fwd_chunk(f) : n_ctx;
+    return fwd_session_buffers_bytes_on(f, n_ctx, 0) + clo_scratch_estimate(fwd_ops_ctx(f), T, n_ctx, experts);
+}
+
+typedef struct {
+    const ds4_tensor **t;
+    size_t n, cap;
+} tensor_list;
+
+static void list_add(void *ud, const ds4_tensor *t)
+{
+    tensor_list *l = ud;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->t = xrealloc(l->t, l->cap * sizeof *l->t);
+    }
+    l->t[l->n++] = t;
+}
+
+/* Gives the device the weights of the parts the plan puts there. */
+static int hold_weights(ds4_engine *e, const clo_options *o, ds4_error *err)
+{
+    const ds4_model *m = e->model;
+    const ds4_placement *p = &e->place;
+    tensor_list l = { 0 };
+    if (!p->embed_on_host) plan_part_tensors(m, PLAN_EMBED, 0, list_add, &l);
+    for (int i = 0; i < m->hp.n_layer; i++) {
+        plan_part_tensors(m, PLAN_ATTN, i, list_add, &l);
+        plan_part_tensors(m, PLAN_FFN, i, list_add, &l);
+        if (i >= p->host_expert_layers) plan_part_tensors(m, PLAN_EXPERTS, i, list_add, &l);
+    }
+    plan_part_tensors(m, PLAN_HEAD, 0, list_add, &l);
+    int rc = clo_hold_tensors(fwd_ops_ctx(e->impl), l.t, l.n, o, err);
+    free(l.t);
+    return rc;
+}
+
+/* Plans the placement (engine/plan.h) and, when parts stay in host
+ * memory, adds the CPU backend to the forward engine for them. A plan
+ * that does not fit fails the open, except when only planning: then the
+ * caller reads the numbers from ds4_engine_placement. */
+static int place_model(ds4_engine *e, ds4_error *err)
+{
+    fwd_engine *f = e->impl;
+    void *ctx = fwd_ops_ctx(f);
+    const clrt_device *d = clrt_dev(clo_runtime(ctx));
+    plan_input in = {
+        .memory = e->opt.device_memory ? e->opt.device_memory : d->global_mem,
+        .shares_host_memory = clo_zero_copy(ctx),
+        .n_ctx = e->opt.plan_ctx > 0 ? e->opt.plan_ctx : DS4_DEFAULT_PLAN_CTX,
+        .max_ctx = (int)(e->model->hp.n_ctx_train > 0 && e->model->hp.n_ctx_train < (1 << 30) ? e->model->hp.n_ctx_train : 0),
+        .host_expert_layers = e->opt.host_expert_layers,
+        .session_bytes = device_session_bytes,
+        .ud = e,
+    };
+    snprintf(e->place.device_name, sizeof e->place.device_name, "%s", d->name);
+    e->placed = true;
+    if (plan_make(e->model, &in, &e->place, err) && !e->opt.plan_only) return -1;
+    const ds4_placement *p = &e->place;
+    if (p->host_expert_layers > 0 || p->embed_on_host) {
+        const ds4_ops *ops;
+        void *cpu;
+        void (*free_cpu)(void *);
+        if (ds4_backend_cpu.ops_new(e, &ops, &cpu, &free_cpu, err)) return -1;
+        int host = fwd_add_backend(f, ops, cpu, free_cpu, err);
+        if (host < 0) return -1;
+        fwd_layer_place *lp = xcalloc((size_t)p->n_layer, sizeof *lp);
+        fwd_placement fp;
+        plan_to_fwd(p, 0, (uint8_t)host, lp, &fp);
+        int rc = fwd_set_placement(f, &fp, err);
+        free(lp);
+        if (rc) return -1;
+        /* the session's device share under the placement in force */
+        e->place.device_session = device_session_bytes(e, p->n_ctx, p->host_expert_layers < p->n_layer);
+    }
+    return 0;
+}
+
 static int ocl_open(ds4_engine *e, ds4_error *err)
 {
     clo_kernel_shape shape;
     if (kernel_shape(&shape, err)) return -1;
+    /* The weights come after the plan: a context without them first. A
+     * given device memory makes the budget real: weights are copied even
+     * where the device could read them in place. */
     clo_options o = { .device = e->opt.device,
-                         .shape = shape,
-                         .no_weights = e->opt.plan_only,
-                         .build_all = !e->opt.plan_only,
-                         .progress = e->opt.load_progress,
-                         .progress_ud = e->opt.load_ud };
+                      .shape = shape,
+                      .no_weights = true,
+                      .copy_weights = e->opt.device_memory != 0,
+                      .device_mem = e->opt.device_memory,
+                      .build_all = !e->opt.plan_only,
+                      .progress = e->opt.load_progress,
+                      .progress_ud = e->opt.load_ud };
     void *ctx = clo_new(e->model, &o, err);
     if (!ctx) return -1;
     if (fwd_backend_open(e, &clo_ops, ctx, clo_free, err)) return -1;
     fwd_set_chunk(e->impl, OCL_PREFILL_CHUNK);
+    if (place_model(e, err) || (!e->opt.plan_only && hold_weights(e, &o, err))) {
+        fwd_backend_close(e, clo_free);
+        return -1;
+    }
     return 0;
 }
 
@@ -60,11 +154,10 @@ static void ocl_describe(const ds4_engine *e, ds4_model_info *info)
              clrt_type_name(d->type), d->platform_name, clo_cpu_shaped(ctx) ? "CPU" : "GPU");
 }
 
+/* What a session takes on the device: the memory planner's question. */
 static uint64_t ocl_session_bytes(const ds4_engine *e, int n_ctx)
 {
-    fwd_engine *f = e->impl;
-    int T = fwd_chunk(f) < n_ctx ? fwd_chunk(f) : n_ctx;
-    return fwd_session_buffers_bytes(f, n_ctx) + clo_scratch_estimate(fwd_ops_ctx(f), T, n_ctx);
+    return device_session_bytes((void *)e, n_ctx, e->place.host_expert_layers < e->place.n_layer);
 }
 
 static ds4_device_kind kind_of(cl_device_type t)

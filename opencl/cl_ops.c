@@ -235,6 +235,25 @@ int clo_add_tensor(void *ctx, const ds4_tensor *t, ds4_error *err)
     return place(c, &s, NULL, &done, t->nbytes, err);
 }
 
+int clo_hold_tensors(void *ctx, const ds4_tensor *const *ts, size_t n, const clo_options *o, ds4_error *err)
+{
+    clo_ctx *c = ctx;
+    uint64_t total = 0, done = 0;
+    for (size_t i = 0; i < n; i++) total += ts[i]->nbytes;
+    for (size_t i = 0; i < n; i++) {
+        const ds4_tensor *t = ts[i];
+        if (!t->data || !t->nbytes || clo_weight(c, t->data, (size_t)t->nbytes)) continue;
+        uint64_t ne[3] = { (uint64_t)t->ne[0], (uint64_t)t->ne[1], (uint64_t)t->ne[2] };
+        weight_src s = { t->name ? t->name : "?", t->data, t->nbytes,
+                         unit_of((uint32_t)t->n_dims, ne, t->row_bytes, t->nbytes) };
+        if (place(c, &s, o, &done, total, err)) return -1;
+    }
+    if (o && o->progress && !c->zero_copy && total) o->progress(o->progress_ud, 1.0, "weights on the device");
+    return 0;
+}
+
+bool clo_zero_copy(void *ctx) { return ((clo_ctx *)ctx)->zero_copy; }
+
 void clo_weights(void *ctx, clo_weight_info *out) { *out = ((clo_ctx *)ctx)->winfo; }
 
 /* ---- context ------------------------------------------------------------------ */
@@ -302,7 +321,7 @@ clrt *clo_runtime(void *ctx) { return ((clo_ctx *)ctx)->rt; }
 
 bool clo_cpu_shaped(void *ctx) { return ((clo_ctx *)ctx)->cpu_shaped; }
 
-uint64_t clo_scratch_estimate(void *ctx, int T, int n_ctx)
+uint64_t clo_scratch_estimate(void *ctx, int T, int n_ctx, bool experts)
 {
     clo_ctx *c = ctx;
     uint64_t need[CLO_SCR_SLOTS] = { 0 };
@@ -311,7 +330,7 @@ uint64_t clo_scratch_estimate(void *ctx, int T, int n_ctx)
     /* the MoE's slots are known only as a sum: counted beside the others */
     uint64_t total = 0;
     for (int s = 0; s < CLO_SCR_SLOTS; s++) total += CLO_SCRATCH_SLACK(need[s] > 4 ? need[s] : 4);
-    return total + CLO_SCRATCH_SLACK(clo_moe_scratch_bytes(c->hp, T)) + CLO_SCR_SLOTS;
+    return total + (experts ? CLO_SCRATCH_SLACK(clo_moe_scratch_bytes(c->hp, T)) : 0) + CLO_SCR_SLOTS;
 }
 
 void clo_device_usage(void *ctx, clo_device_use *out) { *out = ((clo_ctx *)ctx)->use; }

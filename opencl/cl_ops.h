@@ -61,6 +61,13 @@ bool clo_cpu_shaped(void *ctx);
  * (tests build odd shapes this way); its data must outlive the context. */
 int clo_add_tensor(void *ctx, const ds4_tensor *t, ds4_error *err);
 
+/* Gives the tensors ts[0 … n) device memory (those that have none yet),
+ * reporting progress through o (may be NULL): a placement's share of the
+ * model on a context opened with no_weights. */
+int clo_hold_tensors(void *ctx, const ds4_tensor *const *ts, size_t n, const clo_options *o, ds4_error *err);
+/* Whether weights stay in host memory that the device reads in place. */
+bool clo_zero_copy(void *ctx);
+
 typedef struct {
     uint64_t bytes;    /* tensor bytes given device memory */
     uint64_t uploaded; /* of which copied to the device (0 when zero-copy) */
@@ -72,9 +79,10 @@ void clo_weights(void *ctx, clo_weight_info *out);
 /* Device bytes the context's own scratch reaches for chunks of up to T
  * tokens in a session of n_ctx: every op's scratch (hyper-connections,
  * the indexer's keys and transposed queries, attention block partials,
- * the MoE's), with the slack clo_scratch grows by. An upper bound: the
+ * the MoE's when experts says routed experts run here), with the slack
+ * clo_scratch grows by. An upper bound: the
  * memory planner adds it to the session's buffers. */
-uint64_t clo_scratch_estimate(void *ctx, int T, int n_ctx);
+uint64_t clo_scratch_estimate(void *ctx, int T, int n_ctx, bool experts);
 
 /* Device memory the context holds besides the weights: session buffers
  * (ds4_ops alloc) and scratch, now and at most so far. */

@@ -83,8 +83,14 @@ void fwd_require_backend(ds4_backend b)
 ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads)
 {
     if (b == DS4_BACKEND_CPU) return fwd_test_engine(qs, threads);
+    return fwd_test_engine_placed(b, qs, threads, 0);
+}
+
+ds4_engine *fwd_test_engine_placed(ds4_backend b, ds4_quant_sim qs, int threads, int host_expert_layers)
+{
     fwd_require_backend(b);
-    ds4_engine_options o = { .model_path = golden_model(), .backend = b, .threads = threads, .quant_sim = qs };
+    ds4_engine_options o = { .model_path = golden_model(), .backend = b, .threads = threads, .quant_sim = qs,
+                             .host_expert_layers = host_expert_layers };
     ds4_error err = { "" };
     ds4_engine *e = ds4_engine_open(&o, &err);
     /* a device exists (checked above), so failing to open is a failure */

@@ -37,6 +37,9 @@ void fwd_require_backend(ds4_backend b);
 /* The same on another backend; skips as fwd_require_backend, and fails
  * when the backend exists here but does not open. */
 ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads);
+/* The same with the routed experts of the first host_expert_layers layers
+ * in host memory (ds4_engine_options; 0 = automatic). */
+ds4_engine *fwd_test_engine_placed(ds4_backend b, ds4_quant_sim qs, int threads, int host_expert_layers);
 
 /* Decisions recorded by a traced run: experts [n_pos][n_layer][k] (sorted
  * ascending), indexer selections [n_pos][n_layer][top_k] (sorted, −1

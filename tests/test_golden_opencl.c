@@ -8,12 +8,15 @@
 #include "tests/fwd_util.h"
 #include "tests/test.h"
 
-static void nosim_logits_and_choices(void)
+static void nosim_logits_and_choices(int host_expert_layers)
 {
     fwd_require_backend(DS4_BACKEND_OPENCL);
     golden_set g;
     golden_load(&g, "A-f32-nosim", "prefix_logits.f32", true);
-    ds4_engine *e = fwd_test_engine_on(DS4_BACKEND_OPENCL, DS4_QSIM_NONE, 1);
+    ds4_engine *e = fwd_test_engine_placed(DS4_BACKEND_OPENCL, DS4_QSIM_NONE, 1, host_expert_layers);
+    ds4_placement pl;
+    CHECK_EQ_INT(ds4_engine_placement(e, &pl), 0);
+    CHECK_EQ_INT(pl.host_expert_layers, host_expert_layers > 0 ? host_expert_layers : 0);
     float *mine = test_alloc(g.all.n * (size_t)g.n_vocab * 4);
     fwd_routing r = { 0 };
     fwd_teacher_force(e, &g.all, mine, &r);
@@ -26,14 +29,20 @@ static void nosim_logits_and_choices(void)
     golden_free(&g);
 }
 
-TEST(golden_opencl, nosim_teacher_forced_logits) { nosim_logits_and_choices(); }
+TEST(golden_opencl, nosim_teacher_forced_logits) { nosim_logits_and_choices(0); }
+
+/* Hybrid placements: every layer's routed experts, or the first two
+ * layers', computed by the CPU from host memory and the rest on the
+ * device. */
+TEST(golden_opencl, nosim_logits_and_choices_with_experts_on_the_host) { nosim_logits_and_choices(6); }
+TEST(golden_opencl, nosim_logits_and_choices_with_two_layers_experts_on_the_host) { nosim_logits_and_choices(2); }
 
 /* The GPU-shaped kernels (work-group reductions, built without the CPU
  * loops) on whatever device there is: what a GPU runs, minus the GPU. */
 TEST(golden_opencl, nosim_logits_and_choices_with_gpu_kernels)
 {
     setenv("DS4CL_KERNELS", "gpu", 1);
-    nosim_logits_and_choices();
+    nosim_logits_and_choices(0);
 }
 
 TEST(golden_opencl, f16kv_teacher_forced_logits)
@@ -70,12 +79,12 @@ TEST(golden_opencl, routing_and_indexer_choices_match)
     golden_free(&g);
 }
 
-TEST(golden_opencl, full_numerics_statistics)
+static void full_numerics_statistics(int host_expert_layers)
 {
     fwd_require_backend(DS4_BACKEND_OPENCL);
     golden_set g;
     golden_load(&g, "A-f32", "prefix_logits.f32", false);
-    ds4_engine *e = fwd_test_engine_on(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 1);
+    ds4_engine *e = fwd_test_engine_placed(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 1, host_expert_layers);
     float *mine = test_alloc(g.all.n * (size_t)g.n_vocab * 4);
     fwd_teacher_force(e, &g.all, mine, NULL);
     ds4_engine_close(e);
@@ -86,6 +95,9 @@ TEST(golden_opencl, full_numerics_statistics)
     CHECK_MSG(st.argmax_equal * 10 >= st.n * 9, "argmax agreement %d/%d", st.argmax_equal, st.n);
     golden_free(&g);
 }
+
+TEST(golden_opencl, full_numerics_statistics) { full_numerics_statistics(0); }
+TEST(golden_opencl, full_numerics_statistics_with_experts_on_the_host) { full_numerics_statistics(3); }
 
 /* A snapshot written by the CPU backend resumes on OpenCL (one canonical
  * layout), and a prefill chunk agrees with token-by-token decode. */

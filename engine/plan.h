@@ -1,0 +1,65 @@
+/* plan.h — the placement plan: which parts of the model an accelerator
+ * holds and which stay in host memory for the CPU (ds4_placement in
+ * engine/ds4.h says what the plan promises the user).
+ *
+ * The model splits into parts that the forward pass places one by one
+ * (engine/forward.h): the embedding, the output head, and per layer the
+ * attention side, the FFN's dense side and the routed experts. Only the
+ * routed experts are big enough to be worth moving (about 97 % of the
+ * published model's bytes) and cheap enough to compute away from the
+ * device (6 of 256 are read per token): so the plan is one number, how
+ * many layers, from the first, keep their experts in host memory. The
+ * first layers rather than the last, as other engines' users are used to
+ * (a number means the same thing everywhere).
+ *
+ * The arithmetic is pure: the device's memory, the reserve, the weight
+ * bytes of each part and the session's bytes at a context (a function,
+ * since the backend knows its buffers) give the smallest number of host
+ * layers that fits, and the largest context each choice holds. */
+#ifndef DS4CL_PLAN_H
+#define DS4CL_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/ds4.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+
+typedef enum { PLAN_EMBED, PLAN_HEAD, PLAN_ATTN, PLAN_FFN, PLAN_EXPERTS } plan_part;
+
+/* Calls fn for every present weight tensor a part reads (layer is ignored
+ * for the embedding and the head). */
+typedef void (*plan_tensor_fn)(void *ud, const ds4_tensor *t);
+void plan_part_tensors(const ds4_model *m, plan_part part, int layer, plan_tensor_fn fn, void *ud);
+uint64_t plan_part_bytes(const ds4_model *m, plan_part part, int layer);
+
+/* Device bytes of a session of n_ctx tokens with the backend's scratch;
+ * experts says whether any routed experts run on the device (their
+ * scratch). Must not decrease with n_ctx. */
+typedef uint64_t (*plan_session_fn)(void *ud, int n_ctx, bool experts);
+
+typedef struct {
+    uint64_t memory;          /* the device's memory (0: unknown, no budget) */
+    bool shares_host_memory;  /* zero-copy device: weights stay in host memory */
+    int n_ctx;                /* the session the device must hold */
+    int max_ctx;              /* the longest context worth planning for (0: 1 Mi tokens) */
+    int host_expert_layers;   /* the request (ds4_engine_options) */
+    plan_session_fn session_bytes;
+    void *ud;
+} plan_input;
+
+/* The reserve left free on a device of `memory` bytes: 1/16, at most 1 GiB. */
+uint64_t plan_reserve(uint64_t memory);
+
+/* Fills out (device_name aside). 0 when the plan fits; -1 when it does
+ * not, with err saying so in numbers (what the device needs and has, the
+ * largest context that fits, or the number of host layers that would). */
+int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_error *err);
+
+/* The forward engine's placement for plan p: parts on the device on
+ * backend dev, parts in host memory on backend host. lp has n_layer
+ * entries and must outlive fp (fwd_set_placement copies it). */
+void plan_to_fwd(const ds4_placement *p, uint8_t dev, uint8_t host, fwd_layer_place *lp, fwd_placement *fp);
+
+#endif
