@@ -5,6 +5,7 @@
 
 #include "cli/bench_attn.h"
 #include "cli/bench_engine.h"
+#include "cli/bench_hybrid.h"
 #include "cli/bench_opencl.h"
 #include "cli/bench_open.h"
 #include "cli/bench_quant.h"
@@ -34,6 +35,8 @@ static void help(void)
           "                   seconds to open the model, stage by stage, cold and warm\n"
           "       ds4cl-bench --serve-bench -m MODEL --prompt-file F [--prompt-bytes N] [--gen-tokens G] [--runs R]\n"
           "                   CSV: time to first token and decode tokens/s through ds4cl serve vs in process\n"
+          "       ds4cl-bench --hybrid-bench -m MODEL [--prefill N] [--gen-tokens G] [--rounds R] [--device D]\n"
+          "                   CSV: OpenCL with routed experts in host memory (CPU) vs all on the device\n"
           "       ds4cl-bench --attn-bench [--backend cpu|opencl|both] [--rows LIST] [--ctx LIST] [--f32]\n"
           "                   attention and indexer cost per decode step at long context\n"
           "       ds4cl-bench --search-bench DIR [--runs N] [--query [literal:|icase:|regex:]TEXT]...\n"
@@ -51,6 +54,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--search-bench")) return bench_search_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--open-bench")) return bench_open_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--serve-bench")) return bench_serve_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--hybrid-bench")) return bench_hybrid_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--attn-bench")) return bench_attn(argc - 2, argv + 2);

@@ -90,13 +90,14 @@ int fwd_n_backends(const fwd_engine *f);
 int fwd_set_placement(fwd_engine *f, const fwd_placement *p, ds4_error *err);
 
 /* Hand-overs between backends since the engine opened: how many moved
- * bytes, how many bytes, and the wall time they took; and the wall time
- * of the routed experts computed on another backend than their layer's
- * FFN (the host's share of a hybrid step; the FFN's backend may run its
- * shared expert meanwhile). */
+ * bytes, how many bytes, the wall time moving them took, and the wall
+ * time spent before that waiting for the source backend's queued work;
+ * and the wall time of the routed experts computed on another backend
+ * than their layer's FFN (the host's share of a hybrid step; the FFN's
+ * backend may run its shared expert meanwhile). */
 typedef struct {
     uint64_t count, bytes;
-    double ms;
+    double ms, wait_ms;
     double experts_ms;
 } fwd_handover_stats;
 void fwd_get_handover_stats(fwd_engine *f, fwd_handover_stats *out);

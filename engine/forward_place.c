@@ -49,6 +49,7 @@ void fwd_get_handover_stats(fwd_engine *f, fwd_handover_stats *out)
     out->count = f->be.handovers;
     out->bytes = f->be.bytes_moved;
     out->ms = f->be.ms;
+    out->wait_ms = f->be.wait_ms;
     out->experts_ms = f->experts_ms;
     pthread_mutex_unlock(&f->mu);
 }

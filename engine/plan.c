@@ -139,10 +139,11 @@ static int refuse(const sizes *z, const plan_input *in, ds4_placement *out, ds4_
             if (device_total(z, in, h, in->n_ctx) <= out->device_budget) ok = h;
         if (ok)
             return ds4_error_set(err,
-                                 "with the routed experts of the first %d layers in host memory the device needs %s, "
+                                 "with the routed experts of the first %d layer%s in host memory the device needs %s, "
                                  "more than the %s usable of its %s; %d layers (--n-cpu-moe %d) or the automatic "
                                  "placement fit",
-                                 in->host_expert_layers, need, usable, have, ok, ok);
+                                 in->host_expert_layers, in->host_expert_layers == 1 ? "" : "s", need, usable, have, ok,
+                                 ok);
     }
     if (in->host_expert_layers == DS4_EXPERTS_ON_DEVICE)
         return ds4_error_set(err,

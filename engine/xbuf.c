@@ -97,9 +97,16 @@ int xbuf_handover(xbuf_set *s, xbuf *b, int to, size_t bytes, ds4_error *err)
     int from = source_of(b);
     if (from < 0) return ds4_error_set(err, "internal: a buffer of %zu bytes has no current copy", b->bytes);
     if (bytes > b->bytes) bytes = b->bytes;
+    /* The source's queued work first, timed apart: that wait is the
+     * source computing, not the hand-over. */
+    const xbuf_backend *src = &s->be[from];
     double t0 = base_now_ms();
+    if (bytes && src->ops->finish && src->ops->finish(src->ctx))
+        return ds4_error_set(err, "%s backend: %s", src->ops->name, be_error(src));
+    double t1 = base_now_ms();
     if (bytes && move(s, b, from, to, bytes, err)) return -1;
-    s->ms += base_now_ms() - t0;
+    s->wait_ms += t1 - t0;
+    s->ms += base_now_ms() - t1;
     s->handovers++;
     s->bytes_moved += bytes;
     b->valid |= XBUF_ON(to);

@@ -37,7 +37,8 @@ typedef struct {
     int n;
     uint64_t handovers;   /* hand-overs that moved bytes */
     uint64_t bytes_moved;
-    double ms;            /* wall time spent in them (including the waits for queued work) */
+    double ms;            /* wall time spent moving the bytes */
+    double wait_ms;       /* wall time spent before that waiting for the source's queued work */
     void *stage;          /* host staging between two device backends */
     size_t stage_cap;
 } xbuf_set;

@@ -213,6 +213,7 @@ struct clrt {
     kernel_entry *kernels;
     int n_kernels, cap_kernels;
     clrt_stats stats;
+    int64_t fail_from;   /* launches from this one on fail (test hook); −1: none */
     /* profiling (clrt_profile): one event per launch since the last take */
     bool profiling;
     prof_launch *launches;
@@ -256,6 +257,8 @@ int clrt_set_cpu_loops(clrt *rt, bool cpu_loops)
 const clrt_device *clrt_dev(const clrt *rt) { return &rt->dev; }
 cl_context clrt_context(const clrt *rt) { return rt->ctx; }
 cl_command_queue clrt_queue(const clrt *rt) { return rt->q; }
+void clrt_fault_from(clrt *rt, int64_t launch) { rt->fail_from = launch; }
+
 clrt_stats clrt_get_stats(const clrt *rt) { return rt->stats; }
 
 void clrt_count_wait(clrt *rt) { rt->stats.waits++; }
@@ -293,6 +296,11 @@ clrt *clrt_open(const clrt_options *o, ds4_error *err)
         return NULL;
     }
     rt->dev = devs[pick];
+    /* DS4CL_FAULT_CL_LAUNCH=N: the device "fails" from the N-th kernel
+     * launch on, as a device that runs out of resources or is lost
+     * mid-turn would (tests of what a turn does then). */
+    const char *fault = getenv("DS4CL_FAULT_CL_LAUNCH");
+    rt->fail_from = fault && *fault ? strtoll(fault, NULL, 10) : -1;
     free(devs);
 
     cl_int rc;
@@ -634,7 +642,9 @@ int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t 
         *pl = (prof_launch){ .k = c->k, .dims = dims };
         for (cl_uint i = 0; i < dims; i++) pl->global[i] = g[i];
     }
-    cl_int rc = clEnqueueNDRangeKernel(rt->q, c->k, dims, NULL, g, local, 0, NULL, pl ? &pl->ev : NULL);
+    cl_int rc = rt->fail_from >= 0 && rt->stats.launches >= (uint64_t)rt->fail_from
+                    ? CL_OUT_OF_RESOURCES
+                    : clEnqueueNDRangeKernel(rt->q, c->k, dims, NULL, g, local, 0, NULL, pl ? &pl->ev : NULL);
     if (rc == CL_SUCCESS && pl) rt->n_launches++;
     if (rc != CL_SUCCESS) {
         kernel_name(c->k, name, sizeof name);

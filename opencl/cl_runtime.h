@@ -147,6 +147,12 @@ typedef struct {
     uint64_t waits;    /* times the host waited for the device (clrt_finish, clrt_count_wait) */
 } clrt_stats;
 clrt_stats clrt_get_stats(const clrt *rt);
+
+/* Test hook: kernel launches from the launch-th (counted in clrt_stats)
+ * on fail with CL_OUT_OF_RESOURCES; −1 turns it off. The environment
+ * variable DS4CL_FAULT_CL_LAUNCH sets it for every runtime a process
+ * opens. */
+void clrt_fault_from(clrt *rt, int64_t launch);
 /* The cache file a program would use (for tests); "" when caching is off. */
 const char *clrt_cache_path(clrt *rt, const char *program, char *buf, size_t n);
 

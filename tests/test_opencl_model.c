@@ -7,7 +7,8 @@
  * streams (what the output head reads) and the logits wherever the
  * engine produces them, all within rel 1e-4 (the requirement: 1e-3); the expert sets and indexer
  * selections identical. Session snapshots resume on the other backend,
- * and the OpenCL session's device memory stays within the estimate. */
+ * and the OpenCL session's device memory stays within the estimate. The
+ * flash-width shape also runs hybrid (routed experts on the CPU). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 typedef struct {
     int n_tokens, prefill, chunk;
     uint32_t ids_seed;
+    int hybrid; /* > 0: also a hybrid engine, this many layers' routed experts on the host */
 } run_shape;
 
 static void cpu_and_opencl_agree(const mk_spec *spec, const run_shape *rs)
@@ -55,6 +57,23 @@ static void cpu_and_opencl_agree(const mk_spec *spec, const run_shape *rs)
     int steps = N - p.prefill < 4 ? N - p.prefill : 4;
     mc_resume_on(ocl, &p, &a, a.step_logits, steps, REL_TOL, "CPU snapshot on OpenCL");
     mc_resume_on(cpu, &p, &b, a.step_logits, steps, REL_TOL, "OpenCL snapshot on the CPU");
+
+    if (rs->hybrid > 0) {
+        /* the same device with routed experts computed by the CPU from
+         * host memory: the CPU's numbers again (tests/test_hybrid.c) */
+        o.host_expert_layers = rs->hybrid;
+        ds4_engine *hy = ds4_engine_open(&o, &err);
+        CHECK_MSG(hy != NULL, "hybrid engine: %s", err.msg);
+        ds4_placement pl;
+        CHECK_EQ_INT(ds4_engine_placement(hy, &pl), 0);
+        CHECK_EQ_INT(pl.host_expert_layers, rs->hybrid < hp->n_layer ? rs->hybrid : hp->n_layer);
+        mc_outcome h;
+        mc_run(hy, &p, &h);
+        mc_check_agree(hp, &p, &a, &h, REL_TOL, &d);
+        mc_resume_on(cpu, &p, &h, a.step_logits, steps, REL_TOL, "hybrid snapshot on the CPU");
+        mc_outcome_free(&h);
+        ds4_engine_close(hy);
+    }
 
     free(a.snap);
     free(b.snap);
@@ -137,6 +156,6 @@ TEST(opencl_model, flash_width_agrees_with_the_cpu)
     s.indexer_top_k = 16;
     s.vocab = MK_VOCAB_TINY;
     s.seed = 2;
-    run_shape rs = { .n_tokens = 320, .prefill = 256, .chunk = 100, .ids_seed = 7 };
+    run_shape rs = { .n_tokens = 320, .prefill = 256, .chunk = 100, .ids_seed = 7, .hybrid = 3 };
     cpu_and_opencl_agree(&s, &rs);
 }
