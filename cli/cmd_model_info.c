@@ -138,7 +138,7 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds
     }
     printf("\n  on the device     ");
     print_bytes(pl->device_weights);
-    printf(" of weights%s + ", pl->shares_host_memory ? " (read in place from the mapped file)" : "");
+    printf(" of weights (%s) + ", pl->shares_host_memory ? "zero-copy over the mapped file" : "uploaded at load");
     print_bytes(pl->device_session);
     printf(" for %d tokens = ", n_ctx);
     print_bytes(pl->device_weights + pl->device_session);

@@ -350,7 +350,27 @@ TEST(opencl_runtime, model_info_on_the_backend)
     CHECK_CONTAINS(out, "layers        6");
     CHECK_CONTAINS(out, test_printf("on OpenCL device [0] %s", d[0].name));
     CHECK_CONTAINS(out, d[0].unified ? "zero-copy over the mapped file" : "uploaded at load");
-    CHECK_CONTAINS(out, test_printf("session           %.2f MiB  (buffers and scratch for 4096 tokens)", session));
+    CHECK_CONTAINS(out, test_printf("+ %.2f MiB for 4096 tokens", session));
+    CHECK_CONTAINS(out, "placement         everything on the device");
+    /* a device budget below the model: the plan keeps experts on the host */
+    uint64_t mem = 0;
+    {
+        ds4_engine_options po = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .plan_only = true,
+                                  .host_expert_layers = 4, .plan_ctx = 4096, .device_memory = 1ull << 40 };
+        ds4_engine *pe = ds4_engine_open(&po, &err);
+        CHECK(pe != NULL);
+        ds4_placement pl;
+        CHECK_EQ_INT(ds4_engine_placement(pe, &pl), 0);
+        mem = (pl.device_weights + pl.device_session) * 16 / 15 + 4096;
+        ds4_engine_close(pe);
+    }
+    rc = test_runf(&out, "DS4CL_DEVICE_MEM=%llu %s/ds4cl --model-info -m %s --backend opencl --ctx 4096 2>&1",
+                   (unsigned long long)mem, test_bindir(), path);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_CONTAINS(out, "routed experts of layers 0-3 in host memory, on the CPU; layers 4-5 on the device");
+    CHECK_CONTAINS(out, "uploaded at load");
+    CHECK_CONTAINS(out, "largest context");
+    CHECK_CONTAINS(out, "cpu experts       exact f32 products");
     rc = test_runf(&out, "DS4CL_DEVICE=%d %s/ds4cl --model-info -m %s --backend opencl 2>&1", n - 1, test_bindir(), path);
     CHECK_EQ_INT(rc, 0);
     CHECK_CONTAINS(out, test_printf("on OpenCL device [%d] %s", n - 1, d[n - 1].name));
