@@ -86,7 +86,7 @@ static int plan_opencl(const ds4cl_options *o, const char *path, int n_ctx, open
     }
     ds4_engine_options eo = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .device = o->device,
                               .quant_sim = o->quant_sim, .plan_only = true,
-                              .host_expert_layers = o->host_expert_layers, .plan_ctx = n_ctx,
+                              .host_expert_layers = o->host_expert_layers, .plan_ctx = n_ctx, .split = o->split,
                               .device_memory = memplan_device_memory_override() };
     ds4_error err = { { 0 } };
     ds4_engine *e = ds4_engine_open(&eo, &err);
@@ -123,7 +123,7 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds
     print_split(m, d->max_alloc);
     printf("\n  placement         ");
     int h = pl->host_expert_layers, nl = pl->n_layer;
-    if (h == 0) printf("everything on the device");
+    if (h == 0) printf("everything on the device%s", pl->n_devices > 1 ? "s, the layers split between them" : "");
     else {
         printf("routed experts of ");
         if (h >= nl) printf("every layer");
@@ -136,7 +136,26 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds
         }
         printf("\n                    the rest on the device%s", pl->embed_on_host ? ", the embedding in host memory" : "");
     }
-    printf("\n  on the device     ");
+    if (pl->n_devices > 1) {
+        for (int i = 0; i < pl->n_devices; i++) {
+            const ds4_placement_device *dv = &pl->dev[i];
+            printf("\n  device %d          %s: ", i, dv->name);
+            print_layers(dv->first_layer, dv->first_layer + dv->n_layers);
+            if (dv->host_expert_layers) printf(" (experts of %d on the host)", dv->host_expert_layers);
+            if (dv->head) printf(" and the head");
+            printf("; ");
+            print_bytes(dv->weights);
+            printf(" + ");
+            print_bytes(dv->session);
+            if (!dv->shares_host_memory) {
+                printf(" of ");
+                print_bytes(dv->budget);
+                printf(" usable");
+            }
+            if (!dv->fits) printf(" (does not fit)");
+        }
+    }
+    printf("\n  on the device%s    ", pl->n_devices > 1 ? "s" : " ");
     print_bytes(pl->device_weights);
     printf(" of weights (%s) + ", pl->shares_host_memory ? "zero-copy over the mapped file" : "uploaded at load");
     print_bytes(pl->device_session);

@@ -57,6 +57,7 @@ static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool pl
         .quant_sim = o->quant_sim,
         .plan_only = plan_only,
         .host_expert_layers = o->host_expert_layers,
+        .split = o->split,
         .plan_ctx = plan_ctx,
         .device_memory = memplan_device_memory_override(),
         .load_progress = plan_only ? NULL : progress_load_callback,

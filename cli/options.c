@@ -18,7 +18,7 @@ enum {
     OPT_MIN_P, OPT_SEED, OPT_THINK, OPT_NOTHINK, OPT_THINK_MAX, OPT_YES, OPT_ALLOW,
     OPT_RULES, OPT_NO_SANDBOX, OPT_NO_PROMPT_CACHE, OPT_TRACE, OPT_RESUME, OPT_CONTINUE, OPT_SESSION,
     OPT_CDP_URL, OPT_BROWSER, OPT_SEARCH_URL, OPT_SYSTEM, OPT_DIR, OPT_TOKEN,
-    OPT_NO_COLOR, OPT_MAX_TOOL_ROUNDS, OPT_CPU_MOE, OPT_N_CPU_MOE,
+    OPT_NO_COLOR, OPT_MAX_TOOL_ROUNDS, OPT_CPU_MOE, OPT_N_CPU_MOE, OPT_SPLIT,
 };
 
 static const struct option long_opts[] = {
@@ -36,6 +36,7 @@ static const struct option long_opts[] = {
     { "backend", required_argument, 0, OPT_BACKEND },
     { "threads", required_argument, 0, OPT_THREADS },
     { "cpu-moe", no_argument, 0, OPT_CPU_MOE },
+    { "split", required_argument, 0, OPT_SPLIT },
     { "n-cpu-moe", required_argument, 0, OPT_N_CPU_MOE },
     { "engine", required_argument, 0, OPT_ENGINE },
     { "quant-sim", required_argument, 0, OPT_QUANT_SIM },
@@ -88,7 +89,9 @@ void options_print_help(void)
 "      --ctx N|auto        context size in tokens (auto: largest that fits); the agent\n"
 "                          needs its system prompt and a turn, a few thousand tokens\n"
 "      --backend cpu|opencl  compute backend (default: cpu)\n"
-"      --device D          OpenCL device index or name (or $DS4CL_DEVICE)\n"
+"      --device D[,D…]     OpenCL device index or name (or $DS4CL_DEVICE); several split\n"
+"                          the layers between them\n"
+"      --split A,B…        the share of the layers each device takes (default: by memory)\n"
 "      --threads N         CPU threads (default: all cores)\n"
 "      --cpu-moe           OpenCL: every layer's routed experts in host memory, on the CPU\n"
 "      --n-cpu-moe N       OpenCL: the first N layers' routed experts on the CPU (0: none;\n"
@@ -203,6 +206,7 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
             else return usage_error("--backend wants cpu or opencl, not '%s'", optarg);
             break;
         case OPT_CPU_MOE: o->host_expert_layers = INT_MAX; break;
+        case OPT_SPLIT: o->split = optarg; break;
         case OPT_N_CPU_MOE:
             if (!parse_int(optarg, 0, INT_MAX, &iv)) return usage_error("--n-cpu-moe wants a number ≥ 0, not '%s'", optarg);
             o->host_expert_layers = iv == 0 ? DS4_EXPERTS_ON_DEVICE : (int)iv;

@@ -1,5 +1,6 @@
 /* preflight.c — see preflight.h. */
 #include "cli/preflight.h"
+#include "engine/plan.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -28,7 +29,26 @@ static int check_device(const ds4cl_options *o)
         fprintf(stderr, "ds4cl: --device %s picks an OpenCL device; add --backend opencl to use one\n", o->device);
         return EXIT_USAGE;
     }
+    if (o->split && o->backend != DS4_BACKEND_OPENCL) {
+        fprintf(stderr, "ds4cl: --split %s shares layers between OpenCL devices; add --backend opencl --device A,B\n",
+                o->split);
+        return EXIT_USAGE;
+    }
     if (o->backend != DS4_BACKEND_OPENCL) return EXIT_DONE;
+    if (o->split) {
+        int n = 1;
+        for (const char *p = o->device ? o->device : ""; *p; p++) n += *p == ',';
+        double shares[DS4_MAX_DEVICES];
+        ds4_error serr = { "" };
+        if (n < 2) {
+            fprintf(stderr, "ds4cl: --split %s needs several devices (--device A,B)\n", o->split);
+            return EXIT_USAGE;
+        }
+        if (n > DS4_MAX_DEVICES || plan_parse_split(o->split, n, shares, &serr)) {
+            fprintf(stderr, "ds4cl: %s\n", n > DS4_MAX_DEVICES ? "--device: too many devices" : serr.msg);
+            return EXIT_USAGE;
+        }
+    }
     ds4_device *devs = NULL;
     int n = 0, pick = -1;
     ds4_error err = { "" };

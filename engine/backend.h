@@ -24,6 +24,7 @@ struct ds4_engine {
     char *model_path;
     char *script_path;
     char *device;
+    char *split;
     gguf_file *gguf;
     ds4_tokenizer *tok;
     ds4_model *model;         /* NULL for backends that need no weights */

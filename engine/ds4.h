@@ -79,6 +79,10 @@ typedef struct {
     int host_expert_layers;
     int plan_ctx;
     uint64_t device_memory;
+    /* Several OpenCL devices (device "0,1", up to DS4_MAX_DEVICES): split
+     * holds the share of the layers each takes, in the order named ("3,1");
+     * NULL or "" splits in proportion to each device's memory. */
+    const char *split;
     /* Optional load progress (0..1) with a short label; may be NULL. */
     void (*load_progress)(void *ud, double fraction, const char *what);
     void *load_ud;
@@ -114,6 +118,19 @@ void ds4_engine_info(const ds4_engine *e, ds4_model_info *out);
  * any experts are (one row per token is all a step reads of it). The
  * device may use its memory less a reserve (1/16 of it, at most 1 GiB)
  * for its weights and a session of n_ctx tokens. */
+#define DS4_MAX_DEVICES 4
+
+/* One device's share: a contiguous range of layers (their dense parts and
+ * the routed experts not kept on the host) and its bytes. */
+typedef struct {
+    char name[128];
+    int first_layer, n_layers;
+    int host_expert_layers;       /* the first this many of its layers keep their experts on the host */
+    bool shares_host_memory, fits;
+    bool head;                    /* it computes the output head (the last range) */
+    uint64_t memory, budget, weights, session, token_bytes;
+} ds4_placement_device;
+
 typedef struct {
     int n_layer;
     int n_ctx;                    /* the context planned for */
@@ -132,6 +149,11 @@ typedef struct {
     uint64_t token_host_bytes;    /* … and from host memory */
     char device_name[128];
     char refusal[384];            /* why it does not fit, in numbers; "" when it fits */
+    /* Several devices (ds4_engine_options.device "0,1"): each holds a
+     * range of layers; the fields above are then sums (largest_ctx the
+     * smallest, fits all of them, host_expert_layers the total). */
+    int n_devices;
+    ds4_placement_device dev[DS4_MAX_DEVICES];
 } ds4_placement;
 
 /* The placement of e into out: 0, or -1 when e's backend places nothing

@@ -47,9 +47,11 @@ ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
     e->model_path = xstrdup(opt->model_path);
     e->script_path = xstrdup(opt->script_path);
     e->device = xstrdup(opt->device);
+    e->split = xstrdup(opt->split);
     e->opt.model_path = e->model_path;
     e->opt.script_path = e->script_path;
     e->opt.device = e->device;
+    e->opt.split = e->split;
     e->ops = ops;
 
     if (opt->load_progress) opt->load_progress(opt->load_ud, 0.0, "reading model");
@@ -82,6 +84,7 @@ void ds4_engine_close(ds4_engine *e)
     free(e->model_path);
     free(e->script_path);
     free(e->device);
+    free(e->split);
     free(e);
 }
 

@@ -86,6 +86,8 @@ typedef struct {
  * fwd_close, or now on failure). */
 int fwd_add_backend(fwd_engine *f, const ds4_ops *ops, void *ctx, void (*free_ctx)(void *), ds4_error *err);
 int fwd_n_backends(const fwd_engine *f);
+/* The ops context of backend b (NULL when there is none). */
+void *fwd_backend_ctx(const fwd_engine *f, int b);
 /* Validates and copies p. 0, or -1 with err (a backend index out of range). */
 int fwd_set_placement(fwd_engine *f, const fwd_placement *p, ds4_error *err);
 

@@ -72,6 +72,8 @@ fwd_engine *fwd_of(const ds4_engine *e)
 }
 
 void *fwd_ops_ctx(const fwd_engine *f) { return f->be.be[0].ctx; }
+
+void *fwd_backend_ctx(const fwd_engine *f, int b) { return b >= 0 && b < f->be.n ? f->be.be[b].ctx : NULL; }
 void fwd_set_chunk(fwd_engine *f, int chunk) { f->chunk = chunk > 0 ? chunk : FWD_DEFAULT_CHUNK; }
 int fwd_chunk(const fwd_engine *f) { return f->chunk; }
 

@@ -62,162 +62,251 @@ uint64_t plan_reserve(uint64_t memory)
     return r < (1ull << 30) ? r : 1ull << 30;
 }
 
+int plan_parse_split(const char *s, int n, double *out, ds4_error *err)
+{
+    int k = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || !(v > 0) || v > 1e9 || (*end && *end != ',') || k >= n)
+            return ds4_error_set(err, "--split %s: expected %d positive numbers separated by commas, one per device", s, n);
+        out[k++] = v;
+        p = *end ? end + 1 : end;
+    }
+    if (k != n) return ds4_error_set(err, "--split %s: expected %d numbers, one per device, not %d", s, n, k);
+    return 0;
+}
+
 /* The model's bytes by part, summed once. */
 typedef struct {
     int n_layer;
-    uint64_t embed, head, dense, experts_total;
-    uint64_t *experts; /* per layer */
-    double token_share; /* of a layer's expert bytes read per token */
+    uint64_t embed, head, embed_row;
+    uint64_t *dense, *experts; /* per layer */
+    double token_share;        /* of a layer's expert bytes read per token */
 } sizes;
 
-static uint64_t device_weights(const sizes *z, int host_layers, bool embed_host)
+static void sizes_of(const ds4_model *m, sizes *z)
 {
-    uint64_t w = z->dense + z->head + (embed_host ? 0 : z->embed);
-    for (int l = host_layers; l < z->n_layer; l++) w += z->experts[l];
+    const ds4_hparams *hp = &m->hp;
+    size_t n = hp->n_layer > 0 ? (size_t)hp->n_layer : 1;
+    *z = (sizes){ .n_layer = hp->n_layer, .dense = xcalloc(n, sizeof *z->dense), .experts = xcalloc(n, sizeof *z->experts) };
+    z->embed = plan_part_bytes(m, PLAN_EMBED, 0);
+    z->head = plan_part_bytes(m, PLAN_HEAD, 0);
+    z->embed_row = hp->n_vocab > 0 ? z->embed / (uint64_t)hp->n_vocab : 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        z->dense[l] = plan_part_bytes(m, PLAN_ATTN, l) + plan_part_bytes(m, PLAN_FFN, l);
+        z->experts[l] = plan_part_bytes(m, PLAN_EXPERTS, l);
+    }
+    z->token_share = hp->n_expert > 0 ? (double)hp->n_expert_used / (double)hp->n_expert : 1.0;
+}
+
+static void sizes_free(sizes *z)
+{
+    free(z->dense);
+    free(z->experts);
+}
+
+int plan_split(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_error *err)
+{
+    int nl = m->hp.n_layer, nd = in->n_devices;
+    if (nd < 1 || nd > DS4_MAX_DEVICES) return ds4_error_set(err, "%d devices: from 1 to %d can share a model", nd, DS4_MAX_DEVICES);
+    if (nd > nl) return ds4_error_set(err, "%d devices for a model of %d layers: each device needs a layer", nd, nl);
+    double w[DS4_MAX_DEVICES], total = 0;
+    bool given = false;
+    for (int d = 0; d < nd; d++) given |= in->split[d] > 0;
+    for (int d = 0; d < nd; d++) {
+        /* by memory where it is known; equal shares where it is not */
+        w[d] = given ? in->split[d] : in->memory[d] ? (double)(in->memory[d] - plan_reserve(in->memory[d])) : 1.0;
+        total += w[d];
+    }
+    out->n_devices = nd;
+    double cum = 0;
+    int first = 0;
+    for (int d = 0; d < nd; d++) {
+        cum += w[d];
+        int end = d == nd - 1 ? nl : (int)(cum / total * nl + 0.5);
+        /* at least one layer each, and one left for every later device */
+        if (end < first + 1) end = first + 1;
+        if (end > nl - (nd - 1 - d)) end = nl - (nd - 1 - d);
+        out->dev[d].first_layer = first;
+        out->dev[d].n_layers = end - first;
+        out->dev[d].head = d == nd - 1;
+        first = end;
+    }
+    return 0;
+}
+
+/* Device d's weight bytes with the first h layers of its range keeping
+ * their experts on the host. */
+static uint64_t dev_weights(const sizes *z, const ds4_placement_device *dv, int d, int h, bool embed_host)
+{
+    uint64_t w = (dv->head ? z->head : 0) + (d == 0 && !embed_host ? z->embed : 0);
+    for (int l = dv->first_layer; l < dv->first_layer + dv->n_layers; l++)
+        w += z->dense[l] + (l - dv->first_layer >= h ? z->experts[l] : 0);
     return w;
 }
 
-static uint64_t device_total(const sizes *z, const plan_input *in, int host_layers, int n_ctx)
+static uint64_t dev_total(const sizes *z, const plan_input *in, const ds4_placement_device *dv, int d, int h,
+                          bool embed_host, int n_ctx)
 {
-    return device_weights(z, host_layers, host_layers > 0) +
-           in->session_bytes(in->ud, n_ctx, host_layers < z->n_layer);
+    return dev_weights(z, dv, d, h, embed_host) + in->session_bytes(in->ud, d, n_ctx, h < dv->n_layers);
 }
 
-static int largest_ctx(const sizes *z, const plan_input *in, int host_layers, uint64_t budget)
+static int dev_largest_ctx(const sizes *z, const plan_input *in, const ds4_placement_device *dv, int d, int h,
+                           bool embed_host)
 {
     int hi = in->max_ctx > 0 ? in->max_ctx : DEFAULT_MAX_CTX;
-    if (device_total(z, in, host_layers, 1) > budget) return 0;
-    if (device_total(z, in, host_layers, hi) <= budget) return hi;
+    if (dev_total(z, in, dv, d, h, embed_host, 1) > dv->budget) return 0;
+    if (dev_total(z, in, dv, d, h, embed_host, hi) <= dv->budget) return hi;
     int good = 1, bad = hi;
     while (bad - good > 1) {
         int mid = good + (bad - good) / 2;
-        if (device_total(z, in, host_layers, mid) <= budget) good = mid;
+        if (dev_total(z, in, dv, d, h, embed_host, mid) <= dv->budget) good = mid;
         else bad = mid;
     }
     return good;
 }
 
-static void fill(const sizes *z, const plan_input *in, int host_layers, ds4_placement *out)
+/* The host layers device d takes for the request. */
+static int dev_host_layers(const sizes *z, const plan_input *in, const ds4_placement_device *dv, int d, bool embed_host)
 {
-    bool embed_host = host_layers > 0;
-    out->host_expert_layers = host_layers;
-    out->embed_on_host = embed_host;
-    out->device_weights = device_weights(z, host_layers, embed_host);
-    out->host_weights = z->dense + z->head + z->embed + z->experts_total - out->device_weights;
-    out->device_session = in->session_bytes(in->ud, in->n_ctx, host_layers < z->n_layer);
-    uint64_t host_exp = 0, dev_exp = 0;
-    for (int l = 0; l < z->n_layer; l++) {
-        if (l < host_layers) host_exp += z->experts[l];
-        else dev_exp += z->experts[l];
+    int want = in->host_expert_layers;
+    if (want == DS4_EXPERTS_ON_DEVICE) return 0;
+    if (want > 0) {
+        /* the first N layers of the model: the part of them in this range */
+        int h = want - dv->first_layer;
+        return h < 0 ? 0 : h > dv->n_layers ? dv->n_layers : h;
     }
-    out->token_device_bytes = z->dense + z->head + (uint64_t)((double)dev_exp * z->token_share);
-    out->token_host_bytes = (uint64_t)((double)host_exp * z->token_share);
+    if (!dv->memory || dv->shares_host_memory) return 0;
+    int h = 0;
+    while (h < dv->n_layers && dev_total(z, in, dv, d, h, embed_host, in->n_ctx) > dv->budget) h++;
+    return h;
 }
 
-static void describe_need(char *buf, size_t n, uint64_t weights, uint64_t session, int n_ctx)
+static void refuse(const sizes *z, const plan_input *in, const ds4_placement *out, int d, ds4_error *err)
 {
-    char w[32], s[32];
-    snprintf(buf, n, "%s of weights and %s for a session of %d tokens", format_bytes(w, sizeof w, weights),
-             format_bytes(s, sizeof s, session), n_ctx);
-}
-
-static int refuse(const sizes *z, const plan_input *in, ds4_placement *out, ds4_error *err)
-{
-    char need[128], have[32], usable[32];
-    describe_need(need, sizeof need, out->device_weights, out->device_session, in->n_ctx);
-    format_bytes(have, sizeof have, out->device_memory);
-    format_bytes(usable, sizeof usable, out->device_budget);
-    const char *fix = out->largest_ctx_all_host > 0 ? "" : "; no context fits: use a device with more memory or --backend cpu";
-    char tail[160] = "";
-    if (out->largest_ctx_all_host > 0)
-        snprintf(tail, sizeof tail, "; the largest context that fits is %d tokens (--ctx %d)", out->largest_ctx_all_host,
-                 out->largest_ctx_all_host);
-    if (in->host_expert_layers > 0 && in->host_expert_layers < z->n_layer) {
+    const ds4_placement_device *dv = &out->dev[d];
+    char w[32], s[32], have[32], usable[32], who[200] = "the device";
+    format_bytes(w, sizeof w, dv->weights);
+    format_bytes(s, sizeof s, dv->session);
+    format_bytes(have, sizeof have, dv->memory);
+    format_bytes(usable, sizeof usable, dv->budget);
+    if (out->n_devices > 1) snprintf(who, sizeof who, "device %d (%.100s, layers %d-%d)", d, dv->name, dv->first_layer,
+                                     dv->first_layer + dv->n_layers - 1);
+    int all_host = dev_largest_ctx(z, in, dv, d, dv->n_layers, true);
+    if (in->host_expert_layers > 0 && dv->host_expert_layers < dv->n_layers) {
         /* the user's number is too small: say which would do */
         int ok = 0;
-        for (int h = in->host_expert_layers + 1; h <= z->n_layer && !ok; h++)
-            if (device_total(z, in, h, in->n_ctx) <= out->device_budget) ok = h;
-        if (ok)
-            return ds4_error_set(err,
-                                 "with the routed experts of the first %d layer%s in host memory the device needs %s, "
-                                 "more than the %s usable of its %s; %d layers (--n-cpu-moe %d) or the automatic "
-                                 "placement fit",
-                                 in->host_expert_layers, in->host_expert_layers == 1 ? "" : "s", need, usable, have, ok,
-                                 ok);
+        for (int h = dv->host_expert_layers + 1; h <= dv->n_layers && !ok; h++)
+            if (dev_total(z, in, dv, d, h, true, in->n_ctx) <= dv->budget) ok = dv->first_layer + h;
+        if (ok) {
+            ds4_error_set(err,
+                          "with the routed experts of the first %d layer%s in host memory %s needs %s of weights and "
+                          "%s for a session of %d tokens, more than the %s usable of its %s; %d layers "
+                          "(--n-cpu-moe %d) or the automatic placement fit",
+                          in->host_expert_layers, in->host_expert_layers == 1 ? "" : "s", who, w, s, in->n_ctx, usable,
+                          have, ok, ok);
+            return;
+        }
     }
-    if (in->host_expert_layers == DS4_EXPERTS_ON_DEVICE)
-        return ds4_error_set(err,
-                             "with every routed expert on the device it needs %s, more than the %s usable of its %s; "
-                             "leave the experts' placement automatic to keep some in host memory",
-                             need, usable, have);
-    return ds4_error_set(err,
-                         "the device cannot hold its part of the model: even with every layer's routed experts in "
-                         "host memory it needs %s, more than the %s usable of its %s%s%s",
-                         need, usable, have, tail, fix);
+    if (in->host_expert_layers == DS4_EXPERTS_ON_DEVICE && all_host > 0) {
+        ds4_error_set(err,
+                      "with every routed expert on the device %s needs %s of weights and %s for a session of %d "
+                      "tokens, more than the %s usable of its %s; leave the experts' placement automatic to keep "
+                      "some in host memory",
+                      who, w, s, in->n_ctx, usable, have);
+        return;
+    }
+    char tail[160];
+    if (all_host > 0) snprintf(tail, sizeof tail, "; the largest context that fits is %d tokens (--ctx %d)", all_host, all_host);
+    else snprintf(tail, sizeof tail, "; no context fits: use a device with more memory%s or --backend cpu",
+                  out->n_devices > 1 ? ", another --split" : "");
+    ds4_error_set(err,
+                  "%s cannot hold its part of the model: with every routed expert of its layers in host memory it "
+                  "needs %s of weights and %s for a session of %d tokens, more than the %s usable of its %s%s",
+                  who, w, s, in->n_ctx, usable, have, tail);
 }
 
 int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_error *err)
 {
-    const ds4_hparams *hp = &m->hp;
-    sizes z = { .n_layer = hp->n_layer };
-    uint64_t *experts = xcalloc(hp->n_layer > 0 ? (size_t)hp->n_layer : 1, sizeof *experts);
-    z.experts = experts;
-    z.embed = plan_part_bytes(m, PLAN_EMBED, 0);
-    z.head = plan_part_bytes(m, PLAN_HEAD, 0);
-    for (int l = 0; l < hp->n_layer; l++) {
-        z.dense += plan_part_bytes(m, PLAN_ATTN, l) + plan_part_bytes(m, PLAN_FFN, l);
-        experts[l] = plan_part_bytes(m, PLAN_EXPERTS, l);
-        z.experts_total += experts[l];
-    }
-    z.token_share = hp->n_expert > 0 ? (double)hp->n_expert_used / (double)hp->n_expert : 1.0;
-    /* the embedding is read one row per token */
-    uint64_t embed_row = hp->n_vocab > 0 ? z.embed / (uint64_t)hp->n_vocab : 0;
-
-    char name[sizeof out->device_name];
-    memcpy(name, out->device_name, sizeof name);
-    memset(out, 0, sizeof *out);
-    memcpy(out->device_name, name, sizeof name);
-    out->n_layer = hp->n_layer;
+    sizes z;
+    sizes_of(m, &z);
+    int nd = out->n_devices;
+    out->n_layer = m->hp.n_layer;
     out->n_ctx = in->n_ctx;
-    out->shares_host_memory = in->shares_host_memory;
-    out->device_memory = in->memory;
-    out->device_budget = in->memory - plan_reserve(in->memory);
-    bool budgeted = in->memory > 0 && !in->shares_host_memory;
-
-    int want = in->host_expert_layers;
-    int h;
-    if (want == DS4_EXPERTS_ON_DEVICE) h = 0;
-    else if (want > 0) h = want < hp->n_layer ? want : hp->n_layer;
-    else {
-        h = 0;
-        if (budgeted)
-            while (h < hp->n_layer && device_total(&z, in, h, in->n_ctx) > out->device_budget) h++;
+    out->refusal[0] = 0;
+    for (int d = 0; d < nd; d++) {
+        ds4_placement_device *dv = &out->dev[d];
+        dv->memory = in->memory[d];
+        dv->shares_host_memory = in->shares_host_memory[d];
+        dv->budget = dv->memory - plan_reserve(dv->memory);
     }
-    fill(&z, in, h, out);
-    if (out->embed_on_host) out->token_host_bytes += embed_row;
-    else out->token_device_bytes += embed_row;
-    int rc = 0;
-    if (!budgeted) {
-        out->fits = true;
-        out->largest_ctx = out->largest_ctx_all_host = in->max_ctx > 0 ? in->max_ctx : DEFAULT_MAX_CTX;
-    } else {
-        out->largest_ctx = largest_ctx(&z, in, h, out->device_budget);
-        out->largest_ctx_all_host = largest_ctx(&z, in, hp->n_layer, out->device_budget);
-        out->fits = out->device_weights + out->device_session <= out->device_budget;
-        if (!out->fits) {
-            ds4_error why = { "" };
-            refuse(&z, in, out, &why);
-            snprintf(out->refusal, sizeof out->refusal, "%s", why.msg);
-            rc = ds4_error_set(err, "%s", why.msg);
+    /* The embedding goes to the host as soon as any experts do; a device
+     * that needed host layers only for the embedding's room keeps none. */
+    bool embed_host = false;
+    for (int d = 0; d < nd; d++) embed_host |= dev_host_layers(&z, in, &out->dev[d], d, false) > 0;
+    out->embed_on_host = embed_host;
+    out->fits = true;
+    out->shares_host_memory = true;
+    out->host_expert_layers = 0;
+    out->device_memory = out->device_budget = out->device_weights = out->device_session = 0;
+    out->token_device_bytes = 0;
+    out->largest_ctx = out->largest_ctx_all_host = in->max_ctx > 0 ? in->max_ctx : DEFAULT_MAX_CTX;
+    uint64_t total = z.embed + z.head, host_exp = 0;
+    int failed = -1;
+    for (int l = 0; l < z.n_layer; l++) total += z.dense[l] + z.experts[l];
+    for (int d = 0; d < nd; d++) {
+        ds4_placement_device *dv = &out->dev[d];
+        int h = dev_host_layers(&z, in, dv, d, embed_host);
+        dv->host_expert_layers = h;
+        dv->weights = dev_weights(&z, dv, d, h, embed_host);
+        dv->session = in->session_bytes(in->ud, d, in->n_ctx, h < dv->n_layers);
+        uint64_t dev_exp = 0;
+        for (int l = dv->first_layer; l < dv->first_layer + dv->n_layers; l++) {
+            if (l - dv->first_layer < h) host_exp += z.experts[l];
+            else dev_exp += z.experts[l];
         }
+        dv->token_bytes = dv->weights - dev_exp - (d == 0 && !embed_host ? z.embed : 0) +
+                          (uint64_t)((double)dev_exp * z.token_share) + (d == 0 && !embed_host ? z.embed_row : 0);
+        bool budgeted = dv->memory && !dv->shares_host_memory;
+        dv->fits = !budgeted || dv->weights + dv->session <= dv->budget;
+        if (budgeted) {
+            int lc = dev_largest_ctx(&z, in, dv, d, h, embed_host), la = dev_largest_ctx(&z, in, dv, d, dv->n_layers, true);
+            if (lc < out->largest_ctx) out->largest_ctx = lc;
+            if (la < out->largest_ctx_all_host) out->largest_ctx_all_host = la;
+        }
+        if (!dv->fits && failed < 0) failed = d;
+        out->fits &= dv->fits;
+        out->shares_host_memory &= dv->shares_host_memory;
+        out->host_expert_layers += h;
+        out->device_memory += dv->memory;
+        out->device_budget += dv->budget;
+        out->device_weights += dv->weights;
+        out->device_session += dv->session;
+        out->token_device_bytes += dv->token_bytes;
     }
-    free(experts);
+    out->host_weights = total - out->device_weights;
+    out->token_host_bytes = (uint64_t)((double)host_exp * z.token_share) + (embed_host ? z.embed_row : 0);
+    if (nd == 1 || !out->device_name[0]) snprintf(out->device_name, sizeof out->device_name, "%s", out->dev[0].name);
+    int rc = 0;
+    if (failed >= 0) {
+        ds4_error why = { "" };
+        refuse(&z, in, out, failed, &why);
+        snprintf(out->refusal, sizeof out->refusal, "%s", why.msg);
+        rc = ds4_error_set(err, "%s", why.msg);
+    }
+    sizes_free(&z);
     return rc;
 }
 
-void plan_to_fwd(const ds4_placement *p, uint8_t dev, uint8_t host, fwd_layer_place *lp, fwd_placement *fp)
+void plan_to_fwd(const ds4_placement *p, const uint8_t *dev, uint8_t host, fwd_layer_place *lp, fwd_placement *fp)
 {
-    for (int l = 0; l < p->n_layer; l++)
-        lp[l] = (fwd_layer_place){ .attn = dev, .ffn = dev, .experts = l < p->host_expert_layers ? host : dev };
-    *fp = (fwd_placement){ .embed = p->embed_on_host ? host : dev, .head = dev, .layer = lp };
+    for (int d = 0; d < p->n_devices; d++) {
+        const ds4_placement_device *dv = &p->dev[d];
+        for (int l = dv->first_layer; l < dv->first_layer + dv->n_layers; l++)
+            lp[l] = (fwd_layer_place){ .attn = dev[d], .ffn = dev[d],
+                                       .experts = l - dv->first_layer < dv->host_expert_layers ? host : dev[d] };
+    }
+    *fp = (fwd_placement){ .embed = p->embed_on_host ? host : dev[0], .head = dev[p->n_devices - 1], .layer = lp };
 }

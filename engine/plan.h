@@ -34,15 +34,18 @@ typedef void (*plan_tensor_fn)(void *ud, const ds4_tensor *t);
 void plan_part_tensors(const ds4_model *m, plan_part part, int layer, plan_tensor_fn fn, void *ud);
 uint64_t plan_part_bytes(const ds4_model *m, plan_part part, int layer);
 
-/* Device bytes of a session of n_ctx tokens with the backend's scratch;
- * experts says whether any routed experts run on the device (their
+/* Device d's bytes of a session of n_ctx tokens with the backend's
+ * scratch, under the split in force (the layers of its range hold their
+ * state there); experts says whether any routed experts run on it (their
  * scratch). Must not decrease with n_ctx. */
-typedef uint64_t (*plan_session_fn)(void *ud, int n_ctx, bool experts);
+typedef uint64_t (*plan_session_fn)(void *ud, int dev, int n_ctx, bool experts);
 
 typedef struct {
-    uint64_t memory;          /* the device's memory (0: unknown, no budget) */
-    bool shares_host_memory;  /* zero-copy device: weights stay in host memory */
-    int n_ctx;                /* the session the device must hold */
+    int n_devices;                              /* 1 … DS4_MAX_DEVICES */
+    uint64_t memory[DS4_MAX_DEVICES];           /* each device's memory (0: unknown, no budget) */
+    bool shares_host_memory[DS4_MAX_DEVICES];   /* zero-copy device: weights stay in host memory */
+    double split[DS4_MAX_DEVICES];              /* shares of the layers; all 0: by budget */
+    int n_ctx;                /* the session the devices must hold */
     int max_ctx;              /* the longest context worth planning for (0: 1 Mi tokens) */
     int host_expert_layers;   /* the request (ds4_engine_options) */
     plan_session_fn session_bytes;
@@ -52,14 +55,26 @@ typedef struct {
 /* The reserve left free on a device of `memory` bytes: 1/16, at most 1 GiB. */
 uint64_t plan_reserve(uint64_t memory);
 
-/* Fills out (device_name aside). 0 when the plan fits; -1 when it does
- * not, with err saying so in numbers (what the device needs and has, the
- * largest context that fits, or the number of host layers that would). */
+/* Parses "3,1" into n shares (n = the number of devices): 0, or -1 with
+ * err when the list is malformed or has another length. */
+int plan_parse_split(const char *s, int n, double *out, ds4_error *err);
+
+/* Step 1: each device's range of layers (out->n_devices, out->dev[d]
+ * first_layer, n_layers, head). Every device gets at least one layer;
+ * -1 with err when there are more devices than layers. */
+int plan_split(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_error *err);
+
+/* Step 2, once the caller's forward pass runs each range on its device
+ * (for session_bytes): how many layers of each range keep their experts
+ * on the host, the bytes, and whether it fits. Device names in out->dev[]
+ * are kept. 0 when the plan fits; -1 when it does not, with err (and
+ * out->refusal) saying so in numbers: what the device needs and has, the
+ * largest context that fits, or the number of host layers that would. */
 int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_error *err);
 
-/* The forward engine's placement for plan p: parts on the device on
- * backend dev, parts in host memory on backend host. lp has n_layer
- * entries and must outlive fp (fwd_set_placement copies it). */
-void plan_to_fwd(const ds4_placement *p, uint8_t dev, uint8_t host, fwd_layer_place *lp, fwd_placement *fp);
+/* The forward engine's placement for plan p: device d's parts on backend
+ * dev[d], parts in host memory on backend host. lp has n_layer entries
+ * and must outlive fp (fwd_set_placement copies it). */
+void plan_to_fwd(const ds4_placement *p, const uint8_t *dev, uint8_t host, fwd_layer_place *lp, fwd_placement *fp);
 
 #endif

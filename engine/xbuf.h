@@ -24,7 +24,7 @@
 #include "engine/ds4.h"
 #include "engine/ops.h"
 
-#define XBUF_MAX_BACKENDS 4
+#define XBUF_MAX_BACKENDS 5 /* DS4_MAX_DEVICES devices and the host */
 
 typedef struct {
     const ds4_ops *ops;

@@ -31,14 +31,14 @@ static int kernel_shape(clo_kernel_shape *shape, ds4_error *err)
     return 0;
 }
 
-/* The device's share of a session of n_ctx tokens: the schedule's buffers
- * on backend 0 and the context's scratch. */
-static uint64_t device_session_bytes(void *ud, int n_ctx, bool experts)
+/* Device d's share of a session of n_ctx tokens: the schedule's buffers
+ * on its backend (backend d: devices come first) and its scratch. */
+static uint64_t device_session_bytes(void *ud, int d, int n_ctx, bool experts)
 {
     const ds4_engine *e = ud;
     fwd_engine *f = e->impl;
     int T = fwd_chunk(f) < n_ctx ? fwd_chunk(f) : n_ctx;
-    return fwd_session_buffers_bytes_on(f, n_ctx, 0) + clo_scratch_estimate(fwd_ops_ctx(f), T, n_ctx, experts);
+    return fwd_session_buffers_bytes_on(f, n_ctx, d) + clo_scratch_estimate(fwd_backend_ctx(f, d), T, n_ctx, experts);
 }
 
 typedef struct {
@@ -56,85 +56,155 @@ static void list_add(void *ud, const ds4_tensor *t)
     l->t[l->n++] = t;
 }
 
-/* Gives the device the weights of the parts the plan puts there. */
+/* Gives each device the weights of the parts the plan puts there. */
 static int hold_weights(ds4_engine *e, const clo_options *o, ds4_error *err)
 {
     const ds4_model *m = e->model;
     const ds4_placement *p = &e->place;
-    tensor_list l = { 0 };
-    if (!p->embed_on_host) plan_part_tensors(m, PLAN_EMBED, 0, list_add, &l);
-    for (int i = 0; i < m->hp.n_layer; i++) {
-        plan_part_tensors(m, PLAN_ATTN, i, list_add, &l);
-        plan_part_tensors(m, PLAN_FFN, i, list_add, &l);
-        if (i >= p->host_expert_layers) plan_part_tensors(m, PLAN_EXPERTS, i, list_add, &l);
+    for (int d = 0; d < p->n_devices; d++) {
+        const ds4_placement_device *dv = &p->dev[d];
+        tensor_list l = { 0 };
+        if (d == 0 && !p->embed_on_host) plan_part_tensors(m, PLAN_EMBED, 0, list_add, &l);
+        for (int i = dv->first_layer; i < dv->first_layer + dv->n_layers; i++) {
+            plan_part_tensors(m, PLAN_ATTN, i, list_add, &l);
+            plan_part_tensors(m, PLAN_FFN, i, list_add, &l);
+            if (i - dv->first_layer >= dv->host_expert_layers) plan_part_tensors(m, PLAN_EXPERTS, i, list_add, &l);
+        }
+        if (dv->head) plan_part_tensors(m, PLAN_HEAD, 0, list_add, &l);
+        int rc = clo_hold_tensors(fwd_backend_ctx(e->impl, d), l.t, l.n, o, err);
+        free(l.t);
+        if (rc) return -1;
     }
-    plan_part_tensors(m, PLAN_HEAD, 0, list_add, &l);
-    int rc = clo_hold_tensors(fwd_ops_ctx(e->impl), l.t, l.n, o, err);
-    free(l.t);
+    return 0;
+}
+
+/* The forward placement of the plan in force: devices are backends
+ * 0 … n−1, the host (when the plan uses it) backend n. */
+static int apply_placement(ds4_engine *e, int host, ds4_error *err)
+{
+    const ds4_placement *p = &e->place;
+    uint8_t dev[DS4_MAX_DEVICES];
+    for (int d = 0; d < p->n_devices; d++) dev[d] = (uint8_t)d;
+    fwd_layer_place *lp = xcalloc((size_t)p->n_layer, sizeof *lp);
+    fwd_placement fp;
+    plan_to_fwd(p, dev, (uint8_t)(host >= 0 ? host : 0), lp, &fp);
+    int rc = fwd_set_placement(e->impl, &fp, err);
+    free(lp);
     return rc;
 }
 
-/* Plans the placement (engine/plan.h) and, when parts stay in host
- * memory, adds the CPU backend to the forward engine for them. A plan
- * that does not fit fails the open, except when only planning: then the
- * caller reads the numbers from ds4_engine_placement. */
-static int place_model(ds4_engine *e, ds4_error *err)
+/* Plans the placement (engine/plan.h) over the devices already opened as
+ * backends 0 … n−1 and, when parts stay in host memory, adds the CPU
+ * backend for them. A plan that does not fit fails the open, except when
+ * only planning: then the caller reads the numbers from
+ * ds4_engine_placement. */
+static int place_model(ds4_engine *e, int n_dev, ds4_error *err)
 {
     fwd_engine *f = e->impl;
-    void *ctx = fwd_ops_ctx(f);
-    const clrt_device *d = clrt_dev(clo_runtime(ctx));
     plan_input in = {
-        .memory = e->opt.device_memory ? e->opt.device_memory : d->global_mem,
-        .shares_host_memory = clo_zero_copy(ctx),
+        .n_devices = n_dev,
         .n_ctx = e->opt.plan_ctx > 0 ? e->opt.plan_ctx : DS4_DEFAULT_PLAN_CTX,
         .max_ctx = (int)(e->model->hp.n_ctx_train > 0 && e->model->hp.n_ctx_train < (1 << 30) ? e->model->hp.n_ctx_train : 0),
         .host_expert_layers = e->opt.host_expert_layers,
         .session_bytes = device_session_bytes,
         .ud = e,
     };
-    snprintf(e->place.device_name, sizeof e->place.device_name, "%s", d->name);
+    ds4_placement *p = &e->place;
+    memset(p, 0, sizeof *p);
+    for (int d = 0; d < n_dev; d++) {
+        void *ctx = fwd_backend_ctx(f, d);
+        const clrt_device *cd = clrt_dev(clo_runtime(ctx));
+        in.memory[d] = e->opt.device_memory ? e->opt.device_memory : cd->global_mem;
+        in.shares_host_memory[d] = clo_zero_copy(ctx);
+        snprintf(p->dev[d].name, sizeof p->dev[d].name, "%s", cd->name);
+    }
+    if (n_dev > 1)
+        snprintf(p->device_name, sizeof p->device_name, "%d OpenCL devices: %.40s, %.40s%s", n_dev, p->dev[0].name,
+                 p->dev[1].name, n_dev > 2 ? ", …" : "");
+    if (e->opt.split && *e->opt.split && plan_parse_split(e->opt.split, n_dev, in.split, err)) return -1;
+    if (plan_split(e->model, &in, p, err)) return -1;
     e->placed = true;
-    if (plan_make(e->model, &in, &e->place, err) && !e->opt.plan_only) return -1;
-    const ds4_placement *p = &e->place;
+    /* each range's state on its device before sizing the sessions */
+    if (n_dev > 1 && apply_placement(e, -1, err)) return -1;
+    if (plan_make(e->model, &in, p, err) && !e->opt.plan_only) return -1;
     if (p->host_expert_layers > 0 || p->embed_on_host) {
         const ds4_ops *ops;
         void *cpu;
         void (*free_cpu)(void *);
         if (ds4_backend_cpu.ops_new(e, &ops, &cpu, &free_cpu, err)) return -1;
         int host = fwd_add_backend(f, ops, cpu, free_cpu, err);
-        if (host < 0) return -1;
-        fwd_layer_place *lp = xcalloc((size_t)p->n_layer, sizeof *lp);
-        fwd_placement fp;
-        plan_to_fwd(p, 0, (uint8_t)host, lp, &fp);
-        int rc = fwd_set_placement(f, &fp, err);
-        free(lp);
-        if (rc) return -1;
-        /* the session's device share under the placement in force */
-        e->place.device_session = device_session_bytes(e, p->n_ctx, p->host_expert_layers < p->n_layer);
+        if (host < 0 || apply_placement(e, host, err)) return -1;
+        /* the sessions' device shares under the placement in force */
+        p->device_session = 0;
+        for (int d = 0; d < n_dev; d++) {
+            ds4_placement_device *dv = &p->dev[d];
+            dv->session = device_session_bytes(e, d, p->n_ctx, dv->host_expert_layers < dv->n_layers);
+            p->device_session += dv->session;
+        }
     }
     return 0;
+}
+
+/* The device pieces of opt.device ("0,1": several; NULL or one piece:
+ * one), each opened as a context without weights, the first as the
+ * engine's own backend. Returns how many, or -1. */
+static int open_devices(ds4_engine *e, clo_options *o, ds4_error *err)
+{
+    const char *want = e->opt.device;
+    char pieces[DS4_MAX_DEVICES][128];
+    int n = 0;
+    if (want && strchr(want, ',')) {
+        for (const char *p = want; n <= DS4_MAX_DEVICES;) {
+            size_t k = strcspn(p, ",");
+            if (n == DS4_MAX_DEVICES) return ds4_error_set(err, "--device %s: at most %d devices", want, DS4_MAX_DEVICES);
+            if (k == 0 || k >= sizeof pieces[0]) return ds4_error_set(err, "--device %s: an empty or overlong device", want);
+            memcpy(pieces[n], p, k);
+            pieces[n++][k] = 0;
+            if (!p[k]) break;
+            p += k + 1;
+        }
+    }
+    int count = n ? n : 1;
+    int index[DS4_MAX_DEVICES];
+    for (int d = 0; d < count; d++) {
+        o->device = n ? pieces[d] : want;
+        void *ctx = clo_new(e->model, o, err);
+        if (!ctx) return -1;
+        index[d] = clrt_dev(clo_runtime(ctx))->index;
+        for (int k = 0; k < d; k++)
+            if (index[k] == index[d]) {
+                clo_free(ctx);
+                return ds4_error_set(err, "--device %s: device %d is named twice", want, index[d]);
+            }
+        int rc = d == 0 ? fwd_backend_open(e, &clo_ops, ctx, clo_free, err)
+                        : fwd_add_backend(e->impl, &clo_ops, ctx, clo_free, err) < 0 ? -1 : 0;
+        if (rc) return -1;
+    }
+    o->device = want;
+    return count;
 }
 
 static int ocl_open(ds4_engine *e, ds4_error *err)
 {
     clo_kernel_shape shape;
     if (kernel_shape(&shape, err)) return -1;
-    /* The weights come after the plan: a context without them first. A
+    /* The weights come after the plan: contexts without them first. A
      * given device memory makes the budget real: weights are copied even
      * where the device could read them in place. */
-    clo_options o = { .device = e->opt.device,
-                      .shape = shape,
+    clo_options o = { .shape = shape,
                       .no_weights = true,
                       .copy_weights = e->opt.device_memory != 0,
                       .device_mem = e->opt.device_memory,
                       .build_all = !e->opt.plan_only,
                       .progress = e->opt.load_progress,
                       .progress_ud = e->opt.load_ud };
-    void *ctx = clo_new(e->model, &o, err);
-    if (!ctx) return -1;
-    if (fwd_backend_open(e, &clo_ops, ctx, clo_free, err)) return -1;
+    int n_dev = open_devices(e, &o, err);
+    if (n_dev < 0) {
+        if (e->impl) fwd_backend_close(e, clo_free);
+        return -1;
+    }
     fwd_set_chunk(e->impl, OCL_PREFILL_CHUNK);
-    if (place_model(e, err) || (!e->opt.plan_only && hold_weights(e, &o, err))) {
+    if (place_model(e, n_dev, err) || (!e->opt.plan_only && hold_weights(e, &o, err))) {
         fwd_backend_close(e, clo_free);
         return -1;
     }
@@ -150,14 +220,23 @@ static void ocl_describe(const ds4_engine *e, ds4_model_info *info)
 {
     void *ctx = fwd_ops_ctx(e->impl);
     const clrt_device *d = clrt_dev(clo_runtime(ctx));
+    if (e->place.n_devices > 1) {
+        snprintf(info->device_name, sizeof info->device_name, "%.100s (layers split)", e->place.device_name);
+        return;
+    }
     snprintf(info->device_name, sizeof info->device_name, "%.60s (OpenCL %s, %.30s, %s kernels)", d->name,
              clrt_type_name(d->type), d->platform_name, clo_cpu_shaped(ctx) ? "CPU" : "GPU");
 }
 
-/* What a session takes on the device: the memory planner's question. */
+/* What a session takes on the devices: the memory planner's question. */
 static uint64_t ocl_session_bytes(const ds4_engine *e, int n_ctx)
 {
-    return device_session_bytes((void *)e, n_ctx, e->place.host_expert_layers < e->place.n_layer);
+    uint64_t n = 0;
+    for (int d = 0; d < e->place.n_devices; d++) {
+        const ds4_placement_device *dv = &e->place.dev[d];
+        n += device_session_bytes((void *)e, d, n_ctx, dv->host_expert_layers < dv->n_layers);
+    }
+    return n;
 }
 
 static ds4_device_kind kind_of(cl_device_type t)
