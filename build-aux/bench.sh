@@ -5,7 +5,8 @@
 # On a generated flash-width model (DeepSeek V4 Flash widths, 2 layers,
 # random weights), cached in build/bench/: engine speed, the time to open
 # the model, and the tokenizer against the npm reference. Environment:
-#   BENCH_SUITES     which of "speed open tokenizer serve" to run (default all)
+#   BENCH_SUITES     which of "speed open tokenizer serve placement" to run (default all)
+#   BENCH_HYBRID_PREFILL  prompt tokens of the placement suite (default 256)
 #   BENCH_SERVE_BYTES  prompt bytes of the serve suite (default 2000)
 #   BENCH_BACKENDS   backends to run, default "cpu opencl" ("cpu" where
 #                    ds4cl --list-devices finds no OpenCL device)
@@ -35,7 +36,7 @@ if [ -z "${BENCH_BACKENDS:-}" ]; then
     BENCH_BACKENDS=cpu
     if "$bin/ds4cl" --list-devices > /dev/null 2>&1; then BENCH_BACKENDS="cpu opencl"; fi
 fi
-for suite in ${BENCH_SUITES:-speed open tokenizer serve}; do
+for suite in ${BENCH_SUITES:-speed open tokenizer serve placement}; do
     case $suite in
     speed)
         echo "# speed"
@@ -65,8 +66,22 @@ for suite in ${BENCH_SUITES:-speed open tokenizer serve}; do
             --prompt-bytes "${BENCH_SERVE_BYTES:-2000}" --gen-tokens "${BENCH_GEN:-16}" --runs 4 > "$dir/serve.csv"
         cat "$dir/serve.csv"
         ;;
+    placement)
+        # OpenCL only: the routed experts in host memory (hybrid) and the
+        # layers split over two devices, against one device in the same run
+        case " $BENCH_BACKENDS " in *" opencl "*) ;; *) continue ;; esac
+        echo "# placement"
+        split=
+        if POCL_DEVICES="${POCL_DEVICES:-pthread pthread}" "$bin/ds4cl" --list-devices 2>/dev/null | grep -q '^  \[1\]'; then
+            split="--split-devices 0,1"
+        fi
+        # shellcheck disable=SC2086
+        POCL_DEVICES="${POCL_DEVICES:-pthread pthread}" "$bin/ds4cl-bench" --hybrid-bench -m "$model" $threads $split \
+            --prefill "${BENCH_HYBRID_PREFILL:-256}" --gen-tokens "${BENCH_GEN:-16}" --rounds 2 > "$dir/placement.csv"
+        cat "$dir/placement.csv"
+        ;;
     *)
-        echo "bench: unknown suite '$suite' (speed, open, tokenizer, serve)" >&2
+        echo "bench: unknown suite '$suite' (speed, open, tokenizer, serve, placement)" >&2
         exit 2
         ;;
     esac

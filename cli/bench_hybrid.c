@@ -16,6 +16,10 @@
  * prefill_vs_device are the ratios to the device-only row; handover_pct is
  * the hand-overs' share of a step.
  *
+ * --split-devices 0,1 adds a row with the layers split over those devices
+ * (every expert on them): its handover_bytes are the hidden state passed
+ * from one device's range to the next.
+ *
  * With PoCL, device and host are the same cores: then the ratio measures
  * what the hybrid schedule costs (hand-overs, waits), not what a GPU gains. */
 #include "cli/bench_hybrid.h"
@@ -31,14 +35,15 @@
 #include "engine/forward.h"
 
 typedef struct {
-    const char *model, *device;
+    const char *model, *device, *devices;
     long prefill, gen, rounds;
     int threads;
 } hyb_opts;
 
 typedef struct {
     const char *name;
-    int host; /* ds4_engine_options.host_expert_layers */
+    int host;            /* ds4_engine_options.host_expert_layers */
+    const char *devices; /* a device list (a layer split), or NULL for the one device */
     double prefill_tps, decode_tps, step_ms, handover_ms, wait_ms, experts_ms, handover_bytes;
     int host_layers;
     bool ran;
@@ -61,6 +66,7 @@ static int parse(int argc, char **argv, hyb_opts *o)
         i++;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "--device")) o->device = v;
+        else if (!strcmp(a, "--split-devices")) o->devices = v;
         else if (!strcmp(a, "--threads")) o->threads = atoi(v);
         else if (num) {
             char *end;
@@ -84,9 +90,9 @@ static int parse(int argc, char **argv, hyb_opts *o)
 static int run_one(const hyb_opts *o, hyb_row *r, ds4_error *err)
 {
     int n_ctx = (int)(o->prefill + o->gen + 8);
-    ds4_engine_options eo = { .model_path = o->model, .backend = DS4_BACKEND_OPENCL, .device = o->device,
-                              .threads = o->threads, .quant_sim = DS4_QSIM_FULL, .host_expert_layers = r->host,
-                              .plan_ctx = n_ctx };
+    ds4_engine_options eo = { .model_path = o->model, .backend = DS4_BACKEND_OPENCL,
+                              .device = r->devices ? r->devices : o->device, .threads = o->threads,
+                              .quant_sim = DS4_QSIM_FULL, .host_expert_layers = r->host, .plan_ctx = n_ctx };
     ds4_engine *e = ds4_engine_open(&eo, err);
     if (!e) return -1;
     ds4_placement pl;
@@ -144,8 +150,9 @@ int bench_hybrid_main(int argc, char **argv)
         { .name = "device", .host = DS4_EXPERTS_ON_DEVICE },
         { .name = "hybrid-half", .host = 0 },
         { .name = "hybrid-all", .host = INT_MAX },
+        { .name = "split", .host = DS4_EXPERTS_ON_DEVICE, .devices = o.devices },
     };
-    const int n_rows = (int)(sizeof rows / sizeof rows[0]);
+    const int n_rows = (int)(sizeof rows / sizeof rows[0]) - (o.devices ? 0 : 1);
     ds4_error err = { "" };
     /* half the layers: read from the file's layer count */
     ds4_engine_options po = { .model_path = o.model, .backend = DS4_BACKEND_OPENCL, .device = o.device,

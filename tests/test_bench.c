@@ -114,3 +114,41 @@ TEST(bench, quant_bench_reads_the_ggml_yardstick_and_names_missing_levels)
     CHECK_EQ_INT(rc, 2);
     CHECK_CONTAINS(out, "unknown SIMD level 'avx1024'");
 }
+
+/* The placement rows: one device, routed experts half and all on the
+ * host, and the layers over two devices, each with its breakdown. */
+TEST(bench, hybrid_bench_rows_and_their_breakdown)
+{
+    setenv("POCL_DEVICES", "pthread pthread", 1);
+    const char *model = test_golden_path("A/model.gguf");
+    if (!model) SKIP("the golden tiny model is not available");
+    char *out;
+    int rc = test_runf(&out, "%s/ds4cl --list-devices 2>&1", test_bindir());
+    if (rc != 0 || !strstr(out, "  [1] ")) SKIP("two OpenCL devices are needed: %s", out);
+    rc = test_runf(&out, "%s/ds4cl-bench --hybrid-bench -m %s --prefill 24 --gen-tokens 3 --rounds 1 --threads 2 "
+                         "--split-devices 0,1 2>/dev/null",
+                   test_bindir(), model);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_CONTAINS(out, "placement,host_expert_layers,prefill_tps,decode_tps,prefill_vs_device,decode_vs_device,step_ms,"
+                        "handover_ms,handover_pct,host_experts_ms,wait_ms,device_ms,handover_bytes_per_token\n");
+    CHECK_CONTAINS(out, "\ndevice,0,");
+    CHECK_CONTAINS(out, "\nhybrid-half,3,");
+    CHECK_CONTAINS(out, "\nhybrid-all,6,");
+    CHECK_CONTAINS(out, "\nsplit,0,");
+    const char *dev = strstr(out, "\ndevice,");
+    double ptps, dtps, pr, dr;
+    CHECK(sscanf(dev, "\ndevice,0,%lf,%lf,%lf,%lf,", &ptps, &dtps, &pr, &dr) == 4);
+    CHECK(ptps > 0 && dtps > 0 && pr == 1.0 && dr == 1.0);
+    /* hybrid steps hand rows over and run experts on the host; a split
+     * step moves one token's streams and its id */
+    const char *all = strstr(out, "\nhybrid-all,");
+    double f[11];
+    CHECK(sscanf(all, "\nhybrid-all,6,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &f[0], &f[1], &f[2], &f[3], &f[4],
+                 &f[5], &f[6], &f[7], &f[8], &f[9], &f[10]) == 11);
+    CHECK(f[7] > 0);   /* host_experts_ms */
+    CHECK(f[10] > 0);  /* handover bytes */
+    const char *sp = strstr(out, "\nsplit,0,");
+    CHECK(sscanf(sp, "\nsplit,0,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5],
+                 &f[6], &f[7], &f[8], &f[9], &f[10]) == 11);
+    CHECK_EQ_INT((long)f[10], 4 * 256 * 4 + 4); /* n_hc × n_embd floats and a token id */
+}
