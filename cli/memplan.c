@@ -332,7 +332,16 @@ void memplan_explain(const memplan_result *r, const memplan_input *in, int reque
         sb_printf(&b, "%s is beyond the model's limit of %d tokens", ctxname, limit);
     } else if (r->verdict == MEMPLAN_TOO_BIG) {
         if (r->largest_fit == 0 && in->weights_bytes + in->fixed_bytes) {
-            sb_printf(&b, "the model does not fit in %s: the weights alone need %s,\n", what, weights);
+            int least = memplan_default_policy().min_ctx;
+            uint64_t w = in->weights_bytes + in->fixed_bytes;
+            if (w > r->usable_bytes || !in->ctx_bytes) {
+                sb_printf(&b, "the model does not fit in %s: the weights alone need %s,\n", what, weights);
+            } else {
+                char c[32];
+                format_bytes(c, sizeof c, in->ctx_bytes(in->ctx_ud, least));
+                sb_printf(&b, "the model does not fit in %s: the weights need %s and even %d tokens of context %s more,\n",
+                          what, weights, least, c);
+            }
             sb_printf(&b, "  usable %s: %s available (%s) minus %s kept free", usable, avail, source, reserve);
         } else {
             sb_printf(&b, "%s does not fit in %s:\n", ctxname, what);
@@ -477,6 +486,11 @@ int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char
         pl.holds_weights = true;
         snprintf(pl.source, sizeof pl.source, "%s", memplan_device_memory_override() ? "DS4CL_DEVICE_MEM" : place.device_name);
         weights = place.device_weights;
+        if (requested > 0 && !place.fits) {
+            /* the placement's own account: per device, in numbers */
+            fprintf(stderr, "ds4cl: %s\n%s\n", place.refusal, override_hint);
+            return place.largest_ctx_all_host > 0 ? -2 : -1;
+        }
         pol.reserve_min = place.device_memory - place.device_budget;
         pol.reserve_fraction = 0;
         pol.comfort_fraction = 1.0;
