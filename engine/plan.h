@@ -7,10 +7,15 @@
  * attention side, the FFN's dense side and the routed experts. Only the
  * routed experts are big enough to be worth moving (about 97 % of the
  * published model's bytes) and cheap enough to compute away from the
- * device (6 of 256 are read per token): so the plan is one number, how
- * many layers, from the first, keep their experts in host memory. The
- * first layers rather than the last, as other engines' users are used to
- * (a number means the same thing everywhere).
+ * device (6 of 256 are read per token): so the plan is one number per
+ * device, how many layers of its range, from the first, keep their
+ * experts in host memory. The first layers rather than the last, as other
+ * engines' users are used to (--n-cpu-moe N means the first N layers of
+ * the model whatever the devices).
+ *
+ * Several devices split the layers into contiguous ranges, in proportion
+ * to their memory or to given shares; the embedding lives on the first
+ * device (or the host), the output head on the last.
  *
  * The arithmetic is pure: the device's memory, the reserve, the weight
  * bytes of each part and the session's bytes at a context (a function,
