@@ -148,7 +148,7 @@ typedef struct {
     uint64_t token_device_bytes;  /* weight bytes a decoded token reads from device memory */
     uint64_t token_host_bytes;    /* … and from host memory */
     char device_name[128];
-    char refusal[384];            /* why it does not fit, in numbers; "" when it fits */
+    char refusal[512];            /* why it does not fit, in numbers; "" when it fits */
     /* Several devices (ds4_engine_options.device "0,1"): each holds a
      * range of layers; the fields above are then sums (largest_ctx the
      * smallest, fits all of them, host_expert_layers the total). */

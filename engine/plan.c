@@ -121,6 +121,7 @@ int plan_split(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4
         total += w[d];
     }
     out->n_devices = nd;
+    out->n_layer = nl;
     double cum = 0;
     int first = 0;
     for (int d = 0; d < nd; d++) {
@@ -293,7 +294,7 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
     if (failed >= 0) {
         ds4_error why = { "" };
         refuse(&z, in, out, failed, &why);
-        snprintf(out->refusal, sizeof out->refusal, "%s", why.msg);
+        snprintf(out->refusal, sizeof out->refusal, "%.511s", why.msg);
         rc = ds4_error_set(err, "%s", why.msg);
     }
     sizes_free(&z);
