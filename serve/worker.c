@@ -304,7 +304,7 @@ static void sample_reply(sv_worker *w, gen *g)
             break;
         }
         if (rc == DS4_ERROR) {
-            snprintf(j->error, sizeof j->error, "engine: %s", err.msg);
+            snprintf(j->error, sizeof j->error, "engine: %.495s", err.msg);
             j->finish = SV_FINISH_ERROR;
             break;
         }
@@ -355,7 +355,7 @@ static void run_job(sv_worker *w, slot *sl, sv_job *j)
     ds4_status rc = prefill(w, &g, &err);
     double t1 = base_now_ms();
     if (rc == DS4_ERROR) {
-        snprintf(j->error, sizeof j->error, "engine: %s", err.msg);
+        snprintf(j->error, sizeof j->error, "engine: %.495s", err.msg);
         j->finish = SV_FINISH_ERROR;
     } else if (rc == DS4_INTERRUPTED) {
         j->finish = SV_FINISH_CANCEL;
