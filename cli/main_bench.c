@@ -12,12 +12,17 @@
 #include "cli/bench_serve.h"
 #include "cli/bench_tokenizer.h"
 
+#ifdef DS4CL_MPI
+#include "mpi/dmpi.h"
+#endif
+
 static void help(void)
 {
     fputs("ds4cl-bench " DS4CL_VERSION " — engine benchmarks and logits dumps\n"
           "\n"
           "usage: ds4cl-bench --logits OUT.f32 -m MODEL --token-ids 1,2,3 (--decode N | --feed 7,8,9)\n"
           "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none] [--chunk N]\n"
+          "                   [--load-session F] [--save-session F]\n"
           "                   raw f32 logits rows (golden layout); argmax of each row on stdout\n"
           "       ds4cl-bench -m MODEL --prompt-file F --ctx-start A --ctx-max B --step S\n"
           "                   --gen-tokens G [--backend cpu|opencl] [--threads T] [--quant-sim …]\n"
@@ -45,6 +50,12 @@ static void help(void)
 
 int main(int argc, char **argv)
 {
+#ifdef DS4CL_MPI
+    /* under mpirun, every rank but 0 runs a layer range of rank 0's model */
+    int rank = dmpi_start(&argc, &argv);
+    if (rank < 0) return 1;
+    if (rank > 0) return dmpi_serve();
+#endif
     if (argc > 1 && !strcmp(argv[1], "--quant-bench")) return bench_quant(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "--cl-bench")) return bench_opencl(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--tokenizer-bench")) return bench_tokenizer_main(argc, argv);
