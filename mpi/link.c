@@ -92,8 +92,8 @@ int dmpi_send(int to, int tag, const void *buf, size_t n, ds4_error *err)
     rc = wait_req(&rq, dmpi_timeout_s(), &why);
     if (rc < 0) return ds4_error_set(err, "cannot send to rank %d: %s", to, why.msg);
     if (rc > 0)
-        return ds4_error_set(err, "rank %d did not take a message of %zu bytes within %g s (the rank or its link is down)",
-                             to, n, dmpi_timeout_s());
+        return ds4_error_set(err, "rank %d stopped answering: it did not take a message of %zu bytes within %g s (it died or "
+                             "lost its link)", to, n, dmpi_timeout_s());
     return 0;
 }
 
@@ -136,8 +136,8 @@ int dmpi_recv(int from, int tag, void *buf, size_t n, ds4_error *err)
     rc = wait_req(&rq, dmpi_timeout_s(), &why);
     if (rc < 0) return ds4_error_set(err, "cannot receive from rank %d: %s", from, why.msg);
     if (rc > 0)
-        return ds4_error_set(err, "rank %d stopped sending a message of %zu bytes for %g s (the rank or its link is down)",
-                             from, n, dmpi_timeout_s());
+        return ds4_error_set(err, "rank %d stopped answering: a message of %zu bytes from it stalled for %g s (it died or "
+                             "lost its link)", from, n, dmpi_timeout_s());
     return 0;
 }
 
