@@ -5,6 +5,7 @@
 
 #include "cli/bench_attn.h"
 #include "cli/bench_engine.h"
+#include "cli/bench_mpi.h"
 #include "cli/bench_opencl.h"
 #include "cli/bench_open.h"
 #include "cli/bench_quant.h"
@@ -41,6 +42,9 @@ static void help(void)
           "                   CSV: time to first token and decode tokens/s through ds4cl serve vs in process\n"
           "       ds4cl-bench --attn-bench [--backend cpu|opencl|both] [--rows LIST] [--ctx LIST] [--f32]\n"
           "                   attention and indexer cost per decode step at long context\n"
+          "       mpirun -np N ds4cl-bench --mpi-bench -m MODEL [--prompt-tokens P] [--gen-tokens G] [--reps R]\n"
+          "                   CSV: decode on rank 0 alone vs split over the N ranks, bytes per token and\n"
+          "                   cost per hop (needs an MPI build: make MPI=1)\n"
           "       ds4cl-bench --search-bench DIR [--runs N] [--query [literal:|icase:|regex:]TEXT]...\n"
           "                   CSV: the agent's search tool against grep -rn on the same tree\n"
           "\n"
@@ -63,6 +67,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--open-bench")) return bench_open_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--serve-bench")) return bench_serve_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--mpi-bench")) return bench_mpi_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--attn-bench")) return bench_attn(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) {

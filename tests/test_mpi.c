@@ -227,3 +227,28 @@ TEST(mpi, layer_ranges_follow_the_shares)
     CHECK_CONTAINS(err.msg, "no share");
 #endif
 }
+
+/* --mpi-bench: one row on rank 0 alone and one split over the ranks, in
+ * the same run; a decode step moves one token's streams and id to rank 1
+ * and its streams back (4 streams × 256 floats on the tiny shape). Its
+ * speed is not checked here (bench/README.md). */
+TEST(mpi, bench_rows_for_one_and_two_ranks)
+{
+    const char *model = tiny_model("tiny.gguf", 1);
+    char *o = NULL;
+    const char *bench = test_printf("%s/ds4cl-bench --mpi-bench -m '%s' --prompt-tokens 8 --gen-tokens 4 --reps 1",
+                                    test_bindir(), model);
+#ifndef DS4CL_MPI
+    CHECK(test_runf(&o, "%s", bench) == 2);
+    CHECK_CONTAINS(o, "needs a build with MPI (make MPI=1)");
+#else
+    need_mpi();
+    int rc = test_runf(&o, "%s -np 2 %s 2>&1", mpirun(), bench);
+    CHECK_MSG(rc == 0, "%s", o);
+    CHECK_CONTAINS(o, "model,backend,threads,ranks,split,prompt,gen,decode_tok_s,ratio,bytes_per_token");
+    CHECK_CONTAINS(o, ",cpu,1,1,-,8,4,");
+    const char *two = strstr(o, ",cpu,1,2,\"layers 0-2 on rank 0");
+    CHECK_MSG(two != NULL, "%s", o);
+    CHECK_MSG(strstr(two, ",8196,2.0,") != NULL, "bytes per token: %s", two);
+#endif
+}
