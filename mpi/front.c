@@ -5,6 +5,7 @@
 #include "mpi/dmpi_impl.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,10 @@ static struct {
     dmpi_stats stats;
     char split[1024];
 } g;
+
+/* MPI runs here without thread support: one session member at a time,
+ * whatever thread calls it (the next hook runs inside w_eval's hold). */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- messages ----------------------------------------------------------------- */
 
@@ -120,7 +125,7 @@ static int broadcast(dmpi_cmd c, ds4_error *err)
 
 /* ---- the engine's session members, on every rank ---------------------------- */
 
-static void *w_state_new(ds4_engine *e, int n_ctx, ds4_error *err)
+static void *w_state_new_(ds4_engine *e, int n_ctx, ds4_error *err)
 {
     if (g.broken) {
         ds4_error_set(err, "%s", g.why);
@@ -143,7 +148,7 @@ static void *w_state_new(ds4_engine *e, int n_ctx, ds4_error *err)
     return fs;
 }
 
-static void w_state_free(void *p)
+static void w_state_free_(void *p)
 {
     front_state *fs = p;
     if (!fs) return;
@@ -153,7 +158,7 @@ static void w_state_free(void *p)
     free(fs);
 }
 
-static long w_eval(void *p, const int32_t *tokens, size_t pos, size_t n, float *logits, const ds4_callbacks *cb,
+static long w_eval_(void *p, const int32_t *tokens, size_t pos, size_t n, float *logits, const ds4_callbacks *cb,
                    ds4_error *err)
 {
     front_state *fs = p;
@@ -162,7 +167,7 @@ static long w_eval(void *p, const int32_t *tokens, size_t pos, size_t n, float *
     return g.base->eval(fs->st, tokens, pos, n, logits, cb, err);
 }
 
-static int w_rewind(void *p, size_t n)
+static int w_rewind_(void *p, size_t n)
 {
     front_state *fs = p;
     ds4_error err = { "" };
@@ -170,7 +175,7 @@ static int w_rewind(void *p, size_t n)
     return broadcast((dmpi_cmd){ .op = DMPI_REWIND, .sid = fs->sid, .a = (int64_t)n }, &err);
 }
 
-static void w_reset(void *p)
+static void w_reset_(void *p)
 {
     front_state *fs = p;
     ds4_error err = { "" };
@@ -182,7 +187,7 @@ static uint64_t w_kv_bytes(void *p) { return g.base->kv_bytes(((front_state *)p)
 
 /* Rank 0's header and layers, then every rank's layers in rank order: the
  * canonical payload, layer by layer. */
-static int w_save(void *p, strbuf *out, ds4_error *err)
+static int w_save_(void *p, strbuf *out, ds4_error *err)
 {
     front_state *fs = p;
     if (g.broken) return ds4_error_set(err, "%s", g.why);
@@ -200,7 +205,7 @@ static int w_save(void *p, strbuf *out, ds4_error *err)
 
 /* Rank 0 checks the whole payload and loads its layers; each rank gets the
  * blocks of its own. */
-static int w_load(void *p, const void *payload, size_t len, size_t n_tokens, ds4_error *err)
+static int w_load_(void *p, const void *payload, size_t len, size_t n_tokens, ds4_error *err)
 {
     front_state *fs = p;
     if (g.broken) return ds4_error_set(err, "%s", g.why);
@@ -215,6 +220,62 @@ static int w_load(void *p, const void *payload, size_t len, size_t n_tokens, ds4
         if (wait_reply(k, &r, NULL, err) != 0) return -1;
     }
     return 0;
+}
+
+/* The members the engine calls, one at a time. */
+static void *w_state_new(ds4_engine *e, int n_ctx, ds4_error *err)
+{
+    pthread_mutex_lock(&g_mu);
+    void *rc = w_state_new_(e, n_ctx, err);
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+static void w_state_free(void *p)
+{
+    pthread_mutex_lock(&g_mu);
+    w_state_free_(p);
+    pthread_mutex_unlock(&g_mu);
+}
+
+static long w_eval(void *p, const int32_t *tokens, size_t pos, size_t n, float *logits, const ds4_callbacks *cb,
+                   ds4_error *err)
+{
+    pthread_mutex_lock(&g_mu);
+    long rc = w_eval_(p, tokens, pos, n, logits, cb, err);
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+static int w_rewind(void *p, size_t n)
+{
+    pthread_mutex_lock(&g_mu);
+    int rc = w_rewind_(p, n);
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+static void w_reset(void *p)
+{
+    pthread_mutex_lock(&g_mu);
+    w_reset_(p);
+    pthread_mutex_unlock(&g_mu);
+}
+
+static int w_save(void *p, strbuf *out, ds4_error *err)
+{
+    pthread_mutex_lock(&g_mu);
+    int rc = w_save_(p, out, err);
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+static int w_load(void *p, const void *payload, size_t len, size_t n_tokens, ds4_error *err)
+{
+    pthread_mutex_lock(&g_mu);
+    int rc = w_load_(p, payload, len, n_tokens, err);
+    pthread_mutex_unlock(&g_mu);
+    return rc;
 }
 
 /* After rank 0's layers: the chunk through every other rank, in order. */
