@@ -418,8 +418,8 @@ long fwd_backend_eval(void *p, const int32_t *tokens, size_t pos, size_t n, floa
     return (long)done;
 }
 
-long fwd_stage_eval(void *p, const int32_t *tok, const float *S, int64_t pos0, int T, float *dst, bool last_only, const ds4_callbacks *cb,
-                    ds4_error *err)
+long fwd_stage_eval(void *p, const int32_t *tok, const float *S, int64_t pos0, int T, float *dst, bool last_only,
+                    const ds4_callbacks *cb, ds4_error *err)
 {
     fwd_state *st = p;
     fwd_engine *f = st->f;

@@ -142,8 +142,8 @@ void fwd_set_next(fwd_engine *f, fwd_next_fn fn, void *ud);
  * streams after its last layer to out: all T rows, or with last_only the
  * last token's. cb->cancel is polled between layers. Returns T, 0 when
  * cancelled (state unchanged), -1 on error. */
-long fwd_stage_eval(void *st, const int32_t *tok, const float *S, int64_t pos0, int T, float *out, bool last_only, const ds4_callbacks *cb,
-                    ds4_error *err);
+long fwd_stage_eval(void *st, const int32_t *tok, const float *S, int64_t pos0, int T, float *out, bool last_only,
+                    const ds4_callbacks *cb, ds4_error *err);
 
 /* The layer blocks of this state's range in the canonical snapshot layout
  * (engine/kvstate.h) without the header, and their restore from blocks

@@ -563,7 +563,8 @@ int fwd_stage_load(void *p, const void *blocks, size_t len, size_t n_tokens, boo
     const ds4_hparams *hp = st->f->hp;
     ds4_cache_type from = from_f16 ? DS4_CACHE_F16 : DS4_CACHE_F32;
     int64_t n = (int64_t)n_tokens;
-    if (n > st->n_ctx) return ds4_error_set(err, "snapshot holds %zu tokens, more than the context of %d", n_tokens, st->n_ctx);
+    if (n > st->n_ctx)
+        return ds4_error_set(err, "snapshot holds %zu tokens, more than the context of %d", n_tokens, st->n_ctx);
     uint64_t want = block_offset(hp, from, n, st->l1) - block_offset(hp, from, n, st->l0);
     if (want != len)
         return ds4_error_set(err, "the state of layers %d-%d is %zu bytes, expected %llu for %zu tokens", st->l0,
