@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/testkit/mkmodel.h"
+#include "tests/fwd_util.h"
 #include "tests/test.h"
 
 #ifdef DS4CL_MPI
@@ -96,9 +97,11 @@ static size_t check_same(const char *ref, const char *got, const char *what)
 
 /* A prefill of 10 tokens in chunks of 4, then 6 decode steps: every
  * position's logits, on 1, 2 and 3 ranks with even and uneven splits. */
-static void splits_agree(const char *model, int n_vocab, const char *const *splits2, const char *const *splits3)
+static void splits_agree(const char *model, const char *backend, int n_vocab, const char *const *splits2,
+                         const char *const *splits3)
 {
-    const char *args = test_printf("-m '%s' --chunk 4 --token-ids %s --feed %s", model, ids(1, 10), ids(50, 6));
+    const char *args = test_printf("-m '%s' --backend %s --chunk 4 --token-ids %s --feed %s", model, backend, ids(1, 10),
+                                   ids(50, 6));
     const char *ref = test_tmp_path("one.f32");
     logits_run(1, NULL, ref, args);
     for (int i = 0; splits2[i]; i++) {
@@ -120,7 +123,7 @@ TEST(mpi, tiny_logits_equal_the_single_process_on_2_and_3_ranks)
     /* "" splits by memory (even here); 1,5 puts one layer on rank 0 */
     static const char *const two[] = { "", "1,5", "5,1", NULL };
     static const char *const three[] = { "", "1,1,4", NULL };
-    splits_agree(model, TINY_VOCAB, two, three);
+    splits_agree(model, "cpu", TINY_VOCAB, two, three);
 }
 
 /* Flash's widths (4096 embedding, 64 heads x 512, four streams: 64 KiB of
@@ -142,7 +145,19 @@ TEST(mpi, flash_width_logits_equal_the_single_process_on_2_and_3_ranks)
     const char *model = write_model(&s, "flash.gguf");
     static const char *const two[] = { "", NULL };
     static const char *const three[] = { "", NULL };
-    splits_agree(model, TINY_VOCAB, two, three);
+    splits_agree(model, "cpu", TINY_VOCAB, two, three);
+}
+
+/* Ranks on the OpenCL backend (PoCL here): the same, against one process
+ * on it. */
+TEST(mpi, opencl_ranks_equal_the_single_process)
+{
+    need_mpi();
+    fwd_require_backend(DS4_BACKEND_OPENCL);
+    const char *model = tiny_model("tiny.gguf", 1);
+    static const char *const two[] = { "", NULL };
+    static const char *const three[] = { "", NULL };
+    splits_agree(model, "opencl", TINY_VOCAB, two, three);
 }
 
 /* A snapshot saved alone resumes on 3 ranks (scatter), and the one those
