@@ -14,6 +14,8 @@
 #   make bench      benchmarks (CSV on stdout, see bench/README.md)
 #   make fuzz       run the fuzz targets for FUZZ_SECONDS each
 #   make deps       install the Debian packages the project needs
+#   make MPI=1 …    the same with the layer split over MPI ranks (mpi/, built
+#                   with mpicc into build/<variant>-mpi; needs Open MPI)
 
 VERSION   := 0.1.0
 PREFIX    ?= /usr/local
@@ -41,7 +43,18 @@ else
   BINDIR    := .
 endif
 
-OBJDIR    := build/$(VARIANT)
+# MPI=1 adds mpi/ (the layer split over the ranks of an MPI job), compiled
+# and linked with mpicc; without it nothing of MPI is built or needed.
+ifeq ($(MPI),1)
+  ifeq ($(origin CC),default)
+    CC      := mpicc
+  endif
+  MODULES   += mpi
+  CPPFLAGS  += -DDS4CL_MPI
+  OBJDIR    := build/$(VARIANT)-mpi
+else
+  OBJDIR    := build/$(VARIANT)
+endif
 GENDIR    := build/gen
 
 # The goals that compile run in a sub-make started after the dependency step
@@ -91,6 +104,11 @@ TESTBIN   := $(OBJDIR)/ds4cl-tests
 
 PROGRAMS  := $(BINDIR)/ds4cl $(BINDIR)/ds4cl-bench $(BINDIR)/ds4cl-mkmodel
 
+# The programs of a build with and without MPI share their directory: a
+# stamp that changes with the kind makes them relink when it does.
+FLAVOR       := $(if $(filter 1,$(MPI)),mpi,plain)
+FLAVOR_STAMP := build/flavor$(subst /,_,$(BINDIR))
+
 DEPFILES  := $(patsubst %.o,%.d,$(LIB_OBJS) $(BENCH_OBJS) $(TEST_OBJS)) \
              $(patsubst %.c,$(OBJDIR)/%.d,$(MAIN_SRCS))
 
@@ -121,9 +139,15 @@ build/fuzz/%: check-deps
 
 check-deps:
 	@sh build-aux/deps.sh --check || $(MAKE) --no-print-directory deps
+ifeq ($(MPI),1)
+	@sh build-aux/deps.sh --check-mpi || sh build-aux/deps.sh --install-mpi
+endif
 
 deps:
 	sh build-aux/deps.sh --install
+ifeq ($(MPI),1)
+	sh build-aux/deps.sh --install-mpi
+endif
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/ds4cl $(DESTDIR)$(PREFIX)/bin/ds4cl-bench \
@@ -134,6 +158,11 @@ clean:
 else
 
 all: $(PROGRAMS)
+
+.PHONY: FORCE
+$(FLAVOR_STAMP): FORCE
+	@mkdir -p build
+	@[ "$$(cat $@ 2>/dev/null)" = "$(FLAVOR)" ] || echo "$(FLAVOR)" > $@
 
 programs: $(PROGRAMS)
 
@@ -153,24 +182,24 @@ $(GENDIR)/prompt_texts.c: $(PROMPT_SRCS) build-aux/embed.sh
 	@mkdir -p $(GENDIR)
 	sh build-aux/embed.sh prompt_texts $(PROMPT_SRCS) > $@.tmp && mv $@.tmp $@
 
-$(BINDIR)/ds4cl: $(OBJDIR)/cli/main_ds4cl.o $(LIB_OBJS)
+$(BINDIR)/ds4cl: $(OBJDIR)/cli/main_ds4cl.o $(LIB_OBJS) $(FLAVOR_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $(filter %.o,$^) $(LDLIBS)
 
-$(BINDIR)/ds4cl-bench: $(OBJDIR)/cli/main_bench.o $(BENCH_OBJS) $(LIB_OBJS)
+$(BINDIR)/ds4cl-bench: $(OBJDIR)/cli/main_bench.o $(BENCH_OBJS) $(LIB_OBJS) $(FLAVOR_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $(filter %.o,$^) $(LDLIBS)
 
-$(BINDIR)/ds4cl-mkmodel: $(OBJDIR)/cli/main_mkmodel.o $(LIB_OBJS)
+$(BINDIR)/ds4cl-mkmodel: $(OBJDIR)/cli/main_mkmodel.o $(LIB_OBJS) $(FLAVOR_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $(filter %.o,$^) $(LDLIBS)
 
 $(TESTBIN): $(TEST_OBJS) $(LIB_OBJS)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $^ $(LDLIBS)
 
 # The suite runs against the programs built in the same variant.
 test: $(PROGRAMS) $(TESTBIN)
-	DS4CL_BINDIR=$(abspath $(BINDIR)) DS4CL_ROOT=$(CURDIR) DS4CL_VARIANT=$(VARIANT) \
+	DS4CL_BINDIR=$(abspath $(BINDIR)) DS4CL_ROOT=$(CURDIR) DS4CL_VARIANT=$(VARIANT) DS4CL_MPI_BUILD=$(FLAVOR) \
 	ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
 	LSAN_OPTIONS=$${LSAN_OPTIONS:-suppressions=$(CURDIR)/build-aux/lsan.supp:print_suppressions=0} \
 	UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \

@@ -5,7 +5,8 @@
 # On a generated flash-width model (DeepSeek V4 Flash widths, 2 layers,
 # random weights), cached in build/bench/: engine speed, the time to open
 # the model, and the tokenizer against the npm reference. Environment:
-#   BENCH_SUITES     which of "speed open tokenizer serve placement" to run (default all)
+#   BENCH_SUITES     which of "speed open tokenizer serve placement mpi" to run
+#                    (default all; mpi needs an MPI build and mpirun, else it says so)
 #   BENCH_HYBRID_PREFILL  prompt tokens of the placement suite (default 256)
 #   BENCH_SERVE_BYTES  prompt bytes of the serve suite (default 2000)
 #   BENCH_BACKENDS   backends to run, default "cpu opencl" ("cpu" where
@@ -36,7 +37,7 @@ if [ -z "${BENCH_BACKENDS:-}" ]; then
     BENCH_BACKENDS=cpu
     if "$bin/ds4cl" --list-devices > /dev/null 2>&1; then BENCH_BACKENDS="cpu opencl"; fi
 fi
-for suite in ${BENCH_SUITES:-speed open tokenizer serve placement}; do
+for suite in ${BENCH_SUITES:-speed open tokenizer serve placement mpi}; do
     case $suite in
     speed)
         echo "# speed"
@@ -80,8 +81,21 @@ for suite in ${BENCH_SUITES:-speed open tokenizer serve placement}; do
             --prefill "${BENCH_HYBRID_PREFILL:-256}" --gen-tokens "${BENCH_GEN:-16}" --rounds 2 > "$dir/placement.csv"
         cat "$dir/placement.csv"
         ;;
+    mpi)
+        echo "# mpi"
+        # the layer split: rank 0 alone vs two ranks, same fixture, same run
+        if ! command -v mpirun > /dev/null 2>&1 || \
+           "$bin/ds4cl-bench" --mpi-bench -m "$model" 2>&1 | grep -q "needs a build with MPI"; then
+            echo "# skipped: needs an MPI build (make MPI=1 bench) and mpirun"
+        else
+            OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+            mpirun --oversubscribe --bind-to none -np 2 "$bin/ds4cl-bench" --mpi-bench -m "$model" \
+                --threads "${BENCH_THREADS:-1}" --gen-tokens "${BENCH_GEN:-16}" --reps 3 > "$dir/mpi.csv"
+            cat "$dir/mpi.csv"
+        fi
+        ;;
     *)
-        echo "bench: unknown suite '$suite' (speed, open, tokenizer, serve, placement)" >&2
+        echo "bench: unknown suite '$suite' (speed, open, tokenizer, serve, placement, mpi)" >&2
         exit 2
         ;;
     esac

@@ -2,12 +2,15 @@
 # deps.sh --check    exit 0 when everything ds4cl needs to build and test is here
 # deps.sh --install  install the missing Debian packages (apt-get as root,
 #                    sudo otherwise), non-interactively
+# deps.sh --check-mpi / --install-mpi  the same for Open MPI, which only
+#                    `make MPI=1` needs
 set -u
 
 PKGS="build-essential pkg-config clang libclang-rt-14-dev libncursesw5-dev
 libcurl4-openssl-dev libssl-dev libwebsockets-dev libjson-c-dev libpcre2-dev
 libmicrohttpd-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo tmux chromium
 ca-certificates curl"
+MPI_PKGS="libopenmpi-dev openmpi-bin"
 
 missing() {
     for lib in ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto libmicrohttpd; do
@@ -22,7 +25,33 @@ missing() {
     return 1
 }
 
+sudo_or_explain() {
+    if [ "$(id -u)" = 0 ]; then
+        SUDO=
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        SUDO=sudo
+    else
+        echo "ds4cl: installing packages needs root: run 'sudo make deps' or install:" >&2
+        echo "  $1" | tr '\n' ' ' >&2
+        echo >&2
+        exit 1
+    fi
+}
+
 case "${1:---check}" in
+--check-mpi)
+    command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && exit 0
+    echo "ds4cl: MPI=1 needs Open MPI (mpicc, mpirun); installing $MPI_PKGS" >&2
+    exit 1
+    ;;
+--install-mpi)
+    sudo_or_explain "$MPI_PKGS"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq || exit 1
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq --no-install-recommends $MPI_PKGS || exit 1
+    echo "ds4cl: Open MPI installed"
+    ;;
 --check)
     what=$(missing) || exit 0
     echo "ds4cl: missing $what; installing dependencies (make deps)" >&2

@@ -2,7 +2,11 @@
  * golden files' layout, for comparing backends and numerics against a
  * reference. Row 0 is after prefilling all --token-ids; each further row
  * follows one more token: the greedy choice (--decode N) or the next of
- * --feed. The argmax of every row goes to stdout as a JSON array. */
+ * --feed. The argmax of every row goes to stdout as a JSON array.
+ * --load-session restores a snapshot before the prefill (which then
+ * computes only what the snapshot lacks); --save-session writes one after
+ * the last row. Under mpirun (an MPI build) the model is split over the
+ * job's ranks. */
 #include "cli/bench_engine.h"
 
 #include <errno.h>
@@ -14,8 +18,12 @@
 #include "engine/ds4.h"
 #include "engine/forward.h"
 
+#ifdef DS4CL_MPI
+#include "mpi/dmpi.h"
+#endif
+
 typedef struct {
-    const char *out, *model;
+    const char *out, *model, *load, *save;
     ds4_tokens ids, feed;
     int decode, threads, chunk;
     bool have_decode, have_feed;
@@ -28,7 +36,8 @@ static int usage(const char *fmt, const char *arg)
     fprintf(stderr, "ds4cl-bench: ");
     fprintf(stderr, fmt, arg);
     fputs("\nusage: ds4cl-bench --logits OUT.f32 -m MODEL --token-ids 1,2,3 (--decode N | --feed 7,8,9)\n"
-          "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none] [--chunk N]\n",
+          "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none] [--chunk N]\n"
+          "                   [--load-session F] [--save-session F]\n",
           stderr);
     return 2;
 }
@@ -66,6 +75,8 @@ static int parse(int argc, char **argv, logits_opts *o)
         i++;
         if (!strcmp(a, "--logits")) o->out = v;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--load-session")) o->load = v;
+        else if (!strcmp(a, "--save-session")) o->save = v;
         else if (!strcmp(a, "--token-ids")) {
             if (parse_ids(v, &o->ids)) return usage("--token-ids wants comma-separated ids, not '%s'", v);
         } else if (!strcmp(a, "--feed")) {
@@ -125,6 +136,12 @@ int bench_logits_main(int argc, char **argv)
         }
         fwd_set_chunk(f, o.chunk);
     }
+#ifdef DS4CL_MPI
+    if (dmpi_attach(e, &err) != 0) {
+        fprintf(stderr, "ds4cl-bench: cannot split the model over the MPI ranks: %s\n", err.msg);
+        goto out_engine;
+    }
+#endif
     int steps = o.have_feed ? (int)o.feed.n : o.decode;
     int n_vocab = ds4_vocab_size(ds4_engine_tokenizer(e));
     ds4_session *s = ds4_session_open(e, (int)o.ids.n + steps, &err);
@@ -139,6 +156,7 @@ int bench_logits_main(int argc, char **argv)
     }
     strbuf json = { 0 };
     sb_putc(&json, '[');
+    if (o.load && ds4_session_load(s, o.load, &err) != 0) goto fail;
     if (ds4_session_sync(s, o.ids.ids, o.ids.n, NULL, &err) != DS4_OK) goto fail;
     for (int k = 0;; k++) {
         const float *lg = ds4_session_logits(s);
@@ -159,6 +177,7 @@ int bench_logits_main(int argc, char **argv)
         goto fail;
     }
     f = NULL;
+    if (o.save && ds4_session_save(s, o.save, &err) != 0) goto fail;
     sb_putc(&json, ']');
     puts(sb_str(&json));
     rc = 0;

@@ -6,6 +6,7 @@
 #include "cli/bench_attn.h"
 #include "cli/bench_engine.h"
 #include "cli/bench_hybrid.h"
+#include "cli/bench_mpi.h"
 #include "cli/bench_opencl.h"
 #include "cli/bench_open.h"
 #include "cli/bench_quant.h"
@@ -13,12 +14,17 @@
 #include "cli/bench_serve.h"
 #include "cli/bench_tokenizer.h"
 
+#ifdef DS4CL_MPI
+#include "mpi/dmpi.h"
+#endif
+
 static void help(void)
 {
     fputs("ds4cl-bench " DS4CL_VERSION " — engine benchmarks and logits dumps\n"
           "\n"
           "usage: ds4cl-bench --logits OUT.f32 -m MODEL --token-ids 1,2,3 (--decode N | --feed 7,8,9)\n"
           "                   [--backend cpu|opencl] [--threads T] [--quant-sim full|f16kv|none] [--chunk N]\n"
+          "                   [--load-session F] [--save-session F]\n"
           "                   raw f32 logits rows (golden layout); argmax of each row on stdout\n"
           "       ds4cl-bench -m MODEL --prompt-file F --ctx-start A --ctx-max B --step S\n"
           "                   --gen-tokens G [--backend cpu|opencl] [--threads T] [--quant-sim …]\n"
@@ -41,6 +47,9 @@ static void help(void)
           "                   over several devices, vs all on one device\n"
           "       ds4cl-bench --attn-bench [--backend cpu|opencl|both] [--rows LIST] [--ctx LIST] [--f32]\n"
           "                   attention and indexer cost per decode step at long context\n"
+          "       mpirun -np N ds4cl-bench --mpi-bench -m MODEL [--prompt-tokens P] [--gen-tokens G] [--reps R]\n"
+          "                   CSV: decode on rank 0 alone vs split over the N ranks, bytes per token and\n"
+          "                   cost per hop (needs an MPI build: make MPI=1)\n"
           "       ds4cl-bench --search-bench DIR [--runs N] [--query [literal:|icase:|regex:]TEXT]...\n"
           "                   CSV: the agent's search tool against grep -rn on the same tree\n"
           "\n"
@@ -50,6 +59,12 @@ static void help(void)
 
 int main(int argc, char **argv)
 {
+#ifdef DS4CL_MPI
+    /* under mpirun, every rank but 0 runs a layer range of rank 0's model */
+    int rank = dmpi_start(&argc, &argv);
+    if (rank < 0) return 1;
+    if (rank > 0) return dmpi_serve();
+#endif
     if (argc > 1 && !strcmp(argv[1], "--quant-bench")) return bench_quant(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "--cl-bench")) return bench_opencl(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--tokenizer-bench")) return bench_tokenizer_main(argc, argv);
@@ -58,6 +73,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--serve-bench")) return bench_serve_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--hybrid-bench")) return bench_hybrid_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--mpi-bench")) return bench_mpi_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--attn-bench")) return bench_attn(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) {

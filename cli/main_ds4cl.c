@@ -4,8 +4,18 @@
 
 #include <string.h>
 
+#ifdef DS4CL_MPI
+#include "mpi/dmpi.h"
+#endif
+
 int main(int argc, char **argv)
 {
+#ifdef DS4CL_MPI
+    /* under mpirun, every rank but 0 runs a layer range of rank 0's model */
+    int rank = dmpi_start(&argc, &argv);
+    if (rank < 0) return 1;
+    if (rank > 0) return dmpi_serve();
+#endif
     /* `ds4cl serve` has flags of its own and parses them itself */
     if (argc > 1 && !strcmp(argv[1], "serve")) return cmd_serve(argc - 1, argv + 1);
     ds4cl_options o;

@@ -12,6 +12,13 @@
 #include "cli/page_warm.h"
 #include "cli/progress.h"
 
+#ifdef DS4CL_MPI
+#include "mpi/dmpi.h"
+#define SPLIT_RANKS() dmpi_ranks()
+#else
+#define SPLIT_RANKS() 1
+#endif
+
 static const char *base_name(const char *path)
 {
     const char *s = strrchr(path, '/');
@@ -86,7 +93,8 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     if (!scripted || path) {
         path = model_path_resolve(o->model_path, buf, sizeof buf);
         if (!path) return NULL;
-        if (!scripted && memplan_precheck_file(path, o->backend) != 0) return NULL;
+        /* a split job holds only part of the weights here */
+        if (!scripted && SPLIT_RANKS() == 1 && memplan_precheck_file(path, o->backend) != 0) return NULL;
     }
 
     /* Opening for OpenCL uploads the weights: the plan is made on an
@@ -102,6 +110,17 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     /* an OpenCL engine places the model for the context just decided */
     ds4_engine *e = open_engine(o, path, false, o->backend == DS4_BACKEND_OPENCL ? *n_ctx : 0);
     if (!e) return NULL;
+#ifdef DS4CL_MPI
+    if (!scripted) {
+        ds4_error err = { "" };
+        if (dmpi_attach(e, &err) != 0) {
+            fprintf(stderr, "ds4cl: cannot split the model over the MPI ranks: %s\n", err.msg);
+            ds4_engine_close(e);
+            return NULL;
+        }
+        if (*dmpi_split_text()) fprintf(stderr, "ds4cl: split over %d ranks: %s\n", dmpi_ranks(), dmpi_split_text());
+    }
+#endif
     /* the context is decided before the weights are read: a refusal
      * should not cost minutes of disk reads */
     if (o->backend != DS4_BACKEND_OPENCL && !plan_ctx(e, o, default_ctx, n_ctx, exit_code, check)) {
@@ -109,6 +128,11 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
         return NULL;
     }
     if (scripted) return e;
+    if (SPLIT_RANKS() > 1) {
+        /* each rank reads its layers' pages as it first uses them */
+        progress_print_loaded(base_name(path), t0);
+        return e;
+    }
     ds4_model_info info;
     memset(&info, 0, sizeof info);
     ds4_engine_info(e, &info);

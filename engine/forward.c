@@ -307,6 +307,44 @@ static int settle(run *r, int T, const ds4_callbacks *cb)
     return 0;
 }
 
+/* Layers [l0, l1) of a chunk whose streams are in a.S[s_cur]: 0 done, 1
+ * cancelled part-way, -1 error. */
+static int run_layers(run *r, int64_t pos0, int T, const ds4_callbacks *cb)
+{
+    fwd_state *st = r->st;
+    for (int l = st->l0; l < st->l1; l++) {
+        if (l > st->l0) {
+            OP(settle(r, T, cb));
+            if (cancelled(cb)) return 1;
+        }
+        if (attention_block(r, l, pos0, T) || ffn_block(r, l, pos0, T)) return -1;
+    }
+    OP(settle(r, T, cb));
+    return 0;
+}
+
+/* The streams of a chunk's tokens after this engine's last layer go to
+ * the next stage, and the last token's after the model's last layer come
+ * back into a.s_last (forward.h, fwd_set_next). */
+static int run_next(run *r, const int32_t *tok, int64_t pos0, int T)
+{
+    fwd_state *st = r->st;
+    fwd_engine *f = st->f;
+    size_t hc = (size_t)r->hp->hc_dim * 4;
+    float *S = malloc((size_t)T * hc), *last = malloc(hc);
+    int rc = !S || !last ? ds4_error_set(&r->err, "out of memory for %d tokens' streams", T)
+                         : xbuf_read(&f->be, &st->a.S[st->s_cur], 0, S, (size_t)T * hc, &r->err);
+    if (rc == 0) rc = f->next(f->next_ud, st, tok, S, pos0, T, last, &r->err);
+    if (rc == 0) {
+        on(r, st->head);
+        rc = after_op(r, r->o->write(r->c, out(r, &st->a.s_last), 0, last, hc));
+    }
+    if (rc) r->fail = true;
+    free(S);
+    free(last);
+    return rc ? -1 : 0;
+}
+
 /* 0 done, 1 cancelled part-way (state unchanged), -1 error. */
 static int run_chunk(run *r, const int32_t *tok, int64_t pos0, int T, const ds4_callbacks *cb)
 {
@@ -320,19 +358,17 @@ static int run_chunk(run *r, const int32_t *tok, int64_t pos0, int T, const ds4_
     OP(r->o->write(r->c, OUT(a->tokens), 0, tok, (size_t)T * 4));
     OP(r->o->embed(r->c, &st->f->m->token_embd, IN(a->tokens), T, OUT(a->S[st->s_cur])));
     TRACE("embd", -1, a->S[st->s_cur], pos0, T, hp->n_embd * hp->n_hc);
-    for (int l = 0; l < hp->n_layer; l++) {
-        if (l > 0) {
-            OP(settle(r, T, cb));
-            if (cancelled(cb)) return 1;
-        }
-        if (attention_block(r, l, pos0, T) || ffn_block(r, l, pos0, T)) return -1;
+    int rc = run_layers(r, pos0, T, cb);
+    if (rc) return rc;
+    if (st->f->next) {
+        if (run_next(r, tok, pos0, T)) return -1;
+    } else {
+        /* on the backend that holds the last layer's result: the head's
+         * hand-over is then one token's streams */
+        on(r, st->place[hp->n_layer - 1].ffn);
+        size_t hc = (size_t)hp->hc_dim * 4;
+        OP(r->o->copy(r->c, OUT(a->s_last), 0, IN(a->S[st->s_cur]), (size_t)(T - 1) * hc, hc));
     }
-    OP(settle(r, T, cb));
-    /* on the backend that holds the last layer's result: the head's
-     * hand-over is then one token's streams */
-    on(r, st->place[hp->n_layer - 1].ffn);
-    size_t hc = (size_t)hp->hc_dim * 4;
-    OP(r->o->copy(r->c, OUT(a->s_last), 0, IN(a->S[st->s_cur]), (size_t)(T - 1) * hc, hc));
     st->has_last = true;
     return 0;
 }
@@ -395,4 +431,37 @@ long fwd_backend_eval(void *p, const int32_t *tokens, size_t pos, size_t n, floa
         return -1;
     }
     return (long)done;
+}
+
+long fwd_stage_eval(void *p, const int32_t *tok, const float *S, int64_t pos0, int T, float *dst, bool last_only,
+                    const ds4_callbacks *cb, ds4_error *err)
+{
+    fwd_state *st = p;
+    fwd_engine *f = st->f;
+    if (pos0 != st->n || T < 1 || T > st->T_max || pos0 + T > st->n_ctx) {
+        ds4_error_set(err, "internal: a stage holding %lld tokens (chunks of %d, context %d) asked for %d at %lld",
+                      (long long)st->n, st->T_max, st->n_ctx, T, (long long)pos0);
+        return -1;
+    }
+    const size_t hc = (size_t)f->hp->hc_dim * 4;
+    run r = { .st = st, .hp = f->hp, .T = T };
+    pthread_mutex_lock(&f->mu);
+    if (pos0 + T > st->hi) st->hi = pos0 + T;
+    st->has_last = false;
+    on(&r, st->embed);
+    int rc = after_op(&r, r.o->write(r.c, out(&r, &st->a.tokens), 0, tok, (size_t)T * 4));
+    on(&r, st->place[st->l0].attn);
+    if (rc == 0) rc = after_op(&r, r.o->write(r.c, out(&r, &st->a.S[st->s_cur]), 0, S, (size_t)T * hc));
+    if (rc == 0) rc = run_layers(&r, pos0, T, cb);
+    if (rc == 0) {
+        size_t off = last_only ? (size_t)(T - 1) * hc : 0;
+        rc = xbuf_read(&f->be, &st->a.S[st->s_cur], off, dst, last_only ? hc : (size_t)T * hc, &r.err);
+    }
+    if (rc == 0) st->n += T;
+    pthread_mutex_unlock(&f->mu);
+    if (rc < 0) {
+        ds4_error_set(err, "%s", r.fail || r.err.msg[0] ? r.err.msg : "evaluation failed");
+        return -1;
+    }
+    return rc == 1 ? 0 : T;
 }

@@ -122,6 +122,48 @@ uint64_t fwd_session_buffers_bytes_on(const fwd_engine *f, int n_ctx, int b);
 typedef void (*fwd_trace_fn)(void *ud, const char *name, int layer, int64_t pos, const void *data, size_t bytes);
 void fwd_set_trace(fwd_engine *f, fwd_trace_fn fn, void *ud);
 
+/* ---- stages: one layer range of a split model -----------------------------
+ * A layer split over processes (mpi/) runs one forward engine per process,
+ * each restricted to a contiguous range of layers. Sessions created after
+ * fwd_set_layers keep state (and snapshot blocks) for those layers only.
+ * The hyper-connection streams between stages are n_hc × n_embd f32 per
+ * token (hc_dim floats), token-major.
+ *
+ * The first stage (l0 = 0) is a normal engine with a next hook: after its
+ * last layer it hands the chunk's streams to the hook, which returns the
+ * last token's streams after the model's last layer; the head then runs
+ * as usual. Later stages evaluate with fwd_stage_eval. */
+int fwd_set_layers(fwd_engine *f, int l0, int l1, ds4_error *err);
+
+/* tok, S: the tokens pos0 … pos0+T−1 and their streams after this
+ * engine's last layer (T × hc_dim floats); writes into last the streams of token pos0+T−1 after
+ * the model's last layer. st is the session state being evaluated. 0, or
+ * -1 with err (the evaluation fails). */
+typedef int (*fwd_next_fn)(void *ud, void *st, const int32_t *tok, const float *S, int64_t pos0, int T, float *last,
+                           ds4_error *err);
+void fwd_set_next(fwd_engine *f, fwd_next_fn fn, void *ud);
+
+/* Runs this engine's layers for tokens tok = pos0 … pos0+T−1 (T ≤ the
+ * chunk, pos0 = the tokens the state holds; hash-routed layers read the
+ * ids) from the streams S, writing the
+ * streams after its last layer to out: all T rows, or with last_only the
+ * last token's. cb->cancel is polled between layers. Returns T, 0 when
+ * cancelled (state unchanged), -1 on error. */
+long fwd_stage_eval(void *st, const int32_t *tok, const float *S, int64_t pos0, int T, float *out, bool last_only,
+                    const ds4_callbacks *cb, ds4_error *err);
+
+/* The layer blocks of this state's range in the canonical snapshot layout
+ * (engine/kvstate.h) without the header, and their restore from blocks
+ * whose cache rows are f16 (from_f16) or f32. Concatenating the header of
+ * the first stage's fwd_backend_save with every stage's blocks, in layer
+ * order, gives the whole model's payload. */
+int fwd_stage_save(void *st, strbuf *out, ds4_error *err);
+int fwd_stage_load(void *st, const void *blocks, size_t len, size_t n_tokens, bool from_f16, ds4_error *err);
+
+/* Where layer l's block starts in a whole-model payload of n_tokens whose
+ * cache rows are f16 or f32 (l = n_layer: its length). */
+uint64_t fwd_payload_offset(const fwd_engine *f, bool f16, int64_t n_tokens, int l);
+
 /* ---- ds4_backend_ops members for forward-based backends ----------------- */
 
 /* open()/close() of a forward-based backend: a forward engine over ops and

@@ -25,6 +25,9 @@ struct fwd_engine {
     double experts_ms;                 /* wall time of routed experts run off their layer's FFN backend */
     fwd_trace_fn trace;
     void *trace_ud;
+    int l0, l1;                        /* the layers this engine evaluates (forward.h, stages) */
+    fwd_next_fn next;                  /* where the streams go after layer l1 − 1, or NULL */
+    void *next_ud;
 };
 
 typedef struct {
@@ -52,6 +55,7 @@ typedef struct fwd_state {
     int64_t raw_rows, margin;
     uint8_t embed, head;    /* the placement the state was made for */
     fwd_layer_place *place; /* [n_layer] */
+    int l0, l1;             /* the layers it keeps state for and evaluates */
     unsigned used;          /* bit set of the backends it uses */
     fwd_layer *L;
     fwd_acts a;

@@ -53,3 +53,18 @@ void fwd_get_handover_stats(fwd_engine *f, fwd_handover_stats *out)
     out->experts_ms = f->experts_ms;
     pthread_mutex_unlock(&f->mu);
 }
+
+int fwd_set_layers(fwd_engine *f, int l0, int l1, ds4_error *err)
+{
+    if (l0 < 0 || l1 <= l0 || l1 > f->hp->n_layer)
+        return ds4_error_set(err, "layer range %d-%d outside the model's %d layers", l0, l1 - 1, f->hp->n_layer);
+    f->l0 = l0;
+    f->l1 = l1;
+    return 0;
+}
+
+void fwd_set_next(fwd_engine *f, fwd_next_fn fn, void *ud)
+{
+    f->next = fn;
+    f->next_ud = ud;
+}

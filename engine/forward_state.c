@@ -35,6 +35,8 @@ fwd_engine *fwd_open(const ds4_model *m, const ds4_ops *ops, void *ctx, ds4_quan
     f->qsim = qsim;
     f->chunk = cfg && cfg->chunk > 0 ? cfg->chunk : FWD_DEFAULT_CHUNK;
     f->rewind = cfg && cfg->rewind_margin > 0 ? cfg->rewind_margin : FWD_DEFAULT_REWIND;
+    f->l0 = 0;
+    f->l1 = m->hp.n_layer;
     pthread_mutex_init(&f->mu, NULL);
     const ds4_hparams *hp = f->hp;
     f->place = calloc((size_t)hp->n_layer, sizeof *f->place);
@@ -116,7 +118,7 @@ static uint64_t plan(fwd_state *st, bool alloc, uint64_t *per)
     } while (0)
     const size_t T = (size_t)st->T_max, D = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
     const size_t id = (size_t)hp->indexer_head_dim, es = fwd_cache_elem(st->ct);
-    for (int l = 0; l < hp->n_layer; l++) {
+    for (int l = st->l0; l < st->l1; l++) {
         fwd_layer *L = &st->L[l];
         int R = hp->compress_ratio[l];
         where = XBUF_ON(st->place[l].attn);
@@ -183,6 +185,8 @@ static void init_shape(fwd_state *st, fwd_engine *f, int n_ctx)
     st->f = f;
     st->embed = f->embed;
     st->head = f->head;
+    st->l0 = f->l0;
+    st->l1 = f->l1;
     st->used = fwd_place_used(f, f->embed, f->head, f->place);
     st->n_ctx = n_ctx;
     st->T_max = f->chunk < n_ctx ? f->chunk : n_ctx;
@@ -252,8 +256,9 @@ void fwd_backend_close(ds4_engine *e, void (*free_ctx)(void *))
 
 void *fwd_backend_state_new(ds4_engine *e, int n_ctx, ds4_error *err)
 {
-    fwd_engine *f = fwd_of(e);
-    if (!f) {
+    /* e->impl, not fwd_of(e): a layer split (mpi/) wraps these members */
+    fwd_engine *f = e->impl;
+    if (!f || f->magic != FWD_MAGIC) {
         ds4_error_set(err, "engine has no forward pass");
         return NULL;
     }
@@ -311,7 +316,7 @@ int fwd_backend_rewind(void *p, size_t n_new)
     }
     int64_t raw_lo = n - hp->n_swa < 0 ? 0 : n - hp->n_swa;
     if (raw_lo < st->hi - st->raw_rows) return -1;
-    for (int l = 0; l < hp->n_layer; l++) {
+    for (int l = st->l0; l < st->l1; l++) {
         int R = hp->compress_ratio[l];
         if (R && front_lo(n, R) < st->hi - st->L[l].cfront_rows) return -1;
     }
@@ -322,20 +327,36 @@ int fwd_backend_rewind(void *p, size_t n_new)
 
 /* ---- snapshots ------------------------------------------------------------------ */
 
-static uint64_t payload_bytes(const ds4_hparams *hp, ds4_cache_type ct, int64_t n)
+/* Bytes of layer l's block in the canonical payload of n tokens. */
+static uint64_t block_bytes(const ds4_hparams *hp, ds4_cache_type ct, int64_t n, int l)
 {
     uint64_t es = fwd_cache_elem(ct), hd = (uint64_t)hp->head_dim, id = (uint64_t)hp->indexer_head_dim;
-    uint64_t b = KVSTATE_HEADER;
     int64_t raw = n < hp->n_swa ? n : hp->n_swa;
-    for (int l = 0; l < hp->n_layer; l++) {
-        int R = hp->compress_ratio[l];
-        b += (uint64_t)raw * hd * es;
-        if (!R) continue;
-        uint64_t C = (uint64_t)ds4_compress_lanes(R), fr = (uint64_t)(n - front_lo(n, R));
-        b += (uint64_t)(n / R) * hd * es + fr * 2 * C * hd * 4;
-        if (R == 4) b += (uint64_t)(n / R) * id * es + fr * 2 * 2 * id * 4;
-    }
+    int R = hp->compress_ratio[l];
+    uint64_t b = (uint64_t)raw * hd * es;
+    if (!R) return b;
+    uint64_t C = (uint64_t)ds4_compress_lanes(R), fr = (uint64_t)(n - front_lo(n, R));
+    b += (uint64_t)(n / R) * hd * es + fr * 2 * C * hd * 4;
+    if (R == 4) b += (uint64_t)(n / R) * id * es + fr * 2 * 2 * id * 4;
     return b;
+}
+
+/* Offset of layer l's block (l = n_layer: the payload's length). */
+static uint64_t block_offset(const ds4_hparams *hp, ds4_cache_type ct, int64_t n, int l)
+{
+    uint64_t b = KVSTATE_HEADER;
+    for (int i = 0; i < l; i++) b += block_bytes(hp, ct, n, i);
+    return b;
+}
+
+static uint64_t payload_bytes(const ds4_hparams *hp, ds4_cache_type ct, int64_t n)
+{
+    return block_offset(hp, ct, n, hp->n_layer);
+}
+
+uint64_t fwd_payload_offset(const fwd_engine *f, bool f16, int64_t n_tokens, int l)
+{
+    return block_offset(f->hp, f16 ? DS4_CACHE_F16 : DS4_CACHE_F32, n_tokens, l);
 }
 
 uint64_t fwd_backend_kv_bytes(void *p)
@@ -365,34 +386,24 @@ static int read_ring(const xbuf_backend *be, ds4_buf *b, int64_t ring, size_t ro
     return 0;
 }
 
-int fwd_backend_save(void *p, strbuf *out, ds4_error *err)
+/* Appends the blocks of the state's layers; `need` bytes are reserved
+ * first. */
+static int save_blocks(fwd_state *st, strbuf *out, size_t need, ds4_error *err)
 {
-    fwd_state *st = p;
     fwd_engine *f = st->f;
     const ds4_hparams *hp = f->hp;
-    unsigned char h[KVSTATE_HEADER] = { 0 };
-    memcpy(h, KVSTATE_MAGIC, 8);
-    le_put_u32(h + 8, st->ct == DS4_CACHE_F16 ? 1u : 0u);
-    le_put_u32(h + 12, (uint32_t)hp->n_layer);
-    le_put_u32(h + 16, (uint32_t)hp->head_dim);
-    le_put_u32(h + 20, (uint32_t)hp->indexer_head_dim);
-    le_put_u32(h + 24, (uint32_t)hp->n_swa);
-    le_put_u32(h + 32, (uint32_t)st->n);
-    le_put_u32(h + 36, (uint32_t)((uint64_t)st->n >> 32));
-    size_t need = out->len + (size_t)payload_bytes(hp, st->ct, st->n) + 1;
     if (out->cap < need) {
         char *nb = realloc(out->s, need);
         if (!nb) return ds4_error_set(err, "out of memory for a snapshot of %zu bytes", need);
         out->s = nb;
         out->cap = need;
     }
-    sb_append(out, (const char *)h, sizeof h);
     const size_t es = fwd_cache_elem(st->ct), hd = (size_t)hp->head_dim, id = (size_t)hp->indexer_head_dim;
     const int64_t n = st->n, raw_lo = n - hp->n_swa < 0 ? 0 : n - hp->n_swa;
     int rc = 0;
     pthread_mutex_lock(&f->mu);
     const xbuf_backend *be = &f->be.be[0];
-    for (int l = 0; l < hp->n_layer && rc == 0; l++) {
+    for (int l = st->l0; l < st->l1 && rc == 0; l++) {
         fwd_layer *L = &st->L[l];
         int R = hp->compress_ratio[l], bk = st->place[l].attn;
         be = &f->be.be[bk];
@@ -412,9 +423,42 @@ int fwd_backend_save(void *p, strbuf *out, ds4_error *err)
     return 0;
 }
 
+int fwd_backend_save(void *p, strbuf *out, ds4_error *err)
+{
+    fwd_state *st = p;
+    const ds4_hparams *hp = st->f->hp;
+    unsigned char h[KVSTATE_HEADER] = { 0 };
+    memcpy(h, KVSTATE_MAGIC, 8);
+    le_put_u32(h + 8, st->ct == DS4_CACHE_F16 ? 1u : 0u);
+    le_put_u32(h + 12, (uint32_t)hp->n_layer);
+    le_put_u32(h + 16, (uint32_t)hp->head_dim);
+    le_put_u32(h + 20, (uint32_t)hp->indexer_head_dim);
+    le_put_u32(h + 24, (uint32_t)hp->n_swa);
+    le_put_u32(h + 32, (uint32_t)st->n);
+    le_put_u32(h + 36, (uint32_t)((uint64_t)st->n >> 32));
+    size_t need = out->len + (size_t)payload_bytes(hp, st->ct, st->n) + 1;
+    if (out->cap < need) {
+        char *nb = realloc(out->s, need);
+        if (!nb) return ds4_error_set(err, "out of memory for a snapshot of %zu bytes", need);
+        out->s = nb;
+        out->cap = need;
+    }
+    sb_append(out, (const char *)h, sizeof h);
+    return save_blocks(st, out, need, err);
+}
+
+int fwd_stage_save(void *p, strbuf *out, ds4_error *err)
+{
+    fwd_state *st = p;
+    const ds4_hparams *hp = st->f->hp;
+    uint64_t len = block_offset(hp, st->ct, st->n, st->l1) - block_offset(hp, st->ct, st->n, st->l0);
+    return save_blocks(st, out, out->len + (size_t)len + 1, err);
+}
+
 typedef struct {
     const unsigned char *p;
     size_t left;
+    ds4_error err;
 } reader;
 
 /* Writes rows [lo, hi) from the payload into a ring, converting cache
@@ -456,6 +500,39 @@ static int write_ring(const xbuf_backend *be, ds4_buf *b, int64_t ring, int64_t 
     return 0;
 }
 
+/* Writes the state's layers from the blocks at r (cache rows of type
+ * `from`); the state then holds n tokens. */
+static int load_blocks(fwd_state *st, reader *r, ds4_cache_type from, int64_t nn)
+{
+    fwd_engine *f = st->f;
+    const ds4_hparams *hp = f->hp;
+    const int64_t raw_lo = nn - hp->n_swa < 0 ? 0 : nn - hp->n_swa;
+    const int64_t hd = hp->head_dim, id = hp->indexer_head_dim;
+    int rc = 0;
+    pthread_mutex_lock(&f->mu);
+    const xbuf_backend *be = &f->be.be[0];
+    for (int l = st->l0; l < st->l1 && rc == 0; l++) {
+        fwd_layer *L = &st->L[l];
+        int R = hp->compress_ratio[l], bk = st->place[l].attn;
+        be = &f->be.be[bk];
+        rc |= write_ring(be, L->raw.on[bk], st->raw_rows, hd, from, st->ct, raw_lo, nn, r);
+        if (!R) continue;
+        int64_t C = ds4_compress_lanes(R), lo = front_lo(nn, R);
+        rc |= write_ring(be, L->comp.on[bk], nn / R + 1, hd, from, st->ct, 0, nn / R, r);
+        /* frontier rows are f32 in both: a same-type copy of 2·W floats */
+        rc |= write_ring(be, L->cfront.on[bk], L->cfront_rows, 2 * C * hd, DS4_CACHE_F32, DS4_CACHE_F32, lo, nn, r);
+        if (R == 4) {
+            rc |= write_ring(be, L->icomp.on[bk], nn / R + 1, id, from, st->ct, 0, nn / R, r);
+            rc |= write_ring(be, L->ifront.on[bk], L->ifront_rows, 4 * id, DS4_CACHE_F32, DS4_CACHE_F32, lo, nn, r);
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (rc) return ops_error(be, &r->err, "cannot write the session state");
+    st->n = st->hi = nn;
+    st->has_last = false;
+    return 0;
+}
+
 int fwd_backend_load(void *p, const void *payload, size_t len, size_t n_tokens, ds4_error *err)
 {
     fwd_state *st = p;
@@ -476,30 +553,25 @@ int fwd_backend_load(void *p, const void *payload, size_t len, size_t n_tokens, 
     if (payload_bytes(hp, from, (int64_t)n) != len)
         return ds4_error_set(err, "snapshot state is %zu bytes, expected %llu for %llu tokens", len,
                              (unsigned long long)payload_bytes(hp, from, (int64_t)n), (unsigned long long)n);
-    reader r = { h + KVSTATE_HEADER, len - KVSTATE_HEADER };
-    const int64_t nn = (int64_t)n, raw_lo = nn - hp->n_swa < 0 ? 0 : nn - hp->n_swa;
-    const int64_t hd = hp->head_dim, id = hp->indexer_head_dim;
-    int rc = 0;
-    pthread_mutex_lock(&f->mu);
-    const xbuf_backend *be = &f->be.be[0];
-    for (int l = 0; l < hp->n_layer && rc == 0; l++) {
-        fwd_layer *L = &st->L[l];
-        int R = hp->compress_ratio[l], bk = st->place[l].attn;
-        be = &f->be.be[bk];
-        rc |= write_ring(be, L->raw.on[bk], st->raw_rows, hd, from, st->ct, raw_lo, nn, &r);
-        if (!R) continue;
-        int64_t C = ds4_compress_lanes(R), lo = front_lo(nn, R);
-        rc |= write_ring(be, L->comp.on[bk], nn / R + 1, hd, from, st->ct, 0, nn / R, &r);
-        /* frontier rows are f32 in both: a same-type copy of 2·W floats */
-        rc |= write_ring(be, L->cfront.on[bk], L->cfront_rows, 2 * C * hd, DS4_CACHE_F32, DS4_CACHE_F32, lo, nn, &r);
-        if (R == 4) {
-            rc |= write_ring(be, L->icomp.on[bk], nn / R + 1, id, from, st->ct, 0, nn / R, &r);
-            rc |= write_ring(be, L->ifront.on[bk], L->ifront_rows, 4 * id, DS4_CACHE_F32, DS4_CACHE_F32, lo, nn, &r);
-        }
-    }
-    pthread_mutex_unlock(&f->mu);
-    if (rc) return ops_error(be, err, "cannot write the session state");
-    st->n = st->hi = nn;
-    st->has_last = false;
+    uint64_t at = block_offset(hp, from, (int64_t)n, st->l0);
+    reader r = { h + at, len - at, { "" } };
+    if (load_blocks(st, &r, from, (int64_t)n) != 0) return ds4_error_set(err, "%s", r.err.msg);
+    return 0;
+}
+
+int fwd_stage_load(void *p, const void *blocks, size_t len, size_t n_tokens, bool from_f16, ds4_error *err)
+{
+    fwd_state *st = p;
+    const ds4_hparams *hp = st->f->hp;
+    ds4_cache_type from = from_f16 ? DS4_CACHE_F16 : DS4_CACHE_F32;
+    int64_t n = (int64_t)n_tokens;
+    if (n > st->n_ctx)
+        return ds4_error_set(err, "snapshot holds %zu tokens, more than the context of %d", n_tokens, st->n_ctx);
+    uint64_t want = block_offset(hp, from, n, st->l1) - block_offset(hp, from, n, st->l0);
+    if (want != len)
+        return ds4_error_set(err, "the state of layers %d-%d is %zu bytes, expected %llu for %zu tokens", st->l0,
+                             st->l1 - 1, len, (unsigned long long)want, n_tokens);
+    reader r = { blocks, len, { "" } };
+    if (load_blocks(st, &r, from, (int64_t)n) != 0) return ds4_error_set(err, "%s", r.err.msg);
     return 0;
 }

@@ -15,8 +15,11 @@ static const char *make_cmd(const char *env)
 {
     const char *v = getenv("DS4CL_VARIANT");
     const char *flag = v && !strcmp(v, "san") ? "SAN=1" : v && !strcmp(v, "tsan") ? "TSAN=1" : "";
-    return test_printf("cd '%s' && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL %s make -s --no-print-directory %s",
-                       test_root(), env, flag);
+    /* an MPI build's programs share the directory: keep them MPI ones */
+    const char *m = getenv("DS4CL_MPI_BUILD");
+    const char *mpi = m && !strcmp(m, "mpi") ? "MPI=1" : "";
+    return test_printf("cd '%s' && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL %s make -s --no-print-directory %s %s",
+                       test_root(), env, flag, mpi);
 }
 
 static void need_make(void)
