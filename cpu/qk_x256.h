@@ -12,6 +12,8 @@
  * multiplied by the sub-block scale (≤ 45, still a byte), pairs with 32
  * contiguous activation bytes (vpdpbusd; without VNNI vpmaddubsw on the raw
  * quants, the scales applied by the vpmaddwd that widens the pairs).
+ * From eight tokens on, Q2_K rows are multiplied from panels (qk_impl.h),
+ * four tokens a pass, each panel vector as two halves of eight rows.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -192,6 +194,149 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
     }
 }
 
+/* ---- Q2_K panels (prefill) ----------------------------------------------------- */
+
+/* Block i of the panel's rows: each row decoded as the tiles do, its
+ * quants scaled, then every 8 × 8 dword square transposed so that each
+ * half of a panel vector holds one dword of eight rows. */
+static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i, qk_q2k_panel *P)
+{
+    _Alignas(32) uint8_t tmp[QK_PANEL_ROWS][QK_K];
+    _Alignas(32) uint16_t mins[QK_PANEL_ROWS][16];
+    for (int r = 0; r < QK_PANEL_ROWS; r++) {
+        q2k_dec s;
+        q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
+        for (int j = 0; j < 8; j++)
+            _mm256_store_si256((__m256i *)(void *)(tmp[r] + 32 * j),
+                               Q2K_SCALED ? s.w[j] : _mm256_mullo_epi16(s.w[j], s.scw[j]));
+        _mm256_store_si256((__m256i *)(void *)mins[r], s.mins);
+        P->d[r] = s.d;
+        P->dmin[r] = s.dmin;
+    }
+    for (int h = 0; h < 2; h++)
+        for (int c = 0; c < 8; c++) {
+            __m256i v[8], t[8], u[8];
+            for (int r = 0; r < 8; r++) v[r] = _mm256_load_si256((const __m256i *)(const void *)(tmp[8 * h + r] + 32 * c));
+            for (int k = 0; k < 4; k++) {
+                t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+                t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+            }
+            /* u[4g + k], 128-bit lane L: element 4L + k of rows 4g … 4g+3 */
+            for (int g = 0; g < 2; g++) {
+                u[4 * g] = _mm256_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+                u[4 * g + 1] = _mm256_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+                u[4 * g + 2] = _mm256_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+                u[4 * g + 3] = _mm256_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+            }
+            for (int k = 0; k < 4; k++) {
+                _mm256_store_si256((__m256i *)(void *)P->w[8 * c + k][8 * h], _mm256_permute2x128_si256(u[k], u[4 + k], 0x20));
+                _mm256_store_si256((__m256i *)(void *)P->w[8 * c + 4 + k][8 * h],
+                                   _mm256_permute2x128_si256(u[k], u[4 + k], 0x31));
+            }
+        }
+    for (int p = 0; p < 8; p++)
+        for (int r = 0; r < QK_PANEL_ROWS; r++) P->m[p][r] = mins[r][2 * p] | (uint32_t)mins[r][2 * p + 1] << 16;
+}
+
+/* The token loops unrolled, so that the accumulators stay in registers. */
+#define QK_UNROLL _Pragma("GCC unroll 16")
+
+enum { PANEL_TOKS = 4 };
+
+/* PANEL_TOKS tokens (a short tile repeats its last token) over all nb
+ * blocks of the panel, its two halves (rows 0-7, 8-15) side by side.
+ * Without VNNI two vpmaddubsw pair sums (each at most 2 · 45 · 128) add
+ * in 16 bits before vpmaddwd widens them. */
+static inline QK_TGT void q2k_panel_tokens(const qk_q2k_panel *P, int64_t nb, const block_q8_K *const *a, int nt,
+                                           float *const *y, int64_t r0, int nr)
+{
+    __m256 sum[PANEL_TOKS][2];
+    QK_UNROLL
+    for (int t = 0; t < PANEL_TOKS; t++) sum[t][0] = sum[t][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, P++) {
+        __m256i acc[PANEL_TOKS][2], accm[PANEL_TOKS][2];
+        const int8_t *q[PANEL_TOKS];
+        QK_UNROLL
+        for (int t = 0; t < PANEL_TOKS; t++) {
+            acc[t][0] = acc[t][1] = accm[t][0] = accm[t][1] = _mm256_setzero_si256();
+            q[t] = a[t][i].qs;
+        }
+#if QK_VNNI
+        _Pragma("GCC unroll 8")
+        for (int k = 0; k < QK_K / 4; k++) {
+            __m256i w0 = _mm256_load_si256((const __m256i *)(const void *)P->w[k][0]);
+            __m256i w1 = _mm256_load_si256((const __m256i *)(const void *)P->w[k][8]);
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++) {
+                __m256i b = _mm256_set1_epi32((int)quant_rd32(q[t] + 4 * k));
+                acc[t][0] = QK_DPBUSD(acc[t][0], w0, b);
+                acc[t][1] = QK_DPBUSD(acc[t][1], w1, b);
+            }
+        }
+#else
+        const __m256i ones = _mm256_set1_epi16(1);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < QK_K / 4; k += 2) {
+            __m256i w0 = _mm256_load_si256((const __m256i *)(const void *)P->w[k][0]);
+            __m256i w1 = _mm256_load_si256((const __m256i *)(const void *)P->w[k][8]);
+            __m256i x0 = _mm256_load_si256((const __m256i *)(const void *)P->w[k + 1][0]);
+            __m256i x1 = _mm256_load_si256((const __m256i *)(const void *)P->w[k + 1][8]);
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++) {
+                __m256i b = _mm256_set1_epi32((int)quant_rd32(q[t] + 4 * k));
+                __m256i c = _mm256_set1_epi32((int)quant_rd32(q[t] + 4 * k + 4));
+                __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, b), _mm256_maddubs_epi16(x0, c));
+                __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(w1, b), _mm256_maddubs_epi16(x1, c));
+                acc[t][0] = _mm256_add_epi32(acc[t][0], _mm256_madd_epi16(p0, ones));
+                acc[t][1] = _mm256_add_epi32(acc[t][1], _mm256_madd_epi16(p1, ones));
+            }
+        }
+#endif
+        for (int p = 0; p < 8; p++) {
+            __m256i m0 = _mm256_load_si256((const __m256i *)(const void *)P->m[p]);
+            __m256i m1 = _mm256_load_si256((const __m256i *)(const void *)(P->m[p] + 8));
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++) {
+                __m256i b = _mm256_set1_epi32((int)quant_rd32(a[t][i].bsums + 2 * p));
+                accm[t][0] = DOT_S16(accm[t][0], m0, b);
+                accm[t][1] = DOT_S16(accm[t][1], m1, b);
+            }
+        }
+        QK_UNROLL
+        for (int h = 0; h < 2; h++) {
+            __m256 d = _mm256_load_ps(P->d + 8 * h), dm = _mm256_load_ps(P->dmin + 8 * h);
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++) {
+                __m256 ad = _mm256_set1_ps(a[t][i].d);
+                /* dall·isum − dmin·summs, as the reference rounds it */
+                __m256 f = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(ad, d), _mm256_cvtepi32_ps(acc[t][h])),
+                                         _mm256_mul_ps(_mm256_mul_ps(ad, dm), _mm256_cvtepi32_ps(accm[t][h])));
+                sum[t][h] = _mm256_add_ps(sum[t][h], f);
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        _Alignas(32) float v[QK_PANEL_ROWS];
+        _mm256_store_ps(v, sum[t][0]);
+        _mm256_store_ps(v + 8, sum[t][1]);
+        memcpy(y[t] + r0, v, sizeof(float) * (size_t)nr);
+    }
+}
+
+static QK_TGT void q2k_panel(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int nr, qk_q2k_panel *panel,
+                             int T, const block_q8_K *const *act, float *const *y)
+{
+    const uint8_t *rows[QK_PANEL_ROWS];
+    for (int r = 0; r < QK_PANEL_ROWS; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * row_bytes;
+    for (int64_t i = 0; i < nb; i++) q2k_panel_block(rows, i, panel + i);
+    for (int t0 = 0; t0 < T; t0 += PANEL_TOKS) {
+        int nt = T - t0 < PANEL_TOKS ? T - t0 : PANEL_TOKS;
+        const block_q8_K *a[PANEL_TOKS];
+        for (int t = 0; t < PANEL_TOKS; t++) a[t] = act[t0 + (t < nt ? t : nt - 1)];
+        q2k_panel_tokens(panel, nb, a, nt, y + t0, r0, nr);
+    }
+}
+
 /* ---- fixed token counts --------------------------------------------------------- */
 
 #define QK_FIXED(FN, NT)                                                                               \
@@ -231,4 +376,4 @@ static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *
     }
 }
 
-const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel };
+const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel, q2k_panel };

@@ -17,7 +17,10 @@
  * vector and shifted per half (vpsrlvw), gives 64 consecutive 2-bit quants;
  * multiplied by their 4-bit sub-block scale (≤ 45, still a byte) they feed
  * vpdpbusd directly against 64 contiguous activation bytes, and the
- * minimums go through the activation's bsums.
+ * minimums go through the activation's bsums. From eight tokens on, 16
+ * rows at a time are decoded once into a panel (qk_impl.h) and eight
+ * tokens a pass multiplied from it, one vpdpbusd per four elements, row
+ * and token, with no horizontal sums.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -330,6 +333,116 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
     }
 }
 
+/* ---- Q2_K panels (prefill) ----------------------------------------------------- */
+
+/* Block i of the panel's rows: each row decoded as the tiles do (four
+ * vectors of 64 scaled quants in element order), then every 16 × 16 dword
+ * square transposed so that a vector holds one dword of each row. */
+static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i, qk_q2k_panel *P)
+{
+    _Alignas(64) uint8_t tmp[QK_PANEL_ROWS][QK_K];
+    _Alignas(32) uint16_t mins[QK_PANEL_ROWS][16];
+    for (int r = 0; r < QK_PANEL_ROWS; r++) {
+        q2k_dec s;
+        q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
+        for (int j = 0; j < 4; j++) _mm512_store_si512(tmp[r] + 64 * j, s.w[j]);
+        _mm256_store_si256((__m256i *)(void *)mins[r], s.mins);
+        P->d[r] = s.d;
+        P->dmin[r] = s.dmin;
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512i v[16], t[16], u[16];
+        for (int r = 0; r < 16; r++) v[r] = _mm512_load_si512(tmp[r] + 64 * c);
+        for (int k = 0; k < 8; k++) {
+            t[2 * k] = _mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+            t[2 * k + 1] = _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+        }
+        /* u[4g + k], 128-bit lane L: element 4L + k of rows 4g … 4g+3 */
+        for (int g = 0; g < 4; g++) {
+            u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+            u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+            u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+            u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+        }
+        /* then the 4 × 4 transpose of the lanes */
+        for (int k = 0; k < 4; k++) {
+            __m512i x0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x44), x1 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xee);
+            __m512i y0 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x44);
+            __m512i y1 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xee);
+            _mm512_store_si512(P->w[16 * c + k], _mm512_shuffle_i32x4(x0, y0, 0x88));
+            _mm512_store_si512(P->w[16 * c + 4 + k], _mm512_shuffle_i32x4(x0, y0, 0xdd));
+            _mm512_store_si512(P->w[16 * c + 8 + k], _mm512_shuffle_i32x4(x1, y1, 0x88));
+            _mm512_store_si512(P->w[16 * c + 12 + k], _mm512_shuffle_i32x4(x1, y1, 0xdd));
+        }
+    }
+    for (int p = 0; p < 8; p++)
+        for (int r = 0; r < QK_PANEL_ROWS; r++) P->m[p][r] = mins[r][2 * p] | (uint32_t)mins[r][2 * p + 1] << 16;
+}
+
+/* The token loops unrolled, so that the accumulators stay in registers. */
+#define QK_UNROLL _Pragma("GCC unroll 16")
+
+enum { PANEL_TOKS = 8 };
+
+/* PANEL_TOKS tokens (a short tile repeats its last token) over all nb
+ * blocks of the panel: per block, 64 vpdpbusd per token, each weight
+ * vector loaded once for the tile's tokens. */
+static inline QK_TGT void q2k_panel_tokens(const qk_q2k_panel *P, int64_t nb, const block_q8_K *const *a, int nt,
+                                           float *const *y, int64_t r0, int nr)
+{
+    __m512 sum[PANEL_TOKS];
+    QK_UNROLL
+    for (int t = 0; t < PANEL_TOKS; t++) sum[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, P++) {
+        __m512i acc[PANEL_TOKS], accm[PANEL_TOKS];
+        const int8_t *q[PANEL_TOKS];
+        QK_UNROLL
+        for (int t = 0; t < PANEL_TOKS; t++) {
+            acc[t] = _mm512_setzero_si512();
+            accm[t] = _mm512_setzero_si512();
+            q[t] = a[t][i].qs;
+        }
+        _Pragma("GCC unroll 16")
+        for (int k = 0; k < QK_K / 4; k++) {
+            __m512i wv = _mm512_load_si512(P->w[k]);
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++)
+                acc[t] = _mm512_dpbusd_epi32(acc[t], wv, _mm512_set1_epi32((int)quant_rd32(q[t] + 4 * k)));
+        }
+        for (int p = 0; p < 8; p++) {
+            __m512i mv = _mm512_load_si512(P->m[p]);
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++)
+                accm[t] = _mm512_dpwssd_epi32(accm[t], mv, _mm512_set1_epi32((int)quant_rd32(a[t][i].bsums + 2 * p)));
+        }
+        __m512 d = _mm512_load_ps(P->d), dm = _mm512_load_ps(P->dmin);
+        QK_UNROLL
+        for (int t = 0; t < PANEL_TOKS; t++) {
+            __m512 ad = _mm512_set1_ps(a[t][i].d);
+            /* dall·isum − dmin·summs, as the reference rounds it */
+            __m512 f = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(ad, d), _mm512_cvtepi32_ps(acc[t])),
+                                     _mm512_mul_ps(_mm512_mul_ps(ad, dm), _mm512_cvtepi32_ps(accm[t])));
+            sum[t] = _mm512_add_ps(sum[t], f);
+        }
+    }
+    __mmask16 keep = (__mmask16)((1u << nr) - 1);
+    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y[t] + r0, keep, sum[t]);
+}
+
+static QK_TGT void q2k_panel(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int nr, qk_q2k_panel *panel,
+                             int T, const block_q8_K *const *act, float *const *y)
+{
+    const uint8_t *rows[QK_PANEL_ROWS];
+    for (int r = 0; r < QK_PANEL_ROWS; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * row_bytes;
+    for (int64_t i = 0; i < nb; i++) q2k_panel_block(rows, i, panel + i);
+    for (int t0 = 0; t0 < T; t0 += PANEL_TOKS) {
+        int nt = T - t0 < PANEL_TOKS ? T - t0 : PANEL_TOKS;
+        const block_q8_K *a[PANEL_TOKS];
+        for (int t = 0; t < PANEL_TOKS; t++) a[t] = act[t0 + (t < nt ? t : nt - 1)];
+        q2k_panel_tokens(panel, nb, a, nt, y + t0, r0, nr);
+    }
+}
+
 /* ---- fixed token counts --------------------------------------------------------- */
 
 #define QK_FIXED(FN, NT)                                                                               \
@@ -369,4 +482,4 @@ static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *
     }
 }
 
-const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel };
+const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel, q2k_panel };
