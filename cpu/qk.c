@@ -181,20 +181,20 @@ static void tile_rows(qk_kernel fn, const uint8_t *w, size_t row_bytes, int64_t 
         for (int t = 0; t < nt; t++) y[t0 + t][r + i] = out[i][t];
 }
 
-/* From this many tokens on, a Q2_K row group is decoded once into a
- * panel and multiplied from there (below it, the tiles' decoding per token
- * group costs less than the panel's transposition). */
+/* From this many tokens on, a row group is decoded once into a panel and
+ * multiplied from there (below it, the tiles' decoding per token group
+ * costs less than the panel's transposition). */
 enum { PANEL_MIN_TOKENS = 8 };
 
 /* The panel walk; false (nothing written) when its buffer cannot be had. */
-static bool panel_rows(const qk_kernels *k, const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int64_t r1,
+static bool panel_rows(qk_panel_fn pf, const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int64_t r1,
                        int T, const block_q8_K *const *act, float *const *y)
 {
-    qk_q2k_panel *panel = aligned_alloc(_Alignof(qk_q2k_panel), sizeof(qk_q2k_panel) * (size_t)nb);
+    qk_panel *panel = aligned_alloc(_Alignof(qk_panel), sizeof(qk_panel) * (size_t)nb);
     if (!panel) return false;
     for (int64_t r = r0; r < r1; r += QK_PANEL_ROWS) {
         int nr = r1 - r < QK_PANEL_ROWS ? (int)(r1 - r) : QK_PANEL_ROWS;
-        k->q2k_panel(w, row_bytes, nb, r, nr, panel, T, act, y);
+        pf(w, row_bytes, nb, r, nr, panel, T, act, y);
     }
     free(panel);
     return true;
@@ -216,8 +216,8 @@ void qk_rows_with(const qk_kernels *k, uint32_t type, const uint8_t *w, size_t r
         return;
     }
     int64_t nb = n / QK_K;
-    if (type == GGML_TYPE_Q2_K && k->q2k_panel && T >= PANEL_MIN_TOKENS && panel_rows(k, w, row_bytes, nb, r0, r1, T, act, y))
-        return;
+    qk_panel_fn pf = type == GGML_TYPE_IQ2_XXS ? k->iq2_panel : k->q2k_panel;
+    if (pf && T >= PANEL_MIN_TOKENS && panel_rows(pf, w, row_bytes, nb, r0, r1, T, act, y)) return;
     if (T <= QK_TOKS) {
         for (int64_t r = r0; r < r1; r += QK_ROWS) tile_rows(fn, w, row_bytes, nb, r, r1, true, 0, T, act, y);
         return;

@@ -12,8 +12,9 @@
  * multiplied by the sub-block scale (≤ 45, still a byte), pairs with 32
  * contiguous activation bytes (vpdpbusd; without VNNI vpmaddubsw on the raw
  * quants, the scales applied by the vpmaddwd that widens the pairs).
- * From eight tokens on, Q2_K rows are multiplied from panels (qk_impl.h),
- * four tokens a pass, each panel vector as two halves of eight rows.
+ * From eight tokens on, both formats are multiplied from panels
+ * (qk_impl.h), four tokens a pass, each panel vector as two halves of
+ * eight rows.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -194,25 +195,13 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
     }
 }
 
-/* ---- Q2_K panels (prefill) ----------------------------------------------------- */
+/* ---- panels (prefill) ------------------------------------------------------------ */
 
-/* Block i of the panel's rows: each row decoded as the tiles do, its
- * quants scaled, then every 8 × 8 dword square transposed so that each
- * half of a panel vector holds one dword of eight rows. */
-static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i, qk_q2k_panel *P)
+/* Sixteen rows' 256 weight bytes each, in element order, into a panel's w:
+ * every 8 × 8 dword square transposed so that each half of a panel vector
+ * holds one dword of eight rows. */
+static inline QK_TGT void panel_transpose(const uint8_t (*tmp)[QK_K], qk_panel *P)
 {
-    _Alignas(32) uint8_t tmp[QK_PANEL_ROWS][QK_K];
-    _Alignas(32) uint16_t mins[QK_PANEL_ROWS][16];
-    for (int r = 0; r < QK_PANEL_ROWS; r++) {
-        q2k_dec s;
-        q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
-        for (int j = 0; j < 8; j++)
-            _mm256_store_si256((__m256i *)(void *)(tmp[r] + 32 * j),
-                               Q2K_SCALED ? s.w[j] : _mm256_mullo_epi16(s.w[j], s.scw[j]));
-        _mm256_store_si256((__m256i *)(void *)mins[r], s.mins);
-        P->d[r] = s.d;
-        P->dmin[r] = s.dmin;
-    }
     for (int h = 0; h < 2; h++)
         for (int c = 0; c < 8; c++) {
             __m256i v[8], t[8], u[8];
@@ -234,8 +223,48 @@ static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i,
                                    _mm256_permute2x128_si256(u[k], u[4 + k], 0x31));
             }
         }
+}
+
+/* Block i of the panel's rows, each decoded as the tiles do (Q2_K quants
+ * scaled here where the tiles leave it to vpmaddwd). */
+static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i, qk_panel *P)
+{
+    _Alignas(32) uint8_t tmp[QK_PANEL_ROWS][QK_K];
+    _Alignas(32) uint16_t mins[QK_PANEL_ROWS][16];
+    for (int r = 0; r < QK_PANEL_ROWS; r++) {
+        q2k_dec s;
+        q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
+        for (int j = 0; j < 8; j++)
+            _mm256_store_si256((__m256i *)(void *)(tmp[r] + 32 * j),
+                               Q2K_SCALED ? s.w[j] : _mm256_mullo_epi16(s.w[j], s.scw[j]));
+        _mm256_store_si256((__m256i *)(void *)mins[r], s.mins);
+        P->d[r] = s.d;
+        P->dmin[r] = s.dmin;
+    }
+    panel_transpose((const uint8_t(*)[QK_K])tmp, P);
     for (int p = 0; p < 8; p++)
         for (int r = 0; r < QK_PANEL_ROWS; r++) P->m[p][r] = mins[r][2 * p] | (uint32_t)mins[r][2 * p + 1] << 16;
+}
+
+static inline QK_TGT void iq2_panel_block(const uint8_t *const *rows, int64_t i, qk_panel *P)
+{
+    const uint64_t *signs8 = qk_signs8();
+    _Alignas(32) uint8_t tmp[QK_PANEL_ROWS][QK_K];
+    const __m256i off = _mm256_set1_epi8(64);
+    for (int r = 0; r < QK_PANEL_ROWS; r++) {
+        const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)rows[r] + i;
+        iq2_dec s;
+        iq2_decode(b, signs8, &s);
+        for (int g = 0; g < 8; g++) {
+            __m256i w = _mm256_add_epi8(_mm256_sign_epi8(s.mag[g], s.sgn[g]), off);
+            _mm256_store_si256((__m256i *)(void *)(tmp[r] + 32 * g), w);
+            int32_t ls = 2 * (int32_t)(quant_rd32((const uint8_t *)b->qs + 8 * g + 4) >> 28) + 1;
+            P->sc[g][r] = ls;
+            P->m[g][r] = (uint32_t)ls | (uint32_t)ls << 16;
+        }
+        P->d[r] = s.d;
+    }
+    panel_transpose((const uint8_t(*)[QK_K])tmp, P);
 }
 
 /* The token loops unrolled, so that the accumulators stay in registers. */
@@ -247,7 +276,7 @@ enum { PANEL_TOKS = 4 };
  * blocks of the panel, its two halves (rows 0-7, 8-15) side by side.
  * Without VNNI two vpmaddubsw pair sums (each at most 2 · 45 · 128) add
  * in 16 bits before vpmaddwd widens them. */
-static inline QK_TGT void q2k_panel_tokens(const qk_q2k_panel *P, int64_t nb, const block_q8_K *const *a, int nt,
+static inline QK_TGT void q2k_panel_tokens(const qk_panel *P, int64_t nb, const block_q8_K *const *a, int nt,
                                            float *const *y, int64_t r0, int nr)
 {
     __m256 sum[PANEL_TOKS][2];
@@ -323,19 +352,105 @@ static inline QK_TGT void q2k_panel_tokens(const qk_q2k_panel *P, int64_t nb, co
     }
 }
 
-static QK_TGT void q2k_panel(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int nr, qk_q2k_panel *panel,
-                             int T, const block_q8_K *const *act, float *const *y)
+/* Four elements of a panel's two halves times a token's four activation
+ * bytes b, into acc[0] and acc[1] (without VNNI: vpmaddubsw, whose pair
+ * sums of 107 · 128 · 2 do not saturate, then vpmaddwd). */
+#if QK_VNNI
+#define PANEL_DOT4(acc, w0, w1, b)                                                                       \
+    do {                                                                                                 \
+        (acc)[0] = QK_DPBUSD((acc)[0], w0, b);                                                           \
+        (acc)[1] = QK_DPBUSD((acc)[1], w1, b);                                                           \
+    } while (0)
+#else
+#define PANEL_DOT4(acc, w0, w1, b)                                                                       \
+    do {                                                                                                 \
+        (acc)[0] = _mm256_add_epi32((acc)[0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, b), ones));     \
+        (acc)[1] = _mm256_add_epi32((acc)[1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, b), ones));     \
+    } while (0)
+#endif
+
+/* The same for an IQ2_XXS panel: per group, eight dot steps per token
+ * into a group sum, which its scale multiplies (vpmulld) into the
+ * block's. */
+static inline QK_TGT void iq2_panel_tokens(const qk_panel *P, int64_t nb, const block_q8_K *const *a, int nt,
+                                           float *const *y, int64_t r0, int nr)
 {
-    const uint8_t *rows[QK_PANEL_ROWS];
-    for (int r = 0; r < QK_PANEL_ROWS; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * row_bytes;
-    for (int64_t i = 0; i < nb; i++) q2k_panel_block(rows, i, panel + i);
-    for (int t0 = 0; t0 < T; t0 += PANEL_TOKS) {
-        int nt = T - t0 < PANEL_TOKS ? T - t0 : PANEL_TOKS;
-        const block_q8_K *a[PANEL_TOKS];
-        for (int t = 0; t < PANEL_TOKS; t++) a[t] = act[t0 + (t < nt ? t : nt - 1)];
-        q2k_panel_tokens(panel, nb, a, nt, y + t0, r0, nr);
+#if !QK_VNNI
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
+    __m256 sum[PANEL_TOKS][2];
+    QK_UNROLL
+    for (int t = 0; t < PANEL_TOKS; t++) sum[t][0] = sum[t][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, P++) {
+        __m256i tot[PANEL_TOKS][2], corr[PANEL_TOKS][2];
+        const int8_t *q[PANEL_TOKS];
+        QK_UNROLL
+        for (int t = 0; t < PANEL_TOKS; t++) {
+            tot[t][0] = tot[t][1] = corr[t][0] = corr[t][1] = _mm256_setzero_si256();
+            q[t] = a[t][i].qs;
+        }
+        for (int g = 0; g < 8; g++) {
+            __m256i acc[PANEL_TOKS][2];
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int k = 8 * g; k < 8 * g + 8; k++) {
+                __m256i w0 = _mm256_load_si256((const __m256i *)(const void *)P->w[k][0]);
+                __m256i w1 = _mm256_load_si256((const __m256i *)(const void *)P->w[k][8]);
+                QK_UNROLL
+                for (int t = 0; t < PANEL_TOKS; t++) {
+                    __m256i b = _mm256_set1_epi32((int)quant_rd32(q[t] + 4 * k));
+                    PANEL_DOT4(acc[t], w0, w1, b);
+                }
+            }
+            QK_UNROLL
+            for (int h = 0; h < 2; h++) {
+                __m256i sc = _mm256_load_si256((const __m256i *)(const void *)(P->sc[g] + 8 * h));
+                __m256i mv = _mm256_load_si256((const __m256i *)(const void *)(P->m[g] + 8 * h));
+                QK_UNROLL
+                for (int t = 0; t < PANEL_TOKS; t++) {
+                    __m256i bs = _mm256_set1_epi32((int)quant_rd32(a[t][i].bsums + 2 * g));
+                    tot[t][h] = _mm256_add_epi32(tot[t][h], _mm256_mullo_epi32(acc[t][h], sc));
+                    corr[t][h] = DOT_S16(corr[t][h], mv, bs);
+                }
+            }
+        }
+        QK_UNROLL
+        for (int h = 0; h < 2; h++) {
+            __m256 d = _mm256_load_ps(P->d + 8 * h);
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++) {
+                __m256i is = _mm256_sub_epi32(tot[t][h], _mm256_slli_epi32(corr[t][h], 6));
+                __m256 f = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(a[t][i].d)), _mm256_cvtepi32_ps(is));
+                sum[t][h] = _mm256_add_ps(sum[t][h], f);
+            }
+        }
+    }
+    const __m256 eighth = _mm256_set1_ps(0.125f);
+    for (int t = 0; t < nt; t++) {
+        _Alignas(32) float v[QK_PANEL_ROWS];
+        _mm256_store_ps(v, _mm256_mul_ps(eighth, sum[t][0]));
+        _mm256_store_ps(v + 8, _mm256_mul_ps(eighth, sum[t][1]));
+        memcpy(y[t] + r0, v, sizeof(float) * (size_t)nr);
     }
 }
+
+#define QK_PANEL_FN(NAME, BLOCK, TOKENS)                                                                     \
+    static QK_TGT void NAME(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int nr, qk_panel *panel, \
+                            int T, const block_q8_K *const *act, float *const *y)                            \
+    {                                                                                                      \
+        const uint8_t *rows[QK_PANEL_ROWS];                                                                \
+        for (int r = 0; r < QK_PANEL_ROWS; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * row_bytes; \
+        for (int64_t i = 0; i < nb; i++) BLOCK(rows, i, panel + i);                                        \
+        for (int t0 = 0; t0 < T; t0 += PANEL_TOKS) {                                                       \
+            int nt = T - t0 < PANEL_TOKS ? T - t0 : PANEL_TOKS;                                            \
+            const block_q8_K *a[PANEL_TOKS];                                                               \
+            for (int t = 0; t < PANEL_TOKS; t++) a[t] = act[t0 + (t < nt ? t : nt - 1)];                   \
+            TOKENS(panel, nb, a, nt, y + t0, r0, nr);                                                      \
+        }                                                                                                  \
+    }
+QK_PANEL_FN(q2k_panel, q2k_panel_block, q2k_panel_tokens)
+QK_PANEL_FN(iq2_panel, iq2_panel_block, iq2_panel_tokens)
 
 /* ---- fixed token counts --------------------------------------------------------- */
 
@@ -376,4 +491,4 @@ static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *
     }
 }
 
-const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel, q2k_panel };
+const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel, iq2_panel, q2k_panel };

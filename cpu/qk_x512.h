@@ -17,10 +17,10 @@
  * vector and shifted per half (vpsrlvw), gives 64 consecutive 2-bit quants;
  * multiplied by their 4-bit sub-block scale (≤ 45, still a byte) they feed
  * vpdpbusd directly against 64 contiguous activation bytes, and the
- * minimums go through the activation's bsums. From eight tokens on, 16
- * rows at a time are decoded once into a panel (qk_impl.h) and eight
- * tokens a pass multiplied from it, one vpdpbusd per four elements, row
- * and token, with no horizontal sums.
+ * minimums go through the activation's bsums.
+ * From eight tokens on (both formats), 16 rows at a time are decoded once
+ * into a panel (qk_impl.h) and eight tokens a pass multiplied from it, one
+ * vpdpbusd per four elements, row and token, with no horizontal sums.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -333,23 +333,13 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
     }
 }
 
-/* ---- Q2_K panels (prefill) ----------------------------------------------------- */
+/* ---- panels (prefill) ------------------------------------------------------------ */
 
-/* Block i of the panel's rows: each row decoded as the tiles do (four
- * vectors of 64 scaled quants in element order), then every 16 × 16 dword
- * square transposed so that a vector holds one dword of each row. */
-static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i, qk_q2k_panel *P)
+/* Sixteen rows' 256 weight bytes each, in element order, into a panel's w:
+ * every 16 × 16 dword square transposed so that a vector holds one dword
+ * of each row. */
+static inline QK_TGT void panel_transpose(const uint8_t (*tmp)[QK_K], qk_panel *P)
 {
-    _Alignas(64) uint8_t tmp[QK_PANEL_ROWS][QK_K];
-    _Alignas(32) uint16_t mins[QK_PANEL_ROWS][16];
-    for (int r = 0; r < QK_PANEL_ROWS; r++) {
-        q2k_dec s;
-        q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
-        for (int j = 0; j < 4; j++) _mm512_store_si512(tmp[r] + 64 * j, s.w[j]);
-        _mm256_store_si256((__m256i *)(void *)mins[r], s.mins);
-        P->d[r] = s.d;
-        P->dmin[r] = s.dmin;
-    }
     for (int c = 0; c < 4; c++) {
         __m512i v[16], t[16], u[16];
         for (int r = 0; r < 16; r++) v[r] = _mm512_load_si512(tmp[r] + 64 * c);
@@ -375,8 +365,47 @@ static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i,
             _mm512_store_si512(P->w[16 * c + 12 + k], _mm512_shuffle_i32x4(x1, y1, 0xdd));
         }
     }
+}
+
+/* Block i of the panel's rows, each decoded as the tiles do. */
+static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i, qk_panel *P)
+{
+    _Alignas(64) uint8_t tmp[QK_PANEL_ROWS][QK_K];
+    _Alignas(32) uint16_t mins[QK_PANEL_ROWS][16];
+    for (int r = 0; r < QK_PANEL_ROWS; r++) {
+        q2k_dec s;
+        q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
+        for (int j = 0; j < 4; j++) _mm512_store_si512(tmp[r] + 64 * j, s.w[j]);
+        _mm256_store_si256((__m256i *)(void *)mins[r], s.mins);
+        P->d[r] = s.d;
+        P->dmin[r] = s.dmin;
+    }
+    panel_transpose((const uint8_t(*)[QK_K])tmp, P);
     for (int p = 0; p < 8; p++)
         for (int r = 0; r < QK_PANEL_ROWS; r++) P->m[p][r] = mins[r][2 * p] | (uint32_t)mins[r][2 * p + 1] << 16;
+}
+
+static inline QK_TGT void iq2_panel_block(const uint8_t *const *rows, int64_t i, qk_panel *P)
+{
+    const uint16_t *codes = qk_grid_codes();
+    _Alignas(64) uint8_t tmp[QK_PANEL_ROWS][QK_K];
+    const __m512i off = _mm512_set1_epi8(64);
+    for (int r = 0; r < QK_PANEL_ROWS; r++) {
+        const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)rows[r] + i;
+        iq2_dec s;
+        iq2_decode(b, codes, &s);
+        for (int p = 0; p < 4; p++) {
+            __m512i w = _mm512_mask_sub_epi8(s.mag[p], s.neg[p], _mm512_setzero_si512(), s.mag[p]);
+            _mm512_store_si512(tmp[r] + 64 * p, _mm512_add_epi8(w, off));
+        }
+        P->d[r] = s.d;
+        for (int g = 0; g < 8; g++) {
+            int32_t ls = 2 * (int32_t)(quant_rd32((const uint8_t *)b->qs + 8 * g + 4) >> 28) + 1;
+            P->sc[g][r] = ls;
+            P->m[g][r] = (uint32_t)ls | (uint32_t)ls << 16;
+        }
+    }
+    panel_transpose((const uint8_t(*)[QK_K])tmp, P);
 }
 
 /* The token loops unrolled, so that the accumulators stay in registers. */
@@ -384,10 +413,10 @@ static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i,
 
 enum { PANEL_TOKS = 8 };
 
-/* PANEL_TOKS tokens (a short tile repeats its last token) over all nb
- * blocks of the panel: per block, 64 vpdpbusd per token, each weight
- * vector loaded once for the tile's tokens. */
-static inline QK_TGT void q2k_panel_tokens(const qk_q2k_panel *P, int64_t nb, const block_q8_K *const *a, int nt,
+/* PANEL_TOKS tokens (a short pass repeats its last token) over all nb
+ * blocks of a Q2_K panel: per block, 64 vpdpbusd per token, each weight
+ * vector loaded once for the pass's tokens. */
+static inline QK_TGT void q2k_panel_tokens(const qk_panel *P, int64_t nb, const block_q8_K *const *a, int nt,
                                            float *const *y, int64_t r0, int nr)
 {
     __m512 sum[PANEL_TOKS];
@@ -402,7 +431,7 @@ static inline QK_TGT void q2k_panel_tokens(const qk_q2k_panel *P, int64_t nb, co
             accm[t] = _mm512_setzero_si512();
             q[t] = a[t][i].qs;
         }
-        _Pragma("GCC unroll 16")
+        _Pragma("GCC unroll 8")
         for (int k = 0; k < QK_K / 4; k++) {
             __m512i wv = _mm512_load_si512(P->w[k]);
             QK_UNROLL
@@ -429,19 +458,69 @@ static inline QK_TGT void q2k_panel_tokens(const qk_q2k_panel *P, int64_t nb, co
     for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y[t] + r0, keep, sum[t]);
 }
 
-static QK_TGT void q2k_panel(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int nr, qk_q2k_panel *panel,
-                             int T, const block_q8_K *const *act, float *const *y)
+/* The same for an IQ2_XXS panel: per group, eight vpdpbusd per token into
+ * a group sum, which its scale multiplies (vpmulld) into the block's. */
+static inline QK_TGT void iq2_panel_tokens(const qk_panel *P, int64_t nb, const block_q8_K *const *a, int nt,
+                                           float *const *y, int64_t r0, int nr)
 {
-    const uint8_t *rows[QK_PANEL_ROWS];
-    for (int r = 0; r < QK_PANEL_ROWS; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * row_bytes;
-    for (int64_t i = 0; i < nb; i++) q2k_panel_block(rows, i, panel + i);
-    for (int t0 = 0; t0 < T; t0 += PANEL_TOKS) {
-        int nt = T - t0 < PANEL_TOKS ? T - t0 : PANEL_TOKS;
-        const block_q8_K *a[PANEL_TOKS];
-        for (int t = 0; t < PANEL_TOKS; t++) a[t] = act[t0 + (t < nt ? t : nt - 1)];
-        q2k_panel_tokens(panel, nb, a, nt, y + t0, r0, nr);
+    __m512 sum[PANEL_TOKS];
+    QK_UNROLL
+    for (int t = 0; t < PANEL_TOKS; t++) sum[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, P++) {
+        __m512i tot[PANEL_TOKS], corr[PANEL_TOKS];
+        const int8_t *q[PANEL_TOKS];
+        QK_UNROLL
+        for (int t = 0; t < PANEL_TOKS; t++) {
+            tot[t] = _mm512_setzero_si512();
+            corr[t] = _mm512_setzero_si512();
+            q[t] = a[t][i].qs;
+        }
+        for (int g = 0; g < 8; g++) {
+            __m512i acc[PANEL_TOKS];
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++) acc[t] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8")
+            for (int k = 8 * g; k < 8 * g + 8; k++) {
+                __m512i wv = _mm512_load_si512(P->w[k]);
+                QK_UNROLL
+                for (int t = 0; t < PANEL_TOKS; t++)
+                    acc[t] = _mm512_dpbusd_epi32(acc[t], wv, _mm512_set1_epi32((int)quant_rd32(q[t] + 4 * k)));
+            }
+            __m512i sc = _mm512_load_si512(P->sc[g]), mv = _mm512_load_si512(P->m[g]);
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++) {
+                tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(acc[t], sc));
+                corr[t] = _mm512_dpwssd_epi32(corr[t], mv, _mm512_set1_epi32((int)quant_rd32(a[t][i].bsums + 2 * g)));
+            }
+        }
+        __m512 d = _mm512_load_ps(P->d);
+        QK_UNROLL
+        for (int t = 0; t < PANEL_TOKS; t++) {
+            __m512i is = _mm512_sub_epi32(tot[t], _mm512_slli_epi32(corr[t], 6));
+            __m512 f = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(a[t][i].d)), _mm512_cvtepi32_ps(is));
+            sum[t] = _mm512_add_ps(sum[t], f);
+        }
     }
+    __mmask16 keep = (__mmask16)((1u << nr) - 1);
+    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y[t] + r0, keep, _mm512_mul_ps(_mm512_set1_ps(0.125f), sum[t]));
 }
+
+#define QK_PANEL_FN(NAME, BLOCK, TOKENS)                                                                     \
+    static QK_TGT void NAME(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int nr, qk_panel *panel, \
+                            int T, const block_q8_K *const *act, float *const *y)                            \
+    {                                                                                                      \
+        const uint8_t *rows[QK_PANEL_ROWS];                                                                \
+        for (int r = 0; r < QK_PANEL_ROWS; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * row_bytes; \
+        for (int64_t i = 0; i < nb; i++) BLOCK(rows, i, panel + i);                                        \
+        for (int t0 = 0; t0 < T; t0 += PANEL_TOKS) {                                                       \
+            int nt = T - t0 < PANEL_TOKS ? T - t0 : PANEL_TOKS;                                            \
+            const block_q8_K *a[PANEL_TOKS];                                                               \
+            for (int t = 0; t < PANEL_TOKS; t++) a[t] = act[t0 + (t < nt ? t : nt - 1)];                   \
+            TOKENS(panel, nb, a, nt, y + t0, r0, nr);                                                      \
+        }                                                                                                  \
+    }
+QK_PANEL_FN(q2k_panel, q2k_panel_block, q2k_panel_tokens)
+QK_PANEL_FN(iq2_panel, iq2_panel_block, iq2_panel_tokens)
 
 /* ---- fixed token counts --------------------------------------------------------- */
 
@@ -482,4 +561,4 @@ static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *
     }
 }
 
-const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel, q2k_panel };
+const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel, iq2_panel, q2k_panel };
