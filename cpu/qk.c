@@ -110,11 +110,10 @@ const char *qk_level_error(void)
     return level_error;
 }
 
-static uint64_t signs8[128];
 static _Alignas(64) uint16_t grid_codes[256];
-static pthread_once_t signs_once = PTHREAD_ONCE_INIT;
+static pthread_once_t codes_once = PTHREAD_ONCE_INIT;
 
-static void signs_init(void)
+static void codes_init(void)
 {
     for (int i = 0; i < 256; i++) {
         uint16_t c = 0;
@@ -124,22 +123,11 @@ static void signs_init(void)
         }
         grid_codes[i] = c;
     }
-    for (int s = 0; s < 128; s++) {
-        uint64_t v = 0;
-        for (int j = 0; j < 8; j++) v |= (uint64_t)((quant_ksigns_iq2xs[s] >> j) & 1 ? 0xff : 0x01) << (8 * j);
-        signs8[s] = v;
-    }
-}
-
-const uint64_t *qk_signs8(void)
-{
-    pthread_once(&signs_once, signs_init);
-    return signs8;
 }
 
 const uint16_t *qk_grid_codes(void)
 {
-    pthread_once(&signs_once, signs_init);
+    pthread_once(&codes_once, codes_init);
     return grid_codes;
 }
 

@@ -64,9 +64,6 @@ extern const qk_kernels qk_kernels_avx2vnni_evex;
 void qk_rows_with(const qk_kernels *k, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0,
                   int64_t r1, int T, const block_q8_K *const *act, float *const *y);
 
-/* ksigns as ±1 bytes: byte j of qk_signs8[s] is −1 when bit j of
- * quant_ksigns_iq2xs[s] is set, else +1 (vpsignb's sign operand). */
-extern const uint64_t *qk_signs8(void);
 /* The IQ2_XXS grid as 2-bit codes (8 → 0, 25 → 1, 43 → 2), element j of
  * row i at bits 2j of entry i; 512 bytes, 64-byte aligned. */
 extern const uint16_t *qk_grid_codes(void);

@@ -4,8 +4,9 @@
  *   QK_VNNI  1 where the 256-bit vpdpbusd / vpdpwssd may be used,
  *   QK_NAME  the kernel table's name.
  *
- * IQ2_XXS: a group's four grid rows form one vector of magnitudes; its
- * four sign selectors pick ±1 byte rows (qk_signs8) that vpsignb applies
+ * IQ2_XXS: a group's four grid rows form one vector of magnitudes; the
+ * block's 32 sign selectors become ksigns bytes in one vector (parity from
+ * a nibble table), each group's spread to ±1 bytes that vpsignb applies
  * to the activation bytes; vpmaddubsw sums magnitude × signed activation
  * pairs and the group scale 2·ls+1 weights them (vpmaddwd, or vpdpwssd).
  * Q2_K: each 32-byte quarter of the quants, shifted by 0/2/4/6 and
@@ -61,17 +62,43 @@ typedef struct {
     float d;
 } iq2_dec;
 
-static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, const uint64_t *signs8, iq2_dec *s)
+/* The eight groups' sign bits at once: each group's four 7-bit selectors
+ * spread to the bytes of a dword, the eighth bit of each byte its parity
+ * (a nibble table), which is ksigns' value. Dword 2·(g & 1) + (g >> 1) … :
+ * the order vshufps leaves them in (iq2_sign_pos). */
+static inline QK_TGT __m256i iq2_sign_dwords(const uint8_t *qs)
+{
+    __m256 lo = _mm256_loadu_ps((const float *)(const void *)qs), hi = _mm256_loadu_ps((const float *)(const void *)(qs + 32));
+    __m256i w = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m256i m7 = _mm256_set1_epi32(127), m15 = _mm256_set1_epi8(15);
+    __m256i sb = _mm256_or_si256(
+        _mm256_or_si256(_mm256_and_si256(w, m7), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 7), m7), 8)),
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 14), m7), 16),
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 21), m7), 24)));
+    const __m256i par = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128,
+                                         -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+    __m256i p = _mm256_xor_si256(_mm256_shuffle_epi8(par, _mm256_and_si256(sb, m15)),
+                                 _mm256_shuffle_epi8(par, _mm256_and_si256(_mm256_srli_epi32(sb, 4), m15)));
+    return _mm256_or_si256(sb, p);
+}
+
+static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, iq2_dec *s)
 {
     const uint8_t *qs = (const uint8_t *)b->qs;
     const uint64_t *grid = quant_iq2xxs_grid;
+    __m256i sd = iq2_sign_dwords(qs);
+    /* byte j of a group's 32 takes sign bit j % 8 of its byte j / 8 */
+    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
+                                         3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll), one = _mm256_set1_epi8(1);
+    static const int pos[8] = { 0, 1, 4, 5, 2, 3, 6, 7 };
     for (int g = 0; g < 8; g++) {
         const uint8_t *q = qs + 8 * g;
         uint32_t w = quant_rd32(q + 4);
         s->mag[g] = _mm256_set_epi64x((long long)grid[q[3]], (long long)grid[q[2]], (long long)grid[q[1]],
                                       (long long)grid[q[0]]);
-        s->sgn[g] = _mm256_set_epi64x((long long)signs8[(w >> 21) & 127], (long long)signs8[(w >> 14) & 127],
-                                      (long long)signs8[(w >> 7) & 127], (long long)signs8[w & 127]);
+        __m256i x = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sd, _mm256_set1_epi32(pos[g])), rep);
+        s->sgn[g] = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit), one);
         s->sc[g] = _mm256_set1_epi16((short)(2 * (w >> 28) + 1));
     }
     s->d = _cvtsh_ss(quant_rd16(&b->d));
@@ -81,7 +108,6 @@ static inline QK_TGT __attribute__((always_inline)) void
 iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
          int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
-    const uint64_t *signs8 = qk_signs8();
     /* lane r of sum[t]: row r's running sum, rounded as the reference's */
     __m128 sum[QK_TOKS];
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
@@ -91,7 +117,7 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
         float dw[QK_ROWS];
         for (int r = 0; r < QK_ROWS; r++) {
             iq2_dec s;
-            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, signs8, &s);
+            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, &s);
             dw[r] = s.d;
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = act[t] + i;
@@ -248,13 +274,12 @@ static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i,
 
 static inline QK_TGT void iq2_panel_block(const uint8_t *const *rows, int64_t i, qk_panel *P)
 {
-    const uint64_t *signs8 = qk_signs8();
     _Alignas(32) uint8_t tmp[QK_PANEL_ROWS][QK_K];
     const __m256i off = _mm256_set1_epi8(64);
     for (int r = 0; r < QK_PANEL_ROWS; r++) {
         const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)rows[r] + i;
         iq2_dec s;
-        iq2_decode(b, signs8, &s);
+        iq2_decode(b, &s);
         for (int g = 0; g < 8; g++) {
             __m256i w = _mm256_add_epi8(_mm256_sign_epi8(s.mag[g], s.sgn[g]), off);
             _mm256_store_si256((__m256i *)(void *)(tmp[r] + 32 * g), w);
