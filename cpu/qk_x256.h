@@ -82,28 +82,34 @@ static inline QK_TGT __m256i iq2_sign_dwords(const uint8_t *qs)
     return _mm256_or_si256(sb, p);
 }
 
-static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, iq2_dec *s)
+/* Group g of a block: its magnitudes, ±1 signs and scale 2·ls+1 as words
+ * (sd: the block's iq2_sign_dwords). */
+static inline QK_TGT __attribute__((always_inline)) void iq2_group(const uint8_t *qs, __m256i sd, int g, __m256i *mag,
+                                                                   __m256i *sgn, __m256i *sc)
 {
-    const uint8_t *qs = (const uint8_t *)b->qs;
-    const uint64_t *grid = quant_iq2xxs_grid;
-    __m256i sd = iq2_sign_dwords(qs);
     /* byte j of a group's 32 takes sign bit j % 8 of its byte j / 8 */
     const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
                                          3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll), one = _mm256_set1_epi8(1);
-    static const int pos[8] = { 0, 1, 4, 5, 2, 3, 6, 7 };
-    for (int g = 0; g < 8; g++) {
-        const uint8_t *q = qs + 8 * g;
-        uint32_t w = quant_rd32(q + 4);
-        s->mag[g] = _mm256_set_epi64x((long long)grid[q[3]], (long long)grid[q[2]], (long long)grid[q[1]],
-                                      (long long)grid[q[0]]);
-        __m256i x = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sd, _mm256_set1_epi32(pos[g])), rep);
-        s->sgn[g] = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit), one);
-        s->sc[g] = _mm256_set1_epi16((short)(2 * (w >> 28) + 1));
-    }
+    const uint64_t *grid = quant_iq2xxs_grid;
+    const uint8_t *q = qs + 8 * g;
+    *mag = _mm256_set_epi64x((long long)grid[q[3]], (long long)grid[q[2]], (long long)grid[q[1]], (long long)grid[q[0]]);
+    int pos = (g & 1) | (g & 2) << 1 | (g & 4) >> 1; /* iq2_sign_dwords' order */
+    __m256i x = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sd, _mm256_set1_epi32(pos)), rep);
+    *sgn = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit), one);
+    *sc = _mm256_set1_epi16((short)(2 * (quant_rd32(q + 4) >> 28) + 1));
+}
+
+static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, iq2_dec *s)
+{
+    const uint8_t *qs = (const uint8_t *)b->qs;
+    __m256i sd = iq2_sign_dwords(qs);
+    for (int g = 0; g < 8; g++) iq2_group(qs, sd, g, &s->mag[g], &s->sgn[g], &s->sc[g]);
     s->d = _cvtsh_ss(quant_rd16(&b->d));
 }
 
+/* Each group decoded and at once multiplied into the tile's tokens, its
+ * vectors never leaving the registers. */
 static inline QK_TGT __attribute__((always_inline)) void
 iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
          int64_t nb, float out[QK_ROWS][QK_TOKS])
@@ -116,18 +122,19 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
         __m256i acc[QK_ROWS][QK_TOKS];
         float dw[QK_ROWS];
         for (int r = 0; r < QK_ROWS; r++) {
-            iq2_dec s;
-            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, &s);
-            dw[r] = s.d;
-            for (int t = 0; t < nt; t++) {
-                const block_q8_K *a = act[t] + i;
-                __m256i ac = _mm256_setzero_si256();
-                for (int g = 0; g < 8; g++) {
-                    __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * g));
-                    __m256i p = _mm256_maddubs_epi16(s.mag[g], _mm256_sign_epi8(q8, s.sgn[g]));
-                    ac = DOT_S16(ac, p, s.sc[g]);
+            const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)rows[r] + i;
+            const uint8_t *qs = (const uint8_t *)b->qs;
+            __m256i sd = iq2_sign_dwords(qs);
+            dw[r] = _cvtsh_ss(quant_rd16(&b->d));
+            for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int g = 0; g < 8; g++) {
+                __m256i mag, sgn, sc;
+                iq2_group(qs, sd, g, &mag, &sgn, &sc);
+                for (int t = 0; t < nt; t++) {
+                    __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(act[t][i].qs + 32 * g));
+                    acc[r][t] = DOT_S16(acc[r][t], _mm256_maddubs_epi16(mag, _mm256_sign_epi8(q8, sgn)), sc);
                 }
-                acc[r][t] = ac;
             }
         }
         __m128 d4 = _mm_loadu_ps(dw);
