@@ -120,19 +120,23 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
     mag[P] = _mm512_permutexvar_epi8(                                                                          \
         _mm512_multishift_epi64_epi8(ctl, _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(c, P))), lut)
 #else
-    /* byte j of a qword: a copy of code byte j/4, masked to its two bits;
-     * both nibbles folded give 0-3 (even j) or 0/4/8/12 (odd j) */
-    const __m512i rep = _mm512_set4_epi32(0x09090909, 0x08080808, 0x01010101, 0x00000000);
-    const __m512i pos = _mm512_set1_epi32((int)0xc0300c03u);
-    const __m512i m15 = _mm512_set1_epi8(15);
-    const __m512i lut = _mm512_set4_epi32(0, 0x2b, 0x19, 0x002b1908);
+    /* word k of qword q: code word q shifted right by 4k (vpermw, vpsrlvw),
+     * whose two low codes go to its low and high byte */
+    const __m512i sh = _mm512_set4_epi32(0x000c0008, 0x00040000, 0x000c0008, 0x00040000);
+    const __m512i m3 = _mm512_set1_epi16(3), hi = _mm512_set1_epi16(0x0300);
+    const __m512i lut = _mm512_set4_epi32(0, 0, 0, 0x002b1908);
 #define IQ2_SPREAD(P)                                                                                          \
     do {                                                                                                       \
-        __m512i v = _mm512_and_si512(                                                                          \
-            _mm512_shuffle_epi8(_mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(c, P)), rep), pos);            \
-        v = _mm512_or_si512(_mm512_and_si512(v, m15), _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));       \
-        mag[P] = _mm512_shuffle_epi8(lut, v);                                                                 \
+        __m512i w = _mm512_srlv_epi16(                                                                         \
+            _mm512_permutexvar_epi16(_mm512_add_epi16(qsel, _mm512_set1_epi16(8 * (P))), c), sh);            \
+        w = _mm512_ternarylogic_epi32(_mm512_and_si512(w, m3), _mm512_slli_epi16(w, 6), hi, 0xf8);            \
+        mag[P] = _mm512_shuffle_epi8(lut, w);                                                                 \
     } while (0)
+    /* qsel word 4q + k: q */
+    const __m512i qsel = _mm512_srli_epi16(
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7,
+                         6, 5, 4, 3, 2, 1, 0),
+        2);
 #endif
     IQ2_SPREAD(0);
     IQ2_SPREAD(1);
