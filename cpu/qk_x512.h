@@ -145,7 +145,7 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
 #undef IQ2_SPREAD
 }
 
-static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, const uint16_t *codes, iq2_dec *s)
+static inline QK_TGT __attribute__((always_inline)) void iq2_decode(const block_iq2_xxs *b, const uint16_t *codes, iq2_dec *s)
 {
     __m512i q = _mm512_loadu_si512(b->qs);
     uint64_t neg[4];
