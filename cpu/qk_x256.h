@@ -194,21 +194,36 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
         prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
         __m256i acc[QK_ROWS][QK_TOKS], accm[QK_ROWS][QK_TOKS];
         float dw[QK_ROWS], dm[QK_ROWS];
+        /* each quarter of a row's quants multiplied into the tokens as soon
+         * as it is decoded (as q2k_decode does it), in registers */
+        const __m256i ctl0 = _mm256_setr_epi32((int)0x80008000u, (int)0x80008000u, (int)0x80008000u, (int)0x80008000u,
+                                               (int)0x80018001u, (int)0x80018001u, (int)0x80018001u, (int)0x80018001u);
+        const __m256i three = _mm256_set1_epi8(3);
         for (int r = 0; r < QK_ROWS; r++) {
-            q2k_dec s;
-            q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
-            dw[r] = s.d;
-            dm[r] = s.dmin;
-            for (int t = 0; t < nt; t++) {
-                const block_q8_K *a = act[t] + i;
-                __m256i ac = _mm256_setzero_si256();
-                for (int j = 0; j < 8; j++) {
-                    __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(a->qs + 32 * j));
-                    ac = DOT_Q2K(ac, s.w[j], s.scw[j], q8);
+            const block_q2_K *b = (const block_q2_K *)(const void *)rows[r] + i;
+            __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
+            __m256i lo = _mm256_broadcastsi128_si256(_mm_and_si128(sc, _mm_set1_epi8(15)));
+            __m256i mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
+            dw[r] = _cvtsh_ss(quant_rd16(&b->d));
+            dm[r] = _cvtsh_ss(quant_rd16(&b->dmin));
+            for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 2")
+            for (int h = 0; h < 2; h++) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h));
+                _Pragma("GCC unroll 4")
+                for (int k = 0; k < 4; k++) {
+                    int sub = 8 * h + 2 * k;
+                    __m256i scw = _mm256_shuffle_epi8(lo, _mm256_add_epi32(ctl0, _mm256_set1_epi32(sub * 0x00010001)));
+                    __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
+                    __m256i w = Q2K_SCALED ? _mm256_mullo_epi16(v, scw) : v;
+                    for (int t = 0; t < nt; t++) {
+                        __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(act[t][i].qs + 128 * h + 32 * k));
+                        acc[r][t] = DOT_Q2K(acc[r][t], w, scw, q8);
+                    }
                 }
-                acc[r][t] = ac;
-                accm[r][t] = _mm256_madd_epi16(s.mins, _mm256_loadu_si256((const __m256i *)(const void *)a->bsums));
             }
+            for (int t = 0; t < nt; t++)
+                accm[r][t] = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)(const void *)act[t][i].bsums));
         }
         __m128 d4 = _mm_loadu_ps(dw), m4 = _mm_loadu_ps(dm);
         for (int t = 0; t < nt; t++) {
