@@ -337,6 +337,63 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
     }
 }
 
+/* One token: each 64 quants of a row multiplied in as soon as they are
+ * decoded (as q2k_decode does it), in registers; with more tokens the
+ * decoded rows above share each activation load instead. */
+static inline QK_TGT __attribute__((always_inline)) void
+q2k_tile_one(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+             int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    (void)nt;
+    const block_q8_K *a = act[0];
+    __m128 sum = _mm_setzero_ps();
+    const __m512i three = _mm512_set1_epi8(3);
+    const __m512i ctl0 = _mm512_setr_epi32((int)0x80008000u, (int)0x80008000u, (int)0x80008000u, (int)0x80008000u,
+                                           (int)0x80018001u, (int)0x80018001u, (int)0x80018001u, (int)0x80018001u,
+                                           (int)0x80028002u, (int)0x80028002u, (int)0x80028002u, (int)0x80028002u,
+                                           (int)0x80038003u, (int)0x80038003u, (int)0x80038003u, (int)0x80038003u);
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
+        __m512i acc[QK_ROWS];
+        __m256i accm[QK_ROWS];
+        float dw[QK_ROWS], dm[QK_ROWS];
+        for (int r = 0; r < QK_ROWS; r++) {
+            const block_q2_K *b = (const block_q2_K *)(const void *)rows[r] + i;
+            __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
+            __m512i lo = _mm512_broadcast_i32x4(_mm_and_si128(sc, _mm_set1_epi8(15)));
+            __m256i mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
+            dw[r] = _cvtsh_ss(quant_rd16(&b->d));
+            dm[r] = _cvtsh_ss(quant_rd16(&b->dmin));
+            acc[r] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 2")
+            for (int h = 0; h < 2; h++) {
+                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h)));
+                _Pragma("GCC unroll 2")
+                for (int jj = 0; jj < 2; jj++) {
+                    int j = 2 * h + jj;
+                    __m512i cnt =
+                        _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * jj)), _mm256_set1_epi16((short)(4 * jj + 2)), 1);
+                    __m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, cnt), three);
+                    __m512i scw = _mm512_shuffle_epi8(lo, _mm512_add_epi32(ctl0, _mm512_set1_epi32(4 * j * 0x00010001)));
+                    acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_mullo_epi16(v, scw), _mm512_loadu_si512(a[i].qs + 64 * j));
+                }
+            }
+            accm[r] = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)(const void *)a[i].bsums));
+        }
+        __m128 d4 = _mm_loadu_ps(dw), m4 = _mm_loadu_ps(dm);
+        __m128i is = hsum4x512(acc[0], acc[1], acc[2], acc[3]);
+        __m128i ms = hsum4x256(accm[0], accm[1], accm[2], accm[3]);
+        __m128 ad = _mm_set1_ps(a[i].d);
+        /* dall·isum − dmin·summs, as the reference rounds it */
+        __m128 f = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(ad, d4), _mm_cvtepi32_ps(is)),
+                              _mm_mul_ps(_mm_mul_ps(ad, m4), _mm_cvtepi32_ps(ms)));
+        sum = _mm_add_ps(sum, f);
+    }
+    float v[4];
+    _mm_storeu_ps(v, sum);
+    for (int r = 0; r < QK_ROWS; r++) out[r][0] = v[r];
+}
+
 /* ---- panels (prefill) ------------------------------------------------------------ */
 
 /* Sixteen rows' 256 weight bytes each, in element order, into a panel's w:
@@ -538,7 +595,7 @@ QK_FIXED(iq2_tile, 1)
 QK_FIXED(iq2_tile_many, 2)
 QK_FIXED(iq2_tile_many, 3)
 QK_FIXED(iq2_tile_many, 4)
-QK_FIXED(q2k_tile, 1)
+QK_FIXED(q2k_tile_one, 1)
 QK_FIXED(q2k_tile, 2)
 QK_FIXED(q2k_tile, 3)
 QK_FIXED(q2k_tile, 4)
@@ -558,7 +615,7 @@ static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *
                               int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     switch (nt) {
-    case 1: q2k_tile_1(rows, next, act, nb, out); break;
+    case 1: q2k_tile_one_1(rows, next, act, nb, out); break;
     case 2: q2k_tile_2(rows, next, act, nb, out); break;
     case 3: q2k_tile_3(rows, next, act, nb, out); break;
     default: q2k_tile_4(rows, next, act, nb, out); break;
