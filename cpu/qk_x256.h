@@ -64,12 +64,15 @@ typedef struct {
 
 /* The eight groups' sign bits at once: each group's four 7-bit selectors
  * spread to the bytes of a dword, the eighth bit of each byte its parity
- * (a nibble table), which is ksigns' value. Dword 2·(g & 1) + (g >> 1) … :
- * the order vshufps leaves them in (iq2_sign_pos). */
-static inline QK_TGT __m256i iq2_sign_dwords(const uint8_t *qs)
+ * (a nibble table), which is ksigns' value; and (scd) their scales. Group
+ * g's dword is the one vshufps leaves it in (iq2_group's pos). */
+static inline QK_TGT __m256i iq2_sign_dwords(const uint8_t *qs, __m256i *scd)
 {
     __m256 lo = _mm256_loadu_ps((const float *)(const void *)qs), hi = _mm256_loadu_ps((const float *)(const void *)(qs + 32));
     __m256i w = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+    /* the scales 2·ls+1, in both words of the same dwords */
+    __m256i ls = _mm256_or_si256(_mm256_srli_epi32(w, 27), _mm256_set1_epi32(1));
+    *scd = _mm256_or_si256(ls, _mm256_slli_epi32(ls, 16));
     const __m256i m7 = _mm256_set1_epi32(127), m15 = _mm256_set1_epi8(15);
     __m256i sb = _mm256_or_si256(
         _mm256_or_si256(_mm256_and_si256(w, m7), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 7), m7), 8)),
@@ -84,8 +87,8 @@ static inline QK_TGT __m256i iq2_sign_dwords(const uint8_t *qs)
 
 /* Group g of a block: its magnitudes, ±1 signs and scale 2·ls+1 as words
  * (sd: the block's iq2_sign_dwords). */
-static inline QK_TGT __attribute__((always_inline)) void iq2_group(const uint8_t *qs, __m256i sd, int g, __m256i *mag,
-                                                                   __m256i *sgn, __m256i *sc)
+static inline QK_TGT __attribute__((always_inline)) void iq2_group(const uint8_t *qs, __m256i sd, __m256i scd, int g,
+                                                                   __m256i *mag, __m256i *sgn, __m256i *sc)
 {
     /* byte j of a group's 32 takes sign bit j % 8 of its byte j / 8 */
     const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
@@ -95,16 +98,17 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_group(const uint8_t
     const uint8_t *q = qs + 8 * g;
     *mag = _mm256_set_epi64x((long long)grid[q[3]], (long long)grid[q[2]], (long long)grid[q[1]], (long long)grid[q[0]]);
     int pos = (g & 1) | (g & 2) << 1 | (g & 4) >> 1; /* iq2_sign_dwords' order */
-    __m256i x = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sd, _mm256_set1_epi32(pos)), rep);
+    __m256i at = _mm256_set1_epi32(pos);
+    __m256i x = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sd, at), rep);
     *sgn = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit), one);
-    *sc = _mm256_set1_epi16((short)(2 * (quant_rd32(q + 4) >> 28) + 1));
+    *sc = _mm256_permutevar8x32_epi32(scd, at);
 }
 
 static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, iq2_dec *s)
 {
     const uint8_t *qs = (const uint8_t *)b->qs;
-    __m256i sd = iq2_sign_dwords(qs);
-    for (int g = 0; g < 8; g++) iq2_group(qs, sd, g, &s->mag[g], &s->sgn[g], &s->sc[g]);
+    __m256i scd, sd = iq2_sign_dwords(qs, &scd);
+    for (int g = 0; g < 8; g++) iq2_group(qs, sd, scd, g, &s->mag[g], &s->sgn[g], &s->sc[g]);
     s->d = _cvtsh_ss(quant_rd16(&b->d));
 }
 
@@ -124,13 +128,13 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
         for (int r = 0; r < QK_ROWS; r++) {
             const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)rows[r] + i;
             const uint8_t *qs = (const uint8_t *)b->qs;
-            __m256i sd = iq2_sign_dwords(qs);
+            __m256i scd, sd = iq2_sign_dwords(qs, &scd);
             dw[r] = _cvtsh_ss(quant_rd16(&b->d));
             for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int g = 0; g < 8; g++) {
                 __m256i mag, sgn, sc;
-                iq2_group(qs, sd, g, &mag, &sgn, &sc);
+                iq2_group(qs, sd, scd, g, &mag, &sgn, &sc);
                 for (int t = 0; t < nt; t++) {
                     __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(act[t][i].qs + 32 * g));
                     acc[r][t] = DOT_S16(acc[r][t], _mm256_maddubs_epi16(mag, _mm256_sign_epi8(q8, sgn)), sc);
