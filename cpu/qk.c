@@ -110,11 +110,10 @@ const char *qk_level_error(void)
     return level_error;
 }
 
-static uint64_t signs8[128];
 static _Alignas(64) uint16_t grid_codes[256];
-static pthread_once_t signs_once = PTHREAD_ONCE_INIT;
+static pthread_once_t codes_once = PTHREAD_ONCE_INIT;
 
-static void signs_init(void)
+static void codes_init(void)
 {
     for (int i = 0; i < 256; i++) {
         uint16_t c = 0;
@@ -124,22 +123,11 @@ static void signs_init(void)
         }
         grid_codes[i] = c;
     }
-    for (int s = 0; s < 128; s++) {
-        uint64_t v = 0;
-        for (int j = 0; j < 8; j++) v |= (uint64_t)((quant_ksigns_iq2xs[s] >> j) & 1 ? 0xff : 0x01) << (8 * j);
-        signs8[s] = v;
-    }
-}
-
-const uint64_t *qk_signs8(void)
-{
-    pthread_once(&signs_once, signs_init);
-    return signs8;
 }
 
 const uint16_t *qk_grid_codes(void)
 {
-    pthread_once(&signs_once, signs_init);
+    pthread_once(&codes_once, codes_init);
     return grid_codes;
 }
 
@@ -181,6 +169,25 @@ static void tile_rows(qk_kernel fn, const uint8_t *w, size_t row_bytes, int64_t 
         for (int t = 0; t < nt; t++) y[t0 + t][r + i] = out[i][t];
 }
 
+/* From this many tokens on, a row group is decoded once into a panel and
+ * multiplied from there (below it, the tiles' decoding per token group
+ * costs less than the panel's transposition). */
+enum { PANEL_MIN_TOKENS = 8 };
+
+/* The panel walk; false (nothing written) when its buffer cannot be had. */
+static bool panel_rows(qk_panel_fn pf, const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int64_t r1,
+                       int T, const block_q8_K *const *act, float *const *y)
+{
+    qk_panel *panel = aligned_alloc(_Alignof(qk_panel), sizeof(qk_panel) * (size_t)nb);
+    if (!panel) return false;
+    for (int64_t r = r0; r < r1; r += QK_PANEL_ROWS) {
+        int nr = r1 - r < QK_PANEL_ROWS ? (int)(r1 - r) : QK_PANEL_ROWS;
+        pf(w, row_bytes, nb, r, nr, panel, T, act, y);
+    }
+    free(panel);
+    return true;
+}
+
 void qk_rows(qk_level level, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0, int64_t r1,
              int T, const block_q8_K *const *act, float *const *y)
 {
@@ -197,6 +204,8 @@ void qk_rows_with(const qk_kernels *k, uint32_t type, const uint8_t *w, size_t r
         return;
     }
     int64_t nb = n / QK_K;
+    qk_panel_fn pf = type == GGML_TYPE_IQ2_XXS ? k->iq2_panel : k->q2k_panel;
+    if (pf && T >= PANEL_MIN_TOKENS && panel_rows(pf, w, row_bytes, nb, r0, r1, T, act, y)) return;
     if (T <= QK_TOKS) {
         for (int64_t r = r0; r < r1; r += QK_ROWS) tile_rows(fn, w, row_bytes, nb, r, r1, true, 0, T, act, y);
         return;

@@ -22,8 +22,36 @@ enum { QK_ROWS = 4, QK_TOKS = 4 };
 typedef void (*qk_kernel)(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
                           int nt, int64_t nb, float out[QK_ROWS][QK_TOKS]);
 
+/* Prefill: QK_PANEL_ROWS rows decoded once per call into a panel (one
+ * qk_panel per block of 256) and multiplied into every token from there.
+ * A panel keeps each row's weights as unsigned bytes four elements to a
+ * dword and the rows side by side: the 32-bit lane r of w[k] is row r's
+ * elements 4k … 4k+3, which vpdpbusd multiplies by a token's four
+ * activation bytes broadcast to every lane. A block's integer sum then
+ * ends in its row's own lane, with no horizontal sum per (row, token), and
+ * the rows share each activation load. A short group repeats its last row.
+ *   Q2_K: w = q · (scale & 15) (at most 45); m[p] the minimums of
+ *     sub-blocks 2p and 2p+1 as two words (vpdpwssd against the bsums).
+ *   IQ2_XXS: w = signed grid value + 64 (21 … 107); sc[g] group g's scale
+ *     2·ls+1, m[g] the same in both words: the 64 · Σ q8 that the offset
+ *     adds to a group's sum is taken back through the bsums. */
+enum { QK_PANEL_ROWS = 16 };
+typedef struct {
+    _Alignas(64) uint8_t w[QK_K / 4][QK_PANEL_ROWS][4];
+    uint32_t m[8][QK_PANEL_ROWS];
+    int32_t sc[8][QK_PANEL_ROWS];
+    float d[QK_PANEL_ROWS], dmin[QK_PANEL_ROWS];
+} qk_panel;
+
+/* Rows [r0, r0 + nr) (nr ≤ QK_PANEL_ROWS) of a matrix with nb blocks a
+ * row, decoded into panel[0 … nb), times the T tokens of act:
+ * y[t][r0 + i], exactly quant_dot_act's values. */
+typedef void (*qk_panel_fn)(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int nr, qk_panel *panel, int T,
+                            const block_q8_K *const *act, float *const *y);
+
 typedef struct {
     qk_kernel iq2_xxs, q2_K;
+    qk_panel_fn iq2_panel, q2k_panel; /* NULL: prefill runs on the tiles too */
 } qk_kernels;
 
 /* Each level's kernels (NULL entries where the build cannot target it). */
@@ -36,9 +64,6 @@ extern const qk_kernels qk_kernels_avx2vnni_evex;
 void qk_rows_with(const qk_kernels *k, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0,
                   int64_t r1, int T, const block_q8_K *const *act, float *const *y);
 
-/* ksigns as ±1 bytes: byte j of qk_signs8[s] is −1 when bit j of
- * quant_ksigns_iq2xs[s] is set, else +1 (vpsignb's sign operand). */
-extern const uint64_t *qk_signs8(void);
 /* The IQ2_XXS grid as 2-bit codes (8 → 0, 25 → 1, 43 → 2), element j of
  * row i at bits 2j of entry i; 512 bytes, 64-byte aligned. */
 extern const uint16_t *qk_grid_codes(void);

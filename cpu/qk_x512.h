@@ -18,6 +18,9 @@
  * multiplied by their 4-bit sub-block scale (≤ 45, still a byte) they feed
  * vpdpbusd directly against 64 contiguous activation bytes, and the
  * minimums go through the activation's bsums.
+ * From eight tokens on (both formats), 16 rows at a time are decoded once
+ * into a panel (qk_impl.h) and eight tokens a pass multiplied from it, one
+ * vpdpbusd per four elements, row and token, with no horizontal sums.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -117,19 +120,23 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
     mag[P] = _mm512_permutexvar_epi8(                                                                          \
         _mm512_multishift_epi64_epi8(ctl, _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(c, P))), lut)
 #else
-    /* byte j of a qword: a copy of code byte j/4, masked to its two bits;
-     * both nibbles folded give 0-3 (even j) or 0/4/8/12 (odd j) */
-    const __m512i rep = _mm512_set4_epi32(0x09090909, 0x08080808, 0x01010101, 0x00000000);
-    const __m512i pos = _mm512_set1_epi32((int)0xc0300c03u);
-    const __m512i m15 = _mm512_set1_epi8(15);
-    const __m512i lut = _mm512_set4_epi32(0, 0x2b, 0x19, 0x002b1908);
+    /* word k of qword q: code word q shifted right by 4k (vpermw, vpsrlvw),
+     * whose two low codes go to its low and high byte */
+    const __m512i sh = _mm512_set4_epi32(0x000c0008, 0x00040000, 0x000c0008, 0x00040000);
+    const __m512i m3 = _mm512_set1_epi16(3), hi = _mm512_set1_epi16(0x0300);
+    const __m512i lut = _mm512_set4_epi32(0, 0, 0, 0x002b1908);
 #define IQ2_SPREAD(P)                                                                                          \
     do {                                                                                                       \
-        __m512i v = _mm512_and_si512(                                                                          \
-            _mm512_shuffle_epi8(_mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(c, P)), rep), pos);            \
-        v = _mm512_or_si512(_mm512_and_si512(v, m15), _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));       \
-        mag[P] = _mm512_shuffle_epi8(lut, v);                                                                 \
+        __m512i w = _mm512_srlv_epi16(                                                                         \
+            _mm512_permutexvar_epi16(_mm512_add_epi16(qsel, _mm512_set1_epi16(8 * (P))), c), sh);            \
+        w = _mm512_ternarylogic_epi32(_mm512_and_si512(w, m3), _mm512_slli_epi16(w, 6), hi, 0xf8);            \
+        mag[P] = _mm512_shuffle_epi8(lut, w);                                                                 \
     } while (0)
+    /* qsel word 4q + k: q */
+    const __m512i qsel = _mm512_srli_epi16(
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7,
+                         6, 5, 4, 3, 2, 1, 0),
+        2);
 #endif
     IQ2_SPREAD(0);
     IQ2_SPREAD(1);
@@ -138,7 +145,7 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
 #undef IQ2_SPREAD
 }
 
-static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, const uint16_t *codes, iq2_dec *s)
+static inline QK_TGT __attribute__((always_inline)) void iq2_decode(const block_iq2_xxs *b, const uint16_t *codes, iq2_dec *s)
 {
     __m512i q = _mm512_loadu_si512(b->qs);
     uint64_t neg[4];
@@ -330,6 +337,252 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
     }
 }
 
+/* One token: each 64 quants of a row multiplied in as soon as they are
+ * decoded (as q2k_decode does it), in registers; with more tokens the
+ * decoded rows above share each activation load instead. */
+static inline QK_TGT __attribute__((always_inline)) void
+q2k_tile_one(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+             int64_t nb, float out[QK_ROWS][QK_TOKS])
+{
+    (void)nt;
+    const block_q8_K *a = act[0];
+    __m128 sum = _mm_setzero_ps();
+    const __m512i three = _mm512_set1_epi8(3);
+    const __m512i ctl0 = _mm512_setr_epi32((int)0x80008000u, (int)0x80008000u, (int)0x80008000u, (int)0x80008000u,
+                                           (int)0x80018001u, (int)0x80018001u, (int)0x80018001u, (int)0x80018001u,
+                                           (int)0x80028002u, (int)0x80028002u, (int)0x80028002u, (int)0x80028002u,
+                                           (int)0x80038003u, (int)0x80038003u, (int)0x80038003u, (int)0x80038003u);
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
+        __m512i acc[QK_ROWS];
+        __m256i accm[QK_ROWS];
+        float dw[QK_ROWS], dm[QK_ROWS];
+        for (int r = 0; r < QK_ROWS; r++) {
+            const block_q2_K *b = (const block_q2_K *)(const void *)rows[r] + i;
+            __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
+            __m512i lo = _mm512_broadcast_i32x4(_mm_and_si128(sc, _mm_set1_epi8(15)));
+            __m256i mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
+            dw[r] = _cvtsh_ss(quant_rd16(&b->d));
+            dm[r] = _cvtsh_ss(quant_rd16(&b->dmin));
+            acc[r] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 2")
+            for (int h = 0; h < 2; h++) {
+                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h)));
+                _Pragma("GCC unroll 2")
+                for (int jj = 0; jj < 2; jj++) {
+                    int j = 2 * h + jj;
+                    __m512i cnt =
+                        _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * jj)), _mm256_set1_epi16((short)(4 * jj + 2)), 1);
+                    __m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, cnt), three);
+                    __m512i scw = _mm512_shuffle_epi8(lo, _mm512_add_epi32(ctl0, _mm512_set1_epi32(4 * j * 0x00010001)));
+                    acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_mullo_epi16(v, scw), _mm512_loadu_si512(a[i].qs + 64 * j));
+                }
+            }
+            accm[r] = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)(const void *)a[i].bsums));
+        }
+        __m128 d4 = _mm_loadu_ps(dw), m4 = _mm_loadu_ps(dm);
+        __m128i is = hsum4x512(acc[0], acc[1], acc[2], acc[3]);
+        __m128i ms = hsum4x256(accm[0], accm[1], accm[2], accm[3]);
+        __m128 ad = _mm_set1_ps(a[i].d);
+        /* dall·isum − dmin·summs, as the reference rounds it */
+        __m128 f = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(ad, d4), _mm_cvtepi32_ps(is)),
+                              _mm_mul_ps(_mm_mul_ps(ad, m4), _mm_cvtepi32_ps(ms)));
+        sum = _mm_add_ps(sum, f);
+    }
+    float v[4];
+    _mm_storeu_ps(v, sum);
+    for (int r = 0; r < QK_ROWS; r++) out[r][0] = v[r];
+}
+
+/* ---- panels (prefill) ------------------------------------------------------------ */
+
+/* Sixteen rows' 256 weight bytes each, in element order, into a panel's w:
+ * every 16 × 16 dword square transposed so that a vector holds one dword
+ * of each row. */
+static inline QK_TGT void panel_transpose(const uint8_t (*tmp)[QK_K], qk_panel *P)
+{
+    for (int c = 0; c < 4; c++) {
+        __m512i v[16], t[16], u[16];
+        for (int r = 0; r < 16; r++) v[r] = _mm512_load_si512(tmp[r] + 64 * c);
+        for (int k = 0; k < 8; k++) {
+            t[2 * k] = _mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+            t[2 * k + 1] = _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+        }
+        /* u[4g + k], 128-bit lane L: element 4L + k of rows 4g … 4g+3 */
+        for (int g = 0; g < 4; g++) {
+            u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+            u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+            u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+            u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+        }
+        /* then the 4 × 4 transpose of the lanes */
+        for (int k = 0; k < 4; k++) {
+            __m512i x0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x44), x1 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xee);
+            __m512i y0 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x44);
+            __m512i y1 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xee);
+            _mm512_store_si512(P->w[16 * c + k], _mm512_shuffle_i32x4(x0, y0, 0x88));
+            _mm512_store_si512(P->w[16 * c + 4 + k], _mm512_shuffle_i32x4(x0, y0, 0xdd));
+            _mm512_store_si512(P->w[16 * c + 8 + k], _mm512_shuffle_i32x4(x1, y1, 0x88));
+            _mm512_store_si512(P->w[16 * c + 12 + k], _mm512_shuffle_i32x4(x1, y1, 0xdd));
+        }
+    }
+}
+
+/* Block i of the panel's rows, each decoded as the tiles do. */
+static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i, qk_panel *P)
+{
+    _Alignas(64) uint8_t tmp[QK_PANEL_ROWS][QK_K];
+    _Alignas(32) uint16_t mins[QK_PANEL_ROWS][16];
+    for (int r = 0; r < QK_PANEL_ROWS; r++) {
+        q2k_dec s;
+        q2k_decode((const block_q2_K *)(const void *)rows[r] + i, &s);
+        for (int j = 0; j < 4; j++) _mm512_store_si512(tmp[r] + 64 * j, s.w[j]);
+        _mm256_store_si256((__m256i *)(void *)mins[r], s.mins);
+        P->d[r] = s.d;
+        P->dmin[r] = s.dmin;
+    }
+    panel_transpose((const uint8_t(*)[QK_K])tmp, P);
+    for (int p = 0; p < 8; p++)
+        for (int r = 0; r < QK_PANEL_ROWS; r++) P->m[p][r] = mins[r][2 * p] | (uint32_t)mins[r][2 * p + 1] << 16;
+}
+
+static inline QK_TGT void iq2_panel_block(const uint8_t *const *rows, int64_t i, qk_panel *P)
+{
+    const uint16_t *codes = qk_grid_codes();
+    _Alignas(64) uint8_t tmp[QK_PANEL_ROWS][QK_K];
+    const __m512i off = _mm512_set1_epi8(64);
+    for (int r = 0; r < QK_PANEL_ROWS; r++) {
+        const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)rows[r] + i;
+        iq2_dec s;
+        iq2_decode(b, codes, &s);
+        for (int p = 0; p < 4; p++) {
+            __m512i w = _mm512_mask_sub_epi8(s.mag[p], s.neg[p], _mm512_setzero_si512(), s.mag[p]);
+            _mm512_store_si512(tmp[r] + 64 * p, _mm512_add_epi8(w, off));
+        }
+        P->d[r] = s.d;
+        for (int g = 0; g < 8; g++) {
+            int32_t ls = 2 * (int32_t)(quant_rd32((const uint8_t *)b->qs + 8 * g + 4) >> 28) + 1;
+            P->sc[g][r] = ls;
+            P->m[g][r] = (uint32_t)ls | (uint32_t)ls << 16;
+        }
+    }
+    panel_transpose((const uint8_t(*)[QK_K])tmp, P);
+}
+
+/* The token loops unrolled, so that the accumulators stay in registers. */
+#define QK_UNROLL _Pragma("GCC unroll 16")
+
+enum { PANEL_TOKS = 8 };
+
+/* PANEL_TOKS tokens (a short pass repeats its last token) over all nb
+ * blocks of a Q2_K panel: per block, 64 vpdpbusd per token, each weight
+ * vector loaded once for the pass's tokens. */
+static inline QK_TGT void q2k_panel_tokens(const qk_panel *P, int64_t nb, const block_q8_K *const *a, int nt,
+                                           float *const *y, int64_t r0, int nr)
+{
+    __m512 sum[PANEL_TOKS];
+    QK_UNROLL
+    for (int t = 0; t < PANEL_TOKS; t++) sum[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, P++) {
+        __m512i acc[PANEL_TOKS], accm[PANEL_TOKS];
+        const int8_t *q[PANEL_TOKS];
+        QK_UNROLL
+        for (int t = 0; t < PANEL_TOKS; t++) {
+            acc[t] = _mm512_setzero_si512();
+            accm[t] = _mm512_setzero_si512();
+            q[t] = a[t][i].qs;
+        }
+        _Pragma("GCC unroll 8")
+        for (int k = 0; k < QK_K / 4; k++) {
+            __m512i wv = _mm512_load_si512(P->w[k]);
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++)
+                acc[t] = _mm512_dpbusd_epi32(acc[t], wv, _mm512_set1_epi32((int)quant_rd32(q[t] + 4 * k)));
+        }
+        for (int p = 0; p < 8; p++) {
+            __m512i mv = _mm512_load_si512(P->m[p]);
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++)
+                accm[t] = _mm512_dpwssd_epi32(accm[t], mv, _mm512_set1_epi32((int)quant_rd32(a[t][i].bsums + 2 * p)));
+        }
+        __m512 d = _mm512_load_ps(P->d), dm = _mm512_load_ps(P->dmin);
+        QK_UNROLL
+        for (int t = 0; t < PANEL_TOKS; t++) {
+            __m512 ad = _mm512_set1_ps(a[t][i].d);
+            /* dall·isum − dmin·summs, as the reference rounds it */
+            __m512 f = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(ad, d), _mm512_cvtepi32_ps(acc[t])),
+                                     _mm512_mul_ps(_mm512_mul_ps(ad, dm), _mm512_cvtepi32_ps(accm[t])));
+            sum[t] = _mm512_add_ps(sum[t], f);
+        }
+    }
+    __mmask16 keep = (__mmask16)((1u << nr) - 1);
+    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y[t] + r0, keep, sum[t]);
+}
+
+/* The same for an IQ2_XXS panel: per group, eight vpdpbusd per token into
+ * a group sum, which its scale multiplies (vpmulld) into the block's. */
+static inline QK_TGT void iq2_panel_tokens(const qk_panel *P, int64_t nb, const block_q8_K *const *a, int nt,
+                                           float *const *y, int64_t r0, int nr)
+{
+    __m512 sum[PANEL_TOKS];
+    QK_UNROLL
+    for (int t = 0; t < PANEL_TOKS; t++) sum[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, P++) {
+        __m512i tot[PANEL_TOKS], corr[PANEL_TOKS];
+        const int8_t *q[PANEL_TOKS];
+        QK_UNROLL
+        for (int t = 0; t < PANEL_TOKS; t++) {
+            tot[t] = _mm512_setzero_si512();
+            corr[t] = _mm512_setzero_si512();
+            q[t] = a[t][i].qs;
+        }
+        for (int g = 0; g < 8; g++) {
+            __m512i acc[PANEL_TOKS];
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++) acc[t] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8")
+            for (int k = 8 * g; k < 8 * g + 8; k++) {
+                __m512i wv = _mm512_load_si512(P->w[k]);
+                QK_UNROLL
+                for (int t = 0; t < PANEL_TOKS; t++)
+                    acc[t] = _mm512_dpbusd_epi32(acc[t], wv, _mm512_set1_epi32((int)quant_rd32(q[t] + 4 * k)));
+            }
+            __m512i sc = _mm512_load_si512(P->sc[g]), mv = _mm512_load_si512(P->m[g]);
+            QK_UNROLL
+            for (int t = 0; t < PANEL_TOKS; t++) {
+                tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(acc[t], sc));
+                corr[t] = _mm512_dpwssd_epi32(corr[t], mv, _mm512_set1_epi32((int)quant_rd32(a[t][i].bsums + 2 * g)));
+            }
+        }
+        __m512 d = _mm512_load_ps(P->d);
+        QK_UNROLL
+        for (int t = 0; t < PANEL_TOKS; t++) {
+            __m512i is = _mm512_sub_epi32(tot[t], _mm512_slli_epi32(corr[t], 6));
+            __m512 f = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(a[t][i].d)), _mm512_cvtepi32_ps(is));
+            sum[t] = _mm512_add_ps(sum[t], f);
+        }
+    }
+    __mmask16 keep = (__mmask16)((1u << nr) - 1);
+    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y[t] + r0, keep, _mm512_mul_ps(_mm512_set1_ps(0.125f), sum[t]));
+}
+
+#define QK_PANEL_FN(NAME, BLOCK, TOKENS)                                                                     \
+    static QK_TGT void NAME(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int nr, qk_panel *panel, \
+                            int T, const block_q8_K *const *act, float *const *y)                            \
+    {                                                                                                      \
+        const uint8_t *rows[QK_PANEL_ROWS];                                                                \
+        for (int r = 0; r < QK_PANEL_ROWS; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * row_bytes; \
+        for (int64_t i = 0; i < nb; i++) BLOCK(rows, i, panel + i);                                        \
+        for (int t0 = 0; t0 < T; t0 += PANEL_TOKS) {                                                       \
+            int nt = T - t0 < PANEL_TOKS ? T - t0 : PANEL_TOKS;                                            \
+            const block_q8_K *a[PANEL_TOKS];                                                               \
+            for (int t = 0; t < PANEL_TOKS; t++) a[t] = act[t0 + (t < nt ? t : nt - 1)];                   \
+            TOKENS(panel, nb, a, nt, y + t0, r0, nr);                                                      \
+        }                                                                                                  \
+    }
+QK_PANEL_FN(q2k_panel, q2k_panel_block, q2k_panel_tokens)
+QK_PANEL_FN(iq2_panel, iq2_panel_block, iq2_panel_tokens)
+
 /* ---- fixed token counts --------------------------------------------------------- */
 
 #define QK_FIXED(FN, NT)                                                                               \
@@ -342,7 +595,7 @@ QK_FIXED(iq2_tile, 1)
 QK_FIXED(iq2_tile_many, 2)
 QK_FIXED(iq2_tile_many, 3)
 QK_FIXED(iq2_tile_many, 4)
-QK_FIXED(q2k_tile, 1)
+QK_FIXED(q2k_tile_one, 1)
 QK_FIXED(q2k_tile, 2)
 QK_FIXED(q2k_tile, 3)
 QK_FIXED(q2k_tile, 4)
@@ -362,11 +615,11 @@ static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *
                               int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     switch (nt) {
-    case 1: q2k_tile_1(rows, next, act, nb, out); break;
+    case 1: q2k_tile_one_1(rows, next, act, nb, out); break;
     case 2: q2k_tile_2(rows, next, act, nb, out); break;
     case 3: q2k_tile_3(rows, next, act, nb, out); break;
     default: q2k_tile_4(rows, next, act, nb, out); break;
     }
 }
 
-const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel };
+const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel, iq2_panel, q2k_panel };

@@ -1,7 +1,7 @@
 /* Tests of the integer 2-bit kernels (engine/qk.h): every SIMD level this
  * CPU runs gives, for every (row, token), the bits of the scalar
- * reference quant_dot_act, for any tile shape (short row groups, 1 to 4
- * tokens, more than one token chunk), with extreme values that would
+ * reference quant_dot_act, for any tile or panel shape (short row
+ * groups, short token passes, more than one token chunk), with extreme values that would
  * overflow a saturating or 16-bit sum; levels the CPU lacks are skipped
  * with the reason. */
 #include <math.h>
@@ -61,8 +61,11 @@ static void check_kernels(qk_level level, const qk_kernels *kernels)
 {
     const uint32_t types[] = { GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K };
     const int64_t ns[] = { 256, 1024 };
-    const int Ts[] = { 1, 2, 3, 4, 7, 70 };
-    enum { ROWS = 11, MAXT = 70 };
+    /* 1-7 tokens run on tiles, 8 and more on Q2_K panels (8 or 4 tokens a
+     * pass, a short last pass); rows [1, 38) end in a short tile and a
+     * short panel */
+    const int Ts[] = { 1, 2, 3, 4, 7, 8, 9, 70 };
+    enum { ROWS = 38, MAXT = 70 };
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t ni = 0; ni < 2; ni++) {
             uint32_t type = types[ti];
