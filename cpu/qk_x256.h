@@ -486,20 +486,6 @@ static inline QK_TGT void iq2_panel_tokens(const qk_panel *P, int64_t nb, const 
     }
 }
 
-#define QK_PANEL_FN(NAME, BLOCK, TOKENS)                                                                     \
-    static QK_TGT void NAME(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int nr, qk_panel *panel, \
-                            int T, const block_q8_K *const *act, float *const *y)                            \
-    {                                                                                                      \
-        const uint8_t *rows[QK_PANEL_ROWS];                                                                \
-        for (int r = 0; r < QK_PANEL_ROWS; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * row_bytes; \
-        for (int64_t i = 0; i < nb; i++) BLOCK(rows, i, panel + i);                                        \
-        for (int t0 = 0; t0 < T; t0 += PANEL_TOKS) {                                                       \
-            int nt = T - t0 < PANEL_TOKS ? T - t0 : PANEL_TOKS;                                            \
-            const block_q8_K *a[PANEL_TOKS];                                                               \
-            for (int t = 0; t < PANEL_TOKS; t++) a[t] = act[t0 + (t < nt ? t : nt - 1)];                   \
-            TOKENS(panel, nb, a, nt, y + t0, r0, nr);                                                      \
-        }                                                                                                  \
-    }
 QK_PANEL_FN(q2k_panel, q2k_panel_block, q2k_panel_tokens)
 QK_PANEL_FN(iq2_panel, iq2_panel_block, iq2_panel_tokens)
 
