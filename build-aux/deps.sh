@@ -58,16 +58,7 @@ case "${1:---check}" in
     exit 1
     ;;
 --install)
-    if [ "$(id -u)" = 0 ]; then
-        SUDO=
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        SUDO=sudo
-    else
-        echo "ds4cl: installing packages needs root: run 'sudo make deps' or install:" >&2
-        echo "  $PKGS nodejs npm" | tr '\n' ' ' >&2
-        echo >&2
-        exit 1
-    fi
+    sudo_or_explain "$PKGS nodejs npm"
     extra=
     # A Node.js from elsewhere (e.g. NodeSource) already brings npm; the
     # Debian npm package would conflict with it.
