@@ -83,6 +83,12 @@ typedef struct {
      * holds the share of the layers each takes, in the order named ("3,1");
      * NULL or "" splits in proportion to each device's memory. */
     const char *split;
+    /* Only layers [layer_first, layer_end) (one stage of a model split over
+     * processes, mpi/): the placement and the weights a device receives
+     * cover those layers, and the embedding and the output head when the
+     * range starts at layer 0 (that stage begins and ends each pass).
+     * 0, 0: the whole model. */
+    int layer_first, layer_end;
     /* Optional load progress (0..1) with a short label; may be NULL. */
     void (*load_progress)(void *ud, double fraction, const char *what);
     void *load_ud;

@@ -242,6 +242,12 @@ int fwd_backend_open(ds4_engine *e, const ds4_ops *ops, void *ctx, void (*free_c
         return -1;
     }
     e->impl = f;
+    if (e->opt.layer_end > 0 && fwd_set_layers(f, e->opt.layer_first, e->opt.layer_end, err)) {
+        fwd_close(f);
+        free_ctx(ctx);
+        e->impl = NULL;
+        return -1;
+    }
     return 0;
 }
 

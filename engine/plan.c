@@ -81,6 +81,7 @@ int plan_parse_split(const char *s, int n, double *out, ds4_error *err)
 /* The model's bytes by part, summed once. */
 typedef struct {
     int n_layer;
+    bool has_embed;            /* the planned range starts at layer 0 */
     uint64_t embed, head, embed_row;
     uint64_t *dense, *experts; /* per layer */
     double token_share;        /* of a layer's expert bytes read per token */
@@ -107,9 +108,17 @@ static void sizes_free(sizes *z)
     free(z->experts);
 }
 
+/* The layers planned: [*first, end). */
+static int range_of(const ds4_model *m, const plan_input *in, int *first)
+{
+    *first = in->layer_end > 0 ? in->layer_first : 0;
+    return in->layer_end > 0 ? in->layer_end : m->hp.n_layer;
+}
+
 int plan_split(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_error *err)
 {
-    int nl = m->hp.n_layer, nd = in->n_devices;
+    int l0, l1 = range_of(m, in, &l0);
+    int nl = l1 - l0, nd = in->n_devices;
     if (nd < 1 || nd > DS4_MAX_DEVICES) return ds4_error_set(err, "%d devices: from 1 to %d can share a model", nd, DS4_MAX_DEVICES);
     if (nd > nl) return ds4_error_set(err, "%d devices for a model of %d layers: each device needs a layer", nd, nl);
     double w[DS4_MAX_DEVICES], total = 0;
@@ -121,7 +130,7 @@ int plan_split(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4
         total += w[d];
     }
     out->n_devices = nd;
-    out->n_layer = nl;
+    out->n_layer = m->hp.n_layer;
     double cum = 0;
     int first = 0;
     for (int d = 0; d < nd; d++) {
@@ -130,9 +139,10 @@ int plan_split(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4
         /* at least one layer each, and one left for every later device */
         if (end < first + 1) end = first + 1;
         if (end > nl - (nd - 1 - d)) end = nl - (nd - 1 - d);
-        out->dev[d].first_layer = first;
+        out->dev[d].first_layer = l0 + first;
         out->dev[d].n_layers = end - first;
-        out->dev[d].head = d == nd - 1;
+        /* the stage that starts the pass also ends it */
+        out->dev[d].head = d == nd - 1 && l0 == 0;
         first = end;
     }
     return 0;
@@ -142,7 +152,7 @@ int plan_split(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4
  * their experts on the host. */
 static uint64_t dev_weights(const sizes *z, const ds4_placement_device *dv, int d, int h, bool embed_host)
 {
-    uint64_t w = (dv->head ? z->head : 0) + (d == 0 && !embed_host ? z->embed : 0);
+    uint64_t w = (dv->head ? z->head : 0) + (d == 0 && z->has_embed && !embed_host ? z->embed : 0);
     for (int l = dv->first_layer; l < dv->first_layer + dv->n_layers; l++)
         w += z->dense[l] + (l - dv->first_layer >= h ? z->experts[l] : 0);
     return w;
@@ -233,6 +243,8 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
 {
     sizes z;
     sizes_of(m, &z);
+    int l0, l1 = range_of(m, in, &l0);
+    z.has_embed = l0 == 0;
     int nd = out->n_devices;
     out->n_layer = m->hp.n_layer;
     out->n_ctx = in->n_ctx;
@@ -254,9 +266,9 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
     out->device_memory = out->device_budget = out->device_weights = out->device_session = 0;
     out->token_device_bytes = 0;
     out->largest_ctx = out->largest_ctx_all_host = in->max_ctx > 0 ? in->max_ctx : DEFAULT_MAX_CTX;
-    uint64_t total = z.embed + z.head, host_exp = 0;
+    uint64_t total = z.has_embed ? z.embed + z.head : 0, host_exp = 0;
     int failed = -1;
-    for (int l = 0; l < z.n_layer; l++) total += z.dense[l] + z.experts[l];
+    for (int l = l0; l < l1; l++) total += z.dense[l] + z.experts[l];
     for (int d = 0; d < nd; d++) {
         ds4_placement_device *dv = &out->dev[d];
         int h = dev_host_layers(&z, in, dv, d, embed_host);
@@ -268,8 +280,9 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
             if (l - dv->first_layer < h) host_exp += z.experts[l];
             else dev_exp += z.experts[l];
         }
-        dv->token_bytes = dv->weights - dev_exp - (d == 0 && !embed_host ? z.embed : 0) +
-                          (uint64_t)((double)dev_exp * z.token_share) + (d == 0 && !embed_host ? z.embed_row : 0);
+        bool embed_here = d == 0 && z.has_embed && !embed_host;
+        dv->token_bytes = dv->weights - dev_exp - (embed_here ? z.embed : 0) + (uint64_t)((double)dev_exp * z.token_share) +
+                          (embed_here ? z.embed_row : 0);
         bool budgeted = dv->memory && !dv->shares_host_memory;
         dv->fits = !budgeted || dv->weights + dv->session <= dv->budget;
         if (budgeted) {
@@ -288,7 +301,7 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
         out->token_device_bytes += dv->token_bytes;
     }
     out->host_weights = total - out->device_weights;
-    out->token_host_bytes = (uint64_t)((double)host_exp * z.token_share) + (embed_host ? z.embed_row : 0);
+    out->token_host_bytes = (uint64_t)((double)host_exp * z.token_share) + (embed_host && z.has_embed ? z.embed_row : 0);
     if (nd == 1 || !out->device_name[0]) snprintf(out->device_name, sizeof out->device_name, "%s", out->dev[0].name);
     int rc = 0;
     if (failed >= 0) {

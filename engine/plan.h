@@ -53,6 +53,7 @@ typedef struct {
     int n_ctx;                /* the session the devices must hold */
     int max_ctx;              /* the longest context worth planning for (0: 1 Mi tokens) */
     int host_expert_layers;   /* the request (ds4_engine_options) */
+    int layer_first, layer_end; /* the layers planned (a stage); 0, 0: all */
     plan_session_fn session_bytes;
     void *ud;
 } plan_input;

@@ -64,7 +64,7 @@ static int hold_weights(ds4_engine *e, const clo_options *o, ds4_error *err)
     for (int d = 0; d < p->n_devices; d++) {
         const ds4_placement_device *dv = &p->dev[d];
         tensor_list l = { 0 };
-        if (d == 0 && !p->embed_on_host) plan_part_tensors(m, PLAN_EMBED, 0, list_add, &l);
+        if (d == 0 && dv->first_layer == 0 && !p->embed_on_host) plan_part_tensors(m, PLAN_EMBED, 0, list_add, &l);
         for (int i = dv->first_layer; i < dv->first_layer + dv->n_layers; i++) {
             plan_part_tensors(m, PLAN_ATTN, i, list_add, &l);
             plan_part_tensors(m, PLAN_FFN, i, list_add, &l);
@@ -106,6 +106,8 @@ static int place_model(ds4_engine *e, int n_dev, ds4_error *err)
         .n_ctx = e->opt.plan_ctx > 0 ? e->opt.plan_ctx : DS4_DEFAULT_PLAN_CTX,
         .max_ctx = (int)(e->model->hp.n_ctx_train > 0 && e->model->hp.n_ctx_train < (1 << 30) ? e->model->hp.n_ctx_train : 0),
         .host_expert_layers = e->opt.host_expert_layers,
+        .layer_first = e->opt.layer_first,
+        .layer_end = e->opt.layer_end,
         .session_bytes = device_session_bytes,
         .ud = e,
     };

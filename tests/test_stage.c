@@ -9,7 +9,10 @@
 
 #include "engine/backend.h"
 #include "engine/forward.h"
+#include "engine/plan.h"
 #include "engine/testkit/mkmodel.h"
+#include "opencl/cl_ops.h"
+#include "tests/fwd_util.h"
 #include "tests/test.h"
 
 typedef struct {
@@ -155,4 +158,73 @@ TEST(stage, a_stage_refuses_a_chunk_out_of_order)
     for (size_t i = 0; i < 4 * hc; i++) CHECK(isfinite(out[i]));
     fwd_backend_state_free(st);
     ds4_engine_close(e);
+}
+
+/* Stages opened with their layer range on an OpenCL device that copies
+ * its weights (a budget given): each device receives its own layers'
+ * weights only (the first stage also the embedding and the head), and the
+ * chained stages still compute the full pass. */
+TEST(stage, opencl_stages_hold_only_their_layers)
+{
+    fwd_require_backend(DS4_BACKEND_OPENCL);
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.seed = 6;
+    const char *path = test_tmp_path("tiny.gguf");
+    ds4_error err = { "" };
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    const int cut = 4, n_ctx = 64;
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .threads = 1,
+                             .quant_sim = DS4_QSIM_NONE, .device_memory = 1ull << 40, .plan_ctx = n_ctx };
+    ds4_engine *full = ds4_engine_open(&o, &err);
+    CHECK_MSG(full != NULL, "%s", err.msg);
+    o.layer_first = 0;
+    o.layer_end = cut;
+    ds4_engine *e1 = ds4_engine_open(&o, &err);
+    CHECK_MSG(e1 != NULL, "%s", err.msg);
+    o.layer_first = cut;
+    o.layer_end = s.n_layer;
+    ds4_engine *e2 = ds4_engine_open(&o, &err);
+    CHECK_MSG(e2 != NULL, "%s", err.msg);
+    const ds4_model *m = full->model;
+    uint64_t want1 = plan_part_bytes(m, PLAN_EMBED, 0) + plan_part_bytes(m, PLAN_HEAD, 0), want2 = 0;
+    for (int l = 0; l < s.n_layer; l++) {
+        uint64_t b = plan_part_bytes(m, PLAN_ATTN, l) + plan_part_bytes(m, PLAN_FFN, l) + plan_part_bytes(m, PLAN_EXPERTS, l);
+        if (l < cut) want1 += b;
+        else want2 += b;
+    }
+    clo_weight_info w1, w2, wf;
+    clo_weights(fwd_ops_ctx(fwd_of(e1)), &w1);
+    clo_weights(fwd_ops_ctx(fwd_of(e2)), &w2);
+    clo_weights(fwd_ops_ctx(fwd_of(full)), &wf);
+    CHECK_EQ_INT(w1.uploaded, want1);
+    CHECK_EQ_INT(w2.uploaded, want2);
+    CHECK_EQ_INT(wf.uploaded, want1 + want2);
+    ds4_placement p2;
+    CHECK_EQ_INT(ds4_engine_placement(e2, &p2), 0);
+    CHECK_EQ_INT(p2.device_weights, want2);
+    CHECK(!p2.dev[0].head);
+
+    const int nv = ds4_vocab_size(ds4_engine_tokenizer(full));
+    void *sf = state(full, n_ctx), *s1 = state(e1, n_ctx), *s2 = state(e2, n_ctx);
+    chain c = { s2, 0 };
+    fwd_set_next(fwd_of(e1), to_second, &c);
+    int32_t ids[24];
+    for (int i = 0; i < 24; i++) ids[i] = (i * 53 + 7) % 250 + 1;
+    float *lf = test_alloc((size_t)nv * 4), *l1 = test_alloc((size_t)nv * 4);
+    eval(sf, ids, 0, 20, lf);
+    eval(s1, ids, 0, 20, l1);
+    same(lf, l1, nv, "prefill");
+    for (int p = 20; p < 24; p++) {
+        eval(sf, ids, (size_t)p, 1, lf);
+        eval(s1, ids, (size_t)p, 1, l1);
+        same(lf, l1, nv, test_printf("decode at %d", p));
+    }
+    fwd_set_next(fwd_of(e1), NULL, NULL);
+    fwd_backend_state_free(sf);
+    fwd_backend_state_free(s1);
+    fwd_backend_state_free(s2);
+    ds4_engine_close(e2);
+    ds4_engine_close(e1);
+    ds4_engine_close(full);
 }
