@@ -18,6 +18,8 @@ typedef struct {
 typedef struct {
     ds4_engine *e;
     fwd_engine *f;
+    dmpi_hello h;       /* rank 0's greeting: how to open the model */
+    char path[4096];    /* the model file here */
     int l0, l1;
     size_t hc; /* bytes of one token's streams */
     srv_session *ss;
@@ -63,13 +65,17 @@ static int hello(server *s, const dmpi_hello *h)
     }
     const char *path = getenv("DS4CL_MPI_MODEL");
     if (!path || !*path) path = h->model;
+    s->h = *h;
+    snprintf(s->path, sizeof s->path, "%s", path);
+    /* Opened to plan only until rank 0 names this rank's layers: a device
+     * then receives those layers' weights and no others. */
     ds4_engine_options eo = {
         .model_path = path,
         .backend = (ds4_backend)h->backend,
         .device = h->device[0] ? h->device : NULL,
         .threads = h->threads,
         .quant_sim = (ds4_quant_sim)h->quant_sim,
-        .load_progress = load_beat,
+        .plan_only = true,
     };
     ds4_error err = { "" };
     s->e = ds4_engine_open(&eo, &err);
@@ -104,6 +110,36 @@ static srv_session *find(server *s, int sid)
     for (int i = 0; i < s->n_ss; i++)
         if (s->ss[i].sid == sid) return &s->ss[i];
     return NULL;
+}
+
+/* The engine for layers [l0, l1): the planning one is replaced by one
+ * opened for that range (its devices hold only those layers' weights). */
+static int open_range(server *s, int l0, int l1, ds4_error *err)
+{
+    if (s->n_ss) return ds4_error_set(err, "a new layer range with sessions open");
+    const dmpi_hello *h = &s->h;
+    ds4_engine_options eo = {
+        .model_path = s->path,
+        .backend = (ds4_backend)h->backend,
+        .device = h->device[0] ? h->device : NULL,
+        .threads = h->threads,
+        .quant_sim = (ds4_quant_sim)h->quant_sim,
+        .layer_first = l0,
+        .layer_end = l1,
+        .load_progress = load_beat,
+    };
+    ds4_engine *e = ds4_engine_open(&eo, err);
+    if (!e) return -1;
+    fwd_engine *f = fwd_of(e);
+    if (!f) {
+        ds4_engine_close(e);
+        return ds4_error_set(err, "its backend has no layered forward pass");
+    }
+    fwd_set_chunk(f, h->chunk);
+    ds4_engine_close(s->e);
+    s->e = e;
+    s->f = f;
+    return 0;
 }
 
 static int open_session(server *s, int sid, int n_ctx)
@@ -211,7 +247,7 @@ static int serve_one(server *s, const dmpi_cmd *c, int src)
         return hello(s, &h);
     }
     case DMPI_RANGE:
-        if (fwd_set_layers(s->f, (int)c->a, (int)c->b, &err) != 0) return fail(err.msg);
+        if (open_range(s, (int)c->a, (int)c->b, &err) != 0) return fail(err.msg);
         s->l0 = (int)c->a;
         s->l1 = (int)c->b;
         return reply(0, 0, NULL, 0, NULL);
