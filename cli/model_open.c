@@ -51,7 +51,7 @@ static bool plan_ctx(ds4_engine *e, const ds4cl_options *o, int default_ctx, int
     return rc == 0;
 }
 
-static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool plan_only, int plan_ctx)
+static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool plan_only, int plan_ctx, int layer_end)
 {
     progress p;
     if (!plan_only) progress_start(&p, "loading model", PROGRESS_QUIET);
@@ -65,6 +65,7 @@ static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool pl
         .plan_only = plan_only,
         .host_expert_layers = o->host_expert_layers,
         .split = o->split,
+        .layer_end = layer_end,
         .plan_ctx = plan_ctx,
         .device_memory = memplan_device_memory_override(),
         .load_progress = plan_only ? NULL : progress_load_callback,
@@ -97,10 +98,26 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
         if (!scripted && SPLIT_RANKS() == 1 && memplan_precheck_file(path, o->backend) != 0) return NULL;
     }
 
+    /* A layer split over MPI ranks: the ranks get their layers first, so
+     * that every engine (here the first range's) holds only its own. */
+    int layer_end = 0;
+#ifdef DS4CL_MPI
+    if (!scripted && SPLIT_RANKS() > 1) {
+        ds4_engine *pe = open_engine(o, path, true, 0, 0);
+        if (!pe) return NULL;
+        ds4_error err = { "" };
+        int rc = dmpi_plan(pe, &layer_end, &err);
+        ds4_engine_close(pe);
+        if (rc != 0) {
+            fprintf(stderr, "ds4cl: cannot split the model over the MPI ranks: %s\n", err.msg);
+            return NULL;
+        }
+    }
+#endif
     /* Opening for OpenCL uploads the weights: the plan is made on an
      * engine opened without them, so that a refusal costs no upload. */
     if (o->backend == DS4_BACKEND_OPENCL) {
-        ds4_engine *plan = open_engine(o, path, true, o->ctx > 0 ? o->ctx : default_ctx);
+        ds4_engine *plan = open_engine(o, path, true, o->ctx > 0 ? o->ctx : default_ctx, layer_end);
         if (!plan) return NULL;
         bool ok = plan_ctx(plan, o, default_ctx, n_ctx, exit_code, check);
         ds4_engine_close(plan);
@@ -108,7 +125,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     }
     double t0 = base_now_ms();
     /* an OpenCL engine places the model for the context just decided */
-    ds4_engine *e = open_engine(o, path, false, o->backend == DS4_BACKEND_OPENCL ? *n_ctx : 0);
+    ds4_engine *e = open_engine(o, path, false, o->backend == DS4_BACKEND_OPENCL ? *n_ctx : 0, layer_end);
     if (!e) return NULL;
 #ifdef DS4CL_MPI
     if (!scripted) {

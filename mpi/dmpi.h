@@ -37,9 +37,18 @@ int dmpi_ranks(void);
  * says quit. Returns the exit status. */
 int dmpi_serve(void);
 
+/* Rank 0, before opening the engine that runs: greets the ranks and gives
+ * each its range of layers, chosen from their memory, with e an engine of
+ * the same model and options opened to plan only. *layer_end gets rank
+ * 0's own range's end (its range starts at layer 0; 0 when the job has
+ * one rank): open the engine that runs with that range, so that its
+ * devices hold only those layers. 0, or -1 with err. */
+int dmpi_plan(const ds4_engine *e, int *layer_end, ds4_error *err);
+
 /* Rank 0: spread the layers of e (a forward-based engine, before any
- * session is opened) over the job's ranks. 0 when done or when the job has
- * one rank; -1 with err (a rank refused: its reason is in err). */
+ * session is opened) over the job's ranks (as dmpi_plan chose, or now).
+ * 0 when done or when the job has one rank; -1 with err (a rank refused:
+ * its reason is in err). */
 int dmpi_attach(ds4_engine *e, ds4_error *err);
 
 /* Rank 0: tells the other ranks to quit and ends MPI (installed with

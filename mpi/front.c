@@ -19,7 +19,7 @@ typedef struct {
 } front_state;
 
 static struct {
-    bool attached, stopped, broken;
+    bool planned, attached, stopped, broken;
     char why[768];                /* why the job cannot go on (broken) */
     const ds4_backend_ops *base;  /* the engine's own members */
     ds4_backend_ops ops;          /* what the engine uses from attach on */
@@ -419,10 +419,11 @@ static int choose_ranges(const ds4_engine *e, double *mem, ds4_error *err)
     return rc;
 }
 
-int dmpi_attach(ds4_engine *e, ds4_error *err)
+/* Greets the ranks, chooses the ranges and sends every rank > 0 its own
+ * (it then opens the model for those layers). The split's description
+ * goes to g.split. */
+static int plan_split(const ds4_engine *e, ds4_error *err)
 {
-    if (!dmpi_started() || dmpi_size() < 2) return 0;
-    if (g.attached) return ds4_error_set(err, "an MPI job splits one model only");
     g.f = fwd_of(e);
     if (!g.f || !e->model) return ds4_error_set(err, "the layer split needs a backend with the layered forward pass");
     g.n = dmpi_size();
@@ -438,7 +439,37 @@ int dmpi_attach(ds4_engine *e, ds4_error *err)
         dmpi_reply r;
         if (rc == 0 && wait_reply(k, &r, NULL, err) != 0) rc = -1;
     }
-    if (rc == 0) rc = fwd_set_layers(g.f, 0, g.bound[1], err);
+    if (rc == 0) {
+        int at = snprintf(g.split, sizeof g.split, "layers %d-%d on rank 0 (%s)", 0, g.bound[1] - 1, dmpi_host());
+        for (int k = 1; k < g.n && at < (int)sizeof g.split; k++)
+            at += snprintf(g.split + at, sizeof g.split - (size_t)at, ", %d-%d on %s", g.bound[k], g.bound[k + 1] - 1,
+                           desc[k]);
+        g.planned = true;
+    }
+    free(mem);
+    free(desc);
+    return rc;
+}
+
+int dmpi_plan(const ds4_engine *e, int *layer_end, ds4_error *err)
+{
+    *layer_end = 0;
+    if (!dmpi_started() || dmpi_size() < 2) return 0;
+    if (g.planned) return ds4_error_set(err, "an MPI job splits one model only");
+    if (plan_split(e, err)) return -1;
+    g.f = NULL; /* e was for planning; dmpi_attach takes the engine that runs */
+    *layer_end = g.bound[1];
+    return 0;
+}
+
+int dmpi_attach(ds4_engine *e, ds4_error *err)
+{
+    if (!dmpi_started() || dmpi_size() < 2) return 0;
+    if (g.attached) return ds4_error_set(err, "an MPI job splits one model only");
+    if (!g.planned && plan_split(e, err)) return -1;
+    g.f = fwd_of(e);
+    if (!g.f || !e->model) return ds4_error_set(err, "the layer split needs a backend with the layered forward pass");
+    int rc = fwd_set_layers(g.f, 0, g.bound[1], err);
     if (rc == 0) {
         fwd_set_next(g.f, next_stage, NULL);
         g.base = e->ops;
@@ -454,13 +485,7 @@ int dmpi_attach(ds4_engine *e, ds4_error *err)
         e->ops = &g.ops;
         g.attached = true;
         g.stats.ranks = g.n;
-        int at = snprintf(g.split, sizeof g.split, "layers %d-%d on rank 0 (%s)", 0, g.bound[1] - 1, dmpi_host());
-        for (int k = 1; k < g.n && at < (int)sizeof g.split; k++)
-            at += snprintf(g.split + at, sizeof g.split - (size_t)at, ", %d-%d on %s", g.bound[k], g.bound[k + 1] - 1,
-                           desc[k]);
     }
-    free(mem);
-    free(desc);
     return rc;
 }
 
