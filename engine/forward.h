@@ -88,6 +88,11 @@ int fwd_add_backend(fwd_engine *f, const ds4_ops *ops, void *ctx, void (*free_ct
 int fwd_n_backends(const fwd_engine *f);
 /* The ops context of backend b (NULL when there is none). */
 void *fwd_backend_ctx(const fwd_engine *f, int b);
+/* Says that backend b computes on the host's own cores (an OpenCL CPU
+ * device): routed experts placed on another backend then run after its
+ * shared expert instead of beside it, which would only contend for the
+ * same cores. */
+void fwd_set_on_host_cores(fwd_engine *f, int b, bool on);
 /* Validates and copies p. 0, or -1 with err (a backend index out of range). */
 int fwd_set_placement(fwd_engine *f, const fwd_placement *p, ds4_error *err);
 

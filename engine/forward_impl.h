@@ -23,6 +23,7 @@ struct fwd_engine {
     ds4_rope rope_plain, rope_comp;    /* RoPE of ratio-0 and compressed layers */
     pthread_mutex_t mu;                /* one evaluation at a time on the backends */
     double experts_ms;                 /* wall time of routed experts run off their layer's FFN backend */
+    bool on_host_cores[XBUF_MAX_BACKENDS]; /* fwd_set_on_host_cores */
     fwd_trace_fn trace;
     void *trace_ud;
     int l0, l1;                        /* the layers this engine evaluates (forward.h, stages) */

@@ -68,3 +68,8 @@ void fwd_set_next(fwd_engine *f, fwd_next_fn fn, void *ud)
     f->next = fn;
     f->next_ud = ud;
 }
+
+void fwd_set_on_host_cores(fwd_engine *f, int b, bool on)
+{
+    if (b >= 0 && b < XBUF_MAX_BACKENDS) f->on_host_cores[b] = on;
+}

@@ -178,9 +178,11 @@ static int open_devices(ds4_engine *e, clo_options *o, ds4_error *err)
                 clo_free(ctx);
                 return ds4_error_set(err, "--device %s: device %d is named twice", want, index[d]);
             }
+        bool host_cores = (clrt_dev(clo_runtime(ctx))->type & CL_DEVICE_TYPE_CPU) != 0;
         int rc = d == 0 ? fwd_backend_open(e, &clo_ops, ctx, clo_free, err)
                         : fwd_add_backend(e->impl, &clo_ops, ctx, clo_free, err) < 0 ? -1 : 0;
         if (rc) return -1;
+        fwd_set_on_host_cores(e->impl, d, host_cores);
     }
     o->device = want;
     return count;
