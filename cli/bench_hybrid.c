@@ -16,6 +16,10 @@
  * prefill_vs_device are the ratios to the device-only row; handover_pct is
  * the hand-overs' share of a step.
  *
+ * hybrid-all-streamed is hybrid-all with --stream-experts 32: prefill
+ * chunks compute the host's experts on the device, each layer's weights
+ * copied there for it (decode steps, one token, stay on the host).
+ *
  * --split-devices 0,1 adds a row with the layers split over those devices
  * (every expert on them): its handover_bytes are the hidden state passed
  * from one device's range to the next.
@@ -44,6 +48,7 @@ typedef struct {
     const char *name;
     int host;            /* ds4_engine_options.host_expert_layers */
     const char *devices; /* a device list (a layer split), or NULL for the one device */
+    int stream;          /* ds4_engine_options.stream_experts */
     double prefill_tps, decode_tps, step_ms, handover_ms, wait_ms, experts_ms, handover_bytes;
     int host_layers;
     bool ran;
@@ -92,7 +97,8 @@ static int run_one(const hyb_opts *o, hyb_row *r, ds4_error *err)
     int n_ctx = (int)(o->prefill + o->gen + 8);
     ds4_engine_options eo = { .model_path = o->model, .backend = DS4_BACKEND_OPENCL,
                               .device = r->devices ? r->devices : o->device, .threads = o->threads,
-                              .quant_sim = DS4_QSIM_FULL, .host_expert_layers = r->host, .plan_ctx = n_ctx };
+                              .quant_sim = DS4_QSIM_FULL, .host_expert_layers = r->host, .plan_ctx = n_ctx,
+                              .stream_experts = r->stream };
     ds4_engine *e = ds4_engine_open(&eo, err);
     if (!e) return -1;
     ds4_placement pl;
@@ -150,6 +156,7 @@ int bench_hybrid_main(int argc, char **argv)
         { .name = "device", .host = DS4_EXPERTS_ON_DEVICE },
         { .name = "hybrid-half", .host = 0 },
         { .name = "hybrid-all", .host = INT_MAX },
+        { .name = "hybrid-all-streamed", .host = INT_MAX, .stream = 32 },
         { .name = "split", .host = DS4_EXPERTS_ON_DEVICE, .devices = o.devices },
     };
     const int n_rows = (int)(sizeof rows / sizeof rows[0]) - (o.devices ? 0 : 1);

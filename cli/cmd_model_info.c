@@ -87,6 +87,7 @@ static int plan_opencl(const ds4cl_options *o, const char *path, int n_ctx, open
     ds4_engine_options eo = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .device = o->device,
                               .quant_sim = o->quant_sim, .plan_only = true,
                               .host_expert_layers = o->host_expert_layers, .plan_ctx = n_ctx, .split = o->split,
+                              .stream_experts = o->stream_experts,
                               .device_memory = memplan_device_memory_override() };
     ds4_error err = { { 0 } };
     ds4_engine *e = ds4_engine_open(&eo, &err);
@@ -159,8 +160,14 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds
     print_bytes(pl->device_weights);
     printf(" of weights (%s) + ", pl->shares_host_memory ? "zero-copy over the mapped file" : "uploaded at load");
     print_bytes(pl->device_session);
-    printf(" for %d tokens = ", n_ctx);
-    print_bytes(pl->device_weights + pl->device_session);
+    printf(" for %d tokens", n_ctx);
+    if (pl->stream_bytes) {
+        printf(" + ");
+        print_bytes(pl->stream_bytes);
+        printf(" for streamed experts");
+    }
+    printf(" = ");
+    print_bytes(pl->device_weights + pl->device_session + pl->stream_bytes);
     if (!pl->fits) printf("  (more than the device has)");
     printf("\n  in host memory    ");
     print_bytes(pl->host_weights);
@@ -176,6 +183,12 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds
         if (pl->largest_ctx_all_host != pl->largest_ctx)
             printf(", %d with every routed expert in host memory", pl->largest_ctx_all_host);
         printf("\n");
+    }
+    if (pl->stream_bytes) {
+        printf("  streamed experts  prefill chunks of %d tokens or more compute the host's experts on the device; ",
+               pl->stream_experts);
+        print_bytes(pl->stream_bytes);
+        printf(" kept for them\n");
     }
     if (!pl->fits) printf("  does not fit      %s\n", pl->refusal);
     if (h > 0) {

@@ -66,6 +66,7 @@ static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool pl
         .host_expert_layers = o->host_expert_layers,
         .split = o->split,
         .layer_end = layer_end,
+        .stream_experts = o->stream_experts,
         .plan_ctx = plan_ctx,
         .device_memory = memplan_device_memory_override(),
         .load_progress = plan_only ? NULL : progress_load_callback,

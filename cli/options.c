@@ -18,7 +18,7 @@ enum {
     OPT_MIN_P, OPT_SEED, OPT_THINK, OPT_NOTHINK, OPT_THINK_MAX, OPT_YES, OPT_ALLOW,
     OPT_RULES, OPT_NO_SANDBOX, OPT_NO_PROMPT_CACHE, OPT_TRACE, OPT_RESUME, OPT_CONTINUE, OPT_SESSION,
     OPT_CDP_URL, OPT_BROWSER, OPT_SEARCH_URL, OPT_SYSTEM, OPT_DIR, OPT_TOKEN,
-    OPT_NO_COLOR, OPT_MAX_TOOL_ROUNDS, OPT_CPU_MOE, OPT_N_CPU_MOE, OPT_SPLIT,
+    OPT_NO_COLOR, OPT_MAX_TOOL_ROUNDS, OPT_CPU_MOE, OPT_N_CPU_MOE, OPT_SPLIT, OPT_STREAM_EXPERTS,
 };
 
 static const struct option long_opts[] = {
@@ -37,6 +37,7 @@ static const struct option long_opts[] = {
     { "threads", required_argument, 0, OPT_THREADS },
     { "cpu-moe", no_argument, 0, OPT_CPU_MOE },
     { "split", required_argument, 0, OPT_SPLIT },
+    { "stream-experts", required_argument, 0, OPT_STREAM_EXPERTS },
     { "n-cpu-moe", required_argument, 0, OPT_N_CPU_MOE },
     { "engine", required_argument, 0, OPT_ENGINE },
     { "quant-sim", required_argument, 0, OPT_QUANT_SIM },
@@ -96,6 +97,8 @@ void options_print_help(void)
 "      --cpu-moe           OpenCL: every layer's routed experts in host memory, on the CPU\n"
 "      --n-cpu-moe N       OpenCL: the first N layers' routed experts on the CPU (0: none;\n"
 "                          default: as many as the device cannot hold)\n"
+"      --stream-experts N  OpenCL: prefill chunks of N tokens or more compute those experts\n"
+"                          on the device, copying each layer's there (default 0: never)\n"
 "      --engine script:FILE  scripted test engine (JSON Lines replies)\n"
 "      --quant-sim full|f16kv|none  rounding simulations (diagnostics)\n"
 "\n"
@@ -207,6 +210,10 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
             break;
         case OPT_CPU_MOE: o->host_expert_layers = INT_MAX; break;
         case OPT_SPLIT: o->split = optarg; break;
+        case OPT_STREAM_EXPERTS:
+            if (!parse_int(optarg, 0, 1 << 20, &iv)) return usage_error("--stream-experts wants a token count ≥ 0, not '%s'", optarg);
+            o->stream_experts = (int)iv;
+            break;
         case OPT_N_CPU_MOE:
             if (!parse_int(optarg, 0, INT_MAX, &iv)) return usage_error("--n-cpu-moe wants a number ≥ 0, not '%s'", optarg);
             o->host_expert_layers = iv == 0 ? DS4_EXPERTS_ON_DEVICE : (int)iv;

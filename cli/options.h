@@ -38,6 +38,7 @@ typedef struct {
     int threads;                /* --threads */
     int host_expert_layers;     /* --cpu-moe / --n-cpu-moe (ds4_engine_options) */
     const char *split;          /* --split (ds4_engine_options) */
+    int stream_experts;         /* --stream-experts (ds4_engine_options) */
     ds4_quant_sim quant_sim;    /* --quant-sim */
 
     /* text input */

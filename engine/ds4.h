@@ -89,6 +89,12 @@ typedef struct {
      * range starts at layer 0 (that stage begins and ends each pass).
      * 0, 0: the whole model. */
     int layer_first, layer_end;
+    /* Prefill chunks of at least this many tokens compute the routed
+     * experts kept in host memory on the device instead, copying each
+     * such layer's expert weights there for the layer (0: never). The
+     * placement then keeps room for one layer's experts on each device
+     * that has host layers. */
+    int stream_experts;
     /* Optional load progress (0..1) with a short label; may be NULL. */
     void (*load_progress)(void *ud, double fraction, const char *what);
     void *load_ud;
@@ -135,6 +141,7 @@ typedef struct {
     bool shares_host_memory, fits;
     bool head;                    /* it computes the output head (the last range) */
     uint64_t memory, budget, weights, session, token_bytes;
+    uint64_t stream_bytes;        /* room kept for one host layer's experts (stream_experts) */
 } ds4_placement_device;
 
 typedef struct {
@@ -153,6 +160,8 @@ typedef struct {
     uint64_t host_weights;        /* weight bytes computed from host memory */
     uint64_t token_device_bytes;  /* weight bytes a decoded token reads from device memory */
     uint64_t token_host_bytes;    /* … and from host memory */
+    int stream_experts;           /* the option in force: 0, or the smallest chunk streamed */
+    uint64_t stream_bytes;        /* room kept on the devices for streamed experts */
     char device_name[128];
     char refusal[512];            /* why it does not fit, in numbers; "" when it fits */
     /* Several devices (ds4_engine_options.device "0,1"): each holds a

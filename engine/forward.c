@@ -256,7 +256,14 @@ static int ffn_block(run *r, int l, int64_t pos0, int T)
      * shared expert is then queued here and runs while that backend
      * computes the routed ones (a device's queue does not wait for the
      * host). The sum does not depend on the order. */
-    const int fb = st->place[l].ffn, eb = st->place[l].experts;
+    const int fb = st->place[l].ffn;
+    /* A chunk of at least stream_min tokens computes routed experts kept
+     * elsewhere here, with their weights lent to this backend for the
+     * layer (streamed through a device, which then reads them from its
+     * own memory at its own speed). */
+    const xbuf_backend *fbe = &st->f->be.be[fb];
+    const bool stream = st->place[l].experts != fb && st->f->stream_min > 0 && T >= st->f->stream_min && fbe->ops->lend;
+    const int eb = stream ? fb : st->place[l].experts;
     if (eb != fb) {
         on(r, eb);
         (void)IN(a->xn);
@@ -276,10 +283,15 @@ static int ffn_block(run *r, int l, int64_t pos0, int T)
      * first (measured on PoCL: the experts' time drops by a fifth). */
     if (eb != fb && st->f->on_host_cores[fb] && o->finish && after_op(r, o->finish(c))) return -1;
     on(r, eb);
-    double t0 = eb != fb ? base_now_ms() : 0;
+    double t0 = eb != fb || stream ? base_now_ms() : 0;
+    if (stream) {
+        const ds4_tensor *lent[] = { &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps };
+        OP(o->lend(c, lent, 3));
+    }
     OP(r->o->moe(r->c, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, IN(a->xn), IN(a->rsel), IN(a->rw), T,
                  clamp, OUT(a->Fm)));
-    if (eb != fb) st->f->experts_ms += base_now_ms() - t0;
+    if (eb != fb || stream) st->f->experts_ms += base_now_ms() - t0;
+    if (stream) st->f->streamed++;
     TRACE("ffn_moe", l, a->Fm, pos0, T, D);
     on(r, fb);
 

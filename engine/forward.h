@@ -93,6 +93,11 @@ void *fwd_backend_ctx(const fwd_engine *f, int b);
  * shared expert instead of beside it, which would only contend for the
  * same cores. */
 void fwd_set_on_host_cores(fwd_engine *f, int b, bool on);
+/* Chunks of at least min_tokens tokens (0: none) compute the routed
+ * experts of a layer whose experts live on another backend on the layer's
+ * FFN backend instead, its weights lent there (ds4_ops.lend) for the
+ * layer: a prefill streams host-placed experts through the device. */
+void fwd_set_stream(fwd_engine *f, int min_tokens);
 /* Validates and copies p. 0, or -1 with err (a backend index out of range). */
 int fwd_set_placement(fwd_engine *f, const fwd_placement *p, ds4_error *err);
 
@@ -105,7 +110,8 @@ int fwd_set_placement(fwd_engine *f, const fwd_placement *p, ds4_error *err);
 typedef struct {
     uint64_t count, bytes;
     double ms, wait_ms;
-    double experts_ms;
+    double experts_ms;  /* includes the streamed layers' experts */
+    uint64_t streamed;  /* layers whose experts were streamed (fwd_set_stream) */
 } fwd_handover_stats;
 void fwd_get_handover_stats(fwd_engine *f, fwd_handover_stats *out);
 

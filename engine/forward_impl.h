@@ -24,6 +24,8 @@ struct fwd_engine {
     pthread_mutex_t mu;                /* one evaluation at a time on the backends */
     double experts_ms;                 /* wall time of routed experts run off their layer's FFN backend */
     bool on_host_cores[XBUF_MAX_BACKENDS]; /* fwd_set_on_host_cores */
+    int stream_min;                    /* fwd_set_stream (0: never) */
+    uint64_t streamed;                 /* layers whose experts were streamed */
     fwd_trace_fn trace;
     void *trace_ud;
     int l0, l1;                        /* the layers this engine evaluates (forward.h, stages) */

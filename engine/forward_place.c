@@ -51,6 +51,7 @@ void fwd_get_handover_stats(fwd_engine *f, fwd_handover_stats *out)
     out->ms = f->be.ms;
     out->wait_ms = f->be.wait_ms;
     out->experts_ms = f->experts_ms;
+    out->streamed = f->streamed;
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -73,3 +74,5 @@ void fwd_set_on_host_cores(fwd_engine *f, int b, bool on)
 {
     if (b >= 0 && b < XBUF_MAX_BACKENDS) f->on_host_cores[b] = on;
 }
+
+void fwd_set_stream(fwd_engine *f, int min_tokens) { f->stream_min = min_tokens > 0 ? min_tokens : 0; }

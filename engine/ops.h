@@ -267,6 +267,13 @@ typedef struct ds4_ops {
     /* argmax over n floats (ties: lower index) into out[0] (int32): lets a
      * device-side greedy loop avoid reading the logits. */
     int (*argmax)(void *ctx, ds4_buf *x, int64_t n, ds4_buf *out);
+
+    /* Optional (NULL: a backend that reads only the weights it holds):
+     * makes the n tensors readable by the ops that follow until the next
+     * call (n = 0 ends the loan): weights placed elsewhere that a large
+     * chunk is better computed with here (routed experts kept in host
+     * memory, streamed through a device for a prefill chunk). */
+    int (*lend)(void *ctx, const ds4_tensor *const *ts, int n);
 } ds4_ops;
 
 #endif

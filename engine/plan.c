@@ -158,10 +158,23 @@ static uint64_t dev_weights(const sizes *z, const ds4_placement_device *dv, int 
     return w;
 }
 
+/* Room for streaming the largest of the first h layers' experts through
+ * the device (when asked for and there are host layers). */
+static uint64_t dev_stream(const sizes *z, const plan_input *in, const ds4_placement_device *dv, int h)
+{
+    uint64_t most = 0;
+    if (in->stream_experts > 0)
+        for (int l = dv->first_layer; l < dv->first_layer + h; l++)
+            if (z->experts[l] > most) most = z->experts[l];
+    return most;
+}
+
 static uint64_t dev_total(const sizes *z, const plan_input *in, const ds4_placement_device *dv, int d, int h,
                           bool embed_host, int n_ctx)
 {
-    return dev_weights(z, dv, d, h, embed_host) + in->session_bytes(in->ud, d, n_ctx, h < dv->n_layers);
+    /* streamed experts run here: the MoE's scratch counts then too */
+    bool moe = h < dv->n_layers || (h > 0 && in->stream_experts > 0);
+    return dev_weights(z, dv, d, h, embed_host) + dev_stream(z, in, dv, h) + in->session_bytes(in->ud, d, n_ctx, moe);
 }
 
 static int dev_largest_ctx(const sizes *z, const plan_input *in, const ds4_placement_device *dv, int d, int h,
@@ -263,7 +276,8 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
     out->fits = true;
     out->shares_host_memory = true;
     out->host_expert_layers = 0;
-    out->device_memory = out->device_budget = out->device_weights = out->device_session = 0;
+    out->device_memory = out->device_budget = out->device_weights = out->device_session = out->stream_bytes = 0;
+    out->stream_experts = in->stream_experts > 0 ? in->stream_experts : 0;
     out->token_device_bytes = 0;
     out->largest_ctx = out->largest_ctx_all_host = in->max_ctx > 0 ? in->max_ctx : DEFAULT_MAX_CTX;
     uint64_t total = z.has_embed ? z.embed + z.head : 0, host_exp = 0;
@@ -274,7 +288,8 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
         int h = dev_host_layers(&z, in, dv, d, embed_host);
         dv->host_expert_layers = h;
         dv->weights = dev_weights(&z, dv, d, h, embed_host);
-        dv->session = in->session_bytes(in->ud, d, in->n_ctx, h < dv->n_layers);
+        dv->stream_bytes = dev_stream(&z, in, dv, h);
+        dv->session = in->session_bytes(in->ud, d, in->n_ctx, h < dv->n_layers || dv->stream_bytes > 0);
         uint64_t dev_exp = 0;
         for (int l = dv->first_layer; l < dv->first_layer + dv->n_layers; l++) {
             if (l - dv->first_layer < h) host_exp += z.experts[l];
@@ -284,7 +299,7 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
         dv->token_bytes = dv->weights - dev_exp - (embed_here ? z.embed : 0) + (uint64_t)((double)dev_exp * z.token_share) +
                           (embed_here ? z.embed_row : 0);
         bool budgeted = dv->memory && !dv->shares_host_memory;
-        dv->fits = !budgeted || dv->weights + dv->session <= dv->budget;
+        dv->fits = !budgeted || dv->weights + dv->stream_bytes + dv->session <= dv->budget;
         if (budgeted) {
             int lc = dev_largest_ctx(&z, in, dv, d, h, embed_host), la = dev_largest_ctx(&z, in, dv, d, dv->n_layers, true);
             if (lc < out->largest_ctx) out->largest_ctx = lc;
@@ -298,6 +313,7 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
         out->device_budget += dv->budget;
         out->device_weights += dv->weights;
         out->device_session += dv->session;
+        out->stream_bytes += dv->stream_bytes;
         out->token_device_bytes += dv->token_bytes;
     }
     out->host_weights = total - out->device_weights;

@@ -54,6 +54,7 @@ typedef struct {
     int max_ctx;              /* the longest context worth planning for (0: 1 Mi tokens) */
     int host_expert_layers;   /* the request (ds4_engine_options) */
     int layer_first, layer_end; /* the layers planned (a stage); 0, 0: all */
+    int stream_experts;       /* ds4_engine_options.stream_experts: keep room for one host layer's experts */
     plan_session_fn session_bytes;
     void *ud;
 } plan_input;

@@ -108,6 +108,7 @@ static int place_model(ds4_engine *e, int n_dev, ds4_error *err)
         .host_expert_layers = e->opt.host_expert_layers,
         .layer_first = e->opt.layer_first,
         .layer_end = e->opt.layer_end,
+        .stream_experts = e->opt.stream_experts,
         .session_bytes = device_session_bytes,
         .ud = e,
     };
@@ -140,9 +141,10 @@ static int place_model(ds4_engine *e, int n_dev, ds4_error *err)
         p->device_session = 0;
         for (int d = 0; d < n_dev; d++) {
             ds4_placement_device *dv = &p->dev[d];
-            dv->session = device_session_bytes(e, d, p->n_ctx, dv->host_expert_layers < dv->n_layers);
+            dv->session = device_session_bytes(e, d, p->n_ctx, dv->host_expert_layers < dv->n_layers || dv->stream_bytes);
             p->device_session += dv->session;
         }
+        if (p->stream_bytes) fwd_set_stream(f, p->stream_experts);
     }
     return 0;
 }
@@ -238,7 +240,8 @@ static uint64_t ocl_session_bytes(const ds4_engine *e, int n_ctx)
     uint64_t n = 0;
     for (int d = 0; d < e->place.n_devices; d++) {
         const ds4_placement_device *dv = &e->place.dev[d];
-        n += device_session_bytes((void *)e, d, n_ctx, dv->host_expert_layers < dv->n_layers);
+        n += device_session_bytes((void *)e, d, n_ctx, dv->host_expert_layers < dv->n_layers || dv->stream_bytes) +
+             dv->stream_bytes;
     }
     return n;
 }

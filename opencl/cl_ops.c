@@ -254,6 +254,55 @@ int clo_hold_tensors(void *ctx, const ds4_tensor *const *ts, size_t n, const clo
 
 bool clo_zero_copy(void *ctx) { return ((clo_ctx *)ctx)->zero_copy; }
 
+/* Ends a loan: its pieces leave the weight table (the buffers stay for
+ * the next loan). */
+static void end_loan(clo_ctx *c)
+{
+    if (!c->lent) return;
+    size_t k = 0;
+    for (size_t i = 0; i < c->n_w; i++) {
+        bool lent = false;
+        for (int j = 0; j < CLO_LEND_SLOTS; j++) lent |= c->lend_mem[j] && c->w[i].mem == c->lend_mem[j];
+        if (!lent) c->w[k++] = c->w[i];
+    }
+    c->n_w = k;
+    c->lent = false;
+}
+
+/* The copies are queued behind the work already queued, so a buffer is
+ * rewritten only once the ops that read the previous loan are done; the
+ * source is the mapped file, valid for the context's lifetime. */
+static int clo_lend(void *ctx, const ds4_tensor *const *ts, int n)
+{
+    clo_ctx *c = ctx;
+    end_loan(c);
+    if (n > CLO_LEND_SLOTS) return clo_fail(c, "lend: %d tensors at once, at most %d", n, CLO_LEND_SLOTS);
+    for (int j = 0; j < n; j++) {
+        const ds4_tensor *t = ts[j];
+        if (!t->data || !t->nbytes) continue;
+        if (t->nbytes > c->max_alloc)
+            return clo_fail(c, "lend: tensor %s (%llu bytes) is larger than the device's largest buffer",
+                            t->name ? t->name : "?", (unsigned long long)t->nbytes);
+        if (c->lend_cap[j] < t->nbytes) {
+            if (c->lend_mem[j]) clReleaseMemObject(c->lend_mem[j]);
+            c->use.scratch -= c->lend_cap[j];
+            c->lend_cap[j] = 0;
+            cl_int rc;
+            c->lend_mem[j] = clCreateBuffer(clrt_context(c->rt), CL_MEM_READ_ONLY, (size_t)t->nbytes, NULL, &rc);
+            if (!c->lend_mem[j]) return clrt_fail_cl(c->rt, rc, "OpenCL buffer for streamed weights");
+            c->lend_cap[j] = (size_t)t->nbytes;
+            c->use.scratch += c->lend_cap[j];
+            use_changed(c);
+        }
+        cl_int rc = clEnqueueWriteBuffer(clrt_queue(c->rt), c->lend_mem[j], CL_FALSE, 0, (size_t)t->nbytes, t->data, 0,
+                                         NULL, NULL);
+        if (rc != CL_SUCCESS) return clrt_fail_cl(c->rt, rc, "streaming weights to the device");
+        if (add_piece(c, t->data, (size_t)t->nbytes, c->lend_mem[j], 0)) return clo_fail(c, "out of memory");
+        c->lent = true;
+    }
+    return 0;
+}
+
 void clo_weights(void *ctx, clo_weight_info *out) { *out = ((clo_ctx *)ctx)->winfo; }
 
 /* ---- context ------------------------------------------------------------------ */
@@ -309,6 +358,9 @@ void clo_free(void *ctx)
     clo_ctx *c = ctx;
     if (!c) return;
     if (c->rt) clFinish(clrt_queue(c->rt));
+    end_loan(c);
+    for (int j = 0; j < CLO_LEND_SLOTS; j++)
+        if (c->lend_mem[j]) clReleaseMemObject(c->lend_mem[j]);
     for (size_t i = 0; i < c->n_w; i++) clReleaseMemObject(c->w[i].mem);
     for (int i = 0; i < CLO_SCR_SLOTS; i++)
         if (c->scr[i]) clReleaseMemObject(c->scr[i]);
@@ -502,4 +554,5 @@ const ds4_ops clo_ops = {
     .router = clo_router,
     .moe = clo_moe,
     .argmax = clo_argmax,
+    .lend = clo_lend,
 };

@@ -56,6 +56,9 @@ typedef struct {
 /* Scratch slots: distinct areas an op may hold at the same time. */
 enum { CLO_SCR_A, CLO_SCR_B, CLO_SCR_C, CLO_SCR_D, CLO_SCR_SLOTS };
 
+/* Tensors one loan may hold (a layer's gate, up and down experts). */
+enum { CLO_LEND_SLOTS = 3 };
+
 typedef struct {
     const ds4_model *m;
     const ds4_hparams *hp;
@@ -70,6 +73,11 @@ typedef struct {
     cl_mem scr[CLO_SCR_SLOTS];
     size_t scr_n[CLO_SCR_SLOTS];
     clo_device_use use; /* see clo_device_usage */
+    /* weights lent for the ops that follow (ds4_ops.lend): a buffer per
+     * tensor, kept and grown across loans; their pieces are in w while lent */
+    cl_mem lend_mem[CLO_LEND_SLOTS];
+    size_t lend_cap[CLO_LEND_SLOTS];
+    bool lent;
 } clo_ctx;
 
 /* Records a message for last_error(); returns -1. */

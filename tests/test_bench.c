@@ -134,6 +134,7 @@ TEST(bench, hybrid_bench_rows_and_their_breakdown)
     CHECK_CONTAINS(out, "\ndevice,0,");
     CHECK_CONTAINS(out, "\nhybrid-half,3,");
     CHECK_CONTAINS(out, "\nhybrid-all,6,");
+    CHECK_CONTAINS(out, "\nhybrid-all-streamed,6,");
     CHECK_CONTAINS(out, "\nsplit,0,");
     const char *dev = strstr(out, "\ndevice,");
     double ptps, dtps, pr, dr;

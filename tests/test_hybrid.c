@@ -293,6 +293,72 @@ TEST(hybrid, snapshots_move_between_hybrid_device_and_cpu)
     ds4_engine_close(cpu);
 }
 
+/* Prefill chunks of at least stream_experts tokens compute the host's
+ * experts on the device, each layer's weights copied there for it: the
+ * same numbers as the CPU (chunks streamed, decode steps on the host), and
+ * the plan keeps room for one layer's experts, within the budget. */
+TEST(hybrid, streamed_experts_agree_and_fit_the_budget)
+{
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.seed = 12;
+    const char *path = fixture(&s, "stream.gguf");
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .threads = 2, .quant_sim = DS4_QSIM_NONE,
+                             .host_expert_layers = INT_MAX, .stream_experts = 64, .device_memory = 1ull << 40,
+                             .plan_ctx = 400 };
+    ds4_error err = { "" };
+    ds4_engine *hy = ds4_engine_open(&o, &err);
+    CHECK_MSG(hy != NULL, "%s", err.msg);
+    ds4_placement p;
+    CHECK_EQ_INT(ds4_engine_placement(hy, &p), 0);
+    uint64_t most = 0;
+    for (int l = 0; l < s.n_layer; l++) {
+        uint64_t b = plan_part_bytes(hy->model, PLAN_EXPERTS, l);
+        if (b > most) most = b;
+    }
+    CHECK_EQ_INT(p.stream_bytes, most);
+    CHECK_EQ_INT(p.stream_experts, 64);
+
+    ds4_engine *cpu = must_open(path, DS4_BACKEND_CPU, 0, 0, 0);
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, 320, cpu->n_vocab, 23);
+    mc_plan mp = { &ids, 300, 100 };
+    mc_outcome a, b;
+    mc_run(cpu, &mp, &a);
+    mc_run(hy, &mp, &b);
+    mc_diff d;
+    mc_check_agree(&cpu->model->hp, &mp, &a, &b, REL_TOL, &d);
+    fwd_handover_stats hs;
+    fwd_get_handover_stats(fwd_of(hy), &hs);
+    CHECK_MSG(hs.streamed > 0, "no layer was streamed");
+    /* what the device holds stays within what the plan said */
+    clo_weight_info w;
+    clo_device_use u;
+    clo_weights(fwd_ops_ctx(fwd_of(hy)), &w);
+    clo_device_usage(fwd_ops_ctx(fwd_of(hy)), &u);
+    CHECK(w.uploaded + u.peak <= p.device_weights + p.device_session + p.stream_bytes);
+    mc_outcome_free(&a);
+    mc_outcome_free(&b);
+    ds4_tokens_free(&ids);
+    ds4_engine_close(cpu);
+    ds4_engine_close(hy);
+
+    /* a budget that holds everything but the room for streaming: one
+     * more layer's experts go to the host to make that room */
+    ds4_placement plain = plan_of(path, 0, budget_for(path, 2, 400), 400);
+    CHECK_EQ_INT(plain.host_expert_layers, 2);
+    o.host_expert_layers = 0;
+    o.plan_only = true;
+    o.device_memory = budget_for(path, 2, 400);
+    ds4_engine *pe = ds4_engine_open(&o, &err);
+    CHECK(pe != NULL);
+    ds4_placement sp;
+    CHECK_EQ_INT(ds4_engine_placement(pe, &sp), 0);
+    CHECK(sp.fits && sp.host_expert_layers > 2 && sp.stream_bytes > 0);
+    CHECK(sp.device_weights + sp.device_session + sp.stream_bytes <= sp.device_budget);
+    ds4_engine_close(pe);
+}
+
 /* ---- a device that fails mid-turn ---------------------------------------------- */
 
 /* In the engine: the evaluation ends with the device's error, and once
