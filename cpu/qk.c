@@ -157,14 +157,13 @@ static void tile_rows(qk_kernel fn, const uint8_t *w, size_t row_bytes, int64_t 
                       bool fetch_next, int t0, int nt, const block_q8_K *const *act, float *const *y)
 {
     int nr = r1 - r < QK_ROWS ? (int)(r1 - r) : QK_ROWS;
-    const uint8_t *rows[QK_ROWS], *next[QK_ROWS];
+    const uint8_t *rows[QK_ROWS];
     /* a short group repeats its last row; the extra results are dropped */
     for (int i = 0; i < QK_ROWS; i++) rows[i] = w + (size_t)(r + (i < nr ? i : nr - 1)) * row_bytes;
     int64_t rn = r + QK_ROWS;
-    int nn = r1 - rn < QK_ROWS ? (int)(r1 - rn) : QK_ROWS;
-    for (int i = 0; i < QK_ROWS && nn > 0; i++) next[i] = w + (size_t)(rn + (i < nn ? i : nn - 1)) * row_bytes;
+    const uint8_t *next = fetch_next && rn + QK_ROWS <= r1 ? w + (size_t)rn * row_bytes : NULL;
     float out[QK_ROWS][QK_TOKS];
-    fn(rows, fetch_next && nn > 0 ? next : NULL, act + t0, nt, nb, out);
+    fn(rows, next, act + t0, nt, nb, out);
     for (int i = 0; i < nr; i++)
         for (int t = 0; t < nt; t++) y[t0 + t][r + i] = out[i][t];
 }

@@ -46,14 +46,6 @@ static inline QK_TGT __m128i hsum4x256(__m256i a, __m256i b, __m256i c, __m256i 
     return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
 }
 
-static inline QK_TGT void prefetch_block(const uint8_t *const *next, int64_t off, int64_t bytes)
-{
-    if (!next) return;
-    for (int r = 0; r < QK_ROWS; r++) {
-        _mm_prefetch((const char *)(next[r] + off), _MM_HINT_T0);
-        _mm_prefetch((const char *)(next[r] + off + bytes - 1), _MM_HINT_T0);
-    }
-}
 
 /* ---- IQ2_XXS ------------------------------------------------------------------ */
 
@@ -115,14 +107,14 @@ static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, iq2_dec *s)
 /* Each group decoded and at once multiplied into the tile's tokens, its
  * vectors never leaving the registers. */
 static inline QK_TGT __attribute__((always_inline)) void
-iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, const int nt,
          int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     /* lane r of sum[t]: row r's running sum, rounded as the reference's */
     __m128 sum[QK_TOKS];
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
+        prefetch_block(next, i, sizeof(block_iq2_xxs));
         __m256i acc[QK_ROWS][QK_TOKS];
         float dw[QK_ROWS];
         for (int r = 0; r < QK_ROWS; r++) {
@@ -189,13 +181,13 @@ static inline QK_TGT void q2k_decode(const block_q2_K *b, q2k_dec *s)
 }
 
 static inline QK_TGT __attribute__((always_inline)) void
-q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+q2k_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, const int nt,
          int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     __m128 sum[QK_TOKS];
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
+        prefetch_block(next, i, sizeof(block_q2_K));
         __m256i acc[QK_ROWS][QK_TOKS], accm[QK_ROWS][QK_TOKS];
         float dw[QK_ROWS], dm[QK_ROWS];
         /* each quarter of a row's quants multiplied into the tokens as soon
@@ -492,7 +484,7 @@ QK_PANEL_FN(iq2_panel, iq2_panel_block, iq2_panel_tokens)
 /* ---- fixed token counts --------------------------------------------------------- */
 
 #define QK_FIXED(FN, NT)                                                                               \
-    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *const *next,               \
+    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *next,               \
                                  const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
     {                                                                                                  \
         FN(rows, next, act, NT, nb, out);                                                              \
@@ -506,7 +498,7 @@ QK_FIXED(q2k_tile, 2)
 QK_FIXED(q2k_tile, 3)
 QK_FIXED(q2k_tile, 4)
 
-static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act,
                               int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     switch (nt) {
@@ -517,7 +509,7 @@ static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *const *
     }
 }
 
-static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act,
                               int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     switch (nt) {

@@ -46,14 +46,6 @@ static inline QK_TGT __m128i hsum4x256(__m256i a, __m256i b, __m256i c, __m256i 
     return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
 }
 
-static inline QK_TGT void prefetch_block(const uint8_t *const *next, int64_t off, int64_t bytes)
-{
-    if (!next) return;
-    for (int r = 0; r < QK_ROWS; r++) {
-        _mm_prefetch((const char *)(next[r] + off), _MM_HINT_T0);
-        _mm_prefetch((const char *)(next[r] + off + bytes - 1), _MM_HINT_T0);
-    }
-}
 
 /* ---- IQ2_XXS ------------------------------------------------------------------ */
 
@@ -61,7 +53,7 @@ typedef struct {
     __m512i mag[4];  /* grid magnitudes of groups 2p, 2p+1 */
     __m512i sc[4];   /* 2·ls+1 as words: group 2p in the low half, 2p+1 in the high */
     __mmask64 neg[4]; /* negated elements of groups 2p, 2p+1 */
-    float d;
+    uint16_t d;      /* the block's scale, f16 */
 } iq2_dec;
 
 /* The sign bytes of the eight groups (byte 4g+k: selector k of group g
@@ -111,14 +103,20 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
     __mmask32 b6 = _mm512_test_epi16_mask(iw, _mm512_set1_epi16(0x40));
     __mmask32 b7 = _mm512_test_epi16_mask(iw, _mm512_set1_epi16(0x80));
     __m512i c = _mm512_mask_blend_epi16(b7, _mm512_mask_blend_epi16(b6, r0, r1), _mm512_mask_blend_epi16(b6, r2, r3));
+    /* qsel word 4q + k: q (every word of qword q of a spread reads code word q) */
+    const __m512i qsel = _mm512_srli_epi16(
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7,
+                         6, 5, 4, 3, 2, 1, 0),
+        2);
 #if QK_VBMI
-    /* byte j of a qword: bits 2j.. of its code word; vpermb reads 6 bits, so
-     * the table repeats the three magnitudes every four entries */
+    /* byte j of a qword: bits 2j.. of its code word (copied to every word of
+     * it); vpermb reads 6 bits, so the table repeats the three magnitudes
+     * every four entries */
     const __m512i ctl = _mm512_set1_epi64(0x0e0c0a0806040200ll);
     const __m512i lut = _mm512_set4_epi32(0x002b1908, 0x002b1908, 0x002b1908, 0x002b1908);
 #define IQ2_SPREAD(P)                                                                                          \
     mag[P] = _mm512_permutexvar_epi8(                                                                          \
-        _mm512_multishift_epi64_epi8(ctl, _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(c, P))), lut)
+        _mm512_multishift_epi64_epi8(ctl, _mm512_permutexvar_epi16(_mm512_add_epi16(qsel, _mm512_set1_epi16(8 * (P))), c)), lut)
 #else
     /* word k of qword q: code word q shifted right by 4k (vpermw, vpsrlvw),
      * whose two low codes go to its low and high byte */
@@ -132,11 +130,6 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
         w = _mm512_ternarylogic_epi32(_mm512_and_si512(w, m3), _mm512_slli_epi16(w, 6), hi, 0xf8);            \
         mag[P] = _mm512_shuffle_epi8(lut, w);                                                                 \
     } while (0)
-    /* qsel word 4q + k: q */
-    const __m512i qsel = _mm512_srli_epi16(
-        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7,
-                         6, 5, 4, 3, 2, 1, 0),
-        2);
 #endif
     IQ2_SPREAD(0);
     IQ2_SPREAD(1);
@@ -148,8 +141,14 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
 static inline QK_TGT __attribute__((always_inline)) void iq2_decode(const block_iq2_xxs *b, const uint16_t *codes, iq2_dec *s)
 {
     __m512i q = _mm512_loadu_si512(b->qs);
-    uint64_t neg[4];
-    _mm256_storeu_si256((__m256i *)(void *)neg, iq2_sign_bytes(q));
+    /* the sign masks straight from the vector (through memory, they cost a
+     * store-forwarding stall a block) */
+    __m256i sb = iq2_sign_bytes(q);
+    __m128i sb0 = _mm256_castsi256_si128(sb), sb1 = _mm256_extracti128_si256(sb, 1);
+    s->neg[0] = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(sb0));
+    s->neg[1] = _cvtu64_mask64((uint64_t)_mm_extract_epi64(sb0, 1));
+    s->neg[2] = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(sb1));
+    s->neg[3] = _cvtu64_mask64((uint64_t)_mm_extract_epi64(sb1, 1));
     /* the 32 grid indices, four per qword, in order */
     const __m512i pick_idx = _mm512_set4_epi32(-1, -1, 0x0b0a0908, 0x03020100);
     __m512i idx = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), _mm512_shuffle_epi8(q, pick_idx));
@@ -157,16 +156,15 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_decode(const block_
     /* scales: 2·ls+1 in every word of group g's qword */
     __m512i ls = _mm512_add_epi64(_mm512_slli_epi64(_mm512_srli_epi64(q, 60), 1), _mm512_set1_epi64(1));
     ls = _mm512_shuffle_epi8(ls, _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100));
-    for (int p = 0; p < 4; p++) {
+    _Pragma("GCC unroll 4")
+    for (int p = 0; p < 4; p++)
         s->sc[p] = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
                                                               2 * p + 1, 2 * p + 1), ls);
-        s->neg[p] = (__mmask64)neg[p];
-    }
-    s->d = _cvtsh_ss(quant_rd16(&b->d));
+    s->d = quant_rd16(&b->d);
 }
 
 static inline QK_TGT __attribute__((always_inline)) void
-iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, const int nt,
          int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     const uint16_t *codes = qk_grid_codes();
@@ -174,16 +172,18 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
     __m128 sum[QK_TOKS];
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
+        prefetch_block(next, i, sizeof(block_iq2_xxs));
         __m512i acc[QK_ROWS][QK_TOKS];
-        float dw[QK_ROWS];
+        __m128i dh = _mm_setzero_si128();
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < QK_ROWS; r++) {
             iq2_dec s;
             iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, codes, &s);
-            dw[r] = s.d;
+            dh = _mm_insert_epi16(dh, s.d, r);
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = act[t] + i;
                 __m512i ac = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4")
                 for (int p = 0; p < 4; p++) {
                     __m512i q8 = _mm512_loadu_si512(a->qs + 64 * p);
                     q8 = _mm512_mask_sub_epi8(q8, s.neg[p], _mm512_setzero_si512(), q8);
@@ -192,7 +192,7 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
                 acc[r][t] = ac;
             }
         }
-        __m128 d4 = _mm_loadu_ps(dw);
+        __m128 d4 = _mm_cvtph_ps(dh);
         for (int t = 0; t < nt; t++) {
             __m128i is = hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
             __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
@@ -212,7 +212,7 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
  * 128·Σ(2·ls+1)·w that this adds to a row's block sum is subtracted up
  * front, so the integers are the same. */
 static inline QK_TGT __attribute__((always_inline)) void
-iq2_tile_many(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+iq2_tile_many(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, const int nt,
               int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     const uint16_t *codes = qk_grid_codes();
@@ -220,15 +220,16 @@ iq2_tile_many(const uint8_t *const *rows, const uint8_t *const *next, const bloc
     __m128 sum[QK_TOKS];
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        prefetch_block(next, i * (int64_t)sizeof(block_iq2_xxs), sizeof(block_iq2_xxs));
+        prefetch_block(next, i, sizeof(block_iq2_xxs));
         __m512i au[QK_TOKS][4], acc[QK_ROWS][QK_TOKS];
         for (int t = 0; t < nt; t++)
             for (int p = 0; p < 4; p++) au[t][p] = _mm512_xor_si512(_mm512_loadu_si512(act[t][i].qs + 64 * p), bias);
-        float dw[QK_ROWS];
+        __m128i dh = _mm_setzero_si128();
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < QK_ROWS; r++) {
             iq2_dec s;
             iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, codes, &s);
-            dw[r] = s.d;
+            dh = _mm_insert_epi16(dh, s.d, r);
             __m512i w[4], c = _mm512_setzero_si512();
             for (int p = 0; p < 4; p++) {
                 w[p] = _mm512_mask_sub_epi8(s.mag[p], s.neg[p], _mm512_setzero_si512(), s.mag[p]);
@@ -241,7 +242,7 @@ iq2_tile_many(const uint8_t *const *rows, const uint8_t *const *next, const bloc
                 acc[r][t] = ac;
             }
         }
-        __m128 d4 = _mm_loadu_ps(dw);
+        __m128 d4 = _mm_cvtph_ps(dh);
         for (int t = 0; t < nt; t++) {
             __m128i is = hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
             __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
@@ -294,13 +295,13 @@ static inline QK_TGT void q2k_decode(const block_q2_K *b, q2k_dec *s)
 /* Every row's block decoded first, then each token's activations loaded
  * once for the four rows. */
 static inline QK_TGT __attribute__((always_inline)) void
-q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+q2k_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, const int nt,
          int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     __m128 sum[QK_TOKS];
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
+        prefetch_block(next, i, sizeof(block_q2_K));
         q2k_dec s[QK_ROWS];
         float dw[QK_ROWS], dm[QK_ROWS];
         for (int r = 0; r < QK_ROWS; r++) {
@@ -341,7 +342,7 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_
  * decoded (as q2k_decode does it), in registers; with more tokens the
  * decoded rows above share each activation load instead. */
 static inline QK_TGT __attribute__((always_inline)) void
-q2k_tile_one(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act, const int nt,
+q2k_tile_one(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, const int nt,
              int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     (void)nt;
@@ -353,18 +354,19 @@ q2k_tile_one(const uint8_t *const *rows, const uint8_t *const *next, const block
                                            (int)0x80028002u, (int)0x80028002u, (int)0x80028002u, (int)0x80028002u,
                                            (int)0x80038003u, (int)0x80038003u, (int)0x80038003u, (int)0x80038003u);
     for (int64_t i = 0; i < nb; i++) {
-        prefetch_block(next, i * (int64_t)sizeof(block_q2_K), sizeof(block_q2_K));
+        prefetch_block(next, i, sizeof(block_q2_K));
         __m512i acc[QK_ROWS];
         __m256i accm[QK_ROWS];
-        float dw[QK_ROWS], dm[QK_ROWS];
+        __m128i dh = _mm_setzero_si128();
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < QK_ROWS; r++) {
             const block_q2_K *b = (const block_q2_K *)(const void *)rows[r] + i;
             __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
             __m512i lo = _mm512_broadcast_i32x4(_mm_and_si128(sc, _mm_set1_epi8(15)));
             __m256i mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
-            dw[r] = _cvtsh_ss(quant_rd16(&b->d));
-            dm[r] = _cvtsh_ss(quant_rd16(&b->dmin));
-            acc[r] = _mm512_setzero_si512();
+            /* d and dmin side by side: one conversion, no scalar stores */
+            dh = _mm_insert_epi32(dh, (int)(quant_rd16(&b->d) | (uint32_t)quant_rd16(&b->dmin) << 16), r);
+            __m512i ac2[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
             _Pragma("GCC unroll 2")
             for (int h = 0; h < 2; h++) {
                 __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h)));
@@ -375,12 +377,15 @@ q2k_tile_one(const uint8_t *const *rows, const uint8_t *const *next, const block
                         _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * jj)), _mm256_set1_epi16((short)(4 * jj + 2)), 1);
                     __m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, cnt), three);
                     __m512i scw = _mm512_shuffle_epi8(lo, _mm512_add_epi32(ctl0, _mm512_set1_epi32(4 * j * 0x00010001)));
-                    acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_mullo_epi16(v, scw), _mm512_loadu_si512(a[i].qs + 64 * j));
+                    ac2[jj] = _mm512_dpbusd_epi32(ac2[jj], _mm512_mullo_epi16(v, scw), _mm512_loadu_si512(a[i].qs + 64 * j));
                 }
             }
+            acc[r] = _mm512_add_epi32(ac2[0], ac2[1]);
             accm[r] = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)(const void *)a[i].bsums));
         }
-        __m128 d4 = _mm_loadu_ps(dw), m4 = _mm_loadu_ps(dm);
+        __m256 dd = _mm256_cvtph_ps(dh);
+        __m128 d4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)));
+        __m128 m4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0)));
         __m128i is = hsum4x512(acc[0], acc[1], acc[2], acc[3]);
         __m128i ms = hsum4x256(accm[0], accm[1], accm[2], accm[3]);
         __m128 ad = _mm_set1_ps(a[i].d);
@@ -459,7 +464,7 @@ static inline QK_TGT void iq2_panel_block(const uint8_t *const *rows, int64_t i,
             __m512i w = _mm512_mask_sub_epi8(s.mag[p], s.neg[p], _mm512_setzero_si512(), s.mag[p]);
             _mm512_store_si512(tmp[r] + 64 * p, _mm512_add_epi8(w, off));
         }
-        P->d[r] = s.d;
+        P->d[r] = _cvtsh_ss(s.d);
         for (int g = 0; g < 8; g++) {
             int32_t ls = 2 * (int32_t)(quant_rd32((const uint8_t *)b->qs + 8 * g + 4) >> 28) + 1;
             P->sc[g][r] = ls;
@@ -572,7 +577,7 @@ QK_PANEL_FN(iq2_panel, iq2_panel_block, iq2_panel_tokens)
 /* ---- fixed token counts --------------------------------------------------------- */
 
 #define QK_FIXED(FN, NT)                                                                               \
-    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *const *next,               \
+    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *next,               \
                                  const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
     {                                                                                                  \
         FN(rows, next, act, NT, nb, out);                                                              \
@@ -586,7 +591,7 @@ QK_FIXED(q2k_tile, 2)
 QK_FIXED(q2k_tile, 3)
 QK_FIXED(q2k_tile, 4)
 
-static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act,
                               int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     switch (nt) {
@@ -597,7 +602,7 @@ static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *const *
     }
 }
 
-static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *const *next, const block_q8_K *const *act,
+static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act,
                               int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     switch (nt) {
