@@ -70,20 +70,20 @@ static inline QK_TGT __m256i iq2_sign_bytes(__m512i q)
                                       32, 33, 34, 35, 40, 41, 42, 43, 48, 49, 50, 51, 56, 57, 58, 59 };
     return _mm512_castsi512_si256(_mm512_permutexvar_epi8(_mm512_loadu_si512(pick), sb));
 #else
-    /* each group's sign word to four dword lanes, shifted to its selectors;
-     * parity from a nibble table */
+    /* each group's sign word to four dword lanes, shifted to its selectors
+     * and packed to bytes; then the parity of all 32 at once, from a
+     * nibble table */
     const __m512i shifts = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
-    const __m512i par = _mm512_set4_epi32(0x00808000, (int)0x80000080u, (int)0x80000080u, 0x00808000);
-    const __m512i m7 = _mm512_set1_epi32(127), m15 = _mm512_set1_epi32(15);
+    const __m256i par = _mm256_broadcastsi128_si256(_mm_set_epi64x(0x0080800080000080ll, (long long)0x8000008000808000ull));
+    const __m256i m7 = _mm256_set1_epi8(127), m15 = _mm256_set1_epi8(15);
     __m512i a = _mm512_permutexvar_epi32(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), q);
     __m512i b = _mm512_permutexvar_epi32(_mm512_setr_epi32(9, 9, 9, 9, 11, 11, 11, 11, 13, 13, 13, 13, 15, 15, 15, 15), q);
-    a = _mm512_and_si512(_mm512_srlv_epi32(a, shifts), m7);
-    b = _mm512_and_si512(_mm512_srlv_epi32(b, shifts), m7);
-    a = _mm512_or_si512(a, _mm512_xor_si512(_mm512_shuffle_epi8(par, _mm512_and_si512(a, m15)),
-                                            _mm512_shuffle_epi8(par, _mm512_srli_epi32(a, 4))));
-    b = _mm512_or_si512(b, _mm512_xor_si512(_mm512_shuffle_epi8(par, _mm512_and_si512(b, m15)),
-                                            _mm512_shuffle_epi8(par, _mm512_srli_epi32(b, 4))));
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(a)), _mm512_cvtepi32_epi8(b), 1);
+    __m256i sel = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(_mm512_srlv_epi32(a, shifts))),
+                                          _mm512_cvtepi32_epi8(_mm512_srlv_epi32(b, shifts)), 1);
+    sel = _mm256_and_si256(sel, m7);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(sel, 4), m15);
+    return _mm256_or_si256(sel, _mm256_xor_si256(_mm256_shuffle_epi8(par, _mm256_and_si256(sel, m15)),
+                                                 _mm256_shuffle_epi8(par, hi)));
 #endif
 }
 
@@ -358,6 +358,11 @@ q2k_tile_one(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *
         __m512i acc[QK_ROWS];
         __m256i accm[QK_ROWS];
         __m128i dh = _mm_setzero_si128();
+        /* the token's block once for the four rows (its quants straddle
+         * cache lines: four loads a row would be eight) */
+        __m512i q8[4];
+        for (int j = 0; j < 4; j++) q8[j] = _mm512_loadu_si512(a[i].qs + 64 * j);
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)a[i].bsums);
         _Pragma("GCC unroll 4")
         for (int r = 0; r < QK_ROWS; r++) {
             const block_q2_K *b = (const block_q2_K *)(const void *)rows[r] + i;
@@ -377,11 +382,11 @@ q2k_tile_one(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *
                         _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * jj)), _mm256_set1_epi16((short)(4 * jj + 2)), 1);
                     __m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, cnt), three);
                     __m512i scw = _mm512_shuffle_epi8(lo, _mm512_add_epi32(ctl0, _mm512_set1_epi32(4 * j * 0x00010001)));
-                    ac2[jj] = _mm512_dpbusd_epi32(ac2[jj], _mm512_mullo_epi16(v, scw), _mm512_loadu_si512(a[i].qs + 64 * j));
+                    ac2[jj] = _mm512_dpbusd_epi32(ac2[jj], _mm512_mullo_epi16(v, scw), q8[j]);
                 }
             }
             acc[r] = _mm512_add_epi32(ac2[0], ac2[1]);
-            accm[r] = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)(const void *)a[i].bsums));
+            accm[r] = _mm256_madd_epi16(mins, bs);
         }
         __m256 dd = _mm256_cvtph_ps(dh);
         __m128 d4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)));
