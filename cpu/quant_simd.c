@@ -474,7 +474,7 @@ void quant_simd_dequant_row(uint32_t type, const void *row, float *y, int64_t n)
         for (; i < n; i++) y[i] = quant_f16_to_f32(quant_rd16(p + 2 * i));
         return;
     }
-    quant_dequant_row_scalar(type, row, y, n);
+    if (!quant_x256_dequant_row(type, row, y, n)) quant_dequant_row_scalar(type, row, y, n);
 }
 
 #endif /* 256-bit */

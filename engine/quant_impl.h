@@ -3,6 +3,7 @@
 #ifndef DS4CL_QUANT_IMPL_H
 #define DS4CL_QUANT_IMPL_H
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "engine/quant.h"
@@ -51,5 +52,11 @@ float quant_simd_dot_q4_K(const void *w, const float *x, const float *xsum32, in
 float quant_simd_dot_iq2_xxs(const void *w, const float *x, int64_t n);
 void quant_simd_dequant_row(uint32_t type, const void *row, float *y, int64_t n);
 void quant_simd_sums(const float *x, int64_t n, int group, float *out);
+
+/* n elements of a Q8_0, Q2_K, Q4_K or IQ2_XXS row decoded to f32 with
+ * 256-bit vectors, every value the scalar decoder's (cpu/quant_x256.c);
+ * false (nothing written) for other formats or off x86-64. Any build has
+ * it; call it only where the CPU has AVX2, FMA and F16C. */
+bool quant_x256_dequant_row(uint32_t type, const void *row, float *y, int64_t n);
 
 #endif

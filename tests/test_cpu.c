@@ -8,6 +8,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "engine/quant.h"
+#include "engine/quant_impl.h"
 #include "cpu/threadpool.h"
 #include "tests/test.h"
 
@@ -75,6 +76,56 @@ TEST(cpu_kernels, products_match_a_double_reference_for_every_format)
         check_type(types[i], block == 1 ? 300 : 512, 7, 9);  /* many tokens: the whole-row path */
         check_type(types[i], block == 1 ? 37 : 256, 5, 3);   /* few tokens; a ragged f32 tail */
     }
+}
+
+/* The 256-bit row decoders give the scalar decoders' bits: on random
+ * bytes (every index, sign selector, scale and quant) with finite f16
+ * factors of both signs, zero and subnormal ones included, and on rows
+ * the quantizers wrote. */
+TEST(cpu_kernels, x256_decoders_equal_the_scalar_ones)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+        SKIP("this CPU has no AVX2, FMA and F16C");
+#else
+    SKIP("not an x86-64 build");
+#endif
+    static const uint32_t types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_IQ2_XXS };
+    static const uint16_t factors[] = { 0x3c00, 0xbc00, 0x1c00, 0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0x2e66 };
+    enum { N = 4096 };
+    float *a = test_alloc(N * 4), *b = test_alloc(N * 4), *src = test_alloc(N * 4);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        uint32_t type = types[ti];
+        const quant_type_info *t = quant_type(type);
+        size_t rb = (size_t)quant_row_bytes(type, N);
+        uint8_t *row = test_alloc(rb);
+        for (int pass = 0; pass < 12; pass++) {
+            if (pass < 9) {
+                for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)(frand() * 1e4f);
+                /* the f16 factors: d (and dmin) at the block's known offsets */
+                for (size_t blk = 0; blk < rb / t->block_bytes; blk++) {
+                    uint8_t *p = row + blk * t->block_bytes;
+                    uint16_t f = factors[(pass + blk) % 9], g = factors[(pass + 3 * blk + 1) % 9];
+                    size_t off = type == GGML_TYPE_Q2_K ? 80 : 0;
+                    memcpy(p + off, &f, 2);
+                    if (type == GGML_TYPE_Q2_K || type == GGML_TYPE_Q4_K) memcpy(p + off + 2, &g, 2);
+                }
+            } else {
+                for (int i = 0; i < N; i++) src[i] = frand() * (pass == 9 ? 1.0f : pass == 10 ? 1e-3f : 40.0f);
+                CHECK(quant_quantize_row(type, src, N, row) == rb);
+            }
+            memset(a, 0xa5, N * 4);
+            memset(b, 0x5a, N * 4);
+            quant_dequant_row_scalar(type, row, a, N);
+            CHECK(quant_x256_dequant_row(type, row, b, N));
+            int bad = -1;
+            for (int i = 0; i < N && bad < 0; i++)
+                if (memcmp(&a[i], &b[i], 4)) bad = i;
+            CHECK_MSG(bad < 0, "%s pass %d element %d: %.9g vs scalar %.9g", quant_type_name(type), pass, bad,
+                      bad < 0 ? 0.0 : (double)b[bad], bad < 0 ? 0.0 : (double)a[bad]);
+        }
+    }
+    CHECK(!quant_x256_dequant_row(GGML_TYPE_F16, src, a, 16));
 }
 
 TEST(cpu_kernels, f16_rows_and_helpers)
