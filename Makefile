@@ -43,6 +43,16 @@ else
   BINDIR    := .
 endif
 
+# ARCH=NAME builds for -march=NAME, objects and programs in directories of
+# their own (build/VARIANT-NAME, build/bin-NAME): what a smaller x86 level
+# compiles (ARCH=x86-64-v3: AVX2 without AVX-512, what most desktop CPUs
+# run) is built and tested on a machine that has more.
+ifneq ($(ARCH),)
+  ARCHFLAGS := -march=$(ARCH)
+  ARCHDIR   := -$(ARCH)
+  BINDIR    := $(if $(filter .,$(BINDIR)),build/bin-$(ARCH),$(BINDIR)-$(ARCH))
+endif
+
 # MPI=1 adds mpi/ (the layer split over the ranks of an MPI job), compiled
 # and linked with mpicc; without it nothing of MPI is built or needed.
 ifeq ($(MPI),1)
@@ -51,9 +61,9 @@ ifeq ($(MPI),1)
   endif
   MODULES   += mpi
   CPPFLAGS  += -DDS4CL_MPI
-  OBJDIR    := build/$(VARIANT)-mpi
+  OBJDIR    := build/$(VARIANT)$(ARCHDIR)-mpi
 else
-  OBJDIR    := build/$(VARIANT)
+  OBJDIR    := build/$(VARIANT)$(ARCHDIR)
 endif
 GENDIR    := build/gen
 
@@ -200,7 +210,7 @@ $(TESTBIN): $(TEST_OBJS) $(LIB_OBJS)
 
 # The suite runs against the programs built in the same variant.
 test: $(PROGRAMS) $(TESTBIN)
-	DS4CL_BINDIR=$(abspath $(BINDIR)) DS4CL_ROOT=$(CURDIR) DS4CL_VARIANT=$(VARIANT) DS4CL_MPI_BUILD=$(FLAVOR) \
+	DS4CL_BINDIR=$(abspath $(BINDIR)) DS4CL_ROOT=$(CURDIR) DS4CL_VARIANT=$(VARIANT) DS4CL_MPI_BUILD=$(FLAVOR) DS4CL_ARCH=$(ARCH) \
 	ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
 	LSAN_OPTIONS=$${LSAN_OPTIONS:-suppressions=$(CURDIR)/build-aux/lsan.supp:print_suppressions=0} \
 	UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \

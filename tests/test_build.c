@@ -18,8 +18,11 @@ static const char *make_cmd(const char *env)
     /* an MPI build's programs share the directory: keep them MPI ones */
     const char *m = getenv("DS4CL_MPI_BUILD");
     const char *mpi = m && !strcmp(m, "mpi") ? "MPI=1" : "";
-    return test_printf("cd '%s' && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL %s make -s --no-print-directory %s %s",
-                       test_root(), env, flag, mpi);
+    /* and a build for another -march keeps to its own directories */
+    const char *a = getenv("DS4CL_ARCH");
+    const char *arch = a && *a ? test_printf("ARCH=%s", a) : "";
+    return test_printf("cd '%s' && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL %s make -s --no-print-directory %s %s %s",
+                       test_root(), env, flag, mpi, arch);
 }
 
 static void need_make(void)
