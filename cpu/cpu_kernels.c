@@ -88,6 +88,54 @@ const char *cpu_kernels_isa(void)
 #endif
 }
 
+#if defined(CPU_AVX512) || defined(CPU_AVX2)
+/* Streaming four rows at once defeats the hardware prefetcher: each row
+ * group starts three cold streams, and a row of a 2-bit format is shorter
+ * than a page. While a group is multiplied, the same offsets of the next
+ * group's rows are prefetched, so they arrive one group ahead (a few KB
+ * to a few tens of KB, well inside L2). Only loads move; the arithmetic is
+ * untouched. */
+typedef struct {
+    const uint8_t *const *next; /* the next group's ROWS rows, or NULL */
+    int64_t bytes_per_256;      /* row bytes per 256 elements */
+    int64_t step_mask;          /* prefetch on steps of 32 elements with (k/32) & mask == 0 */
+} prefetch_plan;
+
+/* always inlined: a call whose only effect is a prefetch counts as pure and
+ * would be dropped */
+static inline __attribute__((always_inline)) void prefetch_next(const prefetch_plan *pf, int64_t k)
+{
+    int64_t off = (k * pf->bytes_per_256) >> 8;
+    for (int r = 0; r < ROWS; r++) _mm_prefetch((const char *)(pf->next[r] + off), _MM_HINT_T0);
+}
+
+static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uint8_t *const *next)
+{
+    pf->next = next;
+    pf->bytes_per_256 = (int64_t)w->row_bytes * 256 / (w->n > 0 ? w->n : 1);
+    /* one prefetch per 64 bytes or less: every 2^j steps of 32 elements */
+    int64_t steps = pf->bytes_per_256 > 0 ? 64 * 8 / pf->bytes_per_256 : 1, p2 = 1;
+    while (p2 * 2 <= steps) p2 *= 2;
+    pf->step_mask = p2 - 1;
+}
+
+/* The four rows' accumulators live in registers for the whole row pass. */
+#define FUSED_ACC_LOAD(NT)                                                                               \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
+        a0[t] = acc[0][t];                                                                               \
+        a1[t] = acc[1][t];                                                                               \
+        a2[t] = acc[2][t];                                                                               \
+        a3[t] = acc[3][t];                                                                               \
+    }
+#define FUSED_ACC_STORE(NT)                                                                              \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
+        acc[0][t] = a0[t];                                                                               \
+        acc[1][t] = a1[t];                                                                               \
+        acc[2][t] = a2[t];                                                                               \
+        acc[3][t] = a3[t];                                                                               \
+    }
+#endif
+
 /* ---- fused decoders (AVX-512) ---------------------------------------------------
  *
  * dec_*(row, k) returns elements [k, k+16) of a row as f32 lanes, the same
@@ -167,36 +215,6 @@ static inline uint32_t iq2_signs(uint32_t s)
 #endif
 }
 
-/* Streaming four rows at once defeats the hardware prefetcher: each row
- * group starts three cold streams, and a row of a 2-bit format is shorter
- * than a page. While a group is multiplied, the same offsets of the next
- * group's rows are prefetched, so they arrive one group ahead (a few KB
- * to a few tens of KB, well inside L2). Only loads move; the arithmetic is
- * untouched. */
-typedef struct {
-    const uint8_t *const *next; /* the next group's ROWS rows, or NULL */
-    int64_t bytes_per_256;      /* row bytes per 256 elements */
-    int64_t step_mask;          /* prefetch on steps of 32 elements with (k/32) & mask == 0 */
-} prefetch_plan;
-
-/* always inlined: a call whose only effect is a prefetch counts as pure and
- * would be dropped */
-static inline __attribute__((always_inline)) void prefetch_next(const prefetch_plan *pf, int64_t k)
-{
-    int64_t off = (k * pf->bytes_per_256) >> 8;
-    for (int r = 0; r < ROWS; r++) _mm_prefetch((const char *)(pf->next[r] + off), _MM_HINT_T0);
-}
-
-static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uint8_t *const *next)
-{
-    pf->next = next;
-    pf->bytes_per_256 = (int64_t)w->row_bytes * 256 / (w->n > 0 ? w->n : 1);
-    /* one prefetch per 64 bytes or less: every 2^j steps of 32 elements */
-    int64_t steps = pf->bytes_per_256 > 0 ? 64 * 8 / pf->bytes_per_256 : 1, p2 = 1;
-    while (p2 * 2 <= steps) p2 *= 2;
-    pf->step_mask = p2 - 1;
-}
-
 /* acc[r][t] += row_r · x_t over n (a multiple of 32) for 4 rows, NT
  * tokens; lanes see elements in increasing order as in tile(). */
 #define FUSED_ROW_STEP(R, DEC, NT)                                                                  \
@@ -206,21 +224,6 @@ static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uin
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w0, x0[t], a##R[t]); \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w1, x1[t], a##R[t]); \
     } while (0)
-/* The four rows' accumulators live in registers for the whole row pass. */
-#define FUSED_ACC_LOAD(NT)                                                                               \
-    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
-        a0[t] = acc[0][t];                                                                               \
-        a1[t] = acc[1][t];                                                                               \
-        a2[t] = acc[2][t];                                                                               \
-        a3[t] = acc[3][t];                                                                               \
-    }
-#define FUSED_ACC_STORE(NT)                                                                              \
-    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
-        acc[0][t] = a0[t];                                                                               \
-        acc[1][t] = a1[t];                                                                               \
-        acc[2][t] = a2[t];                                                                               \
-        acc[3][t] = a3[t];                                                                               \
-    }
 #define FUSED_FN(NAME, DEC, NT)                                                                          \
     static void fused_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,       \
                                     vf acc[ROWS][TOKS], const prefetch_plan *pf)                         \
@@ -450,6 +453,108 @@ static bool dequant_fast(uint32_t type, const uint8_t *row, int64_t n, float *bu
 }
 #endif
 
+/* ---- fused 2-bit decoders (AVX2) ----------------------------------------------
+ *
+ * The same idea in 8 lanes for the routed experts' formats: each 8 weights
+ * are decoded in registers, the values quant_dequant_row gives, and
+ * multiplied straight into the accumulators in the order the buffered
+ * tiles use (one multiply-add per 8 elements, k ascending), so the bits
+ * are the buffered path's. */
+#if defined(CPU_AVX2)
+#define HAVE_FUSED2 1
+
+/* Elements 32g + 8c … +7 of an IQ2_XXS block: grid row c of group g, its
+ * magnitudes looked up as db·8, db·25, db·43 (lanes 0, 1, 3: the bytes
+ * mod 8), a set sign bit flipping the float's sign, −0 included. */
+static inline __m256 x256_iq2(const block_iq2_xxs *b, int g, int c, __m256 tbl)
+{
+    const uint8_t *qs = (const uint8_t *)b->qs + 8 * g;
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __m256i idx = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)quant_iq2xxs_grid[qs[c]]));
+    __m256 v = _mm256_permutevar8x32_ps(tbl, idx);
+    __m256i s = _mm256_set1_epi32(quant_ksigns_iq2xs[(quant_rd32(qs + 4) >> (7 * c)) & 127]);
+    __m256i neg = _mm256_slli_epi32(_mm256_cmpeq_epi32(_mm256_and_si256(s, bit), bit), 31);
+    return _mm256_xor_ps(v, _mm256_castsi256_ps(neg));
+}
+
+static inline __m256 x256_iq2_table(const block_iq2_xxs *b, int g)
+{
+    float d = _cvtsh_ss(quant_rd16(&b->d));
+    float db = d * (0.5f + (float)(quant_rd32((const uint8_t *)b->qs + 8 * g + 4) >> 28)) * 0.25f;
+    return _mm256_mul_ps(_mm256_set1_ps(db), _mm256_setr_ps(8, 25, 0, 43, 0, 0, 0, 0));
+}
+
+/* Q2_K: elements 32j + 8c … +7 are bits 2(j % 4) of bytes 32(j / 4) + 8c …
+ * of the quants, in sub-block 2j + c/2; the table of j holds
+ * d·(scale & 15)·q − dmin·(scale >> 4) for q = 0..3 of sub-block 2j in
+ * lanes 0-3 and of 2j + 1 in lanes 4-7 (d·(scale & 15)·q is exact, so the
+ * fused multiply-add rounds as the buffered subtraction does). */
+static inline __m256 x256_q2k_table(const block_q2_K *b, int j)
+{
+    float d = _cvtsh_ss(quant_rd16(&b->d)), dmin = _cvtsh_ss(quant_rd16(&b->dmin));
+    uint8_t s0 = b->scales[2 * j], s1 = b->scales[2 * j + 1];
+    __m256 dl = _mm256_setr_m128(_mm_set1_ps(d * (float)(s0 & 15)), _mm_set1_ps(d * (float)(s1 & 15)));
+    __m256 nml = _mm256_setr_m128(_mm_set1_ps(-(dmin * (float)(s0 >> 4))), _mm_set1_ps(-(dmin * (float)(s1 >> 4))));
+    return _mm256_fmadd_ps(dl, _mm256_setr_ps(0, 1, 2, 3, 0, 1, 2, 3), nml);
+}
+
+static inline __m256 x256_q2k(const block_q2_K *b, int j, int c, __m256 tbl)
+{
+    uint64_t q;
+    memcpy(&q, b->qs + 32 * (j >> 2) + 8 * c, 8);
+    q = (q >> (2 * (j & 3))) & 0x0303030303030303ull;
+    if (c >= 2) q |= 0x0404040404040404ull;
+    return _mm256_permutevar8x32_ps(tbl, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)q)));
+}
+
+#define X256_STEP(R, DEC, NT)                                                                              \
+    do {                                                                                                   \
+        __m256 w_ = DEC;                                                                                   \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm256_fmadd_ps(w_, xv[t], a##R[t]); \
+    } while (0)
+#define X256_FN(NAME, BLOCK, TABLE, DEC, NT)                                                               \
+    static void x256_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,         \
+                                   vf acc[ROWS][TOKS], const prefetch_plan *pf)                            \
+    {                                                                                                      \
+        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                                 \
+        FUSED_ACC_LOAD(NT);                                                                                \
+        for (int64_t k0 = 0; k0 < n; k0 += 256) {                                                          \
+            const BLOCK *b0 = (const BLOCK *)(const void *)rows[0] + (k0 >> 8);                            \
+            const BLOCK *b1 = (const BLOCK *)(const void *)rows[1] + (k0 >> 8);                            \
+            const BLOCK *b2 = (const BLOCK *)(const void *)rows[2] + (k0 >> 8);                            \
+            const BLOCK *b3 = (const BLOCK *)(const void *)rows[3] + (k0 >> 8);                            \
+            for (int j = 0; j < 8; j++) {                                                                  \
+                int64_t k = k0 + 32 * j;                                                                   \
+                if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                        \
+                __m256 t0 = TABLE(b0, j), t1 = TABLE(b1, j), t2 = TABLE(b2, j), t3 = TABLE(b3, j);         \
+                for (int c = 0; c < 4; c++) {                                                              \
+                    vf xv[NT];                                                                             \
+                    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) xv[t] = _mm256_loadu_ps(x[t] + k + 8 * c); \
+                    X256_STEP(0, DEC(b0, j, c, t0), NT);                                                   \
+                    X256_STEP(1, DEC(b1, j, c, t1), NT);                                                   \
+                    X256_STEP(2, DEC(b2, j, c, t2), NT);                                                   \
+                    X256_STEP(3, DEC(b3, j, c, t3), NT);                                                   \
+                }                                                                                          \
+            }                                                                                              \
+        }                                                                                                  \
+        FUSED_ACC_STORE(NT);                                                                               \
+    }
+#define X256_TYPE(NAME, BLOCK, TABLE, DEC)                                                                 \
+    X256_FN(NAME, BLOCK, TABLE, DEC, 1)                                                                    \
+    X256_FN(NAME, BLOCK, TABLE, DEC, 2) X256_FN(NAME, BLOCK, TABLE, DEC, 3) X256_FN(NAME, BLOCK, TABLE, DEC, 4)
+X256_TYPE(q2_K, block_q2_K, x256_q2k_table, x256_q2k)
+X256_TYPE(iq2_xxs, block_iq2_xxs, x256_iq2_table, x256_iq2)
+
+typedef void (*fused_fn)(const uint8_t *const *, int64_t, const float *const *, vf[ROWS][TOKS], const prefetch_plan *);
+
+static const fused_fn *fused_for(uint32_t type)
+{
+    static const fused_fn q2_K[] = { x256_q2_K_1, x256_q2_K_2, x256_q2_K_3, x256_q2_K_4 },
+                          iq2[] = { x256_iq2_xxs_1, x256_iq2_xxs_2, x256_iq2_xxs_3, x256_iq2_xxs_4 };
+    return type == GGML_TYPE_Q2_K ? q2_K : type == GGML_TYPE_IQ2_XXS ? iq2 : NULL;
+}
+#endif
+
 /* ---- dequantization of a row range --------------------------------------- */
 
 static int64_t block_elems(uint32_t type)
@@ -553,7 +658,7 @@ static void group_few(const cpu_weight *w, const uint8_t *const *rows, const uin
     vf acc[ROWS][TOKS];
     for (int r = 0; r < ROWS; r++)
         for (int t = 0; t < TOKS; t++) acc[r][t] = v_zero();
-#if defined(HAVE_FUSED)
+#if defined(HAVE_FUSED) || defined(HAVE_FUSED2)
     const fused_fn *ff = w->n % 32 == 0 ? fused_for(w->type) : NULL;
     if (ff) {
         (void)buf;
