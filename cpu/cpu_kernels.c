@@ -453,9 +453,10 @@ static bool dequant_fast(uint32_t type, const uint8_t *row, int64_t n, float *bu
 }
 #endif
 
-/* ---- fused 2-bit decoders (AVX2) ----------------------------------------------
+/* ---- fused decoders (AVX2) ---------------------------------------------------
  *
- * The same idea in 8 lanes for the routed experts' formats: each 8 weights
+ * The same idea in 8 lanes for the routed experts' formats and Q8_0 (the
+ * attention projections, the shared expert, the output head): each 8 weights
  * are decoded in registers, the values quant_dequant_row gives, and
  * multiplied straight into the accumulators in the order the buffered
  * tiles use (one multiply-add per 8 elements, k ascending), so the bits
@@ -539,6 +540,42 @@ static inline __m256 x256_q2k(const block_q2_K *b, int j, int c, __m256 tbl)
         }                                                                                                  \
         FUSED_ACC_STORE(NT);                                                                               \
     }
+/* Q8_0: d·q, a block of 32 a step. */
+static void x256_q8_0_span(const uint8_t *const *rows, int64_t k0, __m256 w[ROWS][4])
+{
+    for (int r = 0; r < ROWS; r++) {
+        const block_q8_0 *b = (const block_q8_0 *)(const void *)rows[r] + (k0 >> 5);
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(quant_rd16(&b->d)));
+        for (int c = 0; c < 4; c++)
+            w[r][c] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                           _mm_loadl_epi64((const __m128i *)(const void *)(b->qs + 8 * c)))));
+    }
+}
+#define X256_Q8_FN(NT)                                                                                     \
+    static void x256_q8_0_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,             \
+                               vf acc[ROWS][TOKS], const prefetch_plan *pf)                                \
+    {                                                                                                      \
+        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                                 \
+        FUSED_ACC_LOAD(NT);                                                                                \
+        for (int64_t k = 0; k < n; k += 32) {                                                              \
+            if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                            \
+            __m256 w[ROWS][4];                                                                             \
+            x256_q8_0_span(rows, k, w);                                                                    \
+            for (int c = 0; c < 4; c++) {                                                                  \
+                vf xv[NT];                                                                                 \
+                _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) xv[t] = _mm256_loadu_ps(x[t] + k + 8 * c); \
+                X256_STEP(0, w[0][c], NT);                                                                 \
+                X256_STEP(1, w[1][c], NT);                                                                 \
+                X256_STEP(2, w[2][c], NT);                                                                 \
+                X256_STEP(3, w[3][c], NT);                                                                 \
+            }                                                                                              \
+        }                                                                                                  \
+        FUSED_ACC_STORE(NT);                                                                               \
+    }
+X256_Q8_FN(1)
+X256_Q8_FN(2)
+X256_Q8_FN(3)
+X256_Q8_FN(4)
 #define X256_TYPE(NAME, BLOCK, TABLE, DEC)                                                                 \
     X256_FN(NAME, BLOCK, TABLE, DEC, 1)                                                                    \
     X256_FN(NAME, BLOCK, TABLE, DEC, 2) X256_FN(NAME, BLOCK, TABLE, DEC, 3) X256_FN(NAME, BLOCK, TABLE, DEC, 4)
@@ -550,8 +587,9 @@ typedef void (*fused_fn)(const uint8_t *const *, int64_t, const float *const *, 
 static const fused_fn *fused_for(uint32_t type)
 {
     static const fused_fn q2_K[] = { x256_q2_K_1, x256_q2_K_2, x256_q2_K_3, x256_q2_K_4 },
-                          iq2[] = { x256_iq2_xxs_1, x256_iq2_xxs_2, x256_iq2_xxs_3, x256_iq2_xxs_4 };
-    return type == GGML_TYPE_Q2_K ? q2_K : type == GGML_TYPE_IQ2_XXS ? iq2 : NULL;
+                          iq2[] = { x256_iq2_xxs_1, x256_iq2_xxs_2, x256_iq2_xxs_3, x256_iq2_xxs_4 },
+                          q8_0[] = { x256_q8_0_1, x256_q8_0_2, x256_q8_0_3, x256_q8_0_4 };
+    return type == GGML_TYPE_Q2_K ? q2_K : type == GGML_TYPE_IQ2_XXS ? iq2 : type == GGML_TYPE_Q8_0 ? q8_0 : NULL;
 }
 #endif
 
