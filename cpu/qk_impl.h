@@ -69,6 +69,14 @@ typedef void (*qk_panel_fn)(const uint8_t *w, size_t row_bytes, int64_t nb, int6
         }                                                                                                  \
     }
 
+/* The tiles' per-row f16 factors as a vector: one f16 per row (X4), or a
+ * pair per row (X8: d, dmin). Built from scalars with vpinsr (a store of
+ * each row's factor and a vector load of the four would stall store
+ * forwarding every block); a macro, not intrinsics taking the row as an
+ * immediate, so that it compiles at any optimization level. */
+#define QK_F16X4(v) _mm_setr_epi16((short)(v)[0], (short)(v)[1], (short)(v)[2], (short)(v)[3], 0, 0, 0, 0)
+#define QK_F16X8(v) _mm_setr_epi32((int)(v)[0], (int)(v)[1], (int)(v)[2], (int)(v)[3])
+
 /* Block i of a tile was prefetched as the stretch of the rows below it:
  * a tile's rows are contiguous, QK_ROWS · nb blocks, so block i covers
  * bytes [QK_ROWS · i · bytes, QK_ROWS · (i + 1) · bytes) of the tile's

@@ -116,13 +116,13 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
     for (int64_t i = 0; i < nb; i++) {
         prefetch_block(next, i, sizeof(block_iq2_xxs));
         __m256i acc[QK_ROWS][QK_TOKS];
-        __m128i dh = _mm_setzero_si128();
+        uint32_t dh[QK_ROWS];
         _Pragma("GCC unroll 4")
         for (int r = 0; r < QK_ROWS; r++) {
             const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)rows[r] + i;
             const uint8_t *qs = (const uint8_t *)b->qs;
             __m256i scd, sd = iq2_sign_dwords(qs, &scd);
-            dh = _mm_insert_epi16(dh, quant_rd16(&b->d), r);
+            dh[r] = quant_rd16(&b->d);
             for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int g = 0; g < 8; g++) {
@@ -134,7 +134,7 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
                 }
             }
         }
-        __m128 d4 = _mm_cvtph_ps(dh);
+        __m128 d4 = _mm_cvtph_ps(QK_F16X4(dh));
         for (int t = 0; t < nt; t++) {
             __m128i is = hsum4x256(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
             __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
@@ -190,7 +190,7 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
     for (int64_t i = 0; i < nb; i++) {
         prefetch_block(next, i, sizeof(block_q2_K));
         __m256i acc[QK_ROWS][QK_TOKS], accm[QK_ROWS][QK_TOKS];
-        __m128i dh = _mm_setzero_si128();
+        uint32_t dh[QK_ROWS];
         /* each quarter of a row's quants multiplied into the tokens as soon
          * as it is decoded (as q2k_decode does it), in registers */
         const __m256i ctl0 = _mm256_setr_epi32((int)0x80008000u, (int)0x80008000u, (int)0x80008000u, (int)0x80008000u,
@@ -202,8 +202,8 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
             __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
             __m256i lo = _mm256_broadcastsi128_si256(_mm_and_si128(sc, _mm_set1_epi8(15)));
             __m256i mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
-            /* d and dmin side by side: one conversion, no scalar stores */
-            dh = _mm_insert_epi32(dh, (int)(quant_rd16(&b->d) | (uint32_t)quant_rd16(&b->dmin) << 16), r);
+            /* d and dmin side by side: one conversion for both */
+            dh[r] = quant_rd16(&b->d) | (uint32_t)quant_rd16(&b->dmin) << 16;
             for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_si256();
             _Pragma("GCC unroll 2")
             for (int h = 0; h < 2; h++) {
@@ -223,7 +223,7 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
             for (int t = 0; t < nt; t++)
                 accm[r][t] = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)(const void *)act[t][i].bsums));
         }
-        __m256 dd = _mm256_cvtph_ps(dh);
+        __m256 dd = _mm256_cvtph_ps(QK_F16X8(dh));
         __m128 d4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)));
         __m128 m4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0)));
         for (int t = 0; t < nt; t++) {

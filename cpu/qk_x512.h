@@ -174,12 +174,12 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
     for (int64_t i = 0; i < nb; i++) {
         prefetch_block(next, i, sizeof(block_iq2_xxs));
         __m512i acc[QK_ROWS][QK_TOKS];
-        __m128i dh = _mm_setzero_si128();
+        uint32_t dh[QK_ROWS];
         _Pragma("GCC unroll 4")
         for (int r = 0; r < QK_ROWS; r++) {
             iq2_dec s;
             iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, codes, &s);
-            dh = _mm_insert_epi16(dh, s.d, r);
+            dh[r] = s.d;
             for (int t = 0; t < nt; t++) {
                 const block_q8_K *a = act[t] + i;
                 __m512i ac = _mm512_setzero_si512();
@@ -192,7 +192,7 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
                 acc[r][t] = ac;
             }
         }
-        __m128 d4 = _mm_cvtph_ps(dh);
+        __m128 d4 = _mm_cvtph_ps(QK_F16X4(dh));
         for (int t = 0; t < nt; t++) {
             __m128i is = hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
             __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
@@ -224,12 +224,12 @@ iq2_tile_many(const uint8_t *const *rows, const uint8_t *next, const block_q8_K 
         __m512i au[QK_TOKS][4], acc[QK_ROWS][QK_TOKS];
         for (int t = 0; t < nt; t++)
             for (int p = 0; p < 4; p++) au[t][p] = _mm512_xor_si512(_mm512_loadu_si512(act[t][i].qs + 64 * p), bias);
-        __m128i dh = _mm_setzero_si128();
+        uint32_t dh[QK_ROWS];
         _Pragma("GCC unroll 4")
         for (int r = 0; r < QK_ROWS; r++) {
             iq2_dec s;
             iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, codes, &s);
-            dh = _mm_insert_epi16(dh, s.d, r);
+            dh[r] = s.d;
             __m512i w[4], c = _mm512_setzero_si512();
             for (int p = 0; p < 4; p++) {
                 w[p] = _mm512_mask_sub_epi8(s.mag[p], s.neg[p], _mm512_setzero_si512(), s.mag[p]);
@@ -242,7 +242,7 @@ iq2_tile_many(const uint8_t *const *rows, const uint8_t *next, const block_q8_K 
                 acc[r][t] = ac;
             }
         }
-        __m128 d4 = _mm_cvtph_ps(dh);
+        __m128 d4 = _mm_cvtph_ps(QK_F16X4(dh));
         for (int t = 0; t < nt; t++) {
             __m128i is = hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
             __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
@@ -357,7 +357,7 @@ q2k_tile_one(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *
         prefetch_block(next, i, sizeof(block_q2_K));
         __m512i acc[QK_ROWS];
         __m256i accm[QK_ROWS];
-        __m128i dh = _mm_setzero_si128();
+        uint32_t dh[QK_ROWS];
         /* the token's block once for the four rows (its quants straddle
          * cache lines: four loads a row would be eight) */
         __m512i q8[4];
@@ -369,8 +369,8 @@ q2k_tile_one(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *
             __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
             __m512i lo = _mm512_broadcast_i32x4(_mm_and_si128(sc, _mm_set1_epi8(15)));
             __m256i mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm_set1_epi8(15), sc), 4));
-            /* d and dmin side by side: one conversion, no scalar stores */
-            dh = _mm_insert_epi32(dh, (int)(quant_rd16(&b->d) | (uint32_t)quant_rd16(&b->dmin) << 16), r);
+            /* d and dmin side by side: one conversion for both */
+            dh[r] = quant_rd16(&b->d) | (uint32_t)quant_rd16(&b->dmin) << 16;
             __m512i ac2[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
             _Pragma("GCC unroll 2")
             for (int h = 0; h < 2; h++) {
@@ -388,7 +388,7 @@ q2k_tile_one(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *
             acc[r] = _mm512_add_epi32(ac2[0], ac2[1]);
             accm[r] = _mm256_madd_epi16(mins, bs);
         }
-        __m256 dd = _mm256_cvtph_ps(dh);
+        __m256 dd = _mm256_cvtph_ps(QK_F16X8(dh));
         __m128 d4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)));
         __m128 m4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0)));
         __m128i is = hsum4x512(acc[0], acc[1], acc[2], acc[3]);
