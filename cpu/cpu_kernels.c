@@ -109,6 +109,13 @@ static inline __attribute__((always_inline)) void prefetch_next(const prefetch_p
     for (int r = 0; r < ROWS; r++) _mm_prefetch((const char *)(pf->next[r] + off), _MM_HINT_T0);
 }
 
+/* At element k of the rows (a multiple of 32): the plan's prefetch, if
+ * this step has one. */
+static inline __attribute__((always_inline)) void prefetch_step(const prefetch_plan *pf, int64_t k)
+{
+    if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);
+}
+
 static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uint8_t *const *next)
 {
     pf->next = next;
@@ -119,8 +126,13 @@ static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uin
     pf->step_mask = p2 - 1;
 }
 
+/* A fused kernel: four rows of n weights times NT ≤ TOKS tokens, into acc. */
+#define FUSED_SIG(FN)                                                                                    \
+    static void FN(const uint8_t *const *rows, int64_t n, const float *const *x, vf acc[ROWS][TOKS],     \
+                   const prefetch_plan *pf)
 /* The four rows' accumulators live in registers for the whole row pass. */
 #define FUSED_ACC_LOAD(NT)                                                                               \
+    vf a0[NT], a1[NT], a2[NT], a3[NT];                                                                   \
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
         a0[t] = acc[0][t];                                                                               \
         a1[t] = acc[1][t];                                                                               \
@@ -225,13 +237,11 @@ static inline uint32_t iq2_signs(uint32_t s)
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w1, x1[t], a##R[t]); \
     } while (0)
 #define FUSED_FN(NAME, DEC, NT)                                                                          \
-    static void fused_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,       \
-                                    vf acc[ROWS][TOKS], const prefetch_plan *pf)                         \
+    FUSED_SIG(fused_##NAME##_##NT)                                                                       \
     {                                                                                                    \
-        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                               \
         FUSED_ACC_LOAD(NT);                                                                              \
         for (int64_t k = 0; k < n; k += 32) {                                                            \
-            if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                          \
+            prefetch_step(pf, k);                                                                        \
             vf x0[NT], x1[NT];                                                                           \
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                       \
                 x0[t] = _mm512_loadu_ps(x[t] + k);                                                       \
@@ -358,10 +368,8 @@ static inline void dec_q2k_blk(const q2k_blk *s, int j, __m512 *lo, __m512 *hi)
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm512_fmadd_ps(w1, x1[t], a##R[t]); \
     } while (0)
 #define FUSED_BLK_FN(NAME, STATE, SETUP, DEC, NT)                                                        \
-    static void fused_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,       \
-                                    vf acc[ROWS][TOKS], const prefetch_plan *pf)                         \
+    FUSED_SIG(fused_##NAME##_##NT)                                                                       \
     {                                                                                                    \
-        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                               \
         FUSED_ACC_LOAD(NT);                                                                              \
         for (int64_t k0 = 0; k0 < n; k0 += 256) {                                                        \
             STATE s0, s1, s2, s3;                                                                        \
@@ -371,7 +379,7 @@ static inline void dec_q2k_blk(const q2k_blk *s, int j, __m512 *lo, __m512 *hi)
             SETUP(rows[3], k0, &s3);                                                                     \
             for (int j = 0; j < 8; j++) {                                                                \
                 int64_t k = k0 + 32 * j;                                                                 \
-                if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                      \
+                prefetch_step(pf, k);                                                                    \
                 vf x0[NT], x1[NT];                                                                       \
                 _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                   \
                     x0[t] = _mm512_loadu_ps(x[t] + k);                                                   \
@@ -514,10 +522,8 @@ static inline __m256 x256_q2k(const block_q2_K *b, int j, int c, __m256 tbl)
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a##R[t] = _mm256_fmadd_ps(w_, xv[t], a##R[t]); \
     } while (0)
 #define X256_FN(NAME, BLOCK, TABLE, DEC, NT)                                                               \
-    static void x256_##NAME##_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,         \
-                                   vf acc[ROWS][TOKS], const prefetch_plan *pf)                            \
+    FUSED_SIG(x256_##NAME##_##NT)                                                                          \
     {                                                                                                      \
-        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                                 \
         FUSED_ACC_LOAD(NT);                                                                                \
         for (int64_t k0 = 0; k0 < n; k0 += 256) {                                                          \
             const BLOCK *b0 = (const BLOCK *)(const void *)rows[0] + (k0 >> 8);                            \
@@ -526,7 +532,7 @@ static inline __m256 x256_q2k(const block_q2_K *b, int j, int c, __m256 tbl)
             const BLOCK *b3 = (const BLOCK *)(const void *)rows[3] + (k0 >> 8);                            \
             for (int j = 0; j < 8; j++) {                                                                  \
                 int64_t k = k0 + 32 * j;                                                                   \
-                if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                        \
+                prefetch_step(pf, k);                                                                      \
                 __m256 t0 = TABLE(b0, j), t1 = TABLE(b1, j), t2 = TABLE(b2, j), t3 = TABLE(b3, j);         \
                 for (int c = 0; c < 4; c++) {                                                              \
                     vf xv[NT];                                                                             \
@@ -552,13 +558,11 @@ static void x256_q8_0_span(const uint8_t *const *rows, int64_t k0, __m256 w[ROWS
     }
 }
 #define X256_Q8_FN(NT)                                                                                     \
-    static void x256_q8_0_##NT(const uint8_t *const *rows, int64_t n, const float *const *x,             \
-                               vf acc[ROWS][TOKS], const prefetch_plan *pf)                                \
+    FUSED_SIG(x256_q8_0_##NT)                                                                              \
     {                                                                                                      \
-        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                                 \
         FUSED_ACC_LOAD(NT);                                                                                \
         for (int64_t k = 0; k < n; k += 32) {                                                              \
-            if (pf->next && !((k >> 5) & pf->step_mask)) prefetch_next(pf, k);                            \
+            prefetch_step(pf, k);                                                                          \
             __m256 w[ROWS][4];                                                                             \
             x256_q8_0_span(rows, k, w);                                                                    \
             for (int c = 0; c < 4; c++) {                                                                  \
