@@ -823,6 +823,26 @@ float cpu_dot_f32(const float *a, const float *b, int64_t n)
 
 float cpu_dot_f16(const uint16_t *h, const float *b, int64_t n)
 {
+#if defined(CPU_AVX512) || defined(CPU_AVX2)
+    /* converted in registers: the lanes see the values and order of the
+     * buffered loop below */
+    vf acc = v_zero();
+    int64_t j = 0;
+    for (; j + CPU_VL <= n; j += CPU_VL) {
+#if defined(CPU_AVX512)
+        vf hv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + j)));
+#else
+        vf hv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + j)));
+#endif
+        acc = v_fma(hv, v_load(b + j), acc);
+    }
+    if (j < n) {
+        float tail[CPU_VL];
+        cpu_f16_to_f32(tail, h + j, n - j);
+        acc = v_fma(v_load_n(tail, (int)(n - j)), v_load_n(b + j, (int)(n - j)), acc);
+    }
+    return v_sum(acc);
+#else
     float buf[PIECE];
     vf acc = v_zero();
     for (int64_t k = 0; k < n; k += PIECE) {
@@ -833,6 +853,7 @@ float cpu_dot_f16(const uint16_t *h, const float *b, int64_t n)
         if (j < m) acc = v_fma(v_load_n(buf + j, (int)(m - j)), v_load_n(b + k + j, (int)(m - j)), acc);
     }
     return v_sum(acc);
+#endif
 }
 
 void cpu_axpy_f32(float *y, float s, const float *a, int64_t n)
@@ -841,20 +862,31 @@ void cpu_axpy_f32(float *y, float s, const float *a, int64_t n)
 #if defined(CPU_AVX512)
     __m512 sv = _mm512_set1_ps(s);
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(sv, _mm512_loadu_ps(a + i))));
+#elif defined(CPU_AVX2)
+    __m256 sv = _mm256_set1_ps(s);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(sv, _mm256_loadu_ps(a + i))));
 #endif
     for (; i < n; i++) y[i] += s * a[i];
 }
 
 void cpu_axpy_f16(float *y, float s, const uint16_t *a, int64_t n)
 {
-#if defined(CPU_AVX512)
+#if defined(CPU_AVX512) || defined(CPU_AVX2)
     /* y + s·a with a separate multiply and add, as the scalar loop rounds */
     int64_t i = 0;
+#if defined(CPU_AVX512)
     __m512 sv = _mm512_set1_ps(s);
     for (; i + 16 <= n; i += 16) {
         __m512 av = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a + i)));
         _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(sv, av)));
     }
+#else
+    __m256 sv = _mm256_set1_ps(s);
+    for (; i + 8 <= n; i += 8) {
+        __m256 av = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(a + i)));
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(sv, av)));
+    }
+#endif
     for (; i < n; i++) y[i] += s * quant_f16_to_f32(a[i]);
     return;
 #endif
