@@ -111,6 +111,7 @@ const char *qk_level_error(void)
 }
 
 static _Alignas(64) uint16_t grid_codes[256];
+static _Alignas(64) uint8_t grid_code_bytes[512];
 static pthread_once_t codes_once = PTHREAD_ONCE_INIT;
 
 static void codes_init(void)
@@ -122,6 +123,8 @@ static void codes_init(void)
             c |= (uint16_t)((m == 8 ? 0 : m == 25 ? 1 : 2) << (2 * j));
         }
         grid_codes[i] = c;
+        grid_code_bytes[i] = (uint8_t)c;
+        grid_code_bytes[256 + i] = (uint8_t)(c >> 8);
     }
 }
 
@@ -129,6 +132,12 @@ const uint16_t *qk_grid_codes(void)
 {
     pthread_once(&codes_once, codes_init);
     return grid_codes;
+}
+
+const uint8_t *qk_grid_code_bytes(void)
+{
+    pthread_once(&codes_once, codes_init);
+    return grid_code_bytes;
 }
 
 bool qk_supports(uint32_t type, int64_t n)

@@ -112,5 +112,8 @@ void qk_rows_with(const qk_kernels *k, uint32_t type, const uint8_t *w, size_t r
 /* The IQ2_XXS grid as 2-bit codes (8 → 0, 25 → 1, 43 → 2), element j of
  * row i at bits 2j of entry i; 512 bytes, 64-byte aligned. */
 extern const uint16_t *qk_grid_codes(void);
+/* The same codes split into bytes: the low bytes of the 256 entries, then
+ * the high bytes (two 128-entry vpermi2b tables each); 64-byte aligned. */
+extern const uint8_t *qk_grid_code_bytes(void);
 
 #endif

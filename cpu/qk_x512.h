@@ -163,11 +163,85 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_decode(const block_
     s->d = quant_rd16(&b->d);
 }
 
+#if QK_VBMI
+/* Two rows' blocks decoded together: the two rows' 64 grid indices and 64
+ * sign selectors each fill one vector, so the code lookup (bytes: two
+ * 128-entry vpermi2b tables per half of the code words, the index's top
+ * bit choosing) and the ksigns lookup are done once for both. Row u's
+ * vector p then gathers, into qword k, the low and high code bytes of its
+ * grid row 8p + k, which vpmultishiftqb spreads as iq2_magnitudes does. */
+static inline QK_TGT __attribute__((always_inline)) void iq2_decode2(const block_iq2_xxs *ba, const block_iq2_xxs *bb,
+                                                                     const uint8_t *cb, iq2_dec s[2])
+{
+    __m512i qa = _mm512_loadu_si512(ba->qs), qb = _mm512_loadu_si512(bb->qs);
+    /* byte j < 32: byte 8(j / 4) + j % 4 of qa (row a's j-th index or
+     * selector), byte 32 + j: the same of qb */
+    const __m512i pick = _mm512_set_epi8(123, 122, 121, 120, 115, 114, 113, 112, 107, 106, 105, 104, 99, 98, 97, 96, 91,
+                                         90, 89, 88, 83, 82, 81, 80, 75, 74, 73, 72, 67, 66, 65, 64, 59, 58, 57, 56, 51,
+                                         50, 49, 48, 43, 42, 41, 40, 35, 34, 33, 32, 27, 26, 25, 24, 19, 18, 17, 16, 11,
+                                         10, 9, 8, 3, 2, 1, 0);
+    const __m512i at = _mm512_set1_epi64(0x352E2720);
+    __m512i sel = _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(at, qa), pick, _mm512_multishift_epi64_epi8(at, qb));
+    __m512i sgn = _mm512_permutex2var_epi8(_mm512_loadu_si512(quant_ksigns_iq2xs), sel,
+                                           _mm512_loadu_si512(quant_ksigns_iq2xs + 64));
+    _Pragma("GCC unroll 4")
+    for (int h = 0; h < 4; h++) {
+        __m128i x = _mm512_extracti32x4_epi32(sgn, h);
+        s[h >> 1].neg[2 * (h & 1)] = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(x));
+        s[h >> 1].neg[2 * (h & 1) + 1] = _cvtu64_mask64((uint64_t)_mm_extract_epi64(x, 1));
+    }
+    __m512i idx = _mm512_permutex2var_epi8(qa, pick, qb);
+    __mmask64 top = _mm512_movepi8_mask(idx);
+    const __m512i *t = (const __m512i *)(const void *)cb;
+    __m512i lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(_mm512_load_si512(t), idx, _mm512_load_si512(t + 1)),
+                                        _mm512_permutex2var_epi8(_mm512_load_si512(t + 2), idx, _mm512_load_si512(t + 3)));
+    __m512i hi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(_mm512_load_si512(t + 4), idx, _mm512_load_si512(t + 5)),
+                                        _mm512_permutex2var_epi8(_mm512_load_si512(t + 6), idx, _mm512_load_si512(t + 7)));
+    /* qword k: byte 0 the low code byte of grid row k, byte 1 its high one */
+    const __m512i spread = _mm512_set1_epi64(0x4000);
+    const __m512i row = _mm512_set_epi64(0x0707, 0x0606, 0x0505, 0x0404, 0x0303, 0x0202, 0x0101, 0);
+    const __m512i ctl = _mm512_set1_epi64(0x0e0c0a0806040200ll);
+    const __m512i lut = _mm512_set4_epi32(0x002b1908, 0x002b1908, 0x002b1908, 0x002b1908);
+    _Pragma("GCC unroll 2")
+    for (int u = 0; u < 2; u++) {
+        _Pragma("GCC unroll 4")
+        for (int p = 0; p < 4; p++) {
+            __m512i sp = _mm512_add_epi8(_mm512_add_epi8(spread, row), _mm512_set1_epi16((short)((32 * u + 8 * p) * 0x0101)));
+            __m512i w = _mm512_permutex2var_epi8(lo, sp, hi);
+            s[u].mag[p] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, w), lut);
+        }
+        __m512i q = u ? qb : qa;
+        __m512i ls = _mm512_add_epi64(_mm512_slli_epi64(_mm512_srli_epi64(q, 60), 1), _mm512_set1_epi64(1));
+        ls = _mm512_shuffle_epi8(ls, _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100));
+        _Pragma("GCC unroll 4")
+        for (int p = 0; p < 4; p++)
+            s[u].sc[p] = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
+                                                                    2 * p + 1, 2 * p + 1), ls);
+    }
+    s[0].d = quant_rd16(&ba->d);
+    s[1].d = quant_rd16(&bb->d);
+}
+#define IQ2_PAIR 2
+#else
+#define IQ2_PAIR 1
+#endif
+
+/* Decodes block i of rows r … r + IQ2_PAIR − 1 into s. */
+static inline QK_TGT __attribute__((always_inline)) void iq2_decode_rows(const uint8_t *const *rows, int r, int64_t i,
+                                                                         iq2_dec s[IQ2_PAIR])
+{
+#if QK_VBMI
+    iq2_decode2((const block_iq2_xxs *)(const void *)rows[r] + i, (const block_iq2_xxs *)(const void *)rows[r + 1] + i,
+                qk_grid_code_bytes(), s);
+#else
+    iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, qk_grid_codes(), s);
+#endif
+}
+
 static inline QK_TGT __attribute__((always_inline)) void
 iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, const int nt,
          int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
-    const uint16_t *codes = qk_grid_codes();
     /* lane r of sum[t]: row r's running sum, rounded as the reference's */
     __m128 sum[QK_TOKS];
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
@@ -176,20 +250,25 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
         __m512i acc[QK_ROWS][QK_TOKS];
         uint32_t dh[QK_ROWS];
         _Pragma("GCC unroll 4")
-        for (int r = 0; r < QK_ROWS; r++) {
-            iq2_dec s;
-            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, codes, &s);
-            dh[r] = s.d;
-            for (int t = 0; t < nt; t++) {
-                const block_q8_K *a = act[t] + i;
-                __m512i ac = _mm512_setzero_si512();
-                _Pragma("GCC unroll 4")
-                for (int p = 0; p < 4; p++) {
-                    __m512i q8 = _mm512_loadu_si512(a->qs + 64 * p);
-                    q8 = _mm512_mask_sub_epi8(q8, s.neg[p], _mm512_setzero_si512(), q8);
-                    ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(s.mag[p], q8), s.sc[p]);
+        for (int r0 = 0; r0 < QK_ROWS; r0 += IQ2_PAIR) {
+            iq2_dec sp[IQ2_PAIR];
+            iq2_decode_rows(rows, r0, i, sp);
+            _Pragma("GCC unroll 2")
+            for (int u = 0; u < IQ2_PAIR; u++) {
+                const iq2_dec *s = &sp[u];
+                int r = r0 + u;
+                dh[r] = s->d;
+                for (int t = 0; t < nt; t++) {
+                    const block_q8_K *a = act[t] + i;
+                    __m512i ac = _mm512_setzero_si512();
+                    _Pragma("GCC unroll 4")
+                    for (int p = 0; p < 4; p++) {
+                        __m512i q8 = _mm512_loadu_si512(a->qs + 64 * p);
+                        q8 = _mm512_mask_sub_epi8(q8, s->neg[p], _mm512_setzero_si512(), q8);
+                        ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(s->mag[p], q8), s->sc[p]);
+                    }
+                    acc[r][t] = ac;
                 }
-                acc[r][t] = ac;
             }
         }
         __m128 d4 = _mm_cvtph_ps(QK_F16X4(dh));
@@ -215,7 +294,6 @@ static inline QK_TGT __attribute__((always_inline)) void
 iq2_tile_many(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, const int nt,
               int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
-    const uint16_t *codes = qk_grid_codes();
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     __m128 sum[QK_TOKS];
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
@@ -226,20 +304,25 @@ iq2_tile_many(const uint8_t *const *rows, const uint8_t *next, const block_q8_K 
             for (int p = 0; p < 4; p++) au[t][p] = _mm512_xor_si512(_mm512_loadu_si512(act[t][i].qs + 64 * p), bias);
         uint32_t dh[QK_ROWS];
         _Pragma("GCC unroll 4")
-        for (int r = 0; r < QK_ROWS; r++) {
-            iq2_dec s;
-            iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, codes, &s);
-            dh[r] = s.d;
-            __m512i w[4], c = _mm512_setzero_si512();
-            for (int p = 0; p < 4; p++) {
-                w[p] = _mm512_mask_sub_epi8(s.mag[p], s.neg[p], _mm512_setzero_si512(), s.mag[p]);
-                c = _mm512_dpwssd_epi32(c, _mm512_maddubs_epi16(bias, w[p]), s.sc[p]);
-            }
-            c = _mm512_sub_epi32(_mm512_setzero_si512(), c);
-            for (int t = 0; t < nt; t++) {
-                __m512i ac = c;
-                for (int p = 0; p < 4; p++) ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(au[t][p], w[p]), s.sc[p]);
-                acc[r][t] = ac;
+        for (int r0 = 0; r0 < QK_ROWS; r0 += IQ2_PAIR) {
+            iq2_dec sp[IQ2_PAIR];
+            iq2_decode_rows(rows, r0, i, sp);
+            _Pragma("GCC unroll 2")
+            for (int u = 0; u < IQ2_PAIR; u++) {
+                const iq2_dec *s = &sp[u];
+                int r = r0 + u;
+                dh[r] = s->d;
+                __m512i w[4], c = _mm512_setzero_si512();
+                for (int p = 0; p < 4; p++) {
+                    w[p] = _mm512_mask_sub_epi8(s->mag[p], s->neg[p], _mm512_setzero_si512(), s->mag[p]);
+                    c = _mm512_dpwssd_epi32(c, _mm512_maddubs_epi16(bias, w[p]), s->sc[p]);
+                }
+                c = _mm512_sub_epi32(_mm512_setzero_si512(), c);
+                for (int t = 0; t < nt; t++) {
+                    __m512i ac = c;
+                    for (int p = 0; p < 4; p++) ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(au[t][p], w[p]), s->sc[p]);
+                    acc[r][t] = ac;
+                }
             }
         }
         __m128 d4 = _mm_cvtph_ps(QK_F16X4(dh));
