@@ -119,17 +119,18 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
         _mm512_multishift_epi64_epi8(ctl, _mm512_permutexvar_epi16(_mm512_add_epi16(qsel, _mm512_set1_epi16(8 * (P))), c)), lut)
 #else
     /* word k of qword q: code word q shifted right by 4k (vpermw, vpsrlvw),
-     * whose two low codes go to its low and high byte */
+     * whose low four bits (two codes) pick the word of both magnitudes
+     * from a 32-word table (vpermw reads five bits: the table repeats) */
     const __m512i sh = _mm512_set4_epi32(0x000c0008, 0x00040000, 0x000c0008, 0x00040000);
-    const __m512i m3 = _mm512_set1_epi16(3), hi = _mm512_set1_epi16(0x0300);
-    const __m512i lut = _mm512_set4_epi32(0, 0, 0, 0x002b1908);
+#define M2(n) (short)((n & 3 ? (n & 3) == 1 ? 25 : 43 : 8) | ((n >> 2 & 3 ? (n >> 2 & 3) == 1 ? 25 : 43 : 8) << 8))
+    const __m512i lut = _mm512_set_epi16(M2(15), M2(14), M2(13), M2(12), M2(11), M2(10), M2(9), M2(8), M2(7), M2(6),
+                                         M2(5), M2(4), M2(3), M2(2), M2(1), M2(0), M2(15), M2(14), M2(13), M2(12),
+                                         M2(11), M2(10), M2(9), M2(8), M2(7), M2(6), M2(5), M2(4), M2(3), M2(2), M2(1),
+                                         M2(0));
+#undef M2
 #define IQ2_SPREAD(P)                                                                                          \
-    do {                                                                                                       \
-        __m512i w = _mm512_srlv_epi16(                                                                         \
-            _mm512_permutexvar_epi16(_mm512_add_epi16(qsel, _mm512_set1_epi16(8 * (P))), c), sh);            \
-        w = _mm512_ternarylogic_epi32(_mm512_and_si512(w, m3), _mm512_slli_epi16(w, 6), hi, 0xf8);            \
-        mag[P] = _mm512_shuffle_epi8(lut, w);                                                                 \
-    } while (0)
+    mag[P] = _mm512_permutexvar_epi16(                                                                         \
+        _mm512_srlv_epi16(_mm512_permutexvar_epi16(_mm512_add_epi16(qsel, _mm512_set1_epi16(8 * (P))), c), sh), lut)
 #endif
     IQ2_SPREAD(0);
     IQ2_SPREAD(1);
