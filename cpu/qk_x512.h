@@ -239,70 +239,59 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_decode_rows(const u
 #endif
 }
 
+/* Row s's block sums against the tile's tokens, into acc[t].
+ * One token (many = 0): the sign bits negate the activation bytes, which
+ * vpmaddubsw multiplies by the unsigned magnitudes. More tokens: the
+ * row's magnitudes are signed once instead, and the activations enter
+ * vpmaddubsw as its unsigned operand, q8 + 128 (au, made once per token
+ * for the four rows); the 128·Σ(2·ls+1)·w that this adds to the block sum
+ * is subtracted up front, so the integers are the same. */
+static inline QK_TGT __attribute__((always_inline)) void iq2_row_sums(const iq2_dec *s, const block_q8_K *const *act,
+                                                                      int64_t i, int nt, int many,
+                                                                      const __m512i au[QK_TOKS][4], __m512i acc[QK_TOKS])
+{
+    if (!many) {
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *a = act[t] + i;
+            __m512i ac = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int p = 0; p < 4; p++) {
+                __m512i q8 = _mm512_loadu_si512(a->qs + 64 * p);
+                q8 = _mm512_mask_sub_epi8(q8, s->neg[p], _mm512_setzero_si512(), q8);
+                ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(s->mag[p], q8), s->sc[p]);
+            }
+            acc[t] = ac;
+        }
+        return;
+    }
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512i w[4], c = _mm512_setzero_si512();
+    for (int p = 0; p < 4; p++) {
+        w[p] = _mm512_mask_sub_epi8(s->mag[p], s->neg[p], _mm512_setzero_si512(), s->mag[p]);
+        c = _mm512_dpwssd_epi32(c, _mm512_maddubs_epi16(bias, w[p]), s->sc[p]);
+    }
+    c = _mm512_sub_epi32(_mm512_setzero_si512(), c);
+    for (int t = 0; t < nt; t++) {
+        __m512i ac = c;
+        for (int p = 0; p < 4; p++) ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(au[t][p], w[p]), s->sc[p]);
+        acc[t] = ac;
+    }
+}
+
 static inline QK_TGT __attribute__((always_inline)) void
 iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, const int nt,
-         int64_t nb, float out[QK_ROWS][QK_TOKS])
+         const int many, int64_t nb, float out[QK_ROWS][QK_TOKS])
 {
     /* lane r of sum[t]: row r's running sum, rounded as the reference's */
     __m128 sum[QK_TOKS];
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         prefetch_block(next, i, sizeof(block_iq2_xxs));
-        __m512i acc[QK_ROWS][QK_TOKS];
-        uint32_t dh[QK_ROWS];
-        _Pragma("GCC unroll 4")
-        for (int r0 = 0; r0 < QK_ROWS; r0 += IQ2_PAIR) {
-            iq2_dec sp[IQ2_PAIR];
-            iq2_decode_rows(rows, r0, i, sp);
-            _Pragma("GCC unroll 2")
-            for (int u = 0; u < IQ2_PAIR; u++) {
-                const iq2_dec *s = &sp[u];
-                int r = r0 + u;
-                dh[r] = s->d;
-                for (int t = 0; t < nt; t++) {
-                    const block_q8_K *a = act[t] + i;
-                    __m512i ac = _mm512_setzero_si512();
-                    _Pragma("GCC unroll 4")
-                    for (int p = 0; p < 4; p++) {
-                        __m512i q8 = _mm512_loadu_si512(a->qs + 64 * p);
-                        q8 = _mm512_mask_sub_epi8(q8, s->neg[p], _mm512_setzero_si512(), q8);
-                        ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(s->mag[p], q8), s->sc[p]);
-                    }
-                    acc[r][t] = ac;
-                }
-            }
-        }
-        __m128 d4 = _mm_cvtph_ps(QK_F16X4(dh));
-        for (int t = 0; t < nt; t++) {
-            __m128i is = hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
-            __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
-            sum[t] = _mm_add_ps(sum[t], f);
-        }
-    }
-    for (int t = 0; t < nt; t++) {
-        float v[4];
-        _mm_storeu_ps(v, sum[t]);
-        for (int r = 0; r < QK_ROWS; r++) out[r][t] = 0.125f * v[r];
-    }
-}
-
-/* More tokens: each row's block is signed once (magnitudes negated where
- * their sign bit is set), and the activations enter vpmaddubsw as its
- * unsigned operand, q8 + 128, made once per token for the four rows. The
- * 128·Σ(2·ls+1)·w that this adds to a row's block sum is subtracted up
- * front, so the integers are the same. */
-static inline QK_TGT __attribute__((always_inline)) void
-iq2_tile_many(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, const int nt,
-              int64_t nb, float out[QK_ROWS][QK_TOKS])
-{
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    __m128 sum[QK_TOKS];
-    for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        prefetch_block(next, i, sizeof(block_iq2_xxs));
         __m512i au[QK_TOKS][4], acc[QK_ROWS][QK_TOKS];
-        for (int t = 0; t < nt; t++)
-            for (int p = 0; p < 4; p++) au[t][p] = _mm512_xor_si512(_mm512_loadu_si512(act[t][i].qs + 64 * p), bias);
+        if (many)
+            for (int t = 0; t < nt; t++)
+                for (int p = 0; p < 4; p++)
+                    au[t][p] = _mm512_xor_si512(_mm512_loadu_si512(act[t][i].qs + 64 * p), _mm512_set1_epi8((char)0x80));
         uint32_t dh[QK_ROWS];
         _Pragma("GCC unroll 4")
         for (int r0 = 0; r0 < QK_ROWS; r0 += IQ2_PAIR) {
@@ -310,20 +299,8 @@ iq2_tile_many(const uint8_t *const *rows, const uint8_t *next, const block_q8_K 
             iq2_decode_rows(rows, r0, i, sp);
             _Pragma("GCC unroll 2")
             for (int u = 0; u < IQ2_PAIR; u++) {
-                const iq2_dec *s = &sp[u];
-                int r = r0 + u;
-                dh[r] = s->d;
-                __m512i w[4], c = _mm512_setzero_si512();
-                for (int p = 0; p < 4; p++) {
-                    w[p] = _mm512_mask_sub_epi8(s->mag[p], s->neg[p], _mm512_setzero_si512(), s->mag[p]);
-                    c = _mm512_dpwssd_epi32(c, _mm512_maddubs_epi16(bias, w[p]), s->sc[p]);
-                }
-                c = _mm512_sub_epi32(_mm512_setzero_si512(), c);
-                for (int t = 0; t < nt; t++) {
-                    __m512i ac = c;
-                    for (int p = 0; p < 4; p++) ac = _mm512_dpwssd_epi32(ac, _mm512_maddubs_epi16(au[t][p], w[p]), s->sc[p]);
-                    acc[r][t] = ac;
-                }
+                dh[r0 + u] = sp[u].d;
+                iq2_row_sums(&sp[u], act, i, nt, many, au, acc[r0 + u]);
             }
         }
         __m128 d4 = _mm_cvtph_ps(QK_F16X4(dh));
@@ -671,10 +648,16 @@ QK_PANEL_FN(iq2_panel, iq2_panel_block, iq2_panel_tokens)
     {                                                                                                  \
         FN(rows, next, act, NT, nb, out);                                                              \
     }
-QK_FIXED(iq2_tile, 1)
-QK_FIXED(iq2_tile_many, 2)
-QK_FIXED(iq2_tile_many, 3)
-QK_FIXED(iq2_tile_many, 4)
+#define QK_FIXED_IQ2(NT, MANY)                                                                         \
+    static QK_TGT void iq2_tile_##NT(const uint8_t *const *rows, const uint8_t *next,                  \
+                                     const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
+    {                                                                                                  \
+        iq2_tile(rows, next, act, NT, MANY, nb, out);                                                  \
+    }
+QK_FIXED_IQ2(1, 0)
+QK_FIXED_IQ2(2, 1)
+QK_FIXED_IQ2(3, 1)
+QK_FIXED_IQ2(4, 1)
 QK_FIXED(q2k_tile_one, 1)
 QK_FIXED(q2k_tile, 2)
 QK_FIXED(q2k_tile, 3)
@@ -685,9 +668,9 @@ static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *next, c
 {
     switch (nt) {
     case 1: iq2_tile_1(rows, next, act, nb, out); break;
-    case 2: iq2_tile_many_2(rows, next, act, nb, out); break;
-    case 3: iq2_tile_many_3(rows, next, act, nb, out); break;
-    default: iq2_tile_many_4(rows, next, act, nb, out); break;
+    case 2: iq2_tile_2(rows, next, act, nb, out); break;
+    case 3: iq2_tile_3(rows, next, act, nb, out); break;
+    default: iq2_tile_4(rows, next, act, nb, out); break;
     }
 }
 
