@@ -185,12 +185,18 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_decode2(const block
     __m512i sel = _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(at, qa), pick, _mm512_multishift_epi64_epi8(at, qb));
     __m512i sgn = _mm512_permutex2var_epi8(_mm512_loadu_si512(quant_ksigns_iq2xs), sel,
                                            _mm512_loadu_si512(quant_ksigns_iq2xs + 64));
-    _Pragma("GCC unroll 4")
-    for (int h = 0; h < 4; h++) {
-        __m128i x = _mm512_extracti32x4_epi32(sgn, h);
-        s[h >> 1].neg[2 * (h & 1)] = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(x));
-        s[h >> 1].neg[2 * (h & 1) + 1] = _cvtu64_mask64((uint64_t)_mm_extract_epi64(x, 1));
-    }
+    /* written out: the lane is an immediate, which a loop gives only once
+     * unrolled (not at -O1), and an array of the lanes went through memory */
+    __m128i x0 = _mm512_castsi512_si128(sgn), x1 = _mm512_extracti32x4_epi32(sgn, 1);
+    __m128i x2 = _mm512_extracti32x4_epi32(sgn, 2), x3 = _mm512_extracti32x4_epi32(sgn, 3);
+    s[0].neg[0] = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(x0));
+    s[0].neg[1] = _cvtu64_mask64((uint64_t)_mm_extract_epi64(x0, 1));
+    s[0].neg[2] = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(x1));
+    s[0].neg[3] = _cvtu64_mask64((uint64_t)_mm_extract_epi64(x1, 1));
+    s[1].neg[0] = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(x2));
+    s[1].neg[1] = _cvtu64_mask64((uint64_t)_mm_extract_epi64(x2, 1));
+    s[1].neg[2] = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(x3));
+    s[1].neg[3] = _cvtu64_mask64((uint64_t)_mm_extract_epi64(x3, 1));
     __m512i idx = _mm512_permutex2var_epi8(qa, pick, qb);
     __mmask64 top = _mm512_movepi8_mask(idx);
     const __m512i *t = (const __m512i *)(const void *)cb;
