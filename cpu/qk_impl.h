@@ -69,6 +69,27 @@ typedef void (*qk_panel_fn)(const uint8_t *w, size_t row_bytes, int64_t nb, int6
         }                                                                                                  \
     }
 
+/* A tile function FN(rows, next, act, nt, nb, out) for a fixed token
+ * count NT (so that its loops over the tokens unroll), and a level's
+ * kernel that picks one of its four by the tile's token count. */
+#define QK_FIXED(FN, NT)                                                                               \
+    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *next,                      \
+                                 const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
+    {                                                                                                  \
+        FN(rows, next, act, NT, nb, out);                                                              \
+    }
+#define QK_KERNEL_FN(NAME, T1, T2, T3, T4)                                                             \
+    static QK_TGT void NAME(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act, \
+                            int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])                           \
+    {                                                                                                  \
+        switch (nt) {                                                                                  \
+        case 1: T1(rows, next, act, nb, out); break;                                                   \
+        case 2: T2(rows, next, act, nb, out); break;                                                   \
+        case 3: T3(rows, next, act, nb, out); break;                                                   \
+        default: T4(rows, next, act, nb, out); break;                                                  \
+        }                                                                                              \
+    }
+
 /* The tiles' per-row f16 factors as a vector: one f16 per row (X4), or a
  * pair per row (X8: d, dmin). Built from scalars with vpinsr (a store of
  * each row's factor and a vector load of the four would stall store

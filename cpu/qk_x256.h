@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cpu/qk_impl.h"
+#include "cpu/qk_tile.h"
 #include "engine/quant_impl.h"
 
 /* Q2_K quants × activations weighted by the sub-block scales: with VNNI
@@ -37,14 +38,6 @@
 #define DOT_S16(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 #endif
 
-/* The sums of four vectors' lanes, [a, b, c, d]. */
-static inline QK_TGT __m128i hsum4x256(__m256i a, __m256i b, __m256i c, __m256i d)
-{
-    __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-    __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
-    __m256i u = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
-    return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
-}
 
 
 /* ---- IQ2_XXS ------------------------------------------------------------------ */
@@ -136,16 +129,10 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
         }
         __m128 d4 = _mm_cvtph_ps(QK_F16X4(dh));
         for (int t = 0; t < nt; t++) {
-            __m128i is = hsum4x256(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
-            __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
-            sum[t] = _mm_add_ps(sum[t], f);
+            qk_iq2_block_add(&sum[t], d4, act[t][i].d, hsum4x256(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
         }
     }
-    for (int t = 0; t < nt; t++) {
-        float v[4];
-        _mm_storeu_ps(v, sum[t]);
-        for (int r = 0; r < QK_ROWS; r++) out[r][t] = 0.125f * v[r];
-    }
+    qk_tile_out(sum, nt, 0.125f, out);
 }
 
 /* ---- Q2_K ------------------------------------------------------------------- */
@@ -227,20 +214,11 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
         __m128 d4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)));
         __m128 m4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0)));
         for (int t = 0; t < nt; t++) {
-            __m128i is = hsum4x256(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
-            __m128i ms = hsum4x256(accm[0][t], accm[1][t], accm[2][t], accm[3][t]);
-            __m128 ad = _mm_set1_ps(act[t][i].d);
-            /* dall·isum − dmin·summs, as the reference rounds it */
-            __m128 f = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(ad, d4), _mm_cvtepi32_ps(is)),
-                                  _mm_mul_ps(_mm_mul_ps(ad, m4), _mm_cvtepi32_ps(ms)));
-            sum[t] = _mm_add_ps(sum[t], f);
+            qk_q2k_block_add(&sum[t], d4, m4, act[t][i].d, hsum4x256(acc[0][t], acc[1][t], acc[2][t], acc[3][t]),
+                             hsum4x256(accm[0][t], accm[1][t], accm[2][t], accm[3][t]));
         }
     }
-    for (int t = 0; t < nt; t++) {
-        float v[4];
-        _mm_storeu_ps(v, sum[t]);
-        for (int r = 0; r < QK_ROWS; r++) out[r][t] = v[r];
-    }
+    qk_tile_out(sum, nt, 1.0f, out);
 }
 
 /* ---- panels (prefill) ------------------------------------------------------------ */
@@ -487,12 +465,6 @@ QK_PANEL_FN(iq2_panel, iq2_panel_block, iq2_panel_tokens)
 
 /* ---- fixed token counts --------------------------------------------------------- */
 
-#define QK_FIXED(FN, NT)                                                                               \
-    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *next,               \
-                                 const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
-    {                                                                                                  \
-        FN(rows, next, act, NT, nb, out);                                                              \
-    }
 QK_FIXED(iq2_tile, 1)
 QK_FIXED(iq2_tile, 2)
 QK_FIXED(iq2_tile, 3)
@@ -502,26 +474,7 @@ QK_FIXED(q2k_tile, 2)
 QK_FIXED(q2k_tile, 3)
 QK_FIXED(q2k_tile, 4)
 
-static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act,
-                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
-{
-    switch (nt) {
-    case 1: iq2_tile_1(rows, next, act, nb, out); break;
-    case 2: iq2_tile_2(rows, next, act, nb, out); break;
-    case 3: iq2_tile_3(rows, next, act, nb, out); break;
-    default: iq2_tile_4(rows, next, act, nb, out); break;
-    }
-}
-
-static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act,
-                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
-{
-    switch (nt) {
-    case 1: q2k_tile_1(rows, next, act, nb, out); break;
-    case 2: q2k_tile_2(rows, next, act, nb, out); break;
-    case 3: q2k_tile_3(rows, next, act, nb, out); break;
-    default: q2k_tile_4(rows, next, act, nb, out); break;
-    }
-}
+QK_KERNEL_FN(iq2_kernel, iq2_tile_1, iq2_tile_2, iq2_tile_3, iq2_tile_4)
+QK_KERNEL_FN(q2k_kernel, q2k_tile_1, q2k_tile_2, q2k_tile_3, q2k_tile_4)
 
 const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel, iq2_panel, q2k_panel };

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "cpu/qk_impl.h"
+#include "cpu/qk_tile.h"
 #include "engine/quant_impl.h"
 
 /* The sums of four vectors' lanes, [a, b, c, d]. */
@@ -38,13 +39,6 @@ static inline QK_TGT __m128i hsum4x512(__m512i a, __m512i b, __m512i c, __m512i 
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-static inline QK_TGT __m128i hsum4x256(__m256i a, __m256i b, __m256i c, __m256i d)
-{
-    __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-    __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
-    __m256i u = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
-    return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
-}
 
 
 /* ---- IQ2_XXS ------------------------------------------------------------------ */
@@ -311,16 +305,10 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
         }
         __m128 d4 = _mm_cvtph_ps(QK_F16X4(dh));
         for (int t = 0; t < nt; t++) {
-            __m128i is = hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
-            __m128 f = _mm_mul_ps(_mm_mul_ps(d4, _mm_set1_ps(act[t][i].d)), _mm_cvtepi32_ps(is));
-            sum[t] = _mm_add_ps(sum[t], f);
+            qk_iq2_block_add(&sum[t], d4, act[t][i].d, hsum4x512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
         }
     }
-    for (int t = 0; t < nt; t++) {
-        float v[4];
-        _mm_storeu_ps(v, sum[t]);
-        for (int r = 0; r < QK_ROWS; r++) out[r][t] = 0.125f * v[r];
-    }
+    qk_tile_out(sum, nt, 0.125f, out);
 }
 
 /* ---- Q2_K ------------------------------------------------------------------- */
@@ -389,20 +377,11 @@ q2k_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
                 acc[r] = ac;
                 accm[r] = _mm256_madd_epi16(s[r].mins, bs);
             }
-            __m128i is = hsum4x512(acc[0], acc[1], acc[2], acc[3]);
-            __m128i ms = hsum4x256(accm[0], accm[1], accm[2], accm[3]);
-            __m128 ad = _mm_set1_ps(a->d);
-            /* dall·isum − dmin·summs, as the reference rounds it */
-            __m128 f = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(ad, d4), _mm_cvtepi32_ps(is)),
-                                  _mm_mul_ps(_mm_mul_ps(ad, m4), _mm_cvtepi32_ps(ms)));
-            sum[t] = _mm_add_ps(sum[t], f);
+            qk_q2k_block_add(&sum[t], d4, m4, a->d, hsum4x512(acc[0], acc[1], acc[2], acc[3]),
+                             hsum4x256(accm[0], accm[1], accm[2], accm[3]));
         }
     }
-    for (int t = 0; t < nt; t++) {
-        float v[4];
-        _mm_storeu_ps(v, sum[t]);
-        for (int r = 0; r < QK_ROWS; r++) out[r][t] = v[r];
-    }
+    qk_tile_out(sum, nt, 1.0f, out);
 }
 
 /* One token: each 64 quants of a row multiplied in as soon as they are
@@ -458,13 +437,8 @@ q2k_tile_one(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *
         __m256 dd = _mm256_cvtph_ps(QK_F16X8(dh));
         __m128 d4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)));
         __m128 m4 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0)));
-        __m128i is = hsum4x512(acc[0], acc[1], acc[2], acc[3]);
-        __m128i ms = hsum4x256(accm[0], accm[1], accm[2], accm[3]);
-        __m128 ad = _mm_set1_ps(a[i].d);
-        /* dall·isum − dmin·summs, as the reference rounds it */
-        __m128 f = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(ad, d4), _mm_cvtepi32_ps(is)),
-                              _mm_mul_ps(_mm_mul_ps(ad, m4), _mm_cvtepi32_ps(ms)));
-        sum = _mm_add_ps(sum, f);
+        qk_q2k_block_add(&sum, d4, m4, a[i].d, hsum4x512(acc[0], acc[1], acc[2], acc[3]),
+                         hsum4x256(accm[0], accm[1], accm[2], accm[3]));
     }
     float v[4];
     _mm_storeu_ps(v, sum);
@@ -648,12 +622,6 @@ QK_PANEL_FN(iq2_panel, iq2_panel_block, iq2_panel_tokens)
 
 /* ---- fixed token counts --------------------------------------------------------- */
 
-#define QK_FIXED(FN, NT)                                                                               \
-    static QK_TGT void FN##_##NT(const uint8_t *const *rows, const uint8_t *next,               \
-                                 const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
-    {                                                                                                  \
-        FN(rows, next, act, NT, nb, out);                                                              \
-    }
 #define QK_FIXED_IQ2(NT, MANY)                                                                         \
     static QK_TGT void iq2_tile_##NT(const uint8_t *const *rows, const uint8_t *next,                  \
                                      const block_q8_K *const *act, int64_t nb, float out[QK_ROWS][QK_TOKS]) \
@@ -669,26 +637,7 @@ QK_FIXED(q2k_tile, 2)
 QK_FIXED(q2k_tile, 3)
 QK_FIXED(q2k_tile, 4)
 
-static QK_TGT void iq2_kernel(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act,
-                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
-{
-    switch (nt) {
-    case 1: iq2_tile_1(rows, next, act, nb, out); break;
-    case 2: iq2_tile_2(rows, next, act, nb, out); break;
-    case 3: iq2_tile_3(rows, next, act, nb, out); break;
-    default: iq2_tile_4(rows, next, act, nb, out); break;
-    }
-}
-
-static QK_TGT void q2k_kernel(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *const *act,
-                              int nt, int64_t nb, float out[QK_ROWS][QK_TOKS])
-{
-    switch (nt) {
-    case 1: q2k_tile_one_1(rows, next, act, nb, out); break;
-    case 2: q2k_tile_2(rows, next, act, nb, out); break;
-    case 3: q2k_tile_3(rows, next, act, nb, out); break;
-    default: q2k_tile_4(rows, next, act, nb, out); break;
-    }
-}
+QK_KERNEL_FN(iq2_kernel, iq2_tile_1, iq2_tile_2, iq2_tile_3, iq2_tile_4)
+QK_KERNEL_FN(q2k_kernel, q2k_tile_one_1, q2k_tile_2, q2k_tile_3, q2k_tile_4)
 
 const qk_kernels QK_NAME = { iq2_kernel, q2k_kernel, iq2_panel, q2k_panel };
