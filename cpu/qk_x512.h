@@ -39,8 +39,6 @@ static inline QK_TGT __m128i hsum4x512(__m512i a, __m512i b, __m512i c, __m512i 
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-
-
 /* ---- IQ2_XXS ------------------------------------------------------------------ */
 
 typedef struct {
@@ -133,6 +131,18 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
 #undef IQ2_SPREAD
 }
 
+/* A block's scales (q: its eight group qwords): sc[p] holds 2·ls+1 of
+ * group 2p in every word of its low half and of group 2p + 1 in the high. */
+static inline QK_TGT __attribute__((always_inline)) void iq2_scales(__m512i q, __m512i sc[4])
+{
+    __m512i ls = _mm512_add_epi64(_mm512_slli_epi64(_mm512_srli_epi64(q, 60), 1), _mm512_set1_epi64(1));
+    ls = _mm512_shuffle_epi8(ls, _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100));
+    _Pragma("GCC unroll 4")
+    for (int p = 0; p < 4; p++)
+        sc[p] = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                                           2 * p + 1), ls);
+}
+
 static inline QK_TGT __attribute__((always_inline)) void iq2_decode(const block_iq2_xxs *b, const uint16_t *codes, iq2_dec *s)
 {
     __m512i q = _mm512_loadu_si512(b->qs);
@@ -148,13 +158,7 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_decode(const block_
     const __m512i pick_idx = _mm512_set4_epi32(-1, -1, 0x0b0a0908, 0x03020100);
     __m512i idx = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), _mm512_shuffle_epi8(q, pick_idx));
     iq2_magnitudes(_mm512_castsi512_si256(idx), codes, s->mag);
-    /* scales: 2·ls+1 in every word of group g's qword */
-    __m512i ls = _mm512_add_epi64(_mm512_slli_epi64(_mm512_srli_epi64(q, 60), 1), _mm512_set1_epi64(1));
-    ls = _mm512_shuffle_epi8(ls, _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100));
-    _Pragma("GCC unroll 4")
-    for (int p = 0; p < 4; p++)
-        s->sc[p] = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
-                                                              2 * p + 1, 2 * p + 1), ls);
+    iq2_scales(q, s->sc);
     s->d = quant_rd16(&b->d);
 }
 
@@ -211,13 +215,7 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_decode2(const block
             __m512i w = _mm512_permutex2var_epi8(lo, sp, hi);
             s[u].mag[p] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctl, w), lut);
         }
-        __m512i q = u ? qb : qa;
-        __m512i ls = _mm512_add_epi64(_mm512_slli_epi64(_mm512_srli_epi64(q, 60), 1), _mm512_set1_epi64(1));
-        ls = _mm512_shuffle_epi8(ls, _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100));
-        _Pragma("GCC unroll 4")
-        for (int p = 0; p < 4; p++)
-            s[u].sc[p] = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
-                                                                    2 * p + 1, 2 * p + 1), ls);
+        iq2_scales(u ? qb : qa, s[u].sc);
     }
     s[0].d = quant_rd16(&ba->d);
     s[1].d = quant_rd16(&bb->d);
