@@ -77,6 +77,23 @@ static inline float v_sum(vf v)
 
 enum { PIECE = 256, ROWS = 4, TOKS = 4 };
 
+/* The four rows' accumulators live in registers for the whole row pass. */
+#define ACC_LOAD(NT)                                                                                     \
+    vf a0[NT], a1[NT], a2[NT], a3[NT];                                                                   \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
+        a0[t] = acc[0][t];                                                                               \
+        a1[t] = acc[1][t];                                                                               \
+        a2[t] = acc[2][t];                                                                               \
+        a3[t] = acc[3][t];                                                                               \
+    }
+#define ACC_STORE(NT)                                                                                    \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
+        acc[0][t] = a0[t];                                                                               \
+        acc[1][t] = a1[t];                                                                               \
+        acc[2][t] = a2[t];                                                                               \
+        acc[3][t] = a3[t];                                                                               \
+    }
+
 const char *cpu_kernels_isa(void)
 {
 #if defined(CPU_AVX512)
@@ -130,22 +147,6 @@ static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uin
 #define FUSED_SIG(FN)                                                                                    \
     static void FN(const uint8_t *const *rows, int64_t n, const float *const *x, vf acc[ROWS][TOKS],     \
                    const prefetch_plan *pf)
-/* The four rows' accumulators live in registers for the whole row pass. */
-#define FUSED_ACC_LOAD(NT)                                                                               \
-    vf a0[NT], a1[NT], a2[NT], a3[NT];                                                                   \
-    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
-        a0[t] = acc[0][t];                                                                               \
-        a1[t] = acc[1][t];                                                                               \
-        a2[t] = acc[2][t];                                                                               \
-        a3[t] = acc[3][t];                                                                               \
-    }
-#define FUSED_ACC_STORE(NT)                                                                              \
-    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                               \
-        acc[0][t] = a0[t];                                                                               \
-        acc[1][t] = a1[t];                                                                               \
-        acc[2][t] = a2[t];                                                                               \
-        acc[3][t] = a3[t];                                                                               \
-    }
 #endif
 
 /* ---- fused decoders (AVX-512) ---------------------------------------------------
@@ -239,7 +240,7 @@ static inline uint32_t iq2_signs(uint32_t s)
 #define FUSED_FN(NAME, DEC, NT)                                                                          \
     FUSED_SIG(fused_##NAME##_##NT)                                                                       \
     {                                                                                                    \
-        FUSED_ACC_LOAD(NT);                                                                              \
+        ACC_LOAD(NT);                                                                              \
         for (int64_t k = 0; k < n; k += 32) {                                                            \
             prefetch_step(pf, k);                                                                        \
             vf x0[NT], x1[NT];                                                                           \
@@ -252,7 +253,7 @@ static inline uint32_t iq2_signs(uint32_t s)
             FUSED_ROW_STEP(2, DEC, NT);                                                                  \
             FUSED_ROW_STEP(3, DEC, NT);                                                                  \
         }                                                                                                \
-        FUSED_ACC_STORE(NT);                                                                             \
+        ACC_STORE(NT);                                                                             \
     }
 #define FUSED_TYPE(NAME, DEC) FUSED_FN(NAME, DEC, 1) FUSED_FN(NAME, DEC, 2) FUSED_FN(NAME, DEC, 3) FUSED_FN(NAME, DEC, 4)
 FUSED_TYPE(f32, dec_f32)
@@ -370,7 +371,7 @@ static inline void dec_q2k_blk(const q2k_blk *s, int j, __m512 *lo, __m512 *hi)
 #define FUSED_BLK_FN(NAME, STATE, SETUP, DEC, NT)                                                        \
     FUSED_SIG(fused_##NAME##_##NT)                                                                       \
     {                                                                                                    \
-        FUSED_ACC_LOAD(NT);                                                                              \
+        ACC_LOAD(NT);                                                                              \
         for (int64_t k0 = 0; k0 < n; k0 += 256) {                                                        \
             STATE s0, s1, s2, s3;                                                                        \
             SETUP(rows[0], k0, &s0);                                                                     \
@@ -391,7 +392,7 @@ static inline void dec_q2k_blk(const q2k_blk *s, int j, __m512 *lo, __m512 *hi)
                 BLK_ROW_STEP(3, DEC, NT);                                                                \
             }                                                                                            \
         }                                                                                                \
-        FUSED_ACC_STORE(NT);                                                                             \
+        ACC_STORE(NT);                                                                             \
     }
 #define FUSED_BLK_TYPE(NAME, STATE, SETUP, DEC)                                                          \
     FUSED_BLK_FN(NAME, STATE, SETUP, DEC, 1)                                                             \
@@ -582,7 +583,7 @@ static inline __m256 x256_q2k(const block_q2_K *b, int j, int c, const x256_q2k_
 #define X256_FN(NAME, BLOCK, BLK, BSETUP, GRP, GSETUP, DEC, NT)                                            \
     FUSED_SIG(x256_##NAME##_##NT)                                                                          \
     {                                                                                                      \
-        FUSED_ACC_LOAD(NT);                                                                                \
+        ACC_LOAD(NT);                                                                                \
         for (int64_t k0 = 0; k0 < n; k0 += 256) {                                                          \
             const BLOCK *b0 = (const BLOCK *)(const void *)rows[0] + (k0 >> 8);                            \
             const BLOCK *b1 = (const BLOCK *)(const void *)rows[1] + (k0 >> 8);                            \
@@ -607,7 +608,7 @@ static inline __m256 x256_q2k(const block_q2_K *b, int j, int c, const x256_q2k_
                 }                                                                                          \
             }                                                                                              \
         }                                                                                                  \
-        FUSED_ACC_STORE(NT);                                                                               \
+        ACC_STORE(NT);                                                                               \
     }
 /* Q8_0: d·q, a block of 32 a step. */
 static void x256_q8_0_span(const uint8_t *const *rows, int64_t k0, __m256 w[ROWS][4])
@@ -623,7 +624,7 @@ static void x256_q8_0_span(const uint8_t *const *rows, int64_t k0, __m256 w[ROWS
 #define X256_Q8_FN(NT)                                                                                     \
     FUSED_SIG(x256_q8_0_##NT)                                                                              \
     {                                                                                                      \
-        FUSED_ACC_LOAD(NT);                                                                                \
+        ACC_LOAD(NT);                                                                                \
         for (int64_t k = 0; k < n; k += 32) {                                                              \
             prefetch_step(pf, k);                                                                          \
             __m256 w[ROWS][4];                                                                             \
@@ -637,7 +638,7 @@ static void x256_q8_0_span(const uint8_t *const *rows, int64_t k0, __m256 w[ROWS
                 X256_STEP(3, w[3][c], NT);                                                                 \
             }                                                                                              \
         }                                                                                                  \
-        FUSED_ACC_STORE(NT);                                                                               \
+        ACC_STORE(NT);                                                                               \
     }
 X256_Q8_FN(1)
 X256_Q8_FN(2)
@@ -696,13 +697,7 @@ static const float *piece(const cpu_weight *w, const uint8_t *row, int64_t k0, i
     static inline void tile_##NR##x##NT(const float *const *w, const float *const *x, int64_t m,        \
                                         vf acc[ROWS][TOKS])                                             \
     {                                                                                                   \
-        vf a0[NT], a1[NT], a2[NT], a3[NT];                                                              \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                          \
-            a0[t] = acc[0][t];                                                                          \
-            a1[t] = acc[1][t];                                                                          \
-            a2[t] = acc[2][t];                                                                          \
-            a3[t] = acc[3][t];                                                                          \
-        }                                                                                               \
+        ACC_LOAD(NT);                                                                                   \
         int64_t j = 0;                                                                                  \
         for (; j + CPU_VL <= m; j += CPU_VL) {                                                          \
             vf xv[NT];                                                                                  \
@@ -721,12 +716,7 @@ static const float *piece(const cpu_weight *w, const uint8_t *row, int64_t k0, i
             TILE_ROW(2, v_load_n(w[2] + j, rest), xv, NT);                                              \
             TILE_ROW(3, v_load_n(w[3] + j, rest), xv, NT);                                              \
         }                                                                                               \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                          \
-            acc[0][t] = a0[t];                                                                          \
-            acc[1][t] = a1[t];                                                                          \
-            acc[2][t] = a2[t];                                                                          \
-            acc[3][t] = a3[t];                                                                          \
-        }                                                                                               \
+        ACC_STORE(NT);                                                                                  \
     }
 TILE_FN(4, 1)
 TILE_FN(4, 2)
