@@ -255,7 +255,12 @@ TEST(sessions_crash, sweep_with_edits_and_writes_loses_no_turn_tears_no_file_and
         session *s = session_open("sweep", &err);
         CHECK_MSG(s != NULL, "seed %u run %d: %s", SWEEP_SEED, i, err.msg);
         const char *notes = notes_of(s);
-        CHECK_MSG(!strstr(notes, "damaged") && !strstr(notes, "lost") && !strstr(notes, "add up"), "seed %u run %d: %s",
+        /* a kill while a record was being written leaves it torn, which the
+         * load drops, saying that "no completed turn was lost": that phrase
+         * is the one "lost" allowed here */
+        char *loss = test_strdup(notes);
+        for (char *q; (q = strstr(loss, "no completed turn was lost"));) memset(q, '.', strlen("no completed turn was lost"));
+        CHECK_MSG(!strstr(loss, "damaged") && !strstr(loss, "lost") && !strstr(loss, "add up"), "seed %u run %d: %s",
                   SWEEP_SEED, i, notes);
         session_close(s);
         const char *users = journal_users("sweep"), *want = sb_str(&expect);
