@@ -70,30 +70,67 @@ static inline QK_TGT __m256i iq2_sign_dwords(const uint8_t *qs, __m256i *scd)
     return _mm256_or_si256(sb, p);
 }
 
-/* Group g of a block: its magnitudes, ±1 signs and scale 2·ls+1 as words
- * (sd: the block's iq2_sign_dwords). */
-static inline QK_TGT __attribute__((always_inline)) void iq2_group(const uint8_t *qs, __m256i sd, __m256i scd, int g,
+/* A block's sign dwords and scales with each 128-bit lane duplicated:
+ * sa/ca hold groups 0, 1, 4, 5 (iq2_sign_dwords' low lane) in both lanes,
+ * sb/cb groups 2, 3, 6, 7, so that one in-lane vpshufb (or vpshufd) per
+ * group spreads them: no cross-lane shuffle per group, which on Intel
+ * cores would compete with every other shuffle for port 5. */
+typedef struct {
+    __m256i sa, sb, ca, cb;
+} iq2_sgn;
+
+static inline QK_TGT __attribute__((always_inline)) void iq2_signs(const uint8_t *qs, iq2_sgn *s)
+{
+    __m256i scd, sd = iq2_sign_dwords(qs, &scd);
+    s->sa = _mm256_permute2x128_si256(sd, sd, 0x00);
+    s->sb = _mm256_permute2x128_si256(sd, sd, 0x11);
+    s->ca = _mm256_permute2x128_si256(scd, scd, 0x00);
+    s->cb = _mm256_permute2x128_si256(scd, scd, 0x11);
+}
+
+/* A group's four grid rows: one plain 64-bit load and three broadcast
+ * loads blended in (vpblendd runs on any vector port; vpinsrq and
+ * vinserti128 would each take another port-5 shuffle on Intel cores). */
+static inline QK_TGT __attribute__((always_inline)) __m256i iq2_grid4(const uint8_t *q)
+{
+    const long long *grid = (const long long *)(const void *)quant_iq2xxs_grid;
+    __m256i a = _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)(grid + q[0])));
+    a = _mm256_blend_epi32(a, _mm256_set1_epi64x(grid[q[1]]), 0x0C);
+    a = _mm256_blend_epi32(a, _mm256_set1_epi64x(grid[q[2]]), 0x30);
+    return _mm256_blend_epi32(a, _mm256_set1_epi64x(grid[q[3]]), 0xC0);
+}
+
+/* Group g of a block: its magnitudes, signs (byte j of the 32 negative
+ * where weight j is: its sign bit, selected by the bit mask, plus 127,
+ * which vpsignb reads as ±) and scale 2·ls+1 as words. */
+static inline QK_TGT __attribute__((always_inline)) void iq2_group(const uint8_t *qs, const iq2_sgn *s, int g,
                                                                    __m256i *mag, __m256i *sgn, __m256i *sc)
 {
-    /* byte j of a group's 32 takes sign bit j % 8 of its byte j / 8 */
+    /* byte j of a group's 32 takes bit j % 8 of its sign byte j / 8, which
+     * is byte 4p + j / 8 of the lane-duplicated dwords (p: the group's
+     * place in its lane) */
     const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
                                          3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll), one = _mm256_set1_epi8(1);
-    const uint64_t *grid = quant_iq2xxs_grid;
-    const uint8_t *q = qs + 8 * g;
-    *mag = _mm256_set_epi64x((long long)grid[q[3]], (long long)grid[q[2]], (long long)grid[q[1]], (long long)grid[q[0]]);
-    int pos = (g & 1) | (g & 2) << 1 | (g & 4) >> 1; /* iq2_sign_dwords' order */
-    __m256i at = _mm256_set1_epi32(pos);
-    __m256i x = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sd, at), rep);
-    *sgn = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit), one);
-    *sc = _mm256_permutevar8x32_epi32(scd, at);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll), m127 = _mm256_set1_epi8(127);
+    *mag = iq2_grid4(qs + 8 * g);
+    int hi = (g & 2) != 0, p = (g & 1) | (g & 4) >> 1;
+    __m256i x = _mm256_shuffle_epi8(hi ? s->sb : s->sa, _mm256_add_epi8(rep, _mm256_set1_epi8((char)(4 * p))));
+    *sgn = _mm256_add_epi8(_mm256_and_si256(x, bit), m127);
+    __m256i c = hi ? s->cb : s->ca;
+    switch (p) {
+    case 0: *sc = _mm256_shuffle_epi32(c, 0x00); break;
+    case 1: *sc = _mm256_shuffle_epi32(c, 0x55); break;
+    case 2: *sc = _mm256_shuffle_epi32(c, 0xAA); break;
+    default: *sc = _mm256_shuffle_epi32(c, 0xFF); break;
+    }
 }
 
 static inline QK_TGT void iq2_decode(const block_iq2_xxs *b, iq2_dec *s)
 {
     const uint8_t *qs = (const uint8_t *)b->qs;
-    __m256i scd, sd = iq2_sign_dwords(qs, &scd);
-    for (int g = 0; g < 8; g++) iq2_group(qs, sd, scd, g, &s->mag[g], &s->sgn[g], &s->sc[g]);
+    iq2_sgn sg;
+    iq2_signs(qs, &sg);
+    for (int g = 0; g < 8; g++) iq2_group(qs, &sg, g, &s->mag[g], &s->sgn[g], &s->sc[g]);
     s->d = _cvtsh_ss(quant_rd16(&b->d));
 }
 
@@ -114,13 +151,14 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
         for (int r = 0; r < QK_ROWS; r++) {
             const block_iq2_xxs *b = (const block_iq2_xxs *)(const void *)rows[r] + i;
             const uint8_t *qs = (const uint8_t *)b->qs;
-            __m256i scd, sd = iq2_sign_dwords(qs, &scd);
+            iq2_sgn sg;
+            iq2_signs(qs, &sg);
             dh[r] = quant_rd16(&b->d);
             for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int g = 0; g < 8; g++) {
                 __m256i mag, sgn, sc;
-                iq2_group(qs, sd, scd, g, &mag, &sgn, &sc);
+                iq2_group(qs, &sg, g, &mag, &sgn, &sc);
                 for (int t = 0; t < nt; t++) {
                     __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(act[t][i].qs + 32 * g));
                     acc[r][t] = DOT_S16(acc[r][t], _mm256_maddubs_epi16(mag, _mm256_sign_epi8(q8, sgn)), sc);
