@@ -5,9 +5,10 @@
  *   QK_NAME  the kernel table's name.
  *
  * IQ2_XXS: a block's eight groups are eight qwords (four grid indices,
- * then four 7-bit sign selectors and a 4-bit scale). The 32 grid rows are
- * looked up as 2-bit codes and spread into unsigned magnitudes 8/25/43, two
- * groups per vector (iq2_magnitudes); the sign bits become a 64-bit mask
+ * then four 7-bit sign selectors and a 4-bit scale). The 32 grid rows
+ * become unsigned magnitudes 8/25/43, two groups per vector: with VBMI
+ * looked up as 2-bit codes and spread (iq2_magnitudes), without loaded
+ * from the grid table (iq2_grid4m); the sign bits become a 64-bit mask
  * that negates the matching activation bytes, and vpmaddubsw + vpdpwssd sum
  * magnitude × signed activation pairs weighted by the group scale 2·ls+1.
  * With more than one token the magnitudes are signed once per row
@@ -79,11 +80,12 @@ static inline QK_TGT __m256i iq2_sign_bytes(__m512i q)
 #endif
 }
 
+#if QK_VBMI
 /* The magnitudes of a block's 32 grid rows, two groups per vector. Each
  * grid row is 8 two-bit codes (qk_grid_codes): the 32 codes words are
  * looked up four 64-entry tables at a time (vpermi2w, the index's two top
  * bits choosing among them), then spread to one code per byte and mapped
- * to 8, 25 or 43. */
+ * to 8, 25 or 43 (vpermb, vpmultishiftqb). */
 static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, __m512i mag[4])
 {
     const __m512i *t = (const __m512i *)(const void *)codes;
@@ -100,7 +102,6 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
         _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7,
                          6, 5, 4, 3, 2, 1, 0),
         2);
-#if QK_VBMI
     /* byte j of a qword: bits 2j.. of its code word (copied to every word of
      * it); vpermb reads 6 bits, so the table repeats the three magnitudes
      * every four entries */
@@ -109,27 +110,29 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
 #define IQ2_SPREAD(P)                                                                                          \
     mag[P] = _mm512_permutexvar_epi8(                                                                          \
         _mm512_multishift_epi64_epi8(ctl, _mm512_permutexvar_epi16(_mm512_add_epi16(qsel, _mm512_set1_epi16(8 * (P))), c)), lut)
-#else
-    /* word k of qword q: code word q shifted right by 4k (vpermw, vpsrlvw),
-     * whose low four bits (two codes) pick the word of both magnitudes
-     * from a 32-word table (vpermw reads five bits: the table repeats) */
-    const __m512i sh = _mm512_set4_epi32(0x000c0008, 0x00040000, 0x000c0008, 0x00040000);
-#define M2(n) (short)((n & 3 ? (n & 3) == 1 ? 25 : 43 : 8) | ((n >> 2 & 3 ? (n >> 2 & 3) == 1 ? 25 : 43 : 8) << 8))
-    const __m512i lut = _mm512_set_epi16(M2(15), M2(14), M2(13), M2(12), M2(11), M2(10), M2(9), M2(8), M2(7), M2(6),
-                                         M2(5), M2(4), M2(3), M2(2), M2(1), M2(0), M2(15), M2(14), M2(13), M2(12),
-                                         M2(11), M2(10), M2(9), M2(8), M2(7), M2(6), M2(5), M2(4), M2(3), M2(2), M2(1),
-                                         M2(0));
-#undef M2
-#define IQ2_SPREAD(P)                                                                                          \
-    mag[P] = _mm512_permutexvar_epi16(                                                                         \
-        _mm512_srlv_epi16(_mm512_permutexvar_epi16(_mm512_add_epi16(qsel, _mm512_set1_epi16(8 * (P))), c), sh), lut)
-#endif
     IQ2_SPREAD(0);
     IQ2_SPREAD(1);
     IQ2_SPREAD(2);
     IQ2_SPREAD(3);
 #undef IQ2_SPREAD
 }
+
+#else
+/* Without VBMI, each group's four grid rows are loaded from the 2 KB
+ * table (it stays in L1): a 64-bit load and three masked broadcast loads. The code lookup's vpermw and vpermt2w are two to three port-5
+ * uops each on Skylake-SP, the CPUs this level is for, where these loads
+ * cost a load port and a p05 merge. Masked broadcasts rather than the
+ * vpblendd of qk_tile.h's iq2_grid4: vpblendd has no EVEX form, and GCC,
+ * putting the broadcasts in the upper 16 registers, copies each back. */
+static inline QK_TGT __attribute__((always_inline)) __m256i iq2_grid4m(const uint8_t *q)
+{
+    const long long *grid = (const long long *)(const void *)quant_iq2xxs_grid;
+    __m256i a = _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)(grid + q[0])));
+    a = _mm256_mask_set1_epi64(a, 0x2, grid[q[1]]);
+    a = _mm256_mask_set1_epi64(a, 0x4, grid[q[2]]);
+    return _mm256_mask_set1_epi64(a, 0x8, grid[q[3]]);
+}
+#endif
 
 /* A block's scales (q: its eight group qwords): sc[p] holds 2·ls+1 of
  * group 2p in every word of its low half and of group 2p + 1 in the high. */
@@ -154,10 +157,18 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_decode(const block_
     s->neg[1] = _cvtu64_mask64((uint64_t)_mm_extract_epi64(sb0, 1));
     s->neg[2] = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(sb1));
     s->neg[3] = _cvtu64_mask64((uint64_t)_mm_extract_epi64(sb1, 1));
+#if QK_VBMI
     /* the 32 grid indices, four per qword, in order */
     const __m512i pick_idx = _mm512_set4_epi32(-1, -1, 0x0b0a0908, 0x03020100);
     __m512i idx = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), _mm512_shuffle_epi8(q, pick_idx));
     iq2_magnitudes(_mm512_castsi512_si256(idx), codes, s->mag);
+#else
+    (void)codes;
+    const uint8_t *qs = (const uint8_t *)b->qs;
+    _Pragma("GCC unroll 4")
+    for (int p = 0; p < 4; p++)
+        s->mag[p] = _mm512_inserti64x4(_mm512_castsi256_si512(iq2_grid4m(qs + 16 * p)), iq2_grid4m(qs + 16 * p + 8), 1);
+#endif
     iq2_scales(q, s->sc);
     s->d = quant_rd16(&b->d);
 }
@@ -233,7 +244,7 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_decode_rows(const u
     iq2_decode2((const block_iq2_xxs *)(const void *)rows[r] + i, (const block_iq2_xxs *)(const void *)rows[r + 1] + i,
                 qk_grid_code_bytes(), s);
 #else
-    iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, qk_grid_codes(), s);
+    iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, NULL, s);
 #endif
 }
 
@@ -497,7 +508,7 @@ static inline QK_TGT void q2k_panel_block(const uint8_t *const *rows, int64_t i,
 
 static inline QK_TGT void iq2_panel_block(const uint8_t *const *rows, int64_t i, qk_panel *P)
 {
-    const uint16_t *codes = qk_grid_codes();
+    const uint16_t *codes = QK_VBMI ? qk_grid_codes() : NULL; /* without VBMI, the grid rows are loaded */
     _Alignas(64) uint8_t tmp[QK_PANEL_ROWS][QK_K];
     const __m512i off = _mm512_set1_epi8(64);
     for (int r = 0; r < QK_PANEL_ROWS; r++) {
