@@ -7,7 +7,6 @@
 #include <immintrin.h>
 
 #include "cpu/qk_impl.h"
-#include "engine/quant.h"
 
 /* The sums of four vectors' lanes, [a, b, c, d]. */
 static inline QK_TGT __m128i hsum4x256(__m256i a, __m256i b, __m256i c, __m256i d)
@@ -16,20 +15,6 @@ static inline QK_TGT __m128i hsum4x256(__m256i a, __m256i b, __m256i c, __m256i 
     __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
     __m256i u = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
     return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
-}
-
-/* IQ2_XXS: the four grid rows of a group's indices q[0..3] (the 2 KB
- * table stays in L1): one plain 64-bit load and three broadcast loads
- * blended in. vpblendd runs on any vector port, where vpinsrq and
- * vinserti128 (or a vpermw lookup of 2-bit codes) would each take another
- * shuffle on Intel cores' port 5, the one their other shuffles need. */
-static inline QK_TGT __attribute__((always_inline)) __m256i iq2_grid4(const uint8_t *q)
-{
-    const long long *grid = (const long long *)(const void *)quant_iq2xxs_grid;
-    __m256i a = _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)(grid + q[0])));
-    a = _mm256_blend_epi32(a, _mm256_set1_epi64x(grid[q[1]]), 0x0C);
-    a = _mm256_blend_epi32(a, _mm256_set1_epi64x(grid[q[2]]), 0x30);
-    return _mm256_blend_epi32(a, _mm256_set1_epi64x(grid[q[3]]), 0xC0);
 }
 
 /* IQ2_XXS: a block's integer sums is (lane r: row r) into sum, as the

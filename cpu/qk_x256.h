@@ -88,6 +88,20 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_signs(const uint8_t
     s->cb = _mm256_permute2x128_si256(scd, scd, 0x11);
 }
 
+/* IQ2_XXS: the four grid rows of a group's indices q[0..3] (the 2 KB
+ * table stays in L1): one plain 64-bit load and three broadcast loads
+ * blended in. vpblendd runs on any vector port, where vpinsrq and
+ * vinserti128 (or a vpermw lookup of 2-bit codes) would each take another
+ * shuffle on Intel cores' port 5, the one their other shuffles need. */
+static inline QK_TGT __attribute__((always_inline)) __m256i iq2_grid4(const uint8_t *q)
+{
+    const long long *grid = (const long long *)(const void *)quant_iq2xxs_grid;
+    __m256i a = _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)(grid + q[0])));
+    a = _mm256_blend_epi32(a, _mm256_set1_epi64x(grid[q[1]]), 0x0C);
+    a = _mm256_blend_epi32(a, _mm256_set1_epi64x(grid[q[2]]), 0x30);
+    return _mm256_blend_epi32(a, _mm256_set1_epi64x(grid[q[3]]), 0xC0);
+}
+
 /* Group g of a block: its magnitudes, signs (byte j of the 32 negative
  * where weight j is: its sign bit, selected by the bit mask, plus 127,
  * which vpsignb reads as ±) and scale 2·ls+1 as words. */

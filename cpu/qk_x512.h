@@ -122,7 +122,7 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
  * table (it stays in L1): a 64-bit load and three masked broadcast loads. The code lookup's vpermw and vpermt2w are two to three port-5
  * uops each on Skylake-SP, the CPUs this level is for, where these loads
  * cost a load port and a p05 merge. Masked broadcasts rather than the
- * vpblendd of qk_tile.h's iq2_grid4: vpblendd has no EVEX form, and GCC,
+ * vpblendd of qk_x256.h's iq2_grid4: vpblendd has no EVEX form, and GCC,
  * putting the broadcasts in the upper 16 registers, copies each back. */
 static inline QK_TGT __attribute__((always_inline)) __m256i iq2_grid4m(const uint8_t *q)
 {
