@@ -4,10 +4,11 @@
  *   QK_VNNI  1 where the 256-bit vpdpbusd / vpdpwssd may be used,
  *   QK_NAME  the kernel table's name.
  *
- * IQ2_XXS: a group's four grid rows form one vector of magnitudes; the
- * block's 32 sign selectors become ksigns bytes in one vector (parity from
- * a nibble table), each group's spread to ±1 bytes that vpsignb applies
- * to the activation bytes; vpmaddubsw sums magnitude × signed activation
+ * IQ2_XXS: a group's four grid rows form one vector of magnitudes (loads
+ * from the grid table); the block's 32 sign selectors become ksigns bytes
+ * in one vector (parity from a nibble table), each group's spread to
+ * bytes whose top bit is the sign, which vpsignb applies to the
+ * activation bytes; vpmaddubsw sums magnitude × signed activation
  * pairs and the group scale 2·ls+1 weights them (vpmaddwd, or vpdpwssd).
  * Q2_K: each 32-byte quarter of the quants, shifted by 0/2/4/6 and
  * multiplied by the sub-block scale (≤ 45, still a byte), pairs with 32
@@ -49,8 +50,9 @@ typedef struct {
 
 /* The eight groups' sign bits at once: each group's four 7-bit selectors
  * spread to the bytes of a dword, the eighth bit of each byte its parity
- * (a nibble table), which is ksigns' value; and (scd) their scales. Group
- * g's dword is the one vshufps leaves it in (iq2_group's pos). */
+ * (a nibble table), which is ksigns' value; and (scd) their scales. The
+ * dwords are in the order vshufps leaves them: groups 0, 1, 4, 5 in the
+ * low lane, 2, 3, 6, 7 in the high one. */
 static inline QK_TGT __m256i iq2_sign_dwords(const uint8_t *qs, __m256i *scd)
 {
     __m256 lo = _mm256_loadu_ps((const float *)(const void *)qs), hi = _mm256_loadu_ps((const float *)(const void *)(qs + 32));
@@ -88,7 +90,7 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_signs(const uint8_t
     s->cb = _mm256_permute2x128_si256(scd, scd, 0x11);
 }
 
-/* IQ2_XXS: the four grid rows of a group's indices q[0..3] (the 2 KB
+/* The four grid rows of a group's indices q[0..3] (the 2 KB
  * table stays in L1): one plain 64-bit load and three broadcast loads
  * blended in. vpblendd runs on any vector port, where vpinsrq and
  * vinserti128 (or a vpermw lookup of 2-bit codes) would each take another
@@ -119,7 +121,7 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_group(const uint8_t
     __m256i x = _mm256_shuffle_epi8(hi ? s->sb : s->sa, _mm256_add_epi8(rep, _mm256_set1_epi8((char)(4 * p))));
     *sgn = _mm256_add_epi8(_mm256_and_si256(x, bit), m127);
     __m256i c = hi ? s->cb : s->ca;
-    switch (p) {
+    switch (p) { /* vpshufd's control must be a constant at any optimization level */
     case 0: *sc = _mm256_shuffle_epi32(c, 0x00); break;
     case 1: *sc = _mm256_shuffle_epi32(c, 0x55); break;
     case 2: *sc = _mm256_shuffle_epi32(c, 0xAA); break;
