@@ -119,7 +119,8 @@ static inline QK_TGT void iq2_magnitudes(__m256i idx32, const uint16_t *codes, _
 
 #else
 /* Without VBMI, each group's four grid rows are loaded from the 2 KB
- * table (it stays in L1): a 64-bit load and three masked broadcast loads. The code lookup's vpermw and vpermt2w are two to three port-5
+ * table (it stays in L1): a 64-bit load and three masked broadcast
+ * loads. The code lookup's vpermw and vpermt2w are two to three port-5
  * uops each on Skylake-SP, the CPUs this level is for, where these loads
  * cost a load port and a p05 merge. Masked broadcasts rather than the
  * vpblendd of qk_x256.h's iq2_grid4: vpblendd has no EVEX form, and GCC,
@@ -236,14 +237,17 @@ static inline QK_TGT __attribute__((always_inline)) void iq2_decode2(const block
 #define IQ2_PAIR 1
 #endif
 
-/* Decodes block i of rows r … r + IQ2_PAIR − 1 into s. */
+/* Decodes block i of rows r … r + IQ2_PAIR − 1 into s (cb: with VBMI,
+ * qk_grid_code_bytes(), fetched once per tile: a call in the block loop
+ * costs a vzeroupper and the reload of every constant it clobbered). */
 static inline QK_TGT __attribute__((always_inline)) void iq2_decode_rows(const uint8_t *const *rows, int r, int64_t i,
-                                                                         iq2_dec s[IQ2_PAIR])
+                                                                         const uint8_t *cb, iq2_dec s[IQ2_PAIR])
 {
 #if QK_VBMI
     iq2_decode2((const block_iq2_xxs *)(const void *)rows[r] + i, (const block_iq2_xxs *)(const void *)rows[r + 1] + i,
-                qk_grid_code_bytes(), s);
+                cb, s);
 #else
+    (void)cb;
     iq2_decode((const block_iq2_xxs *)(const void *)rows[r] + i, NULL, s);
 #endif
 }
@@ -294,6 +298,7 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
     /* lane r of sum[t]: row r's running sum, rounded as the reference's */
     __m128 sum[QK_TOKS];
     for (int t = 0; t < nt; t++) sum[t] = _mm_setzero_ps();
+    const uint8_t *cb = QK_VBMI ? qk_grid_code_bytes() : NULL;
     for (int64_t i = 0; i < nb; i++) {
         prefetch_block(next, i, sizeof(block_iq2_xxs));
         __m512i au[QK_TOKS][4], acc[QK_ROWS][QK_TOKS];
@@ -305,7 +310,7 @@ iq2_tile(const uint8_t *const *rows, const uint8_t *next, const block_q8_K *cons
         _Pragma("GCC unroll 4")
         for (int r0 = 0; r0 < QK_ROWS; r0 += IQ2_PAIR) {
             iq2_dec sp[IQ2_PAIR];
-            iq2_decode_rows(rows, r0, i, sp);
+            iq2_decode_rows(rows, r0, i, cb, sp);
             _Pragma("GCC unroll 2")
             for (int u = 0; u < IQ2_PAIR; u++) {
                 dh[r0 + u] = sp[u].d;
