@@ -610,8 +610,9 @@ static inline __m256 x256_q2k(const block_q2_K *b, int j, int c, const x256_q2k_
         }                                                                                                  \
         ACC_STORE(NT);                                                                               \
     }
-/* Q8_0: d·q, a block of 32 a step. */
-static void x256_q8_0_span(const uint8_t *const *rows, int64_t k0, __m256 w[ROWS][4])
+/* Q8_0: d·q, a block of 32 a step. Always inlined: GCC kept it a call,
+ * and every step's call spilled and reloaded all the accumulators. */
+static inline __attribute__((always_inline)) void x256_q8_0_span(const uint8_t *const *rows, int64_t k0, __m256 w[ROWS][4])
 {
     for (int r = 0; r < ROWS; r++) {
         const block_q8_0 *b = (const block_q8_0 *)(const void *)rows[r] + (k0 >> 5);
