@@ -35,9 +35,20 @@
 #define DOT_S16(acc, a, b) QK_DPWSSD(acc, a, b)
 #else
 #define Q2K_SCALED 0
-#define DOT_Q2K(acc, w, scw, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, s), scw))
-#define DOT_S16(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+#define DOT_Q2K(acc, w, scw, s) qk_add_chain(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, s), scw))
+#define DOT_S16(acc, a, b) qk_add_chain(acc, _mm256_madd_epi16(a, b))
 #endif
+
+/* acc + v, kept a chain: a run of vpaddd that starts from zero is
+ * otherwise reassociated by GCC into a tree, which keeps every product of
+ * a block alive at once and spills them (26 stack stores a pass of four
+ * rows). The empty asm hides the sum's value, so the next add waits on it. */
+static inline QK_TGT __attribute__((always_inline, unused)) __m256i qk_add_chain(__m256i acc, __m256i v)
+{
+    acc = _mm256_add_epi32(acc, v);
+    __asm__("" : "+x"(acc));
+    return acc;
+}
 
 
 
