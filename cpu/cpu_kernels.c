@@ -143,6 +143,20 @@ static void prefetch_plan_init(prefetch_plan *pf, const cpu_weight *w, const uin
     pf->step_mask = p2 - 1;
 }
 
+/* A Q2_K block's 64 quant bytes shifted right by 2, 4 and 6, for the
+ * kernels that read quant q of a byte from its own copy: a 16-bit shift
+ * brings in bits of the neighbouring byte, but only above the quant's two,
+ * where the kernels' tables repeat themselves. */
+static inline void q2k_shifted(const uint8_t *qs, uint8_t sh[3][64])
+{
+    for (int h = 0; h < 2; h++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * h));
+        _mm256_store_si256((__m256i *)(void *)(sh[0] + 32 * h), _mm256_srli_epi16(q, 2));
+        _mm256_store_si256((__m256i *)(void *)(sh[1] + 32 * h), _mm256_srli_epi16(q, 4));
+        _mm256_store_si256((__m256i *)(void *)(sh[2] + 32 * h), _mm256_srli_epi16(q, 6));
+    }
+}
+
 /* A fused kernel: four rows of n weights times NT ≤ TOKS tokens, into acc. */
 #define FUSED_SIG(FN)                                                                                    \
     static void FN(const uint8_t *const *rows, int64_t n, const float *const *x, vf acc[ROWS][TOKS],     \
@@ -322,8 +336,7 @@ static inline void dec_iq2_blk(const iq2_blk *s, int j, __m512 *lo, __m512 *hi)
 /* Elements 32j … 32j+31 are sub-blocks 2j and 2j+1: bits 2(j % 4) of
  * bytes 32(j / 4) … of the quants. Per block, d·(scale & 15) and
  * −dmin·(scale >> 4) of the 16 sub-blocks, and the quants shifted right
- * by 2, 4 and 6 (16-bit shifts: what lands above a quant's two bits, from
- * the neighbouring byte too, the table ignores). A sub-block's 16 values
+ * by 2, 4 and 6 (q2k_shifted). A sub-block's 16 values
  * are then one zero-extending load and a vpermps from its table,
  * d·(scale & 15)·q − dmin·(scale >> 4) for q = 0..3 four times over
  * (d·(scale & 15)·q is exact, so the fused multiply-add rounds as the
@@ -348,12 +361,7 @@ static inline void q2k_setup(const uint8_t *row, int64_t k0, q2k_blk *s)
     _mm512_storeu_ps(s->dl, _mm512_mul_ps(_mm512_set1_ps(f16s(&b->d)), lo4));
     /* an exact negation, −0 included, as the scalar minus gives */
     _mm512_storeu_ps(s->nml, _mm512_xor_ps(_mm512_mul_ps(_mm512_set1_ps(f16s(&b->dmin)), hi4), _mm512_set1_ps(-0.0f)));
-    for (int h = 0; h < 2; h++) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h));
-        _mm256_store_si256((__m256i *)(void *)(s->sh[0] + 32 * h), _mm256_srli_epi16(q, 2));
-        _mm256_store_si256((__m256i *)(void *)(s->sh[1] + 32 * h), _mm256_srli_epi16(q, 4));
-        _mm256_store_si256((__m256i *)(void *)(s->sh[2] + 32 * h), _mm256_srli_epi16(q, 6));
-    }
+    q2k_shifted(b->qs, s->sh);
 }
 
 static inline __m512 q2k_sub(const q2k_blk *s, const uint8_t *q, int sub)
@@ -547,11 +555,9 @@ static inline __m256 x256_iq2(const block_iq2_xxs *b, int g, int c, const x256_i
  * that only the quant's two low index bits matter (d·(scale & 15)·q is
  * exact, so the fused multiply-add rounds as the buffered subtraction
  * does). The quants shifted right by 2, 4 and 6 are copied once per block
- * (six 16-bit shifts of 32 bytes: what lands above a quant's two bits,
- * from the neighbouring byte too, the doubled table ignores), so that a
- * step is a zero-extending load and a vpermps. Shifting every step's eight
+ * (q2k_shifted), so that a step is a zero-extending load and a vpermps. Shifting every step's eight
  * dwords took 24 more operations a block, on the ports that vpermps and
- * vpmovzxbd need (single-thread 4.3 -> 4.8 GB/s here). */
+ * vpmovzxbd need (one thread of a Zen 4: 4.3 -> 4.8 GB/s). */
 typedef struct {
     float dl[16], nml[16];
     _Alignas(32) uint8_t sh[3][64]; /* the quants >> 2, 4, 6 */
@@ -568,11 +574,8 @@ static inline void x256_q2k_setup(const block_q2_K *b, x256_q2k_blk *s)
         __m256 ml = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)));
         _mm256_storeu_ps(s->dl + 8 * h, dl);
         _mm256_storeu_ps(s->nml + 8 * h, _mm256_xor_ps(ml, _mm256_set1_ps(-0.0f)));
-        __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * h));
-        _mm256_store_si256((__m256i *)(void *)(s->sh[0] + 32 * h), _mm256_srli_epi16(q, 2));
-        _mm256_store_si256((__m256i *)(void *)(s->sh[1] + 32 * h), _mm256_srli_epi16(q, 4));
-        _mm256_store_si256((__m256i *)(void *)(s->sh[2] + 32 * h), _mm256_srli_epi16(q, 6));
     }
+    q2k_shifted(b->qs, s->sh);
 }
 
 typedef struct {
