@@ -1,0 +1,236 @@
+/* serve_util.c — running `ds4cl serve` on the script engine in the tests:
+ * a generated tiny model, scripts of replies, a server on a free port,
+ * requests with curl, JSON and SSE bodies taken apart, and the official
+ * client libraries installed from tests/serve's lock file. */
+#include <json-c/json.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/serve_util.h"
+
+const char *srv_tiny_model(void)
+{
+    const char *path = test_tmp_path("tiny.gguf");
+    struct stat st;
+    if (stat(path, &st) == 0) return path;
+    char *out;
+    int rc = test_runf(&out, "'%s/ds4cl-mkmodel' --tiny-vocab --layers 1 -o '%s'", test_bindir(), path);
+    CHECK_MSG(rc == 0, "mkmodel: %s", out);
+    return path;
+}
+
+/* A JSON Lines script of replies (each with its extra members or none). */
+const char *srv_script(const char *const *lines)
+{
+    static int n;
+    char *text = test_strdup("");
+    for (size_t i = 0; lines[i]; i++) text = test_printf("%s%s\n", text, lines[i]);
+    const char *path = test_tmp_path("script%d.jsonl", n++);
+    test_write_file(path, text, strlen(text));
+    return path;
+}
+
+char *srv_reply_line(const char *reply, const char *extra)
+{
+    struct json_object *s = json_object_new_string(reply);
+    char *line = test_printf("{\"assistant\": %s%s%s}", json_object_to_json_string_ext(s, JSON_C_TO_STRING_PLAIN),
+                             extra ? ", " : "", extra ? extra : "");
+    json_object_put(s);
+    return line;
+}
+
+const char *srv_weather_call(void)
+{
+    return "need a tool</think>Checking.\n\n<" SRV_DSML "tool_calls>\n<" SRV_DSML "invoke name=\"get_weather\">\n<" SRV_DSML
+           "parameter name=\"city\" string=\"true\">Paris</" SRV_DSML "parameter>\n</" SRV_DSML "invoke>\n</" SRV_DSML "tool_calls>";
+}
+
+void srv_start(srv_server *s, const char *script_path, const char *flags)
+{
+    static int n;
+    const char *model = srv_tiny_model();
+    s->out = test_tmp_path("serve%d.out", n);
+    s->log = test_tmp_path("serve%d.log", n++);
+    char *cmd = test_printf("exec '%s/ds4cl' serve -m '%s' --engine 'script:%s' --ctx 16384 --port 0 "
+                            "--cache-dir '%s' %s > '%s' 2> '%s'",
+                            test_bindir(), model, script_path, test_tmp_path("cache"), flags ? flags : "", s->out,
+                            s->log);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* the server goes with the test, however the test ends */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    s->pid = pid;
+    double t0 = test_now_ms();
+    for (;;) {
+        char *out = test_read_file(s->out, NULL);
+        const char *at = out ? strstr(out, "listening on http://127.0.0.1:") : NULL;
+        if (at) {
+            s->port = atoi(at + strlen("listening on http://127.0.0.1:"));
+            return;
+        }
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            s->pid = 0;
+            FAIL("the server did not start: %s", test_read_file(s->log, NULL));
+        }
+        if (test_now_ms() - t0 > 60000) FAIL("the server did not start within 60 s");
+        usleep(20000);
+    }
+}
+
+/* SIGTERM, then the exit status (fails after 30 s). */
+int srv_stop(srv_server *s)
+{
+    kill(s->pid, SIGTERM);
+    double t0 = test_now_ms();
+    for (;;) {
+        int status;
+        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+            s->pid = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        if (test_now_ms() - t0 > 30000) FAIL("the server did not stop within 30 s of SIGTERM");
+        usleep(10000);
+    }
+}
+
+/* One request with curl: the status; the body in *body. extra: more curl
+ * arguments (headers). */
+int srv_http(const srv_server *s, const char *method, const char *path, const char *json, const char *extra,
+                char **body)
+{
+    const char *bfile = test_tmp_path("body%d.json", s->port), *rfile = test_tmp_path("resp%d.txt", s->port);
+    if (json) test_write_file(bfile, json, strlen(json));
+    char *out;
+    int rc = test_runf(&out, "curl -s -N -X %s -o '%s' -w '%%{http_code}' %s %s%s%s 'http://127.0.0.1:%d%s'",
+                       method, rfile, extra ? extra : "", json ? "-H 'Content-Type: application/json' --data-binary @'" : "",
+                       json ? bfile : "", json ? "'" : "", s->port, path);
+    CHECK_MSG(rc == 0, "curl failed (%d): %s", rc, out);
+    *body = test_read_file(rfile, NULL);
+    if (!*body) *body = test_strdup("");
+    return atoi(out);
+}
+
+struct json_object *srv_parse(const char *text)
+{
+    struct json_object *o = json_tokener_parse(text);
+    CHECK_MSG(o != NULL, "not JSON: %s", text);
+    return o;
+}
+
+/* The value at a dotted path ("usage.prompt_tokens", "choices.0.message"). */
+struct json_object *srv_at(struct json_object *o, const char *path)
+{
+    char key[128];
+    while (o && *path) {
+        size_t n = strcspn(path, ".");
+        snprintf(key, sizeof key, "%.*s", (int)n, path);
+        if (json_object_is_type(o, json_type_array)) o = json_object_array_get_idx(o, (size_t)atoi(key));
+        else if (!json_object_object_get_ex(o, key, &o)) o = NULL;
+        path += n + (path[n] == '.');
+    }
+    return o;
+}
+
+const char *srv_str(struct json_object *o, const char *path)
+{
+    struct json_object *v = srv_at(o, path);
+    return v ? json_object_get_string(v) : NULL;
+}
+
+long srv_int(struct json_object *o, const char *path)
+{
+    struct json_object *v = srv_at(o, path);
+    CHECK_MSG(v != NULL, "no %s in %s", path, json_object_to_json_string(o));
+    return (long)json_object_get_int64(v);
+}
+
+/* ---- the client libraries ---------------------------------------------------------------- */
+
+/* build/serve-clients with the locked versions installed (once; the lock
+ * keeps parallel tests from installing at the same time). */
+const char *srv_clients_dir(void)
+{
+    if (!test_have_program("node") || !test_have_program("npm")) SKIP("node and npm are not installed");
+    const char *dir = test_printf("%s/build/serve-clients", test_root());
+    const char *src = test_printf("%s/tests/serve", test_root());
+    char *out;
+    int rc = test_runf(&out,
+                       "mkdir -p '%s' && cd '%s' && flock ../serve-clients.lock sh -c '"
+                       "{ cmp -s package-lock.json \"%s/package-lock.json\" && [ -d node_modules/openai ] && "
+                       "[ -d node_modules/@anthropic-ai/sdk ]; } || "
+                       "{ cp \"%s/package.json\" \"%s/package-lock.json\" . && "
+                       "npm ci --no-audit --no-fund --loglevel=error; } && cp \"%s/clients.mjs\" clients.mjs.tmp && "
+                       "mv clients.mjs.tmp clients.mjs'",
+                       dir, dir, src, src, src, src);
+    if (rc != 0) SKIP("npm could not install the client libraries: %.300s", out);
+    return dir;
+}
+
+void srv_run_clients(const srv_server *s, const char *scenario, const char *key)
+{
+    const char *dir = srv_clients_dir();
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && timeout 120 node clients.mjs %s %d %s", dir, scenario, s->port, key);
+    CHECK_MSG(rc == 0, "%s: %s\nserver log:\n%s", scenario, out, test_read_file(s->log, NULL));
+    CHECK_CONTAINS(out, test_printf("ok %s", scenario));
+}
+
+
+void srv_check_error(const srv_server *s, const char *path, const char *json, const char *extra, int status,
+                        const char *says)
+{
+    char *body;
+    int got = srv_http(s, "POST", path, json, extra, &body);
+    CHECK_MSG(got == status, "%s %s: status %d, not %d: %s", path, json ? json : "", got, status, body);
+    struct json_object *o = srv_parse(body);
+    bool anthropic = strstr(path, "/messages") != NULL;
+    if (anthropic) CHECK_STR_EQ(srv_str(o, "type"), "error");
+    const char *msg = srv_str(o, "error.message");
+    CHECK_MSG(msg && strstr(msg, says), "%s: the message '%s' does not say '%s'", path, msg ? msg : "(none)", says);
+    CHECK(srv_str(o, "error.type") != NULL);
+    json_object_put(o);
+}
+
+/* The events of an SSE body: event names (or "-") and data lines, in order;
+ * every event ends with a blank line. */
+int srv_sse_events(const char *body, const char **names, struct json_object **data, int max, bool *done)
+{
+    int n = 0;
+    *done = false;
+    for (const char *p = body; *p && n < max;) {
+        const char *end = strstr(p, "\n\n");
+        CHECK_MSG(end != NULL, "an event does not end with a blank line: %s", p);
+        char *ev = test_printf("%.*s", (int)(end - p), p);
+        p = end + 2;
+        if (ev[0] == ':') continue;
+        const char *name = "-";
+        if (!strncmp(ev, "event: ", 7)) {
+            char *nl = strchr(ev, '\n');
+            CHECK(nl);
+            *nl = 0;
+            name = ev + 7;
+            ev = nl + 1;
+        }
+        CHECK_MSG(!strncmp(ev, "data: ", 6), "an event without data: %s", ev);
+        CHECK_MSG(!strchr(ev + 6, '\n'), "an event with more than one data line: %s", ev);
+        if (!strcmp(ev + 6, "[DONE]")) {
+            *done = true;
+            CHECK_MSG(!*p, "events after [DONE]: %s", p);
+            break;
+        }
+        names[n] = name;
+        data[n++] = srv_parse(ev + 6);
+    }
+    return n;
+}
