@@ -352,6 +352,11 @@ int ds4_session_save(const ds4_session *s, const char *path, ds4_error *err);
 int ds4_session_load(ds4_session *s, const char *path, ds4_error *err);
 int ds4_session_snapshot(const ds4_session *s, void **buf, size_t *len, ds4_error *err);
 int ds4_session_restore(ds4_session *s, const void *buf, size_t len, ds4_error *err);
+/* The tokens a snapshot holds, read from its header (checked) and token
+ * array alone, without an engine: appended to out. -1 when buf is not a
+ * snapshot or ends before its tokens do. The rest (model, payload, body
+ * checksum) is checked only by a restore. */
+int ds4_snapshot_tokens(const void *buf, size_t len, ds4_tokens *out);
 
 /* ---- sampling ----------------------------------------------------------- */
 

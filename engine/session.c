@@ -249,6 +249,18 @@ static size_t snapshot_tokens_begin(const void *base, size_t base_len, const int
     return memcmp(p + SNAP_HEADER, ids, (size_t)n_tokens * sizeof(int32_t)) ? 0 : (size_t)n_tokens;
 }
 
+int ds4_snapshot_tokens(const void *buf, size_t len, ds4_tokens *out)
+{
+    const unsigned char *p = buf;
+    if (len < SNAP_HEADER || memcmp(p, SNAP_MAGIC, 8) != 0 || le_get_u32(p + 52) != crc32_update(0, p, 52))
+        return -1;
+    uint64_t n_tokens = le_get_u64(p + 32);
+    if (n_tokens > (len - SNAP_HEADER) / sizeof(int32_t)) return -1;
+    /* host order, as restore reads them */
+    ds4_tokens_append(out, (const int32_t *)(const void *)(p + SNAP_HEADER), (size_t)n_tokens);
+    return 0;
+}
+
 int ds4_session_restore(ds4_session *s, const void *buf, size_t len, ds4_error *err)
 {
     const unsigned char *p = buf;

@@ -265,8 +265,14 @@ void journal_parse(const unsigned char *data, size_t len, journal_scan *out)
         size_t at = out->valid_end;
         uint32_t body_len = 0;
         int kind = frame_kind_at(data + at, len - at, &body_len);
-        out->torn_partial = out->torn < JOURNAL_FRAME_LEN ||
-                            (kind != -2 && (uint64_t)JOURNAL_FRAME_LEN + body_len > out->torn);
+        /* an append cut short leaves the start of a frame: its magic, or
+         * as much of it as there is */
+        unsigned char magic[4];
+        le_put_u32(magic, REC_MAGIC);
+        bool framed = !memcmp(data + at, magic, out->torn < 4 ? (size_t)out->torn : 4);
+        out->torn_partial = framed && (out->torn < JOURNAL_FRAME_LEN ||
+                                       (kind != -2 && (uint64_t)JOURNAL_FRAME_LEN + body_len > out->torn));
+        out->tail_garbage = kind == -2 && !out->torn_partial;
         count_lost(data, len, at, len, out);
     }
 }

@@ -55,6 +55,9 @@ typedef struct {
      * (less than a frame, or a frame that checks out and runs past the
      * end), nothing else */
     bool torn_partial;
+    /* torn is no record at all: bytes that do not begin with a record's
+     * frame (garbage appended, a zero-filled tail), not a cut */
+    bool tail_garbage;
     /* frames whose header checks out inside the skipped spans and the torn
      * tail (records that were there and could not be read), and how many
      * of them were user turns */

@@ -6,10 +6,12 @@
 #include "sessions/session_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,21 +19,11 @@
  * path of the copy in backup, or false with a session_note saying why not. */
 static bool keep_damaged(session *s, const char *path, char *backup, size_t size)
 {
-    size_t len;
-    char *raw = file_read_regular(path, &len);
     ds4_error err = { "" };
-    /* never over an earlier copy (two repairs within a second) */
-    long long now = (long long)base_wall_time_s();
-    snprintf(backup, size, "%s.damaged-%lld", path, now);
-    for (int k = 2; access(backup, F_OK) == 0 && k < 1000; k++) snprintf(backup, size, "%s.damaged-%lld-%d", path, now, k);
-    if (!raw || file_write_atomic(backup, raw, len, 0600, false, &err) != 0) {
-        session_note(s, "the damaged journal of session %s could not be kept beside (%s); it is left as it is",
-             s->meta.info.id, raw ? err.msg : strerror(errno));
-        free(raw);
-        return false;
-    }
-    free(raw);
-    return true;
+    if (session_keep_damaged(path, backup, size, &err) == 0) return true;
+    session_note(s, "the damaged journal of session %s could not be kept beside (%s); it is left as it is",
+                 s->meta.info.id, err.msg);
+    return false;
 }
 
 /* Rewrites the journal from the records that checked out, each with the
@@ -57,21 +49,90 @@ static const char *file_kind(mode_t m)
     return S_ISLNK(m) ? "a symbolic link" : "not a regular file";
 }
 
-/* What a damaged journal cost, as one session_note: turns, records and bytes. */
-static void note_loss(session *s, const journal_scan *j, int turns_lost, uint64_t bytes_lost, const char *what,
-                      const char *kept, bool rewritten)
+/* What a journal lost, as well as its witnesses tell: user turns (the
+ * most any of them counts), bytes (the journal's own damage and what
+ * the metadata says it held), tokens (what the saved KV state holds
+ * beyond it). */
+typedef struct {
+    int turns;
+    uint64_t bytes;
+    size_t tokens;
+} journal_loss;
+
+/* What a damaged journal cost, as one session_note. */
+static void note_loss(session *s, const journal_scan *j, const journal_loss *l, const char *what, const char *kept,
+                      bool rewritten)
 {
     strbuf b = { 0 };
     sb_printf(&b, "the journal of session %s %s: ", s->meta.info.id, what);
-    if (turns_lost > 0) sb_printf(&b, "%d user turn%s and ", turns_lost, turns_lost == 1 ? "" : "s");
+    if (l->turns > 0) sb_printf(&b, "%d user turn%s and ", l->turns, l->turns == 1 ? "" : "s");
     else sb_puts(&b, "no whole user turn, but ");
-    sb_printf(&b, "%" PRIu64 " bytes", bytes_lost);
+    if (l->bytes || !l->tokens) sb_printf(&b, "%" PRIu64 " bytes", l->bytes);
     if (j->lost_records) sb_printf(&b, " (%zu record%s)", j->lost_records, j->lost_records == 1 ? "" : "s");
+    if (l->tokens)
+        sb_printf(&b, "%s%zu tokens (which the saved KV state still holds)", l->bytes ? " and " : "", l->tokens);
     sb_printf(&b, " were lost; %d user turn%s kept", s->meta.info.user_turns, s->meta.info.user_turns == 1 ? "" : "s");
     if (rewritten) sb_puts(&b, "; the journal was rewritten from its intact records");
     if (kept) sb_printf(&b, "; the damaged original is %s", kept);
     session_note(s, "%s", sb_str(&b));
     sb_free(&b);
+}
+
+/* The tokens of the saved KV state (its header and token array only, so
+ * a large file costs nothing), and its size; false when there is none
+ * that checks out. */
+static bool snapshot_tokens(session *s, ds4_tokens *out, uint64_t *bytes)
+{
+    char path[PATH_MAX];
+    session_path_in(s, STATE_FILE, path, sizeof path);
+    /* O_NONBLOCK: a FIFO in its place is refused, not waited on */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return false;
+    struct stat st;
+    bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    void *m = ok ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (m == MAP_FAILED) return false;
+    ok = ds4_snapshot_tokens(m, (size_t)st.st_size, out) == 0;
+    munmap(m, (size_t)st.st_size);
+    *bytes = (uint64_t)st.st_size;
+    return ok;
+}
+
+/* The saved KV state as a witness of what the journal held: it is
+ * written after the journal records it covers, so tokens it holds past
+ * the transcript read back were lost with the journal's end. Asked only
+ * when the metadata does not describe that state already (then the
+ * metadata's counts are the witness, and a loss found here was told).
+ * Counts user turns by the token every intact user record starts with.
+ * Afterwards the metadata describes the state, so the loss is told once. */
+static void snapshot_witness(session *s, const journal_scan *j, journal_loss *l)
+{
+    ds4_tokens w = { 0 };
+    uint64_t bytes = 0;
+    if (!snapshot_tokens(s, &w, &bytes) ||
+        (s->meta.snap_file_bytes == bytes && s->meta.snap_tokens == w.n && w.n > 0)) {
+        ds4_tokens_free(&w);
+        return;
+    }
+    if (w.n > s->tx.n && (s->tx.n == 0 || !memcmp(w.ids, s->tx.ids, s->tx.n * sizeof *w.ids))) {
+        l->tokens = w.n - s->tx.n;
+        int32_t marker = -1;
+        bool same = true;
+        for (size_t i = 0; i < j->n; i++) {
+            const journal_rec *r = &j->recs[i];
+            if (r->kind != AGENT_TURN_USER || !r->n_tokens) continue;
+            if (marker < 0) marker = r->tokens[0];
+            same = same && r->tokens[0] == marker;
+        }
+        int users = 0;
+        for (size_t i = s->tx.n; marker >= 0 && same && i < w.n; i++) users += w.ids[i] == marker;
+        if (users > l->turns) l->turns = users;
+        s->meta.snap_tokens = w.n;
+        s->meta.snap_hash = session_tokens_hash(w.ids, w.n);
+        s->meta.snap_file_bytes = bytes;
+    }
+    ds4_tokens_free(&w);
 }
 
 /* Reads the journal into s, repairing what a crash or damage left:
@@ -112,15 +173,21 @@ int session_load_journal(session *s, ds4_error *err)
         if (t.transcript_len != s->tx.n) inconsistent = true;
     }
     int meta_lost = turns_before - s->meta.info.user_turns;
-    int turns_lost = (int)j.lost_user > meta_lost ? (int)j.lost_user : meta_lost;
+    journal_loss loss = { .turns = (int)j.lost_user > meta_lost ? (int)j.lost_user : meta_lost };
     /* records cut off at a record boundary leave no trace but the size */
-    uint64_t bytes_lost = j.skipped + j.torn + (bytes_before > j.file_size ? bytes_before - j.file_size : 0);
+    loss.bytes = j.skipped + j.torn + (bytes_before > j.file_size ? bytes_before - j.file_size : 0);
     bool shrunk = bytes_before > j.file_size;
+    snapshot_witness(s, &j, &loss);
     /* A crash while appending leaves the start of one record: the turn it
      * belonged to never completed. Anything else lost something. */
-    bool crash_tail = j.torn && j.torn_partial && !j.bad_header && !j.damaged_spans && meta_lost <= 0 && !shrunk;
-    bool fresh = j.n == 0 && j.file_size < JOURNAL_HEADER_LEN && turns_before == 0 && !shrunk;
-    bool damaged = !fresh && !crash_tail && (j.bad_header || j.damaged_spans || j.torn || turns_lost > 0 || shrunk);
+    bool crash_tail = j.torn && j.torn_partial && !j.bad_header && !j.damaged_spans && meta_lost <= 0 && !shrunk &&
+                      !loss.tokens;
+    bool fresh = j.n == 0 && j.file_size < JOURNAL_HEADER_LEN && turns_before == 0 && !shrunk && !loss.tokens;
+    /* only the saved state knows: the journal itself reads clean */
+    bool short_only = loss.tokens && !j.bad_header && !j.damaged_spans && !j.torn && meta_lost <= 0 && !shrunk &&
+                      j.n > 0;
+    bool damaged = !fresh && !crash_tail &&
+                   (j.bad_header || j.damaged_spans || j.torn || loss.turns > 0 || shrunk || loss.tokens);
     /* without a SYSTEM or REBUILD record the transcript has no system
      * prompt: attaching puts one back */
     s->need_system = j.n > 0;
@@ -136,16 +203,21 @@ int session_load_journal(session *s, ds4_error *err)
                 " bytes) and was dropped; no completed turn was lost", s->meta.info.id, j.torn);
         if (truncate(path, (off_t)j.valid_end) != 0)
             session_note(s, "the incomplete record could not be cut off: %s", strerror(errno));
+    } else if (short_only && !inconsistent) {
+        note_loss(s, &j, &loss, "was cut short", NULL, false);
+        s->dirty = true;
     } else if (damaged || inconsistent) {
         char backup[PATH_MAX + 64];
         bool kept = keep_damaged(s, path, backup, sizeof backup);
         bool rewritten = kept && rewrite_journal(s, j.recs, j.n, path);
         if (damaged) {
-            const char *what = j.file_size == 0                 ? "is empty"
-                               : j.n == 0                        ? "holds no readable record"
-                               : (j.torn || shrunk) && !j.damaged_spans ? "was cut short"
-                                                                 : "is damaged";
-            note_loss(s, &j, turns_lost, bytes_lost, what, kept ? backup : NULL, rewritten);
+            const char *what = j.file_size == 0 ? "is empty"
+                               : j.n == 0       ? "holds no readable record"
+                               : j.tail_garbage && !j.damaged_spans && !shrunk
+                                   ? "ends in bytes that are no record (trailing garbage or a damaged tail)"
+                               : (j.torn || shrunk || loss.tokens) && !j.damaged_spans ? "was cut short"
+                                                                                       : "is damaged";
+            note_loss(s, &j, &loss, what, kept ? backup : NULL, rewritten);
         } else {
             session_note(s, "the journal of session %s did not add up (records out of order); it was rewritten in order%s%s",
                  s->meta.info.id, kept ? ", the original is " : "", kept ? backup : "");

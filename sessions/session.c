@@ -137,7 +137,18 @@ static session *load_locked(const char *id, const char *dir, int lock_fd, ds4_er
         struct stat st;
         s->meta.info.created = s->meta.info.updated = stat(path, &st) == 0 ? (int64_t)st.st_mtime : base_wall_time_s();
         if (s->meta.info.user_turns > 0) {
-            session_note(s, "the metadata of session %s was missing or unreadable; it was rebuilt from the journal", id);
+            /* a damaged original is kept beside, as a damaged journal is */
+            char mpath[PATH_MAX], backup[PATH_MAX + 64] = "";
+            session_path_in(s, META_FILE, mpath, sizeof mpath);
+            ds4_error kerr = { "" };
+            if (session_file_bytes(mpath) == 0)
+                session_note(s, "the metadata of session %s was missing; it was rebuilt from the journal", id);
+            else if (session_keep_damaged(mpath, backup, sizeof backup, &kerr) == 0)
+                session_note(s, "the metadata of session %s was unreadable; it was rebuilt from the journal, the damaged "
+                             "original is %s", id, backup);
+            else
+                session_note(s, "the metadata of session %s was unreadable; it was rebuilt from the journal (the "
+                             "damaged original could not be kept: %s)", id, kerr.msg);
             s->dirty = true;
         }
     }
@@ -489,8 +500,12 @@ int session_attach(session *s, ds4_engine *e, agent_config *cfg, ds4_error *err)
                 s->resume.system_snapshot = s->map;
                 s->resume.system_snapshot_len = s->map_len;
             }
+            struct stat kst;
+            bool empty = !have && lstat(path, &kst) == 0 && S_ISREG(kst.st_mode);
             session_note(s, "session %s has no saved KV state%s; reading its %zu tokens again", id,
-                 have ? " that can be read" : " (removed by the disk budget or never written)",
+                 have    ? " that can be read"
+                 : empty ? " (its state.kv is empty: damaged)"
+                         : " (removed by the disk budget or never written)",
                  cached ? s->tx.n - shared : s->tx.n);
         }
         /* What state.kv holds is known only when it is the file the

@@ -67,6 +67,9 @@ void session_strf(char *buf, size_t size, const char *fmt, ...) __attribute__((f
 
 uint64_t session_tokens_hash(const int32_t *ids, size_t n);
 uint64_t session_file_bytes(const char *path);
+/* Copies a damaged file beside itself as PATH.damaged-TIME (never over
+ * an earlier copy): 0 with the copy's path in backup, or -1 with err. */
+int session_keep_damaged(const char *path, char *backup, size_t size, ds4_error *err);
 void session_random_id(char *out, size_t size);
 
 #endif

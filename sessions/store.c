@@ -111,6 +111,23 @@ uint64_t session_file_bytes(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
 }
 
+int session_keep_damaged(const char *path, char *backup, size_t size, ds4_error *err)
+{
+    size_t len;
+    char *raw = file_read_regular(path, &len);
+    if (!raw) {
+        ds4_error_set(err, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    /* never over an earlier copy (two repairs within a second) */
+    long long now = (long long)base_wall_time_s();
+    snprintf(backup, size, "%s.damaged-%lld", path, now);
+    for (int k = 2; access(backup, F_OK) == 0 && k < 1000; k++) snprintf(backup, size, "%s.damaged-%lld-%d", path, now, k);
+    int rc = file_write_atomic(backup, raw, len, 0600, false, err);
+    free(raw);
+    return rc;
+}
+
 /* ---- locks ------------------------------------------------------------------- */
 
 /* Names a killed process may leave in a session directory. */
@@ -350,6 +367,49 @@ static int64_t get_int(struct json_object *o, const char *k)
     return v ? json_object_get_int64(v) : 0;
 }
 
+/* A member that is absent or of type t (the fields a newer or older
+ * writer may leave out): false when it is there with another type. */
+static bool typed_or_absent(struct json_object *o, const char *k, enum json_type t)
+{
+    struct json_object *v;
+    return !o || !json_object_object_get_ex(o, k, &v) || json_object_is_type(v, t);
+}
+
+/* An integer member, absent or within [lo, hi]. */
+static bool int_in(struct json_object *o, const char *k, int64_t lo, int64_t hi)
+{
+    struct json_object *v;
+    if (!o || !json_object_object_get_ex(o, k, &v)) return true;
+    if (!json_object_is_type(v, json_type_int)) return false;
+    int64_t x = json_object_get_int64(v);
+    return x >= lo && x <= hi;
+}
+
+/* What meta.json says about the session's size and shape has the types
+ * and ranges a writer gives it: anything else is damage (rebuilt from the
+ * journal, the original kept), not a default. Its counts are the witness
+ * of what the journal should hold, so a wrong one must not pass. */
+static bool meta_sane(struct json_object *o)
+{
+    static const char *const strings[] = { "id", "title", "cwd", "forked_from" };
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
+        if (!typed_or_absent(o, strings[i], json_type_string)) return false;
+    static const char *const objects[] = { "model", "settings", "snapshot" };
+    for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++)
+        if (!typed_or_absent(o, objects[i], json_type_object)) return false;
+    struct json_object *set = get(o, "settings", json_type_object), *snap = get(o, "snapshot", json_type_object);
+    struct json_object *model = get(o, "model", json_type_object);
+    static const char *const model_strings[] = { "name", "identity", "backend", "tokenizer" };
+    for (size_t i = 0; i < sizeof model_strings / sizeof model_strings[0]; i++)
+        if (!typed_or_absent(model, model_strings[i], json_type_string)) return false;
+    return int_in(o, "created", 0, INT64_MAX) && int_in(o, "updated", 0, INT64_MAX) &&
+           int_in(o, "tokens", 0, INT32_MAX) && int_in(o, "user_turns", 0, INT32_MAX) &&
+           int_in(o, "journal_bytes", 0, INT64_MAX) && int_in(set, "ctx", 0, 1 << 30) &&
+           typed_or_absent(set, "think", json_type_string) && typed_or_absent(set, "sampling", json_type_object) &&
+           int_in(snap, "tokens", 0, INT32_MAX) && int_in(snap, "bytes", 0, INT64_MAX) &&
+           typed_or_absent(snap, "hash", json_type_string);
+}
+
 static double get_num(struct json_object *o, const char *k, double dflt)
 {
     struct json_object *v;
@@ -382,7 +442,7 @@ int session_meta_parse(const char *text, size_t len, session_meta *out)
     session_info *i = &out->info;
     if (ok) {
         copy_str(i->id, sizeof i->id, o, "id");
-        ok = session_id_valid(i->id) && get(o, "created", json_type_int) != NULL;
+        ok = session_id_valid(i->id) && get(o, "created", json_type_int) != NULL && meta_sane(o);
     }
     if (!ok) {
         json_object_put(o);
@@ -525,7 +585,12 @@ static bool recover_entry(const char *dir, const char *id, session_info *info)
     if (fd >= 0) {
         session_meta m = { .info = *info };
         m.info.meta_missing = false;
-        (void)session_meta_write(dir, &m, NULL);
+        /* a damaged original is kept beside, as a damaged journal is;
+         * when it cannot be, it stays where it is */
+        char mpath[PATH_MAX], backup[PATH_MAX + 64];
+        session_path_join(mpath, sizeof mpath, dir, META_FILE);
+        if (session_file_bytes(mpath) == 0 || session_keep_damaged(mpath, backup, sizeof backup, NULL) == 0)
+            (void)session_meta_write(dir, &m, NULL);
         close(fd);
     }
     return true;

@@ -397,3 +397,163 @@ TEST(sessions_load, a_call_killed_before_its_result_was_saved_is_answered_on_res
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     CHECK(strstr(out, "got no result") == NULL);
 }
+
+/* Where the n-th (0-based) user record of a journal starts. */
+static size_t user_record_at(const char *id, int nth)
+{
+    journal_scan j;
+    read_journal(id, &j);
+    size_t off = JOURNAL_HEADER_LEN, at = 0;
+    int seen = 0;
+    for (size_t i = 0; i < j.n; i++) {
+        if (j.recs[i].kind == AGENT_TURN_USER && seen++ == nth) {
+            at = off;
+            break;
+        }
+        strbuf b = { 0 };
+        agent_turn t = journal_rec_turn(&j.recs[i]);
+        journal_encode(&b, &t);
+        off += b.len;
+        sb_free(&b);
+    }
+    journal_scan_free(&j);
+    CHECK_MSG(at > 0, "session %s has no user record %d", id, nth);
+    return at;
+}
+
+TEST(sessions_load, a_cut_journal_with_garbage_metadata_is_told_from_the_saved_kv_state)
+{
+    sessions_test_home();
+    const char *script = script_of(3);
+    three_turns("df", script);
+    const char *jp = sess_path("df", "journal"), *mp = sess_path("df", "meta.json");
+    size_t full;
+    char *orig = slurp(jp, &full);
+    size_t third = user_record_at("df", 2);
+    /* the journal cut where the third turn starts, inside its first
+     * record, and halfway through it; the metadata unreadable each time:
+     * the snapshot (written after the third turn) is the witness */
+    size_t cuts[] = { third, third + 7, third + JOURNAL_FRAME_LEN + 5 };
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        put(jp, orig, full);
+        CHECK_EQ_INT(truncate(jp, (off_t)cuts[c]), 0);
+        test_write_file(mp, "{\"id\": garbage", 14);
+        const char *notes = opened_notes("df");
+        CHECK_MSG(strstr(notes, "no completed turn was lost") == NULL, "cut at %zu: %s", cuts[c], notes);
+        CHECK_MSG(strstr(notes, "1 user turn and") != NULL, "cut at %zu: %s", cuts[c], notes);
+        CHECK_MSG(strstr(notes, " tokens") != NULL, "cut at %zu: %s", cuts[c], notes);
+        CHECK_CONTAINS(notes, "rebuilt from the journal");
+        CHECK_STR_EQ(journal_users("df"), "one|two");
+        check_journal_adds_up("df");
+        /* told once */
+        CHECK_STR_EQ(opened_notes("df"), "");
+    }
+
+    /* the same loss found by listing first (which rebuilds the metadata
+     * from the journal) is still told when the session opens */
+    put(jp, orig, full);
+    CHECK_EQ_INT(truncate(jp, (off_t)third), 0);
+    test_write_file(mp, "[1, 2", 5);
+    session_info *v;
+    ds4_error err = { "" };
+    int n = sessions_list(&v, &err);
+    CHECK_MSG(n == 1, "%s", err.msg);
+    CHECK_EQ_INT(v[0].user_turns, 2);
+    free(v);
+    CHECK_CONTAINS(opened_notes("df"), "1 user turn and");
+    CHECK_STR_EQ(opened_notes("df"), "");
+    free(orig);
+}
+
+TEST(sessions_load, a_damaged_metadata_file_is_kept_beside_and_wrong_types_count_as_damage)
+{
+    sessions_test_home();
+    three_turns("dm", script_of(3));
+    const char *mp = sess_path("dm", "meta.json");
+    size_t mlen;
+    char *good = slurp(mp, &mlen);
+    /* values of the wrong type or out of range: damage, not defaults */
+    static const char *const bad[] = {
+        "\"ctx\": -1", "\"user_turns\": -5", "\"tokens\": -3", "\"user_turns\": \"3\"", "\"created\": -1",
+        "\"snapshot\": 7",
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const char *text;
+        if (!strncmp(bad[k], "\"ctx\"", 5)) text = test_printf("{\"id\":\"dm\",\"created\":1,\"settings\":{%s}}", bad[k]);
+        else if (!strncmp(bad[k], "\"created\"", 9)) text = test_printf("{\"id\":\"dm\",%s}", bad[k]);
+        else text = test_printf("{\"id\":\"dm\",\"created\":1,%s}", bad[k]);
+        session_meta m;
+        CHECK_MSG(session_meta_parse(text, strlen(text), &m) == -1, "accepted: %s", text);
+        put(mp, text, strlen(text));
+        const char *notes = opened_notes("dm");
+        CHECK_MSG(strstr(notes, "rebuilt from the journal") != NULL, "%s: %s", text, notes);
+        CHECK_MSG(strstr(notes, "meta.json.damaged-") != NULL, "%s: %s", text, notes);
+        char *out;
+        CHECK_EQ_INT(test_runf(&out, "cat '%s'/meta.json.damaged-* | grep -c -F '%s'; true", sess_path("dm", ""),
+                               bad[k]),
+                     0);
+        CHECK_MSG(atoi(out) >= 1, "the damaged original of %s was not kept", text);
+        CHECK_STR_EQ(opened_notes("dm"), "");
+        test_runf(&out, "rm -f '%s'/meta.json.damaged-*", sess_path("dm", ""));
+    }
+    /* listing rebuilds it too, and keeps the original as well */
+    test_write_file(mp, "[1, 2", 5);
+    session_info *v;
+    ds4_error err = { "" };
+    CHECK_EQ_INT(sessions_list(&v, &err), 1);
+    free(v);
+    char *out;
+    CHECK_EQ_INT(test_runf(&out, "cat '%s'/meta.json.damaged-*", sess_path("dm", "")), 0);
+    CHECK_STR_EQ(out, "[1, 2");
+    /* the settings as written are accepted as ever */
+    session_meta m;
+    CHECK_EQ_INT(session_meta_parse(good, mlen, &m), 0);
+    free(good);
+}
+
+TEST(sessions_load, garbage_after_the_last_record_is_not_called_a_cut)
+{
+    sessions_test_home();
+    three_turns("tg", script_of(3));
+    const char *jp = sess_path("tg", "journal");
+    size_t full;
+    char *orig = slurp(jp, &full);
+    static const char *const junk[] = { "hello world, this is not a record\n", "xyz" };
+    for (size_t k = 0; k < 2; k++) {
+        strbuf b = { 0 };
+        sb_append(&b, orig, full);
+        sb_puts(&b, junk[k]);
+        put(jp, b.s, b.len);
+        sb_free(&b);
+        const char *notes = opened_notes("tg");
+        CHECK_MSG(strstr(notes, "cut short") == NULL && strstr(notes, "was incomplete") == NULL, "%s", notes);
+        CHECK_CONTAINS(notes, "trailing garbage");
+        CHECK_CONTAINS(notes, test_printf("%zu bytes", strlen(junk[k])));
+        CHECK_CONTAINS(notes, "no whole user turn");
+        CHECK_EQ_INT(session_file_bytes(jp), full);
+        CHECK_STR_EQ(opened_notes("tg"), "");
+    }
+    free(orig);
+}
+
+TEST(sessions_load, an_empty_kv_state_file_is_called_empty_not_missing)
+{
+    sessions_test_home();
+    const char *script = script_of(6);
+    three_turns("ek", script);
+    const char *kv = sess_path("ek", "state.kv");
+    CHECK(session_file_bytes(kv) > 0);
+    CHECK_EQ_INT(truncate(kv, 0), 0);
+    sess_agent x;
+    sa_start(&x, script_engine(script), "ek", false);
+    const char *notes = notes_of(x.s);
+    CHECK_CONTAINS(notes, "state.kv is empty");
+    CHECK_MSG(strstr(notes, "disk budget") == NULL && strstr(notes, "never written") == NULL, "%s", notes);
+    sa_stop(&x);
+    /* gone: that is what the budget does */
+    CHECK_EQ_INT(unlink(kv), 0);
+    sa_start(&x, script_engine(script), "ek", false);
+    CHECK_CONTAINS(notes_of(x.s), "no saved KV state");
+    CHECK(strstr(notes_of(x.s), "is empty") == NULL);
+    sa_stop(&x);
+}
