@@ -265,7 +265,9 @@ static int refused(const ds4cl_options *o, int code, const char *session_id, con
     if (o->output != OUTPUT_STREAM_JSON && o->output != OUTPUT_JSON) return code;
     struct json_object *r = typed("result");
     json_object_object_add(r, "session_id", json_object_new_string(session_id ? session_id : ""));
-    json_object_object_add(r, "stop_reason", json_object_new_string(code == EXIT_USAGE ? "usage" : AGENT_END_ERROR));
+    json_object_object_add(r, "stop_reason", json_object_new_string(code == EXIT_USAGE        ? "usage"
+                                                                    : code == EXIT_NOT_SAVED ? AGENT_END_NOT_SAVED
+                                                                                             : AGENT_END_ERROR));
     json_object_object_add(r, "exit_code", json_object_new_int(code));
     json_object_object_add(r, "is_error", json_object_new_boolean(true));
     json_object_object_add(r, "text", json_object_new_string(""));
@@ -351,9 +353,13 @@ int cmd_prompt(const ds4cl_options *o)
     session_open_status so = session_open_request(&rq, &sess, &serr);
     bool asked = o->resume || o->continue_last || o->session_id;
     if (so == SESSION_OPEN_ERROR && !asked) {
-        /* Nowhere to keep it (no home, say): the task still runs. */
-        fprintf(stderr, "ds4cl: this run is not saved as a session: %s\n", serr.msg);
-        so = SESSION_OPEN_OK;
+        /* Nowhere to keep it (no home, a data directory that takes no
+         * session): the run could not be saved, as on a full disk (exit
+         * 5), and is refused before the model touches the workspace. */
+        fprintf(stderr, "ds4cl: this run cannot be saved as a session: %s; nothing was done (make the data directory "
+                        "writable, or set XDG_DATA_HOME to one that is)\n", serr.msg);
+        free(prompt);
+        return refused(o, EXIT_NOT_SAVED, NULL, serr.msg);
     }
     if (so != SESSION_OPEN_OK) {
         if (so == SESSION_OPEN_PICK) {

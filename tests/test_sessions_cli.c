@@ -231,13 +231,26 @@ TEST(sessions_cli, resume_without_id_continue_and_errors)
     CHECK_EQ_INT(rc, 1);
     CHECK_CONTAINS(out, "exclude each other");
 
-    /* nowhere to keep sessions: the task runs all the same */
-    rc = test_runf(&out, "cd '%s' && env -u XDG_DATA_HOME -u XDG_CACHE_HOME HOME= '%s/ds4cl' -m '%s' --engine 'script:%s' "
-                         "-p 'no home' 2>&1",
-                   w1, test_bindir(), agent_test_model(), script);
-    CHECK_MSG(rc == 0, "%s", out);
-    CHECK_CONTAINS(out, "not saved as a session");
-    CHECK(strstr(out, "continue it with") == NULL);
+    /* nowhere to keep sessions (no home; a data directory that cannot
+     * take one): refused with exit 5 before the model runs, as a full
+     * disk ends a turn, and the stream still ends with a result */
+    const char *unsaved[] = { "env -u XDG_DATA_HOME -u XDG_CACHE_HOME HOME=",
+                              test_printf("XDG_DATA_HOME='%s/w1/file'", test_tmpdir()) };
+    test_write_file(test_tmp_path("w1/file"), "x", 1);
+    for (int k = 0; k < 2; k++) {
+        rc = test_runf(&out, "cd '%s' && %s '%s/ds4cl' -m '%s' --engine 'script:%s' -p 'no home' 2>&1", w1, unsaved[k],
+                       test_bindir(), agent_test_model(), script);
+        CHECK_MSG(rc == 5, "exit %d: %s", rc, out);
+        CHECK_CONTAINS(out, "cannot be saved");
+        CHECK(strstr(out, "Fine.") == NULL);
+        CHECK(strstr(out, "continue it with") == NULL);
+        rc = test_runf(&out, "cd '%s' && %s '%s/ds4cl' -m '%s' --engine 'script:%s' -p 'no home' "
+                             "--output-format stream-json 2>/dev/null",
+                       w1, unsaved[k], test_bindir(), agent_test_model(), script);
+        CHECK_MSG(rc == 5, "exit %d: %s", rc, out);
+        CHECK_CONTAINS(out, "\"stop_reason\":\"not saved\"");
+        CHECK_CONTAINS(out, "\"exit_code\":5");
+    }
 
     /* a session open in another process */
     ds4_error err = { "" };
