@@ -8,7 +8,9 @@
  * The run is a session turn (sessions/sessions.h): a new session, or the
  * one --session / --resume ID / --continue names, saved as it goes and
  * resumed from its KV state. --resume without an ID is refused here with
- * the list: a script names its session.
+ * the list: a script names its session. A run that cannot be saved at all
+ * (no home, a data directory that takes no session) is refused with exit
+ * 5 before the model runs.
  *
  * Output: with --output-format text (default), the final answer on stdout
  * and progress on stderr; with stream-json, one JSON object per line on

@@ -21,7 +21,14 @@
  *               the session or enforces the budget, but for the newest
  *               job logs (64 MiB at most: the transcript points at them);
  *   journal.damaged-TIME  a damaged journal as it was found, kept beside
- *               the repaired one.
+ *               the repaired one;
+ *   meta.json.damaged-TIME  a meta.json that did not parse or held values
+ *               of the wrong type or range, kept beside the one rebuilt
+ *               from the journal.
+ * Opening reports what a damaged journal lost from every witness: the
+ * counts and size meta.json recorded, and the tokens state.kv holds
+ * (written after the turns it covers, so it outlives a journal cut
+ * short even when meta.json is damaged too).
  * Resuming restores state.kv and replays the journal: only the tokens
  * after the snapshot are read (agent_resume). A missing, damaged or
  * foreign snapshot costs a re-read of the transcript, never the
