@@ -1,7 +1,9 @@
 /* test_mpi.c — the layer split over MPI ranks (mpi/): logits of 2- and
  * 3-rank jobs equal the single process's at every position, snapshots
  * gather and scatter the ranks' layers, a killed rank is reported within
- * seconds, and a rank with another model refuses to start. Runs on an MPI
+ * seconds (and, under mpirun --enable-recovery, `ds4cl -p` still writes
+ * its result), `-p` needs the same context split or not, and a rank with
+ * another model refuses to start. Runs on an MPI
  * build (make MPI=1) with mpirun present; skips with the reason otherwise. */
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 
 #include "engine/testkit/mkmodel.h"
 #include "tests/fwd_util.h"
+#include "tests/sessions_util.h"
 #include "tests/test.h"
 
 #ifdef DS4CL_MPI
@@ -273,4 +276,59 @@ TEST(mpi, bench_rows_for_one_and_two_ranks)
     CHECK_MSG(two != NULL, "%s", o);
     CHECK_MSG(strstr(two, ",8196,2.0,") != NULL, "bytes per token: %s", two);
 #endif
+}
+
+/* The smallest --ctx `ds4cl -p` takes on the tiny byte-level model: what
+ * its refusal names (exit 2), alone or under mpirun (ranks: 0). */
+static int min_ctx_named(const char *model, int ranks)
+{
+    const char *cmd = test_printf("'%s/ds4cl' -m '%s' -p hi --ctx 1024 --threads 1 --engine cpu 2>&1", test_bindir(), model);
+    char *o = NULL;
+    int rc = ranks ? test_runf(&o, "%s -np %d %s", mpirun(), ranks, cmd) : test_runf(&o, "%s", cmd);
+    CHECK_MSG(rc == 2, "%d rank(s): exit %d\n%s", ranks, rc, o);
+    const char *at = strstr(o, "take at least ");
+    CHECK_MSG(at != NULL, "%d rank(s): %s", ranks, o);
+    return atoi(at + strlen("take at least "));
+}
+
+/* The context the agent needs is the system prompt's (with the room a
+ * turn and a compaction take), in this model's tokens: the same whether
+ * the layers are split or not. */
+TEST(mpi, prompt_mode_needs_the_same_context_split_or_not)
+{
+    need_mpi();
+    const char *model = tiny_model("tiny.gguf", 1);
+    sessions_test_home();
+    int one = min_ctx_named(model, 0), two = min_ctx_named(model, 2);
+    CHECK_EQ_INT(two, one);
+    CHECK_MSG(one > 4096, "the byte-level vocabulary makes the system prompt long: %d", one);
+}
+
+/* A rank killed while `ds4cl -p --output-format stream-json` runs: under
+ * `mpirun --enable-recovery` (README) the launcher leaves rank 0 alive,
+ * so it ends the turn itself within DS4CL_MPI_TIMEOUT and the stream
+ * still ends with an error result that names the rank. */
+TEST(mpi, a_killed_rank_still_gives_prompt_mode_its_result)
+{
+    need_mpi();
+    const char *model = tiny_model("tiny.gguf", 1);
+    sessions_test_home();
+    const char *ds4cl = test_printf("%s/ds4cl", test_bindir());
+    const char *out = test_tmp_path("run.jsonl"), *pid = test_tmp_path("rank1.pid");
+    const char *r0 = test_printf("%s -m '%s' -p hi --ctx 12000 --threads 1 --engine cpu --output-format stream-json",
+                                 ds4cl, model);
+    const char *r1 = test_printf("sh -c 'echo $$ > %s; exec %s'", pid, ds4cl);
+    /* killed once the run has started (its system prompt takes a while) */
+    const char *killer = test_printf("(while ! grep -q '\"type\":\"init\"' '%s' 2>/dev/null; do sleep 0.05; done; "
+                                     "kill -9 $(cat '%s')) &",
+                                     out, pid);
+    char *o = NULL;
+    test_runf(&o, "%s DS4CL_MPI_TIMEOUT=2 %s --enable-recovery -x DS4CL_MPI_TIMEOUT -np 1 %s : -np 1 %s > '%s' 2>&1",
+              killer, mpirun(), r0, r1, out);
+    const char *text = test_read_file(out, NULL);
+    CHECK_MSG(text != NULL, "no output: %s", o);
+    const char *r = strstr(text, "{\"type\":\"result\"");
+    CHECK_MSG(r != NULL, "no result line:\n%s", text);
+    CHECK_CONTAINS(r, "\"is_error\":true");
+    CHECK_CONTAINS(r, "rank 1 stopped answering");
 }
