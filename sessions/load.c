@@ -157,9 +157,18 @@ int session_load_journal(session *s, ds4_error *err)
                      strerror(errno));
             return -1;
         }
-        if (turns_before > 0) {
-            session_note(s, "the journal of session %s is missing: its %d user turns cannot be recovered", s->meta.info.id,
-                 turns_before);
+        /* with meta.json damaged too, the saved KV state is the one
+         * witness left that there was a conversation */
+        journal_scan none = { 0 };
+        journal_loss loss = { 0 };
+        snapshot_witness(s, &none, &loss);
+        if (turns_before > 0 || loss.tokens) {
+            strbuf b = { 0 };
+            if (turns_before > 0) sb_printf(&b, "its %d user turns", turns_before);
+            if (loss.tokens) sb_printf(&b, "%s%zu tokens (which the saved KV state still holds)", b.len ? " and " : "its ",
+                                       loss.tokens);
+            session_note(s, "the journal of session %s is missing: %s cannot be recovered", s->meta.info.id, sb_str(&b));
+            sb_free(&b);
             s->meta.info.user_turns = 0;
             s->dirty = true;
         }

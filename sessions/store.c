@@ -570,7 +570,14 @@ static bool recover_entry(const char *dir, const char *id, session_info *info)
     struct stat st;
     int64_t mtime = stat(have ? path : dir, &st) == 0 ? (int64_t)st.st_mtime : base_wall_time_s();
     if (info->user_turns == 0) {
-        if (base_wall_time_s() - mtime > EMPTY_DIR_GRACE_S) {
+        /* metadata and a KV state are written only after a user turn: a
+         * directory holding either had a conversation, whose journal is
+         * gone or unreadable; opening it says what is left */
+        char mpath[PATH_MAX], kpath[PATH_MAX];
+        session_path_join(mpath, sizeof mpath, dir, META_FILE);
+        session_path_join(kpath, sizeof kpath, dir, STATE_FILE);
+        bool had_turns = session_file_bytes(mpath) > 0 || session_file_bytes(kpath) > 0;
+        if (!had_turns && base_wall_time_s() - mtime > EMPTY_DIR_GRACE_S) {
             int fd = session_lock(dir);
             if (fd >= 0) {
                 rm_rf(dir);

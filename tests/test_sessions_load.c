@@ -557,3 +557,23 @@ TEST(sessions_load, an_empty_kv_state_file_is_called_empty_not_missing)
     CHECK(strstr(notes_of(x.s), "is empty") == NULL);
     sa_stop(&x);
 }
+
+TEST(sessions_load, a_missing_journal_with_garbage_metadata_is_told_and_the_session_kept)
+{
+    sessions_test_home();
+    three_turns("mj", script_of(3));
+    CHECK_EQ_INT(unlink(sess_path("mj", "journal")), 0);
+    test_write_file(sess_path("mj", "meta.json"), "[1, 2", 5);
+    /* listing does not take it for a directory that never got a turn,
+     * even once it is older than a session being created */
+    char *out;
+    CHECK_EQ_INT(test_runf(&out, "touch -d '-2 hours' '%s'", sess_path("mj", "")), 0);
+    session_info *v;
+    ds4_error err = { "" };
+    CHECK(sessions_list(&v, &err) >= 0);
+    free(v);
+    CHECK(session_file_bytes(sess_path("mj", "state.kv")) > 0);
+    const char *notes = opened_notes("mj");
+    CHECK_CONTAINS(notes, "the journal of session mj is missing");
+    CHECK_CONTAINS(notes, "tokens (which the saved KV state still holds)");
+}
