@@ -449,6 +449,13 @@ TEST(sessions_load, a_cut_journal_with_garbage_metadata_is_told_from_the_saved_k
         CHECK_STR_EQ(opened_notes("df"), "");
     }
 
+    /* two turns gone: both counted */
+    put(jp, orig, full);
+    CHECK_EQ_INT(truncate(jp, (off_t)user_record_at("df", 1)), 0);
+    test_write_file(mp, "garbage", 7);
+    CHECK_CONTAINS(opened_notes("df"), "2 user turns and");
+    CHECK_STR_EQ(journal_users("df"), "one");
+
     /* the same loss found by listing first (which rebuilds the metadata
      * from the journal) is still told when the session opens */
     put(jp, orig, full);
