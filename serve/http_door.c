@@ -36,6 +36,7 @@ typedef struct {
     bool answered;
     char line[256];
     size_t n;
+    struct sockaddr_storage addr;
 } refusal;
 
 struct sv_door {
@@ -408,7 +409,10 @@ static void refusal_answer(sv_door *d, refusal *r)
     char msg[160];
     snprintf(msg, sizeof msg, "the server has %d connections open, its limit (ds4cl serve --max-connections)",
              d->lim.max_connections);
-    sv_log_rejected(d->lim.quiet, hi.what[0] ? hi.what : "a connection", 503, msg);
+    char what[300];
+    if (hi.what[0]) snprintf(what, sizeof what, "%s", hi.what);
+    else peer_name(&r->addr, what, sizeof what);
+    sv_log_rejected(d->lim.quiet, what, 503, msg);
     size_t n;
     char *out = reply_bytes(hi.path, 503, msg, &n);
     /* a fresh socket's send buffer holds the small answer whole */
@@ -419,17 +423,17 @@ static void refusal_answer(sv_door *d, refusal *r)
     r->until = base_now_ms() + LINGER_MS;
 }
 
-static void refuse(sv_door *d, int fd)
+static void refuse(sv_door *d, int fd, const struct sockaddr_storage *addr)
 {
     if (d->n_ref == MAX_REFUSALS) {
         /* too many to linger on: the answer goes out, but may be reset */
-        refusal r = { .fd = fd };
+        refusal r = { .fd = fd, .addr = *addr };
         refusal_answer(d, &r);
         close(fd);
         return;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    d->ref[d->n_ref++] = (refusal){ .fd = fd, .until = base_now_ms() + REFUSE_WAIT_MS };
+    d->ref[d->n_ref++] = (refusal){ .fd = fd, .until = base_now_ms() + REFUSE_WAIT_MS, .addr = *addr };
 }
 
 /* Reads from a refused connection; false once it is finished with. */
@@ -471,7 +475,7 @@ static void take_connections(sv_door *d)
         if (room) d->gating++;
         pthread_mutex_unlock(&d->mu);
         if (room) admit(d, fd, &a, alen);
-        else refuse(d, fd);
+        else refuse(d, fd, &a);
     }
 }
 
