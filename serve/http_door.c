@@ -123,34 +123,26 @@ static char *reply_bytes(const char *path, unsigned status, const char *msg, siz
 
 /* ---- the request head's check ----------------------------------------------------------- */
 
-typedef enum { HEAD_MORE = 0, HEAD_OK, HEAD_BAD } head_verdict;
-
-typedef struct {
-    char what[300];      /* "METHOD PATH", or "" before the request line is whole */
-    char path[256];      /* the target as far as known: the error shape */
-    unsigned status;     /* when bad */
-    char why[160];
-} head_info;
-
 static bool tchar(unsigned char c)
 {
     return c > ' ' && c < 0x7f && !strchr("\"(),/:;<=>?@[\\]{}", c);
 }
 
-static head_verdict bad(head_info *hi, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static head_verdict bad(head_info *hi, unsigned status, const char *fmt, ...)
+static sv_head_verdict bad(sv_head *hi, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static sv_head_verdict bad(sv_head *hi, unsigned status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(hi->why, sizeof hi->why, fmt, ap);
     va_end(ap);
     hi->status = status;
-    return HEAD_BAD;
+    return SV_HEAD_BAD;
 }
 
 /* The request line, whole (complete) or as far as it came. */
-static head_verdict request_line(const char *l, size_t n, bool complete, head_info *hi)
+static sv_head_verdict request_line(const char *l, size_t n, bool complete, sv_head *hi)
 {
+    if (!complete && n && l[n - 1] == '\r') n--; /* its LF has not come yet */
     const char *sp1 = memchr(l, ' ', n);
     if (sp1) {
         const char *t = sp1 + 1, *sp2 = memchr(t, ' ', n - (size_t)(t - l));
@@ -162,14 +154,14 @@ static head_verdict request_line(const char *l, size_t n, bool complete, head_in
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)l[i] < ' ' || (unsigned char)l[i] >= 0x7f) return bad(hi, 400, "malformed request line");
     if (n > LINE_MAX_BYTES) return bad(hi, 414, "the request line is longer than %d bytes", LINE_MAX_BYTES);
-    if (!complete) return HEAD_MORE;
+    if (!complete) return SV_HEAD_MORE;
     const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', n - (size_t)(sp1 + 1 - l)) : NULL;
     if (!sp1 || sp1 == l || sp1 - l > 32 || !sp2 || sp2 == sp1 + 1) return bad(hi, 400, "malformed request line");
     size_t vn = n - (size_t)(sp2 + 1 - l);
     if (!((vn == 8 && (!memcmp(sp2 + 1, "HTTP/1.1", 8) || !memcmp(sp2 + 1, "HTTP/1.0", 8)))))
         return bad(hi, 400, "malformed request line (HTTP/1.0 or HTTP/1.1 only)");
     snprintf(hi->what, sizeof hi->what, "%.*s %s", (int)(sp1 - l), l, hi->path);
-    return HEAD_OK;
+    return SV_HEAD_OK;
 }
 
 static bool name_is(const char *l, size_t n, const char *name)
@@ -178,7 +170,7 @@ static bool name_is(const char *l, size_t n, const char *name)
 }
 
 /* A chunk-size line: hex digits, then an extension or nothing. */
-static head_verdict chunk_line(const char *l, size_t n, size_t max_body, head_info *hi)
+static sv_head_verdict chunk_line(const char *l, size_t n, size_t max_body, sv_head *hi)
 {
     size_t i = 0;
     uint64_t v = 0;
@@ -189,13 +181,11 @@ static head_verdict chunk_line(const char *l, size_t n, size_t max_body, head_in
     }
     if (i == 0 || (i < n && l[i] != ';' && l[i] != ' ' && l[i] != '\t')) return bad(hi, 400, "malformed chunk size");
     if (v > max_body) return bad(hi, 413, "the request body is larger than %zu bytes", max_body);
-    return HEAD_OK;
+    return SV_HEAD_OK;
 }
 
-/* The head in b (n bytes peeked so far): whole and sound, bad, or not all
- * there yet. Lines end in LF, CR LF or not (a bare LF is what
- * libmicrohttpd takes too). */
-static head_verdict head_check(const char *b, size_t n, size_t max_body, head_info *hi)
+/* Lines end in CR LF or a bare LF (which libmicrohttpd takes too). */
+sv_head_verdict sv_head_check(const char *b, size_t n, size_t max_body, sv_head *hi)
 {
     size_t pos = 0;
     while (pos + 1 < n && b[pos] == '\r' && b[pos + 1] == '\n') pos += 2; /* blank lines before it */
@@ -206,10 +196,12 @@ static head_verdict head_check(const char *b, size_t n, size_t max_body, head_in
         size_t ln = nl ? (size_t)(nl - l) : n - pos;
         if (nl && ln && l[ln - 1] == '\r') ln--;
         if (line == 0) {
-            head_verdict v = request_line(l, ln, nl != NULL, hi);
-            if (v != HEAD_OK) return v;
+            sv_head_verdict v = request_line(l, ln, nl != NULL, hi);
+            if (v == SV_HEAD_MORE && n >= HEAD_MAX)
+                return bad(hi, 431, "the request head is larger than %d bytes", HEAD_MAX);
+            if (v != SV_HEAD_OK) return v;
         } else if (!nl) {
-            return n >= HEAD_MAX ? bad(hi, 431, "the request head is larger than %d bytes", HEAD_MAX) : HEAD_MORE;
+            return n >= HEAD_MAX ? bad(hi, 431, "the request head is larger than %d bytes", HEAD_MAX) : SV_HEAD_MORE;
         } else if (ln == 0) {
             pos += (size_t)(nl - l) + 1;
             break;
@@ -252,7 +244,7 @@ static head_verdict head_check(const char *b, size_t n, size_t max_body, head_in
         size_t ln = (size_t)(nl - (b + pos));
         return chunk_line(b + pos, ln && nl[-1] == '\r' ? ln - 1 : ln, max_body, hi);
     }
-    return HEAD_OK;
+    return SV_HEAD_OK;
 }
 
 /* ---- answering and closing ------------------------------------------------------------------ */
@@ -330,8 +322,8 @@ static void *gate_main(void *arg)
     gate *g = arg;
     sv_door *d = g->d;
     char *buf = xmalloc(HEAD_MAX + 1);
-    head_info hi = { .path = "" };
-    head_verdict v = HEAD_MORE;
+    sv_head hi = { .path = "" };
+    sv_head_verdict v = SV_HEAD_MORE;
     double deadline = base_now_ms() + d->lim.timeout_s * 1000.0;
     ssize_t have = 0;
     while (!atomic_load(&d->stopping)) {
@@ -339,8 +331,8 @@ static void *gate_main(void *arg)
         if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
         if (k > have) {
             have = k;
-            v = head_check(buf, (size_t)k, d->lim.max_body, &hi);
-            if (v != HEAD_MORE) break;
+            v = sv_head_check(buf, (size_t)k, d->lim.max_body, &hi);
+            if (v != SV_HEAD_MORE) break;
         } else if (k > 0) {
             usleep(20000); /* no news although readable: poll is not honouring the low mark */
         }
@@ -361,15 +353,21 @@ static void *gate_main(void *arg)
     free(buf);
     int one = 1;
     setsockopt(g->fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one);
-    if (v == HEAD_OK && !atomic_load(&d->stopping)) {
+    if (v == SV_HEAD_OK && !atomic_load(&d->stopping)) {
         /* MHD_add_connection closes the socket itself when it fails */
         MHD_add_connection(d->daemon, g->fd, (const struct sockaddr *)&g->addr, g->alen);
-    } else if (v == HEAD_BAD) {
+    } else if (v == SV_HEAD_BAD) {
         char what[300];
         if (hi.what[0]) snprintf(what, sizeof what, "%s", hi.what);
         else peer_name(&g->addr, what, sizeof what);
         sv_log_rejected(d->lim.quiet, what, hi.status, hi.why);
-        answer_and_close(g->fd, hi.path, hi.status, hi.why);
+        /* the slot is free while the answer lingers (a bounded while, and
+         * without the door, which may be gone by then) */
+        int fd = g->fd;
+        gate_done(d);
+        free(g);
+        answer_and_close(fd, hi.path, hi.status, hi.why);
+        return NULL;
     } else {
         close(g->fd);
     }
@@ -403,7 +401,7 @@ static void admit(sv_door *d, int fd, const struct sockaddr_storage *addr, sockl
 static void refusal_answer(sv_door *d, refusal *r)
 {
     r->line[r->n] = 0;
-    head_info hi = { .path = "" };
+    sv_head hi = { .path = "" };
     char *nl = strpbrk(r->line, "\r\n");
     request_line(r->line, nl ? (size_t)(nl - r->line) : r->n, nl != NULL, &hi);
     char msg[160];

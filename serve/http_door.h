@@ -50,6 +50,27 @@ void sv_door_stop(sv_door *d);
  * stopped, since its connections' ends are counted here. */
 void sv_door_free(sv_door *d);
 
+/* ---- the request head's check (exposed for the fuzz target) ----------------------- */
+
+typedef enum { SV_HEAD_MORE = 0, SV_HEAD_OK, SV_HEAD_BAD } sv_head_verdict;
+
+typedef struct {
+    char what[300];      /* "METHOD PATH" once the request line is whole and sound */
+    char path[256];      /* the target as far as it came ("" before): the error shape */
+    unsigned status;     /* when bad: 400, 413, 414, 431 or 501 */
+    char why[160];       /* when bad: the client-facing message */
+} sv_head;
+
+/* The request head at the start of b, of which n bytes have come: whole and
+ * sound (SV_HEAD_OK), bad, or not all there yet. Checks the framing only:
+ * the request line (token method, a target of visible ASCII, HTTP/1.0 or
+ * 1.1), header lines (token name, colon, no control characters, no
+ * folding), Content-Length (digits, consistent, at most max_body),
+ * Transfer-Encoding (chunked only, not with Content-Length), the size of
+ * the head (32 KiB) and, when it follows in b, the first chunk size (hex,
+ * at most max_body). *h must start zeroed. */
+sv_head_verdict sv_head_check(const char *b, size_t n, size_t max_body, sv_head *h);
+
 /* ---- shared with http.c ---------------------------------------------------------- */
 
 /* Whether path belongs to the Anthropic API (its error shape). */

@@ -197,3 +197,28 @@ TEST(serve_http, rejected_requests_are_in_the_request_log)
     CHECK_CONTAINS(log, "wrong API key");
     CHECK_CONTAINS(log, "larger than 1024 bytes");
 }
+
+/* A sound head in pieces, cut after each CR (its LF still to come), is
+ * served like one sent whole. */
+TEST(serve_http, a_head_in_pieces_is_served)
+{
+    const char *lines[] = { NULL };
+    srv_server s;
+    srv_start(&s, srv_script(lines), "--timeout 10");
+    const char *req = "POST /v1/messages/count_tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 57\r\n\r\n{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    int fd = srv_connect(&s);
+    for (const char *p = req; *p;) {
+        const char *cr = strchr(p, '\r');
+        size_t n = cr ? (size_t)(cr - p) + 1 : strlen(p);
+        CHECK(srv_send_all(fd, p, n));
+        p += n;
+        usleep(100000);
+    }
+    bool closed;
+    char *reply = srv_read_reply(fd, 5000, &closed);
+    close(fd);
+    CHECK_MSG(!strncmp(reply, "HTTP/1.1 200 ", 13), "not served: '%.300s'", reply);
+    CHECK_CONTAINS(reply, "\"input_tokens\"");
+    CHECK_EQ_INT(srv_stop(&s), 0);
+}
