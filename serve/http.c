@@ -6,18 +6,17 @@
  * server after that. Every reply closes its connection, so that each
  * request passes the door.
  *
- * A request's life: headers (the API key and the announced body size are
- * checked before any body byte is read), the body (capped), the route,
- * parsing and rendering in this thread (the tokenizer is shared read-only),
- * then a job for the worker. A plain reply waits for the job; a streamed
- * one hands its events out as they come, with an SSE comment after each
- * quiet keepalive_s (a long prompt being read). Either way a client that
- * goes away cancels its job: the wait polls the socket for a hang-up. */
-#include <arpa/inet.h>
+ * A request's life: headers (the API key is checked before any body byte
+ * is read; the door has checked the announced body size), the body
+ * (capped), the route, parsing and rendering in this thread (the tokenizer
+ * is shared read-only), then a job for the worker. A plain reply waits
+ * for the job; a streamed one hands its events out as they come, with an
+ * SSE comment after each quiet keepalive_s (a long prompt being read).
+ * Either way a client that goes away cancels its job: the wait polls the
+ * socket for a hang-up. */
 #include <errno.h>
 #include <json-c/json.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,7 +389,9 @@ serve *serve_start(const serve_config *cfg, ds4_error *err)
         return NULL;
     }
     /* Connections come from the door; the daemon's own limit is a backstop
-     * that the door's count keeps it from reaching. */
+     * that the door's count keeps it from reaching. A connection's memory
+     * holds the largest head the door lets through (32 KiB) with room to
+     * spare for reading the body. */
     int max_conn = cfg->max_connections > 0 ? cfg->max_connections : DEFAULT_CONNECTIONS;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_NO_LISTEN_SOCKET;
