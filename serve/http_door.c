@@ -169,7 +169,8 @@ static bool name_is(const char *l, size_t n, const char *name)
     return n == strlen(name) && !strncasecmp(l, name, n);
 }
 
-/* A chunk-size line: hex digits, then an extension or nothing. */
+/* A chunk-size line: hex digits, then an extension or nothing (no blanks:
+ * libmicrohttpd takes none). */
 static sv_head_verdict chunk_line(const char *l, size_t n, size_t max_body, sv_head *hi)
 {
     size_t i = 0;
@@ -179,7 +180,7 @@ static sv_head_verdict chunk_line(const char *l, size_t n, size_t max_body, sv_h
         char c = l[i++];
         v = v * 16 + (uint64_t)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
     }
-    if (i == 0 || (i < n && l[i] != ';' && l[i] != ' ' && l[i] != '\t')) return bad(hi, 400, "malformed chunk size");
+    if (i == 0 || (i < n && l[i] != ';')) return bad(hi, 400, "malformed chunk size");
     if (v > max_body) return bad(hi, 413, "the request body is larger than %zu bytes", max_body);
     return SV_HEAD_OK;
 }
@@ -215,9 +216,12 @@ sv_head_verdict sv_head_check(const char *b, size_t n, size_t max_body, sv_head 
                 if (((unsigned char)*p < ' ' && *p != '\t') || *p == 0x7f)
                     return bad(hi, 400, "a control character in a header line");
             while (v < end && (*v == ' ' || *v == '\t')) v++;
-            while (end > v && (end[-1] == ' ' || end[-1] == '\t')) end--;
             size_t vn = (size_t)(end - v);
+            /* libmicrohttpd keeps the blanks after a value, and then takes
+             * neither a length nor "chunked" with them */
+            bool blank_after = vn && (end[-1] == ' ' || end[-1] == '\t');
             if (name_is(l, k, "Content-Length")) {
+                if (blank_after) return bad(hi, 400, "malformed Content-Length (blanks after the number)");
                 uint64_t x = 0;
                 for (size_t i = 0; i < vn; i++) {
                     if (v[i] < '0' || v[i] > '9') return bad(hi, 400, "malformed Content-Length");
@@ -228,6 +232,7 @@ sv_head_verdict sv_head_check(const char *b, size_t n, size_t max_body, sv_head 
                 have_len = true;
                 len = x;
             } else if (name_is(l, k, "Transfer-Encoding")) {
+                if (blank_after) return bad(hi, 400, "malformed Transfer-Encoding (blanks after the coding)");
                 if (chunked || vn != 7 || strncasecmp(v, "chunked", 7))
                     return bad(hi, 501, "transfer coding '%.*s' is not supported (chunked only)",
                                (int)(vn < 60 ? vn : 60), v);
