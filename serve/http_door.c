@@ -29,6 +29,9 @@
 #define LINGER_MS 2000           /* reading what a client sent after its answer */
 #define LINGER_BYTES (64u << 20)
 #define RETRY_AFTER_S 2
+#define EVICT_MS 2000            /* a head slower than this gives way at the limit */
+
+typedef struct gate gate;
 
 typedef struct {
     int fd;
@@ -50,7 +53,9 @@ struct sv_door {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int gating;   /* heads being read */
+    int evicted;  /* of them, told to give way (leaving) */
     int open;     /* the daemon's connections */
+    gate *gates;  /* the heads being read, oldest last */
     refusal ref[MAX_REFUSALS];
     int n_ref;
 };
@@ -288,12 +293,15 @@ static void answer_and_close(int fd, const char *path, unsigned status, const ch
 
 /* ---- a connection's head ------------------------------------------------------------------- */
 
-typedef struct {
+struct gate {
     sv_door *d;
     int fd;
     struct sockaddr_storage addr;
     socklen_t alen;
-} gate;
+    double t0;
+    atomic_bool evict;  /* under the door's lock once set */
+    gate *prev, *next;
+};
 
 static void peer_name(const struct sockaddr_storage *a, char *out, size_t n)
 {
@@ -311,9 +319,13 @@ static void peer_name(const struct sockaddr_storage *a, char *out, size_t n)
     snprintf(out, n, "a connection from %s port %d", host, port);
 }
 
-static void gate_done(sv_door *d)
+static void gate_done(sv_door *d, gate *g)
 {
     pthread_mutex_lock(&d->mu);
+    if (g->prev) g->prev->next = g->next;
+    else d->gates = g->next;
+    if (g->next) g->next->prev = g->prev;
+    if (atomic_load(&g->evict)) d->evicted--;
     d->gating--;
     pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
@@ -329,7 +341,7 @@ static void *gate_main(void *arg)
     char *buf = xmalloc(HEAD_MAX + 1);
     sv_head hi = { .path = "" };
     sv_head_verdict v = SV_HEAD_MORE;
-    double deadline = base_now_ms() + d->lim.timeout_s * 1000.0;
+    double deadline = g->t0 + d->lim.timeout_s * 1000.0;
     ssize_t have = 0;
     while (!atomic_load(&d->stopping)) {
         ssize_t k = recv(g->fd, buf, HEAD_MAX, MSG_PEEK | MSG_DONTWAIT);
@@ -346,11 +358,16 @@ static void *gate_main(void *arg)
             v = bad(&hi, 408, "the request head took longer than %d s", d->lim.timeout_s);
             break;
         }
+        if (atomic_load(&g->evict)) {
+            v = bad(&hi, 408, "the request head was not whole after %.0f s, and the server needed the connection",
+                    (base_now_ms() - g->t0) / 1000.0);
+            break;
+        }
         /* wake when more than what is peeked has come, not for the same bytes */
         int low = have > 0 ? (int)have + 1 : 1;
         setsockopt(g->fd, SOL_SOCKET, SO_RCVLOWAT, &low, sizeof low);
         struct pollfd p = { .fd = g->fd, .events = POLLIN | POLLRDHUP };
-        poll(&p, 1, left < 250 ? left : 250);
+        poll(&p, 1, left < 100 ? left : 100);
         /* a client that stopped sending before its head ended has gone */
         bool hup = p.revents & (POLLRDHUP | POLLHUP | POLLERR);
         if (hup && recv(g->fd, buf, HEAD_MAX, MSG_PEEK | MSG_DONTWAIT) == have) break;
@@ -369,18 +386,19 @@ static void *gate_main(void *arg)
         /* the slot is free while the answer lingers (a bounded while, and
          * without the door, which may be gone by then) */
         int fd = g->fd;
-        gate_done(d);
+        gate_done(d, g);
         free(g);
         answer_and_close(fd, hi.path, hi.status, hi.why);
         return NULL;
     } else {
         close(g->fd);
     }
-    gate_done(d);
+    gate_done(d, g);
     free(g);
     return NULL;
 }
 
+/* With a slot taken for it. */
 static void admit(sv_door *d, int fd, const struct sockaddr_storage *addr, socklen_t alen)
 {
     gate *g = xcalloc(1, sizeof *g);
@@ -388,15 +406,21 @@ static void admit(sv_door *d, int fd, const struct sockaddr_storage *addr, sockl
     g->fd = fd;
     g->addr = *addr;
     g->alen = alen;
+    g->t0 = base_now_ms();
+    pthread_mutex_lock(&d->mu);
+    g->next = d->gates;
+    if (d->gates) d->gates->prev = g;
+    d->gates = g;
+    pthread_mutex_unlock(&d->mu);
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&at, 256 << 10);
     pthread_t th;
     if (pthread_create(&th, &at, gate_main, g) != 0) {
-        answer_and_close(fd, "", 503, "the server cannot take more connections now");
-        gate_done(d);
+        gate_done(d, g);
         free(g);
+        answer_and_close(fd, "", 503, "the server cannot take more connections now");
     }
     pthread_attr_destroy(&at);
 }
@@ -462,6 +486,22 @@ static bool refusal_step(sv_door *d, refusal *r, bool readable)
 
 /* ---- the door's thread ---------------------------------------------------------------------- */
 
+/* At the limit, the oldest head still coming after EVICT_MS (or the
+ * deadline, when that is shorter) gives way to a new connection: one that
+ * trickles its head must not keep out those that send theirs at once.
+ * Under the door's lock; whether a slot was freed. */
+static bool evict_slowest(sv_door *d)
+{
+    double now = base_now_ms(), after = d->lim.timeout_s * 1000.0 < EVICT_MS ? d->lim.timeout_s * 1000.0 : EVICT_MS;
+    gate *oldest = NULL;
+    for (gate *g = d->gates; g; g = g->next)
+        if (!atomic_load(&g->evict) && now - g->t0 >= after) oldest = g;
+    if (!oldest) return false;
+    atomic_store(&oldest->evict, true);
+    d->evicted++;
+    return true;
+}
+
 static void take_connections(sv_door *d)
 {
     for (int i = 0; i < 64; i++) {
@@ -474,7 +514,8 @@ static void take_connections(sv_door *d)
         }
         fcntl(fd, F_SETFD, FD_CLOEXEC);
         pthread_mutex_lock(&d->mu);
-        bool room = d->gating + d->open < d->lim.max_connections;
+        bool room = d->gating - d->evicted + d->open < d->lim.max_connections;
+        if (!room) room = evict_slowest(d);
         if (room) d->gating++;
         pthread_mutex_unlock(&d->mu);
         if (room) admit(d, fd, &a, alen);

@@ -4,13 +4,14 @@
  * The door owns the listening socket. Each connection it accepts is either
  * over --max-connections, and then answered 503 with Retry-After (in the
  * shape of the API its request line names, OpenAI's when none came within
- * a second) and closed; or given a thread that waits for its request head,
- * all of it, within --timeout however slowly it trickles (else 408), and
- * checks its framing: the request line, header lines, Content-Length,
- * Transfer-Encoding and, when already sent, the first chunk size. A head
- * that passes goes to libmicrohttpd untouched: the check only peeks at the
- * socket (MSG_PEEK), so the daemon reads every byte itself. One that fails
- * is answered with a JSON error at once. The check exists because
+ * a second) and closed, unless a head has been coming for over 2 s: that
+ * one gives way (408) to the new connection; or given a thread that waits
+ * for its request head, all of it, within --timeout however slowly it
+ * trickles (else 408), and checks its framing: the request line, header
+ * lines, Content-Length, Transfer-Encoding and, when already sent, the
+ * first chunk size. A head that passes goes to libmicrohttpd untouched:
+ * the check only peeks at the socket (MSG_PEEK), so the daemon reads every
+ * byte itself. One that fails is answered with a JSON error at once. The check exists because
  * libmicrohttpd answers these cases with HTML, or not at all, and cannot be
  * told otherwise; it decides nothing about a valid request.
  *

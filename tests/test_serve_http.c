@@ -79,10 +79,11 @@ TEST(serve_http, connections_over_the_limit_get_503_with_retry_after)
     const char *lines[] = { NULL };
     srv_server s;
     srv_start(&s, srv_script(lines), "--max-connections 2 --timeout 10");
+    /* two requests whose bodies are still coming hold the slots */
     int hold[2];
     for (int i = 0; i < 2; i++) {
         hold[i] = srv_connect(&s);
-        const char *part = "GET /v1/models HTTP/1.1\r\n";
+        const char *part = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{";
         CHECK(srv_send_all(hold[i], part, strlen(part)));
     }
     usleep(200000);
@@ -110,6 +111,36 @@ TEST(serve_http, connections_over_the_limit_get_503_with_retry_after)
     CHECK_EQ_INT(srv_stop(&s), 0);
     char *log = test_read_file(s.log, NULL);
     CHECK_CONTAINS(log, "503");
+}
+
+/* At the limit, a head that has been trickling for a while gives way to a
+ * new connection (408 to the trickler), so slow heads cannot keep out
+ * clients that send theirs at once. */
+TEST(serve_http, a_trickled_head_gives_way_at_the_limit)
+{
+    const char *lines[] = { NULL };
+    srv_server s;
+    srv_start(&s, srv_script(lines), "--max-connections 2 --timeout 30");
+    int slow[2];
+    for (int i = 0; i < 2; i++) {
+        slow[i] = srv_connect(&s);
+        const char *part = "POST /v1/messages HTTP/1.1\r\nHost: x\r\n";
+        CHECK(srv_send_all(slow[i], part, strlen(part)));
+    }
+    usleep(2500000);
+    char *body;
+    CHECK_EQ_INT(srv_http(&s, "GET", "/v1/models", NULL, "--max-time 5", &body), 200);
+    int gave_way = 0;
+    for (int i = 0; i < 2; i++) {
+        bool closed;
+        char *reply = srv_read_reply(slow[i], gave_way ? 300 : 3000, &closed);
+        close(slow[i]);
+        if (!closed) continue;
+        srv_check_raw_error(reply, 408, true, NULL);
+        gave_way++;
+    }
+    CHECK_EQ_INT(gave_way, 1);
+    CHECK_EQ_INT(srv_stop(&s), 0);
 }
 
 /* Bytes that are not a valid request get one JSON error, at once (well
