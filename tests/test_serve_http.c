@@ -244,7 +244,8 @@ TEST(serve_http, a_head_in_pieces_is_served)
     srv_server s;
     srv_start(&s, srv_script(lines), "--timeout 10");
     const char *req = "POST /v1/messages/count_tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      "Content-Length: 57\r\n\r\n{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+                      "Content-Length: 57\r\n\r\n"
+                      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
     int fd = srv_connect(&s);
     for (const char *p = req; *p;) {
         const char *cr = strchr(p, '\r');
