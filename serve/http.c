@@ -1,20 +1,22 @@
 /* http.c — the daemon: libmicrohttpd with one thread per connection, so a
  * connection may block while its request waits for the worker or streams
- * its events; the connection limit and the idle and upload time limits keep
- * slow or idle clients from holding the server.
+ * its events. Connections come through the door (http_door.c: the
+ * connection limit, the request head's deadline and framing); the idle and
+ * upload time limits here keep slow or idle clients from holding the
+ * server after that. Every reply closes its connection, so that each
+ * request passes the door.
  *
- * A request's life: headers (the API key and the announced body size are
- * checked before any body byte is read), the body (capped), the route,
- * parsing and rendering in this thread (the tokenizer is shared read-only),
- * then a job for the worker. A plain reply waits for the job; a streamed
- * one hands its events out as they come, with an SSE comment after each
- * quiet keepalive_s (a long prompt being read). Either way a client that
- * goes away cancels its job: the wait polls the socket for a hang-up. */
-#include <arpa/inet.h>
+ * A request's life: headers (the API key is checked before any body byte
+ * is read; the door has checked the announced body size), the body
+ * (capped), the route, parsing and rendering in this thread (the tokenizer
+ * is shared read-only), then a job for the worker. A plain reply waits
+ * for the job; a streamed one hands its events out as they come, with an
+ * SSE comment after each quiet keepalive_s (a long prompt being read).
+ * Either way a client that goes away cancels its job: the wait polls the
+ * socket for a hang-up. */
 #include <errno.h>
 #include <json-c/json.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve/http_door.h"
 #include "serve/serve_internal.h"
 
 #define DEFAULT_MAX_BODY (32u << 20)
@@ -33,6 +36,7 @@
 
 struct serve {
     serve_config cfg;
+    sv_door *door;
     struct MHD_Daemon *d;
     sv_worker *w;
     sv_memo *memo;
@@ -66,6 +70,7 @@ static enum MHD_Result send_body(struct MHD_Connection *c, unsigned status, char
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result rc = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return rc;
@@ -78,41 +83,25 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, jo *
     return send_body(c, status, s);
 }
 
-static bool is_anthropic(const char *url)
-{
-    return !strncmp(url, "/v1/messages", 12) || !strncmp(url, "/messages", 9);
-}
-
-/* {"error":{"message","type","param","code"}} (OpenAI) or
- * {"type":"error","error":{"type","message"}} (Anthropic). */
-static enum MHD_Result send_error(struct MHD_Connection *c, const char *url, unsigned status, const char *code,
-                                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static enum MHD_Result send_error(struct MHD_Connection *c, const char *url, unsigned status, const char *code,
-                                  const char *fmt, ...)
+/* The API's error shape for url. A request turned away (method given)
+ * gets a line in the request log; one the worker ran has its own. */
+static enum MHD_Result send_error(serve *s, struct MHD_Connection *c, const char *method, const char *url,
+                                  unsigned status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+static enum MHD_Result send_error(serve *s, struct MHD_Connection *c, const char *method, const char *url,
+                                  unsigned status, const char *code, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    jo *o = json_object_new_object(), *e = json_object_new_object();
-    const char *type;
-    if (is_anthropic(url)) {
-        type = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
-             : status == 413 ? "request_too_large" : status == 503 ? "overloaded_error"
-             : status >= 500 ? "api_error" : "invalid_request_error";
-        json_object_object_add(o, "type", json_object_new_string("error"));
-        json_object_object_add(e, "type", json_object_new_string(type));
-        json_object_object_add(e, "message", json_object_new_string(msg));
-    } else {
-        type = status == 401 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error";
-        json_object_object_add(e, "message", json_object_new_string(msg));
-        json_object_object_add(e, "type", json_object_new_string(type));
-        json_object_object_add(e, "param", NULL);
-        json_object_object_add(e, "code", code ? json_object_new_string(code) : NULL);
+    if (method) {
+        char what[600];
+        snprintf(what, sizeof what, "%s %.500s", method, url);
+        sv_log_rejected(s->cfg.quiet, what, status, msg);
     }
-    json_object_object_add(o, "error", e);
-    return send_json(c, status, o);
+    return send_body(c, status, sv_error_body(url, status, code, msg));
 }
 
 /* ---- the client going away ---------------------------------------------------------------- */
@@ -217,14 +206,14 @@ static enum MHD_Result run(serve *s, struct MHD_Connection *c, const char *url, 
 {
     ds4_error err = { "" };
     serve_request *r = serve_request_parse(api, body->s, body->len, &err);
-    if (!r) return send_error(c, url, 400, NULL, "%s", err.msg);
+    if (!r) return send_error(s, c, "POST", url, 400, NULL, "%s", err.msg);
     r->count_only = count_only;
     bool think = r->think >= 0 ? r->think : s->cfg.think != DS4_THINK_NONE;
     ds4_tokens prompt = { 0 };
     if (sv_render(s->tok, s->memo, r, think, &prompt, &err) != 0) {
         serve_request_free(r);
         ds4_tokens_free(&prompt);
-        return send_error(c, url, 400, NULL, "%s", err.msg);
+        return send_error(s, c, "POST", url, 400, NULL, "%s", err.msg);
     }
     if (count_only) {
         jo *o = json_object_new_object();
@@ -237,7 +226,7 @@ static enum MHD_Result run(serve *s, struct MHD_Connection *c, const char *url, 
         size_t n = prompt.n;
         serve_request_free(r);
         ds4_tokens_free(&prompt);
-        return send_error(c, url, 400, "context_length_exceeded",
+        return send_error(s, c, "POST", url, 400, "context_length_exceeded",
                           "the prompt is %zu tokens; this server's context holds %d (ds4cl serve --ctx)", n,
                           s->cfg.n_ctx);
     }
@@ -260,6 +249,7 @@ static enum MHD_Result run(serve *s, struct MHD_Connection *c, const char *url, 
                                                                       stream_free);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "Connection", "close");
         enum MHD_Result rc = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         return rc;
@@ -271,8 +261,9 @@ static enum MHD_Result run(serve *s, struct MHD_Connection *c, const char *url, 
     }
     pthread_mutex_unlock(&j->mu);
     enum MHD_Result rc;
-    if (j->finish == SV_FINISH_ERROR) rc = send_error(c, url, strstr(j->error, "shutting down") ? 503 : 500, NULL, "%s", j->error);
-    else if (j->finish == SV_FINISH_CANCEL) rc = send_error(c, url, 503, NULL, "the request was cancelled");
+    if (j->finish == SV_FINISH_ERROR)
+        rc = send_error(s, c, NULL, url, strstr(j->error, "shutting down") ? 503 : 500, NULL, "%s", j->error);
+    else if (j->finish == SV_FINISH_CANCEL) rc = send_error(s, c, NULL, url, 503, NULL, "the request was cancelled");
     else rc = send_body(c, 200, j->w->body(j));
     sv_job_unref(j);
     return rc;
@@ -311,7 +302,7 @@ static enum MHD_Result route(serve *s, struct MHD_Connection *c, const char *url
         { "/responses", SERVE_API_RESPONSES, false },
     };
     if (!strcmp(p, "/models") || !strncmp(p, "/models/", 8))
-        return get ? models(s, c) : send_error(c, url, 405, NULL, "%s %s is not supported", method, url);
+        return get ? models(s, c) : send_error(s, c, method, url, 405, NULL, "%s %s is not supported", method, url);
     if (!strcmp(p, "/health")) {
         jo *o = json_object_new_object();
         json_object_object_add(o, "status", json_object_new_string("ok"));
@@ -319,10 +310,10 @@ static enum MHD_Result route(serve *s, struct MHD_Connection *c, const char *url
     }
     for (size_t i = 0; i < sizeof posts / sizeof posts[0]; i++) {
         if (strcmp(p, posts[i].path)) continue;
-        if (!post) return send_error(c, url, 405, NULL, "%s wants POST", url);
+        if (!post) return send_error(s, c, method, url, 405, NULL, "%s wants POST", url);
         return run(s, c, url, posts[i].api, posts[i].count, body);
     }
-    return send_error(c, url, 404, NULL, "no such endpoint: %s %s", method, url);
+    return send_error(s, c, method, url, 404, NULL, "no such endpoint: %s %s", method, url);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -337,10 +328,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cs->s = s;
         cs->t0 = base_now_ms();
         *con_cls = cs;
-        if (!authorized(s, c)) return send_error(c, url, 401, "invalid_api_key", "missing or wrong API key");
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > cap)
-            return send_error(c, url, 413, NULL, "the request body is larger than %zu bytes", cap);
+        /* the door has turned away a Content-Length over the cap */
+        if (!authorized(s, c)) return send_error(s, c, method, url, 401, "invalid_api_key", "missing or wrong API key");
         return MHD_YES;
     }
     int limit = s->cfg.timeout_s > 0 ? s->cfg.timeout_s : DEFAULT_TIMEOUT_S;
@@ -355,10 +344,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cs->too_big) sb_append(&cs->body, upload, *upload_size);
         *upload_size = 0;
         if (base_now_ms() - cs->t0 > limit * 1000.0)
-            return send_error(c, url, 408, NULL, "the request body took longer than %d s", limit);
+            return send_error(s, c, method, url, 408, NULL, "the request body took longer than %d s", limit);
         return MHD_YES;
     }
-    if (cs->too_big) return send_error(c, url, 413, NULL, "the request body is larger than %zu bytes", cap);
+    if (cs->too_big) return send_error(s, c, method, url, 413, NULL, "the request body is larger than %zu bytes", cap);
     return route(s, c, url, method, &cs->body);
 }
 
@@ -376,22 +365,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- start and stop -------------------------------------------------------------------------- */
 
-static int bind_address(const char *host, int port, struct sockaddr_storage *ss, bool *v6, ds4_error *err)
-{
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *res;
-    char portstr[16];
-    snprintf(portstr, sizeof portstr, "%d", port);
-    int rc = getaddrinfo(host, portstr, &hints, &res);
-    if (rc != 0) {
-        ds4_error_set(err, "cannot resolve --host %s: %s", host, gai_strerror(rc));
-        return -1;
-    }
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *v6 = res->ai_family == AF_INET6;
-    freeaddrinfo(res);
-    return 0;
-}
-
 serve *serve_start(const serve_config *cfg, ds4_error *err)
 {
     serve *s = xcalloc(1, sizeof *s);
@@ -402,39 +375,49 @@ serve *serve_start(const serve_config *cfg, ds4_error *err)
     ds4_model_info info;
     ds4_engine_info(cfg->engine, &info);
     snprintf(s->model_id, sizeof s->model_id, "%s", cfg->model_id ? cfg->model_id : info.name);
-    struct sockaddr_storage ss;
-    bool v6 = false;
-    if (bind_address(s->cfg.host, cfg->port, &ss, &v6, err) != 0) {
+    s->door = sv_door_open(s->cfg.host, cfg->port, err);
+    if (!s->door) {
         free(s);
         return NULL;
     }
     s->memo = sv_memo_new();
     s->w = sv_worker_start(&s->cfg, s->memo, err);
     if (!s->w) {
+        sv_door_free(s->door);
         sv_memo_free(s->memo);
         free(s);
         return NULL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
-    if (v6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                            MHD_OPTION_CONNECTION_TIMEOUT,
+    /* Connections come from the door; the daemon's own limit is a backstop
+     * that the door's count keeps it from reaching. A connection's memory
+     * holds the largest head the door lets through (32 KiB) with room to
+     * spare for reading the body. */
+    int max_conn = cfg->max_connections > 0 ? cfg->max_connections : DEFAULT_CONNECTIONS;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_NO_LISTEN_SOCKET;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : DEFAULT_TIMEOUT_S),
-                            MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : DEFAULT_CONNECTIONS),
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10), MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, s, MHD_OPTION_END);
-    if (!s->d) {
-        ds4_error_set(err, "cannot listen on %s port %d: %s", s->cfg.host, cfg->port,
-                 errno ? strerror(errno) : "the address is not available");
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * max_conn + 16),
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 << 10), MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, sv_door_notify, s->door, MHD_OPTION_END);
+    sv_door_limits lim = {
+        .timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : DEFAULT_TIMEOUT_S,
+        .max_connections = max_conn,
+        .max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY,
+        .quiet = cfg->quiet,
+    };
+    if (!s->d || sv_door_start(s->door, s->d, &lim, err) != 0) {
+        if (!s->d) ds4_error_set(err, "cannot start the HTTP daemon: %s", errno ? strerror(errno) : "unknown error");
+        sv_door_stop(s->door);
+        if (s->d) MHD_stop_daemon(s->d);
+        sv_door_free(s->door);
         sv_worker_stop(s->w);
         sv_worker_free(s->w);
         sv_memo_free(s->memo);
         free(s);
         return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : cfg->port;
+    s->port = sv_door_port(s->door);
     return s;
 }
 
@@ -446,10 +429,10 @@ int serve_port(const serve *s)
 void serve_stop(serve *s)
 {
     if (!s) return;
-    MHD_socket ls = MHD_quiesce_daemon(s->d);
+    sv_door_stop(s->door);
     sv_worker_stop(s->w);
     MHD_stop_daemon(s->d);
-    if (ls != MHD_INVALID_SOCKET) close(ls);
+    sv_door_free(s->door);
     sv_worker_free(s->w);
     sv_memo_free(s->memo);
     free(s);

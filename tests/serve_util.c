@@ -1,13 +1,19 @@
 /* serve_util.c — running `ds4cl serve` on the script engine in the tests:
  * a generated tiny model, scripts of replies, a server on a free port,
  * requests with curl, JSON and SSE bodies taken apart, and the official
- * client libraries installed from tests/serve's lock file. */
+ * client libraries installed from tests/serve's lock file, and raw sockets
+ * with error replies checked for what curl will not send. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
 #include <json-c/json.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,6 +125,87 @@ int srv_http(const srv_server *s, const char *method, const char *path, const ch
     *body = test_read_file(rfile, NULL);
     if (!*body) *body = test_strdup("");
     return atoi(out);
+}
+
+/* ---- raw sockets ------------------------------------------------------------------------ */
+
+int srv_connect(const srv_server *s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s->port) };
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    CHECK_MSG(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+bool srv_send_all(int fd, const char *bytes, size_t n)
+{
+    struct timeval tv = { 10, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    while (n) {
+        ssize_t k = send(fd, bytes, n, MSG_NOSIGNAL);
+        if (k <= 0) return false;
+        bytes += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+char *srv_read_reply(int fd, int wait_ms, bool *closed)
+{
+    char *text = test_strdup("");
+    size_t len = 0;
+    double t0 = test_now_ms();
+    *closed = false;
+    for (;;) {
+        int left = wait_ms - (int)(test_now_ms() - t0);
+        if (left <= 0) break;
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (poll(&p, 1, left) <= 0) continue;
+        char buf[4096];
+        ssize_t k = recv(fd, buf, sizeof buf, 0);
+        if (k <= 0) {
+            *closed = true;
+            break;
+        }
+        char *more = test_printf("%.*s%.*s", (int)len, text, (int)k, buf);
+        text = more;
+        len += (size_t)k;
+    }
+    return text;
+}
+
+char *srv_raw(const srv_server *s, const char *bytes, size_t n, int wait_ms, bool *closed)
+{
+    int fd = srv_connect(s);
+    srv_send_all(fd, bytes, n);
+    char *reply = srv_read_reply(fd, wait_ms, closed);
+    close(fd);
+    return reply;
+}
+
+void srv_check_raw_error(const char *reply, int status, bool anthropic, const char *header)
+{
+    char *want = test_printf("HTTP/1.1 %d ", status);
+    CHECK_MSG(!strncmp(reply, want, strlen(want)), "not a %d reply: '%.300s'", status, reply);
+    CHECK_MSG(!strstr(reply + 1, "HTTP/1."), "more than one status line: '%.600s'", reply);
+    const char *end = strstr(reply, "\r\n\r\n");
+    CHECK_MSG(end != NULL, "no end of the head: '%.300s'", reply);
+    char *head = test_printf("%.*s", (int)(end - reply), reply);
+    for (char *p = head; *p; p++) *p = (char)tolower((unsigned char)*p);
+    CHECK_MSG(strstr(head, "\r\ncontent-type: application/json"), "not JSON: '%s'", head);
+    if (header) {
+        char *h = test_printf("\r\n%s", header);
+        for (char *p = h; *p; p++) *p = (char)tolower((unsigned char)*p);
+        CHECK_MSG(strstr(head, h), "no '%s' in '%s'", header, head);
+    }
+    struct json_object *o = srv_parse(end + 4);
+    if (anthropic) CHECK_STR_EQ(srv_str(o, "type"), "error");
+    else CHECK_MSG(srv_at(o, "type") == NULL, "not the OpenAI shape: %s", end + 4);
+    CHECK(srv_str(o, "error.type") != NULL);
+    CHECK(srv_str(o, "error.message") != NULL);
+    json_object_put(o);
 }
 
 struct json_object *srv_parse(const char *text)

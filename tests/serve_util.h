@@ -44,6 +44,20 @@ int srv_http(const srv_server *s, const char *method, const char *path, const ch
 void srv_check_error(const srv_server *s, const char *path, const char *json, const char *extra, int status,
                      const char *says);
 
+/* Raw sockets, for what curl will not send: a connection to the server
+ * (fails the test when it cannot connect); bytes sent whole (false when the
+ * server stopped reading first); what comes back until the server closes or
+ * wait_ms passes (*closed says which). */
+int srv_connect(const srv_server *s);
+bool srv_send_all(int fd, const char *bytes, size_t n);
+char *srv_read_reply(int fd, int wait_ms, bool *closed);
+/* Sends bytes on a new connection and returns the reply (read as above). */
+char *srv_raw(const srv_server *s, const char *bytes, size_t n, int wait_ms, bool *closed);
+/* Checks a raw HTTP reply: one status line with this status, a JSON body
+ * of the API's error shape (Anthropic's when anthropic) and, when given,
+ * the header line "Name: value" (matched case-insensitively). */
+void srv_check_raw_error(const char *reply, int status, bool anthropic, const char *header);
+
 /* JSON: parsed (fails on bad JSON); the value at a dotted path
  * ("usage.prompt_tokens", "choices.0.message") or NULL; its string; its
  * integer (fails when absent). */
