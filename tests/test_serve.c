@@ -123,16 +123,17 @@ TEST(serve, bad_requests_get_4xx_in_the_apis_shape)
     srv_check_error(&s, msgs, "[1, 2]", NULL, 400, "one JSON object");
     srv_check_error(&s, chat, "{\"messages\": \"hi\"}", NULL, 400, "'messages' must be an array");
     srv_check_error(&s, chat, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", NULL, 400, "unknown role 'wizard'");
-    srv_check_error(&s, msgs, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"system\", \"content\": \"x\"}]}", NULL, 400,
-                "unknown role 'system'");
+    srv_check_error(&s, msgs, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", NULL, 400,
+                "unknown role 'wizard'");
     srv_check_error(&s, chat, "{\"temperature\": \"hot\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", NULL,
                 400, "'temperature' must be a number");
     srv_check_error(&s, chat, "{\"max_tokens\": -3, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", NULL, 400,
                 "'max_tokens' must be between");
     srv_check_error(&s, chat, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", NULL, 400,
                 "must follow an assistant message");
-    srv_check_error(&s, msgs, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image\"}]}]}", NULL, 400,
-                "'image' are not supported");
+    srv_check_error(&s, msgs, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"hologram\"}]}]}", NULL, 400,
+                "'hologram' are not supported");
+    srv_check_error(&s, resp, "{\"input\": [{\"type\": \"hologram\"}]}", NULL, 400, "'hologram' are not supported");
     srv_check_error(&s, resp, "{\"input\": 5}", NULL, 400, "'input' must be");
     srv_check_error(&s, chat, "{\"tool_choice\": \"required\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}",
                 NULL, 400, "none are given");
