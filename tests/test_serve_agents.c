@@ -81,7 +81,7 @@ TEST(serve_agents, claude_code_writes_a_file_through_serve)
                             "ANTHROPIC_MODEL=ds4 ANTHROPIC_DEFAULT_HAIKU_MODEL=ds4 ANTHROPIC_DEFAULT_SONNET_MODEL=ds4 "
                             "ANTHROPIC_DEFAULT_OPUS_MODEL=ds4 CLAUDE_CODE_SUBAGENT_MODEL=ds4 "
                             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 "
-                            "DISABLE_ERROR_REPORTING=1 CLAUDE_CODE_AUTO_COMPACT_WINDOW=65536",
+                            "DISABLE_ERROR_REPORTING=1 CLAUDE_CODE_MAX_CONTEXT_TOKENS=65536",
                             home, home, home, s.port);
     /* acceptEdits: file edits run without asking, anything else is refused */
     char *out = run_client(&s, work, env, test_printf("'%s' -p 'Create hello.txt' --permission-mode acceptEdits", bin));
