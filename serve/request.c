@@ -1,9 +1,14 @@
 /* request.c — the three APIs' request bodies as one normalized
- * conversation: system text, tool schemas, user / assistant / tool
- * messages, and the sampling parameters. Every shape the server does not
- * understand is refused with a message the client can act on; nothing is
- * silently dropped except fields that do not change the reply (metadata,
- * store, user, …). */
+ * conversation: system text, tool schemas, user / assistant / tool /
+ * later system messages, and the sampling parameters. Every shape the
+ * server does not understand is refused with a message the client can act
+ * on. What the model cannot read (images, audio, files) or what happened
+ * on another server (its encrypted reasoning, its hosted tools' calls and
+ * results) is left out, with a placeholder where the model should know
+ * something was there, and noted for the request log (serve_request's
+ * notes). Claude Code's billing header never reaches the prompt (see
+ * volatile_header). Nothing else is dropped except fields that do not
+ * change the reply (metadata, store, user, cache_control, …). */
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -619,7 +624,11 @@ static int parse_messages(serve_request *r, jo *o, perr *e)
         jo *t = json_object_array_get_idx(tools, i);
         const char *name, *desc, *type;
         if (get_string(t, "type", &type, false, e)) return -1;
-        if (type && strcmp(type, "custom")) continue; /* server tools (web search, …) run elsewhere */
+        if (type && strcmp(type, "custom")) {
+            /* server tools (web search, …) run elsewhere */
+            left_out(r, NULL, NULL, "tools other than functions");
+            continue;
+        }
         if (get_string(t, "name", &name, true, e) || get_string(t, "description", &desc, false, e)) return -1;
         if (add_tool_schema(r, name, desc, get(t, "input_schema"), e)) return -1;
     }
@@ -795,7 +804,12 @@ static int parse_responses(serve_request *r, jo *o, perr *e)
         jo *t = json_object_array_get_idx(tools, i);
         const char *type, *name, *desc;
         if (get_string(t, "type", &type, true, e)) return -1;
-        if (strcmp(type, "function")) continue; /* hosted tools run elsewhere */
+        if (strcmp(type, "function")) {
+            /* hosted tools run elsewhere; custom and namespaced ones have no
+             * JSON schema of their own to call them by */
+            left_out(r, NULL, NULL, "tools other than functions");
+            continue;
+        }
         if (get_string(t, "name", &name, true, e) || get_string(t, "description", &desc, false, e)) return -1;
         if (add_tool_schema(r, name, desc, get(t, "parameters"), e)) return -1;
     }
