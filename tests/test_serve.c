@@ -606,3 +606,68 @@ TEST(serve, system_turns_among_the_messages_stay_where_they_stand_in_every_api)
     CHECK_CONTAINS(log, "encrypted reasoning");
     CHECK_CONTAINS(log, "item references");
 }
+
+/* Every content type the official APIs take is answered: text-bearing
+ * parts are read (a text document, a search result, a tool search's
+ * reference), the rest left out and noted in the request log. */
+TEST(serve, every_content_type_of_the_three_apis_is_answered)
+{
+    const char *lines[] = {
+        srv_reply_line("ok</think>One.", "\"expect\": \"[an image the model cannot see][audio the model cannot hear][a file the model cannot read]\""),
+        srv_reply_line("Two.", "\"expect\": \"read[an image the model cannot see]Tool Read is available.\\n\\n</tool_result>"
+                                   "<\xef\xbd\x9cUser\xef\xbd\x9c>Guide\\n\\nUse tabs.Result\\n\\nAll good.[a document the model cannot read]\""),
+        srv_reply_line("ok</think>Three.", "\"expect\": \"Tool result 1 (local_shell):\\na.txt\""),
+        NULL,
+    };
+    srv_server s;
+    srv_start(&s, srv_script(lines), NULL);
+    char *body;
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/chat/completions",
+                          "{\"tools\": [{\"type\": \"custom\", \"custom\": {\"name\": \"grammar\"}}], \"messages\": [{\"role\": \"user\", \"content\": ["
+                          "{\"type\": \"image_url\", \"image_url\": {\"url\": \"data:image/png;base64,iVBO\"}},"
+                          "{\"type\": \"input_audio\", \"input_audio\": {\"data\": \"UklG\", \"format\": \"wav\"}},"
+                          "{\"type\": \"file\", \"file\": {\"file_data\": \"JVBE\", \"filename\": \"a.pdf\"}}]}]}",
+                          NULL, &body),
+                 200);
+    struct json_object *o = srv_parse(body);
+    CHECK_STR_EQ(srv_str(o, "choices.0.message.content"), "One.");
+    json_object_put(o);
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/messages",
+                          "{\"max_tokens\": 50, \"tools\": [{\"type\": \"web_search_20250305\", \"name\": \"web_search\"},"
+                          "{\"name\": \"Read\", \"input_schema\": {\"type\": \"object\"}}], \"messages\": ["
+                          "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"look\", \"cache_control\": {\"type\": \"ephemeral\"}}]},"
+                          "{\"role\": \"assistant\", \"content\": [{\"type\": \"redacted_thinking\", \"data\": \"xx\"},"
+                          "{\"type\": \"server_tool_use\", \"id\": \"srvtoolu_1\", \"name\": \"web_search\", \"input\": {\"query\": \"q\"}},"
+                          "{\"type\": \"web_search_tool_result\", \"tool_use_id\": \"srvtoolu_1\", \"content\": []},"
+                          "{\"type\": \"text\", \"text\": \"Found.\", \"citations\": []},"
+                          "{\"type\": \"tool_use\", \"id\": \"t1\", \"name\": \"Read\", \"input\": {}}]},"
+                          "{\"role\": \"user\", \"content\": [{\"type\": \"tool_result\", \"tool_use_id\": \"t1\", \"content\": ["
+                          "{\"type\": \"text\", \"text\": \"read\"}, {\"type\": \"image\", \"source\": {\"type\": \"url\", \"url\": \"http://x\"}},"
+                          "{\"type\": \"tool_reference\", \"tool_name\": \"Read\"}]},"
+                          "{\"type\": \"document\", \"title\": \"Guide\", \"source\": {\"type\": \"text\", \"media_type\": \"text/plain\", \"data\": \"Use tabs.\"}},"
+                          "{\"type\": \"search_result\", \"title\": \"Result\", \"source\": \"s\", \"content\": [{\"type\": \"text\", \"text\": \"All good.\"}]},"
+                          "{\"type\": \"document\", \"source\": {\"type\": \"base64\", \"media_type\": \"application/pdf\", \"data\": \"JVBE\"}}]}]}",
+                          NULL, &body),
+                 200);
+    o = srv_parse(body);
+    CHECK_STR_EQ(srv_str(o, "content.0.text"), "Two.");
+    json_object_put(o);
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/responses",
+                          "{\"tools\": [{\"type\": \"web_search\"}, {\"type\": \"custom\", \"name\": \"apply_patch\"}], \"input\": ["
+                          "{\"role\": \"user\", \"content\": [{\"type\": \"input_text\", \"text\": \"go\"}, {\"type\": \"input_file\", \"file_id\": \"f\"}]},"
+                          "{\"type\": \"web_search_call\", \"id\": \"ws_1\", \"status\": \"completed\", \"action\": {\"type\": \"search\"}},"
+                          "{\"type\": \"custom_tool_call\", \"call_id\": \"c1\", \"name\": \"apply_patch\", \"input\": \"*** Begin Patch\"},"
+                          "{\"type\": \"custom_tool_call_output\", \"call_id\": \"c1\", \"output\": \"patched\"},"
+                          "{\"type\": \"local_shell_call\", \"call_id\": \"c2\", \"action\": {\"type\": \"exec\", \"command\": [\"ls\"]}},"
+                          "{\"type\": \"local_shell_call_output\", \"call_id\": \"c2\", \"output\": [{\"type\": \"input_text\", \"text\": \"a.txt\"}]}]}",
+                          NULL, &body),
+                 200);
+    o = srv_parse(body);
+    CHECK_MSG(srv_str(o, "output.1.content.0.text") && !strcmp(srv_str(o, "output.1.content.0.text"), "Three."), "%s", body);
+    json_object_put(o);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+    char *log = test_read_file(s.log, NULL);
+    static const char *const notes[] = { "images", "audio", "attached files", "tools other than functions",
+                                         "redacted thinking", "server tool calls", "non-text documents", "hosted tool calls" };
+    for (size_t i = 0; i < sizeof notes / sizeof *notes; i++) CHECK_CONTAINS(log, notes[i]);
+}
