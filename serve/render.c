@@ -2,7 +2,9 @@
  * laid out as the agent lays out its own (engine/chat.c, agent/prompt.c):
  * BOS, the tool block, the system text, then user turns, assistant turns
  * and one tool message per call block ("Tool result N (name):\n…"),
- * ending with the assistant prefix of the reply to sample.
+ * with later system messages as plain text where they stand (DS4 has no
+ * system role marker), ending with the assistant prefix of the reply to
+ * sample.
  *
  * Assistant turns the server wrote come back as the very tokens sampled
  * (the reply memory, keyed by the tokens before the reply and by what a
@@ -253,6 +255,22 @@ static void render_assistant(const ds4_tokenizer *t, sv_memo *memo, ctx_hash *be
     ds4_chat_assistant_end(t, out);
 }
 
+/* A system message among the turns. DS4's format has no system marker:
+ * system text is plain text with no role token, so it is written as that,
+ * where it stands; after a turn's own text (a user message or tool
+ * results) it follows a blank line, so that it does not run on into it. */
+static void render_system(const ds4_tokenizer *t, ds4_tokens *out, const char *text)
+{
+    if (!text || !*text) return;
+    int32_t last = out->n ? out->ids[out->n - 1] : -1;
+    bool after_text = last != ds4_token_special(t, DS4_TOK_EOS) && last != ds4_token_special(t, DS4_TOK_BOS);
+    strbuf s = { 0 };
+    if (after_text) sb_puts(&s, "\n\n");
+    sb_puts(&s, text);
+    ds4_chat_system(t, out, sb_str(&s), false);
+    sb_free(&s);
+}
+
 /* The name of the call id answers, from the assistant message at a. */
 static const char *call_name(const sv_msg *a, const char *id, size_t fallback)
 {
@@ -289,6 +307,8 @@ int sv_render(const ds4_tokenizer *t, sv_memo *memo, const serve_request *r, boo
         } else if (m->role == SV_ASSISTANT) {
             render_assistant(t, memo, &before, m, out);
             asst = m;
+        } else if (m->role == SV_SYSTEM) {
+            render_system(t, out, m->text);
         } else {
             /* one tool message for the run of results, as the agent writes it */
             strbuf msg = { 0 };

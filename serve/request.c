@@ -1,9 +1,14 @@
 /* request.c — the three APIs' request bodies as one normalized
- * conversation: system text, tool schemas, user / assistant / tool
- * messages, and the sampling parameters. Every shape the server does not
- * understand is refused with a message the client can act on; nothing is
- * silently dropped except fields that do not change the reply (metadata,
- * store, user, …). */
+ * conversation: system text, tool schemas, user / assistant / tool /
+ * later system messages, and the sampling parameters. Every shape the
+ * server does not understand is refused with a message the client can act
+ * on. What the model cannot read (images, audio, files) or what happened
+ * on another server (its encrypted reasoning, its hosted tools' calls and
+ * results) is left out, with a placeholder where the model should know
+ * something was there, and noted for the request log (serve_request's
+ * notes). Claude Code's billing header never reaches the prompt (see
+ * volatile_header). Nothing else is dropped except fields that do not
+ * change the reply (metadata, store, user, cache_control, …). */
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -152,9 +157,77 @@ static int add_tool_schema(serve_request *r, const char *name, const char *desc,
     return 0;
 }
 
-/* Text of a content value: a string, or an array of text parts (types
- * listed in kinds, separated by '|'). Other parts are refused. */
-static int content_text(jo *v, const char *kinds, strbuf *out, perr *e)
+/* A part the model cannot read (it reads text only) or that ran elsewhere:
+ * the placeholder (or nothing) takes its place in the prompt and the
+ * reason goes to the request log, once per reason. */
+static void left_out(serve_request *r, strbuf *out, const char *placeholder, const char *why)
+{
+    if (out && placeholder) sb_puts(out, placeholder);
+    if (r->notes.len && strstr(sb_str(&r->notes), why)) return;
+    if (r->notes.len) sb_puts(&r->notes, "; ");
+    sb_puts(&r->notes, why);
+}
+
+static int content_text(serve_request *r, jo *v, strbuf *out, perr *e);
+
+/* A document or search result as text: its title, then its text content
+ * (Anthropic source "text" or "content"); other sources (PDF, URL, file
+ * ids) cannot be read. */
+static int document_text(serve_request *r, jo *p, const char *type, strbuf *out, perr *e)
+{
+    const char *title = NULL, *stype = NULL;
+    jo *src = get(p, "source");
+    if (get_string(p, "title", &title, false, e)) return -1;
+    if (src && json_object_is_type(src, json_type_object) && get_string(src, "type", &stype, false, e)) return -1;
+    jo *body = !strcmp(type, "search_result") ? get(p, "content")
+               : stype && !strcmp(stype, "text")    ? get(src, "data")
+               : stype && !strcmp(stype, "content") ? get(src, "content")
+                                                    : NULL;
+    if (!body) {
+        left_out(r, out, "[a document the model cannot read]", "non-text documents (the model reads text only)");
+        return 0;
+    }
+    if (title) sb_printf(out, "%s\n\n", title);
+    return content_text(r, body, out, e);
+}
+
+/* One content part of any of the APIs: text is appended; media and
+ * hosted-tool parts are left out with a note; 1 for a type that is no
+ * content part at all. */
+static int content_part(serve_request *r, jo *p, const char *type, strbuf *out, perr *e)
+{
+    static const char *const texts[] = { "text", "input_text", "output_text", "refusal", "summary_text", "reasoning_text" };
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        if (strcmp(type, texts[i])) continue;
+        const char *text;
+        if (get_string(p, strcmp(type, "refusal") || get(p, "text") ? "text" : "refusal", &text, true, e)) return -1;
+        sb_puts(out, text);
+        return 0;
+    }
+    if (!strcmp(type, "image") || !strcmp(type, "image_url") || !strcmp(type, "input_image")) {
+        left_out(r, out, "[an image the model cannot see]", "images (the model reads text only)");
+    } else if (!strcmp(type, "input_audio") || !strcmp(type, "audio")) {
+        left_out(r, out, "[audio the model cannot hear]", "audio (the model reads text only)");
+    } else if (!strcmp(type, "file") || !strcmp(type, "input_file")) {
+        left_out(r, out, "[a file the model cannot read]", "attached files (the model reads text only)");
+    } else if (!strcmp(type, "document") || !strcmp(type, "search_result")) {
+        return document_text(r, p, type, out, e);
+    } else if (!strcmp(type, "tool_reference")) {
+        /* a tool search's answer: the tool is in the tool block already */
+        const char *name;
+        if (get_string(p, "tool_name", &name, false, e)) return -1;
+        if (name) sb_printf(out, "Tool %s is available.\n", name);
+    } else if (!strcmp(type, "tool_addition") || !strcmp(type, "tool_removal")) {
+        left_out(r, NULL, NULL, "tool additions and removals (the tool block lists every tool the request gives)");
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
+/* Text of a content value: a string, or an array of parts (content_part);
+ * a part of no known type is refused. */
+static int content_text(serve_request *r, jo *v, strbuf *out, perr *e)
 {
     if (!v) return 0;
     if (json_object_is_type(v, json_type_string)) {
@@ -164,18 +237,22 @@ static int content_text(jo *v, const char *kinds, strbuf *out, perr *e)
     if (!json_object_is_type(v, json_type_array)) return fail(e, "'content' must be a string or an array of parts");
     for (size_t i = 0; i < json_object_array_length(v); i++) {
         jo *p = json_object_array_get_idx(v, i);
-        const char *type, *text;
+        const char *type;
         if (!p || !json_object_is_type(p, json_type_object)) return fail(e, "content parts must be objects");
         if (get_string(p, "type", &type, true, e)) return -1;
-        char want[64];
-        snprintf(want, sizeof want, "|%s|", type);
-        char list[128];
-        snprintf(list, sizeof list, "|%s|", kinds);
-        if (!strstr(list, want)) return fail(e, "content parts of type '%s' are not supported", type);
-        if (get_string(p, "text", &text, true, e)) return -1;
-        sb_puts(out, text);
+        int rc = content_part(r, p, type, out, e);
+        if (rc < 0) return -1;
+        if (rc > 0) return fail(e, "content parts of type '%s' are not supported", type);
     }
     return 0;
+}
+
+/* A system or developer message: before the first turn it is part of the
+ * system text; later it stays where it stands (render.c). */
+static void add_system_msg(serve_request *r, strbuf *text)
+{
+    if (!r->n_msgs) add_system(r, sb_str(text));
+    else if (text->len) add_msg(r, SV_SYSTEM)->text = sb_take(text);
 }
 
 static int parse_stop(serve_request *r, jo *v, perr *e)
@@ -288,7 +365,11 @@ static int chat_tools(serve_request *r, jo *tools, perr *e)
         jo *t = json_object_array_get_idx(tools, i);
         const char *type, *name, *desc;
         if (get_string(t, "type", &type, false, e)) return -1;
-        if (type && strcmp(type, "function")) return fail(e, "tools of type '%s' are not supported", type);
+        if (type && strcmp(type, "function")) {
+            /* custom (free-form) tools have no JSON schema to call them by */
+            left_out(r, NULL, NULL, "tools other than functions");
+            continue;
+        }
         jo *fn = get(t, "function");
         if (!fn || !json_object_is_type(fn, json_type_object)) return fail(e, "each tool needs a 'function' object");
         if (get_string(fn, "name", &name, true, e) || get_string(fn, "description", &desc, false, e)) return -1;
@@ -301,7 +382,7 @@ static int chat_assistant(serve_request *r, jo *m, perr *e)
 {
     sv_msg *a = add_msg(r, SV_ASSISTANT);
     strbuf text = { 0 };
-    int rc = content_text(get(m, "content"), "text|refusal", &text, e);
+    int rc = content_text(r, get(m, "content"), &text, e);
     a->text = sb_take(&text);
     if (rc) return -1;
     const char *reasoning;
@@ -335,17 +416,17 @@ static int chat_messages(serve_request *r, jo *msgs, perr *e)
         strbuf text = { 0 };
         int rc = 0;
         if (!strcmp(role, "system") || !strcmp(role, "developer")) {
-            rc = content_text(get(m, "content"), "text", &text, e);
-            if (!rc) add_system(r, sb_str(&text));
+            rc = content_text(r, get(m, "content"), &text, e);
+            if (!rc) add_system_msg(r, &text);
         } else if (!strcmp(role, "user")) {
-            rc = content_text(get(m, "content"), "text", &text, e);
+            rc = content_text(r, get(m, "content"), &text, e);
             if (!rc) add_msg(r, SV_USER)->text = sb_take(&text);
         } else if (!strcmp(role, "assistant")) {
             rc = chat_assistant(r, m, e);
         } else if (!strcmp(role, "tool")) {
             const char *id;
             rc = get_string(m, "tool_call_id", &id, false, e);
-            if (!rc) rc = content_text(get(m, "content"), "text", &text, e);
+            if (!rc) rc = content_text(r, get(m, "content"), &text, e);
             if (!rc) {
                 sv_msg *t = add_msg(r, SV_TOOL);
                 t->text = sb_take(&text);
@@ -379,10 +460,66 @@ static int parse_chat(serve_request *r, jo *o, perr *e)
 
 /* ---- Anthropic messages ----------------------------------------------------------------- */
 
-static int anthropic_result_text(jo *c, strbuf *out, perr *e)
+/* Blocks about the tools Anthropic runs itself (web search, code
+ * execution, MCP connectors): their calls and results happened on another
+ * server, and this one has no such tools to go on with. */
+static bool hosted_block(const char *type)
 {
-    if (!c) return 0;
-    return content_text(c, "text", out, e);
+    static const char *const kinds[] = { "server_tool_use", "mcp_tool_use", "mcp_tool_result", "container_upload" };
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+        if (!strcmp(type, kinds[i])) return true;
+    size_t n = strlen(type), k = strlen("_tool_result");
+    return n > k && !strcmp(type + n - k, "_tool_result"); /* web_search_, code_execution_, … */
+}
+
+static int anthropic_tool_result(serve_request *r, jo *b, strbuf *text, perr *e)
+{
+    const char *id;
+    strbuf res = { 0 };
+    if (get_string(b, "tool_use_id", &id, true, e) || content_text(r, get(b, "content"), &res, e)) {
+        sb_free(&res);
+        return -1;
+    }
+    /* text before a result is a message of its own, in order */
+    if (text->len) add_msg(r, SV_USER)->text = sb_take(text);
+    sv_msg *t = add_msg(r, SV_TOOL);
+    t->text = sb_take(&res);
+    t->call_id = sv_strdup(id);
+    return 0;
+}
+
+static int anthropic_block(serve_request *r, bool user, sv_msg *a, jo *b, strbuf *text, strbuf *thinking, perr *e)
+{
+    const char *type, *s;
+    if (!b || !json_object_is_type(b, json_type_object)) return fail(e, "content blocks must be objects");
+    if (get_string(b, "type", &type, true, e)) return -1;
+    if (!user && !strcmp(type, "thinking")) {
+        if (get_string(b, "thinking", &s, true, e)) return -1;
+        sb_puts(thinking, s);
+        return 1;
+    }
+    if (!user && !strcmp(type, "redacted_thinking")) {
+        left_out(r, NULL, NULL, "redacted thinking (encrypted by another server)");
+        return 0;
+    }
+    if (!user && !strcmp(type, "tool_use")) {
+        const char *id, *name;
+        char *obj = NULL;
+        if (get_string(b, "id", &id, false, e) || get_string(b, "name", &name, true, e) ||
+            args_object(NULL, get(b, "input"), &obj, e))
+            return -1;
+        add_call(a, id, name, obj);
+        free(obj);
+        return 0;
+    }
+    if (user && !strcmp(type, "tool_result")) return anthropic_tool_result(r, b, text, e);
+    if (hosted_block(type)) {
+        left_out(r, NULL, NULL, "server tool calls and results (they ran on another server)");
+        return 0;
+    }
+    int rc = content_part(r, b, type, text, e);
+    if (rc > 0) return fail(e, "content blocks of type '%s' are not supported here", type);
+    return rc;
 }
 
 static int anthropic_blocks(serve_request *r, const char *role, jo *content, perr *e)
@@ -398,44 +535,11 @@ static int anthropic_blocks(serve_request *r, const char *role, jo *content, per
     sv_msg *a = user ? NULL : add_msg(r, SV_ASSISTANT);
     bool have_thinking = false;
     int rc = 0;
-    for (size_t i = 0; i < json_object_array_length(content) && !rc; i++) {
-        jo *b = json_object_array_get_idx(content, i);
-        const char *type, *s;
-        if (!b || !json_object_is_type(b, json_type_object)) { rc = fail(e, "content blocks must be objects"); break; }
-        if (get_string(b, "type", &type, true, e)) { rc = -1; break; }
-        if (!strcmp(type, "text")) {
-            rc = get_string(b, "text", &s, true, e);
-            if (!rc) sb_puts(&text, s);
-        } else if (!user && !strcmp(type, "thinking")) {
-            rc = get_string(b, "thinking", &s, true, e);
-            if (!rc) sb_puts(&thinking, s);
-            have_thinking = true;
-        } else if (!user && !strcmp(type, "redacted_thinking")) {
-            continue;
-        } else if (!user && !strcmp(type, "tool_use")) {
-            const char *id, *name;
-            char *obj = NULL;
-            rc = get_string(b, "id", &id, false, e) || get_string(b, "name", &name, true, e) ||
-                 args_object(NULL, get(b, "input") ? get(b, "input") : NULL, &obj, e);
-            if (!rc) add_call(a, id, name, obj);
-            free(obj);
-        } else if (user && !strcmp(type, "tool_result")) {
-            const char *id;
-            strbuf res = { 0 };
-            rc = get_string(b, "tool_use_id", &id, true, e) || anthropic_result_text(get(b, "content"), &res, e);
-            if (!rc) {
-                /* text before a result is a message of its own, in order */
-                if (text.len) add_msg(r, SV_USER)->text = sb_take(&text);
-                sv_msg *t = add_msg(r, SV_TOOL);
-                t->text = sb_take(&res);
-                t->call_id = sv_strdup(id);
-            }
-            sb_free(&res);
-        } else {
-            rc = fail(e, "content blocks of type '%s' are not supported here", type);
-        }
+    for (size_t i = 0; i < json_object_array_length(content) && rc >= 0; i++) {
+        rc = anthropic_block(r, user, a, json_object_array_get_idx(content, i), &text, &thinking, e);
+        if (rc > 0) have_thinking = true;
     }
-    if (!rc) {
+    if (rc >= 0) {
         if (user && text.len) add_msg(r, SV_USER)->text = sb_take(&text);
         if (a) {
             a->text = sb_take(&text);
@@ -444,19 +548,55 @@ static int anthropic_blocks(serve_request *r, const char *role, jo *content, per
     }
     sb_free(&text);
     sb_free(&thinking);
+    return rc < 0 ? -1 : 0;
+}
+
+/* The billing header Claude Code (2.1.36 and later) puts first in the
+ * system prompt ("x-anthropic-billing-header: cc_version=…; cch=…;")
+ * changes with every request; in the prompt it would make every request a
+ * cold prefill of the whole conversation. It is metadata for Anthropic's
+ * billing, not an instruction, so it never reaches the prompt. */
+static bool volatile_header(const char *text)
+{
+    while (*text == ' ' || *text == '\n' || *text == '\t') text++;
+    return !strncmp(text, "x-anthropic-billing-header:", strlen("x-anthropic-billing-header:"));
+}
+
+static int anthropic_system(serve_request *r, jo *sys, perr *e)
+{
+    strbuf s = { 0 };
+    int rc = 0;
+    if (sys && json_object_is_type(sys, json_type_string)) {
+        const char *text = json_object_get_string(sys);
+        if (volatile_header(text)) text = strchr(text, '\n') ? strchr(text, '\n') + 1 : "";
+        sb_puts(&s, text);
+    } else if (sys && json_object_is_type(sys, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(sys) && !rc; i++) {
+            jo *b = json_object_array_get_idx(sys, i);
+            const char *type, *text;
+            if (!b || !json_object_is_type(b, json_type_object)) {
+                rc = fail(e, "system blocks must be objects");
+                break;
+            }
+            rc = get_string(b, "type", &type, true, e);
+            if (rc || strcmp(type, "text")) {
+                if (!rc) rc = fail(e, "system blocks of type '%s' are not supported", type);
+                break;
+            }
+            rc = get_string(b, "text", &text, true, e);
+            if (!rc && !volatile_header(text)) sb_puts(&s, text);
+        }
+    } else if (sys) {
+        rc = fail(e, "'system' must be a string or an array of text blocks");
+    }
+    if (!rc) add_system(r, sb_str(&s));
+    sb_free(&s);
     return rc;
 }
 
 static int parse_messages(serve_request *r, jo *o, perr *e)
 {
-    jo *sys = get(o, "system");
-    strbuf s = { 0 };
-    if (content_text(sys, "text", &s, e)) {
-        sb_free(&s);
-        return -1;
-    }
-    add_system(r, sb_str(&s));
-    sb_free(&s);
+    if (anthropic_system(r, get(o, "system"), e)) return -1;
     jo *msgs = get(o, "messages"), *tools = get(o, "tools");
     if (!msgs || !json_object_is_type(msgs, json_type_array)) return fail(e, "'messages' must be an array");
     for (size_t i = 0; i < json_object_array_length(msgs); i++) {
@@ -464,10 +604,19 @@ static int parse_messages(serve_request *r, jo *o, perr *e)
         const char *role;
         if (!m || !json_object_is_type(m, json_type_object)) return fail(e, "messages.%zu must be an object", i);
         if (get_string(m, "role", &role, true, e)) return -1;
-        if (strcmp(role, "user") && strcmp(role, "assistant"))
-            return fail(e, "messages.%zu: unknown role '%s' (user or assistant)", i, role);
         jo *c = get(m, "content");
         if (!c) return fail(e, "messages.%zu: 'content' is required", i);
+        if (!strcmp(role, "system") || !strcmp(role, "developer")) {
+            /* Claude Code sends reminders as system turns among the messages */
+            strbuf text = { 0 };
+            int rc = content_text(r, c, &text, e);
+            if (!rc) add_system_msg(r, &text);
+            sb_free(&text);
+            if (rc) return -1;
+            continue;
+        }
+        if (strcmp(role, "user") && strcmp(role, "assistant"))
+            return fail(e, "messages.%zu: unknown role '%s' (user, assistant or system)", i, role);
         if (anthropic_blocks(r, role, c, e)) return -1;
     }
     if (tools && !json_object_is_type(tools, json_type_array)) return fail(e, "'tools' must be an array");
@@ -475,7 +624,11 @@ static int parse_messages(serve_request *r, jo *o, perr *e)
         jo *t = json_object_array_get_idx(tools, i);
         const char *name, *desc, *type;
         if (get_string(t, "type", &type, false, e)) return -1;
-        if (type && strcmp(type, "custom")) continue; /* server tools (web search, …) run elsewhere */
+        if (type && strcmp(type, "custom")) {
+            /* server tools (web search, …) run elsewhere */
+            left_out(r, NULL, NULL, "tools other than functions");
+            continue;
+        }
         if (get_string(t, "name", &name, true, e) || get_string(t, "description", &desc, false, e)) return -1;
         if (add_tool_schema(r, name, desc, get(t, "input_schema"), e)) return -1;
     }
@@ -496,29 +649,91 @@ static sv_msg *last_assistant(serve_request *r)
     return a;
 }
 
+/* A tool's output as text: a string, content parts, or any other JSON
+ * written compactly. */
+static int output_text(serve_request *r, jo *out, strbuf *text, perr *e)
+{
+    if (!out || json_object_is_type(out, json_type_string) || json_object_is_type(out, json_type_array))
+        return content_text(r, out, text, e);
+    const char *type = NULL;
+    if (json_object_is_type(out, json_type_object) && get_string(out, "type", &type, false, e)) return -1;
+    if (type && !strcmp(type, "computer_screenshot")) left_out(r, text, "[a screenshot the model cannot see]", "images (the model reads text only)");
+    else sb_puts(text, compact(out));
+    return 0;
+}
+
+static int add_result(serve_request *r, const char *id, jo *out, perr *e)
+{
+    strbuf text = { 0 };
+    if (output_text(r, out, &text, e)) {
+        sb_free(&text);
+        return -1;
+    }
+    sv_msg *t = add_msg(r, SV_TOOL);
+    t->text = sb_take(&text);
+    t->call_id = sv_strdup(id);
+    return 0;
+}
+
+static int responses_message(serve_request *r, jo *it, const char *role, size_t i, perr *e)
+{
+    if (!role) return fail(e, "input[%zu]: a message needs a role", i);
+    strbuf text = { 0 };
+    int rc = content_text(r, get(it, "content"), &text, e);
+    if (!rc) {
+        if (!strcmp(role, "system") || !strcmp(role, "developer")) add_system_msg(r, &text);
+        else if (!strcmp(role, "user")) add_msg(r, SV_USER)->text = sb_take(&text);
+        else if (!strcmp(role, "assistant")) {
+            sv_msg *a = last_assistant(r);
+            if (a->n_calls) a = add_msg(r, SV_ASSISTANT); /* text after calls: a later reply */
+            free(a->text);
+            a->text = sb_take(&text);
+        } else rc = fail(e, "input[%zu]: unknown role '%s'", i, role);
+    }
+    sb_free(&text);
+    return rc;
+}
+
+/* Calls of the tools a client runs itself besides functions: a custom
+ * (free-form) tool's input is the one argument "input"; a built-in one
+ * (local_shell, shell, apply_patch, computer) takes its action object. */
+static int responses_other_call(serve_request *r, jo *it, const char *type, perr *e)
+{
+    const char *id, *name = NULL, *input;
+    if (get_string(it, "call_id", &id, false, e)) return -1;
+    if (!id && get_string(it, "id", &id, true, e)) return -1;
+    jo *args;
+    if (!strcmp(type, "custom_tool_call")) {
+        if (get_string(it, "name", &name, true, e) || get_string(it, "input", &input, false, e)) return -1;
+        args = json_object_new_object();
+        json_object_object_add(args, "input", json_object_new_string(input ? input : ""));
+    } else {
+        jo *action = get(it, "action") ? get(it, "action") : get(it, "operation");
+        args = action && json_object_is_type(action, json_type_object) ? json_object_get(action) : json_object_new_object();
+    }
+    char *kind = sv_strdup(type);
+    kind[strlen(kind) - strlen("_call")] = 0;
+    add_call(last_assistant(r), id, name ? name : kind, compact(args));
+    free(kind);
+    json_object_put(args);
+    return 0;
+}
+
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !strcmp(s + n - k, tail);
+}
+
 static int responses_item(serve_request *r, jo *it, size_t i, perr *e)
 {
+    static const char *const client_calls[] = { "custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call",
+                                                "computer_call" };
     const char *type, *role;
     if (!it || !json_object_is_type(it, json_type_object)) return fail(e, "input[%zu] must be an object", i);
     if (get_string(it, "type", &type, false, e) || get_string(it, "role", &role, false, e)) return -1;
     if (!type) type = "message";
-    if (!strcmp(type, "message")) {
-        if (!role) return fail(e, "input[%zu]: a message needs a role", i);
-        strbuf text = { 0 };
-        int rc = content_text(get(it, "content"), "input_text|output_text|text|refusal", &text, e);
-        if (!rc) {
-            if (!strcmp(role, "system") || !strcmp(role, "developer")) add_system(r, sb_str(&text));
-            else if (!strcmp(role, "user")) add_msg(r, SV_USER)->text = sb_take(&text);
-            else if (!strcmp(role, "assistant")) {
-                sv_msg *a = last_assistant(r);
-                if (a->n_calls) a = add_msg(r, SV_ASSISTANT); /* text after calls: a later reply */
-                free(a->text);
-                a->text = sb_take(&text);
-            } else rc = fail(e, "input[%zu]: unknown role '%s'", i, role);
-        }
-        sb_free(&text);
-        return rc;
-    }
+    if (!strcmp(type, "message")) return responses_message(r, it, role, i, e);
     if (!strcmp(type, "function_call")) {
         const char *id, *name, *args;
         char *obj;
@@ -529,32 +744,40 @@ static int responses_item(serve_request *r, jo *it, size_t i, perr *e)
         free(obj);
         return 0;
     }
-    if (!strcmp(type, "function_call_output")) {
+    for (size_t k = 0; k < sizeof client_calls / sizeof *client_calls; k++)
+        if (!strcmp(type, client_calls[k])) return responses_other_call(r, it, type, e);
+    if (ends_with(type, "_call_output")) {
         const char *id;
-        jo *out = get(it, "output");
-        strbuf text = { 0 };
-        if (get_string(it, "call_id", &id, true, e)) return -1;
-        if (content_text(out, "input_text|output_text|text", &text, e)) {
-            sb_free(&text);
-            return -1;
-        }
-        sv_msg *t = add_msg(r, SV_TOOL);
-        t->text = sb_take(&text);
-        t->call_id = sv_strdup(id);
-        return 0;
+        if (get_string(it, "call_id", &id, false, e)) return -1;
+        if (!id && get_string(it, "id", &id, true, e)) return -1;
+        return add_result(r, id, get(it, "output"), e);
     }
     if (!strcmp(type, "reasoning")) {
         /* the next assistant reply's reasoning, when the client sends it back */
         strbuf text = { 0 };
         jo *parts = get(it, "content") ? get(it, "content") : get(it, "summary");
-        int rc = parts ? content_text(parts, "reasoning_text|summary_text", &text, e) : 0;
+        int rc = parts ? content_text(r, parts, &text, e) : 0;
         if (!rc) {
+            if (!text.len && get(it, "encrypted_content")) left_out(r, NULL, NULL, "encrypted reasoning (another server's)");
             sv_msg *a = add_msg(r, SV_ASSISTANT);
             a->text = sv_strdup("");
             a->reasoning = sb_take(&text);
         }
         sb_free(&text);
         return rc;
+    }
+    if (!strcmp(type, "item_reference")) {
+        left_out(r, NULL, NULL, "item references (this server keeps no items: send them whole)");
+        return 0;
+    }
+    if (ends_with(type, "_call") || !strncmp(type, "mcp_", 4)) {
+        /* web_search_call, file_search_call, code_interpreter_call, … */
+        left_out(r, NULL, NULL, "hosted tool calls (they ran on another server)");
+        return 0;
+    }
+    if (!strcmp(type, "compaction") || !strcmp(type, "compaction_summary")) {
+        left_out(r, NULL, NULL, "encrypted compaction items (another server's)");
+        return 0;
     }
     return fail(e, "input[%zu]: items of type '%s' are not supported", i, type);
 }
@@ -581,7 +804,12 @@ static int parse_responses(serve_request *r, jo *o, perr *e)
         jo *t = json_object_array_get_idx(tools, i);
         const char *type, *name, *desc;
         if (get_string(t, "type", &type, true, e)) return -1;
-        if (strcmp(type, "function")) continue; /* hosted tools run elsewhere */
+        if (strcmp(type, "function")) {
+            /* hosted tools run elsewhere; custom and namespaced ones have no
+             * JSON schema of their own to call them by */
+            left_out(r, NULL, NULL, "tools other than functions");
+            continue;
+        }
         if (get_string(t, "name", &name, true, e) || get_string(t, "description", &desc, false, e)) return -1;
         if (add_tool_schema(r, name, desc, get(t, "parameters"), e)) return -1;
     }
@@ -603,7 +831,7 @@ static int check_order(serve_request *r, perr *e)
     for (size_t i = 0; i < r->n_msgs; i++) {
         if (r->msgs[i].role != SV_TOOL) continue;
         size_t k = i;
-        while (k > 0 && r->msgs[k - 1].role == SV_TOOL) k--;
+        while (k > 0 && (r->msgs[k - 1].role == SV_TOOL || r->msgs[k - 1].role == SV_SYSTEM)) k--;
         if (k == 0 || r->msgs[k - 1].role != SV_ASSISTANT || !r->msgs[k - 1].n_calls)
             return fail(e, "a tool result must follow an assistant message with tool calls");
     }
@@ -675,5 +903,6 @@ void serve_request_free(serve_request *r)
     free(r->choice_name);
     free(r->model);
     sb_free(&r->system);
+    sb_free(&r->notes);
     free(r);
 }

@@ -22,11 +22,13 @@ typedef struct {
     char *args;      /* a JSON object, compact */
 } sv_call;
 
-typedef enum { SV_USER = 0, SV_ASSISTANT, SV_TOOL } sv_role;
+/* SV_SYSTEM: a system or developer message after the first turn, rendered
+ * where it stands (the ones before it make up system). */
+typedef enum { SV_USER = 0, SV_ASSISTANT, SV_TOOL, SV_SYSTEM } sv_role;
 
 typedef struct {
     sv_role role;
-    char *text;      /* user text, assistant visible text, tool result */
+    char *text;      /* user text, assistant visible text, tool result, system text */
     char *reasoning; /* assistant; NULL when not given */
     sv_call *calls;  /* assistant */
     size_t n_calls;
@@ -54,6 +56,7 @@ struct serve_request {
     int think;       /* -1 = server default, 0 off, 1 on */
     char **stop;
     size_t n_stop;
+    strbuf notes;    /* what was left out of the prompt and why, for the request log */
 };
 
 /* ---- rendering and the reply memory (render.c) ------------------------------ */

@@ -364,11 +364,12 @@ static void run_job(sv_worker *w, slot *sl, sv_job *j)
     }
     if (!w->cfg.quiet)
         fprintf(stderr, "ds4cl serve: request %lu%s: prompt %zu tokens (%zu prefilled, %zu cached) in %.0f ms, "
-                        "%zu generated in %.0f ms, %s\n",
+                        "%zu generated in %.0f ms, %s%s%s\n",
                 j->seq, w->n_slots > 1 ? slot_name(sl) : "", j->prompt_tokens, j->prefilled, j->cached_tokens, t1 - t0, j->completion_tokens,
                 base_now_ms() - t1,
                 j->finish == SV_FINISH_CANCEL ? "cancelled" : j->finish == SV_FINISH_ERROR ? j->error
-                                                                                           : sv_finish_openai(j->finish));
+                                                                                           : sv_finish_openai(j->finish),
+                j->req->notes.len ? "; left out: " : "", sb_str(&j->req->notes));
     if (j->req->stream && j->finish != SV_FINISH_CANCEL) j->w->end(j);
     gen_free(&g);
 }

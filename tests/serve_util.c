@@ -244,24 +244,42 @@ long srv_int(struct json_object *o, const char *path)
 
 /* ---- the client libraries ---------------------------------------------------------------- */
 
-/* build/serve-clients with the locked versions installed (once; the lock
- * keeps parallel tests from installing at the same time). */
-const char *srv_clients_dir(void)
+/* build/NAME with tests/SRC's locked packages installed by install (once;
+ * the lock keeps parallel tests from installing at the same time); probe:
+ * a path there that shows the install is complete. */
+static const char *npm_dir(const char *name, const char *src_dir, const char *install, const char *probe,
+                           const char *what)
 {
     if (!test_have_program("node") || !test_have_program("npm")) SKIP("node and npm are not installed");
-    const char *dir = test_printf("%s/build/serve-clients", test_root());
-    const char *src = test_printf("%s/tests/serve", test_root());
+    const char *dir = test_printf("%s/build/%s", test_root(), name);
+    const char *src = test_printf("%s/tests/%s", test_root(), src_dir);
     char *out;
     int rc = test_runf(&out,
-                       "mkdir -p '%s' && cd '%s' && flock ../serve-clients.lock sh -c '"
-                       "{ cmp -s package-lock.json \"%s/package-lock.json\" && [ -d node_modules/openai ] && "
-                       "[ -d node_modules/@anthropic-ai/sdk ]; } || "
+                       "mkdir -p '%s' && cd '%s' && flock ../%s.lock sh -c '"
+                       "{ cmp -s package-lock.json \"%s/package-lock.json\" && [ -e %s ]; } || "
                        "{ cp \"%s/package.json\" \"%s/package-lock.json\" . && "
-                       "npm ci --no-audit --no-fund --loglevel=error; } && cp \"%s/clients.mjs\" clients.mjs.tmp && "
-                       "mv clients.mjs.tmp clients.mjs'",
-                       dir, dir, src, src, src, src);
-    if (rc != 0) SKIP("npm could not install the client libraries: %.300s", out);
+                       "npm %s --no-audit --no-fund --loglevel=error; }'",
+                       dir, dir, name, src, probe, src, src, install);
+    if (rc != 0) SKIP("npm could not install %s: %.300s", what, out);
     return dir;
+}
+
+const char *srv_clients_dir(void)
+{
+    const char *dir = npm_dir("serve-clients", "serve", "ci", "node_modules/@anthropic-ai/sdk", "the client libraries");
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && cp '%s/tests/serve/clients.mjs' clients.mjs.tmp && mv clients.mjs.tmp clients.mjs",
+                       dir, test_root());
+    CHECK_MSG(rc == 0, "%s", out);
+    return dir;
+}
+
+const char *srv_agents_dir(void)
+{
+    /* npm ci refuses this lock: opencode-ai names platform packages that
+     * npm leaves out of it; install keeps to the locked versions all the
+     * same */
+    return npm_dir("serve-agents", "agents", "install", "node_modules/.bin/opencode", "the coding agents");
 }
 
 void srv_run_clients(const srv_server *s, const char *scenario, const char *key)

@@ -73,6 +73,10 @@ int srv_sse_events(const char *body, const char **names, struct json_object **da
 /* build/serve-clients with tests/serve's locked packages installed (skips
  * the test when npm cannot install them). */
 const char *srv_clients_dir(void);
+/* build/serve-agents with tests/agents' locked coding agents (Claude
+ * Code, Codex CLI, opencode) installed, their programs in
+ * node_modules/.bin (skips the test when npm cannot install them). */
+const char *srv_agents_dir(void);
 /* Runs `node clients.mjs SCENARIO PORT KEY` there; fails unless it prints
  * "ok SCENARIO". */
 void srv_run_clients(const srv_server *s, const char *scenario, const char *key);

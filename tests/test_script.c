@@ -85,6 +85,31 @@ TEST(script, expectation_failure_is_the_reply)
     ds4_session_close(s);
 }
 
+TEST(script, match_picks_a_reply_by_the_prompt_out_of_order)
+{
+    const char *lines[] = { script_line("first", NULL), script_line("a title", "\"match\": \"make a title\""),
+                            script_line("second", NULL), NULL };
+    ds4_engine *e = script_engine(write_script(lines));
+    const ds4_tokenizer *t = ds4_engine_tokenizer(e);
+    ds4_session *s = ds4_session_open(e, 4096, NULL);
+    ds4_tokens prompt = { 0 }, side = { 0 };
+    ds4_chat_begin(t, &prompt, DS4_THINK_HIGH);
+    CHECK_STR_EQ(generate(s, t, &prompt, "go on", NULL), "first");
+    /* a side request, whose system text asks for a title: the matching
+     * entry, as often as it comes, and the order does not move */
+    for (int i = 0; i < 2; i++) {
+        side.n = 0;
+        ds4_chat_begin(t, &side, DS4_THINK_HIGH);
+        ds4_chat_system(t, &side, "Please make a title.", false);
+        CHECK_STR_EQ(generate(s, t, &side, "the conversation", NULL), "a title");
+    }
+    CHECK_STR_EQ(generate(s, t, &prompt, "and then", NULL), "second");
+    CHECK_STR_EQ(generate(s, t, &prompt, "more", NULL), "");
+    ds4_tokens_free(&prompt);
+    ds4_tokens_free(&side);
+    ds4_session_close(s);
+}
+
 /* The moment the cancel is raised; the engine sees it at its next poll. */
 static double g_cancel_at;
 static bool cancel_after(void *ud)
@@ -207,6 +232,7 @@ TEST(script, bad_scripts_are_refused_with_the_line)
         { "{\"assistant\": 5}\n", "script line 1 has no \"assistant\" text" },
         { "{\"assistant\": \"a\", \"delay_ms\": -4}\n", "\"delay_ms\" must be a number of milliseconds" },
         { "[1, 2]\n", "script line 1 is not a JSON object" },
+        { "{\"assistant\": \"a\", \"match\": \"\"}\n", "script line 1: \"match\" must be text" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *path = test_tmp_path("bad%zu.jsonl", i);

@@ -123,16 +123,17 @@ TEST(serve, bad_requests_get_4xx_in_the_apis_shape)
     srv_check_error(&s, msgs, "[1, 2]", NULL, 400, "one JSON object");
     srv_check_error(&s, chat, "{\"messages\": \"hi\"}", NULL, 400, "'messages' must be an array");
     srv_check_error(&s, chat, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", NULL, 400, "unknown role 'wizard'");
-    srv_check_error(&s, msgs, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"system\", \"content\": \"x\"}]}", NULL, 400,
-                "unknown role 'system'");
+    srv_check_error(&s, msgs, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", NULL, 400,
+                "unknown role 'wizard'");
     srv_check_error(&s, chat, "{\"temperature\": \"hot\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", NULL,
                 400, "'temperature' must be a number");
     srv_check_error(&s, chat, "{\"max_tokens\": -3, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", NULL, 400,
                 "'max_tokens' must be between");
     srv_check_error(&s, chat, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", NULL, 400,
                 "must follow an assistant message");
-    srv_check_error(&s, msgs, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image\"}]}]}", NULL, 400,
-                "'image' are not supported");
+    srv_check_error(&s, msgs, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"hologram\"}]}]}", NULL, 400,
+                "'hologram' are not supported");
+    srv_check_error(&s, resp, "{\"input\": [{\"type\": \"hologram\"}]}", NULL, 400, "'hologram' are not supported");
     srv_check_error(&s, resp, "{\"input\": 5}", NULL, 400, "'input' must be");
     srv_check_error(&s, chat, "{\"tool_choice\": \"required\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}",
                 NULL, 400, "none are given");
@@ -488,4 +489,178 @@ TEST(serve, parallel_sessions_keep_each_conversation_to_its_own)
     CHECK_CONTAINS(strstr(out, "\"object\":\"chat.completion\"") + 1, "\"object\":\"chat.completion\"");
     CHECK_EQ_INT(srv_stop(&s), 0);
     CHECK_CONTAINS(test_read_file(s.log, NULL), "(slot 2)");
+}
+
+/* ---- what real clients send ------------------------------------------------------------- */
+
+/* Claude Code's shape: the billing header block first in the system
+ * prompt (its cch= changes with every request), cache_control on blocks,
+ * and a system turn among the messages. */
+static const char *claude_code_system =
+    "You are a careful coding agent working in the user's repository. Read before you write, keep "
+    "changes small, run the tests, and report what you did plainly. Never invent file contents.";
+
+static char *claude_code_request(const char *cch)
+{
+    return test_printf(
+        "{\"model\": \"ds4\", \"max_tokens\": 100, \"metadata\": {\"user_id\": \"u\"}, \"system\": ["
+        "{\"type\": \"text\", \"text\": \"x-anthropic-billing-header: cc_version=2.1.332.3eb; cc_entrypoint=cli; cch=%s;\"},"
+        "{\"type\": \"text\", \"text\": \"%s\", \"cache_control\": {\"type\": \"ephemeral\"}}],"
+        "\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"<system-reminder>context</system-reminder>\\n\"},"
+        "{\"type\": \"text\", \"text\": \"Say hi.\"}]},"
+        "{\"role\": \"system\", \"content\": [{\"type\": \"text\", \"text\": \"# Environment\\nWorking directory: /w\", "
+        "\"cache_control\": {\"type\": \"ephemeral\"}}]}]}",
+        cch, claude_code_system);
+}
+
+TEST(serve, claude_code_request_is_answered_and_its_billing_header_does_not_break_the_cache)
+{
+    const char *lines[] = { srv_reply_line("Hi.", "\"expect\": \"Say hi.\\n\\n# Environment\\nWorking directory: /w\""),
+                            NULL };
+    srv_server s;
+    srv_start(&s, srv_script(lines), NULL);
+    char *body;
+    /* the system prompt's tokens: what it adds to a one-message request */
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/messages/count_tokens",
+                          "{\"model\": \"ds4\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", NULL, &body),
+                 200);
+    struct json_object *o = srv_parse(body);
+    long bare = srv_int(o, "input_tokens");
+    json_object_put(o);
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/messages/count_tokens",
+                          test_printf("{\"model\": \"ds4\", \"system\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}",
+                                      claude_code_system),
+                          NULL, &body),
+                 200);
+    o = srv_parse(body);
+    long system_tokens = srv_int(o, "input_tokens") - bare;
+    json_object_put(o);
+    CHECK(system_tokens > 20);
+
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/messages", claude_code_request("1f2e3"), NULL, &body), 200);
+    o = srv_parse(body);
+    CHECK_STR_EQ(srv_str(o, "content.0.text"), "Hi.");
+    json_object_put(o);
+    /* the next request differs only in the billing block: the very same
+     * prompt (the script answers it with the same reply) */
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/messages", claude_code_request("9a8b7"), NULL, &body), 200);
+    o = srv_parse(body);
+    CHECK_STR_EQ(srv_str(o, "content.0.text"), "Hi.");
+    long cached = srv_int(o, "usage.cache_read_input_tokens");
+    CHECK_MSG(cached >= system_tokens, "%ld tokens read from the cache, the system prompt has %ld", cached, system_tokens);
+    json_object_put(o);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+}
+
+TEST(serve, system_turns_among_the_messages_stay_where_they_stand_in_every_api)
+{
+    const char *lines[] = {
+        srv_reply_line("ok</think>Two.", "\"expect\": \"one\\n\\nMind the tabs.\""),
+        srv_reply_line("ok</think>Three.", "\"expect\": \"Use tabs.<\xef\xbd\x9cUser\xef\xbd\x9c>two\""),
+        srv_reply_line("Four.", "\"expect\": \"[an image the model cannot see]\""),
+        NULL,
+    };
+    srv_server s;
+    srv_start(&s, srv_script(lines), NULL);
+    char *body;
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/chat/completions",
+                          "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"one\"},"
+                          "{\"role\": \"developer\", \"content\": [{\"type\": \"text\", \"text\": \"Mind the tabs.\"}]}]}",
+                          NULL, &body),
+                 200);
+    struct json_object *o = srv_parse(body);
+    CHECK_STR_EQ(srv_str(o, "choices.0.message.content"), "Two.");
+    json_object_put(o);
+    /* a developer message after an assistant turn: plain text after its end */
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/responses",
+                          "{\"instructions\": \"Be brief.\", \"input\": [{\"role\": \"user\", \"content\": \"one\"},"
+                          "{\"type\": \"reasoning\", \"id\": \"rs_1\", \"summary\": [], \"encrypted_content\": \"opaque\"},"
+                          "{\"role\": \"assistant\", \"content\": [{\"type\": \"output_text\", \"text\": \"Two.\"}]},"
+                          "{\"role\": \"developer\", \"content\": [{\"type\": \"input_text\", \"text\": \"Use tabs.\"}]},"
+                          "{\"type\": \"item_reference\", \"id\": \"msg_1\"},"
+                          "{\"role\": \"user\", \"content\": [{\"type\": \"input_text\", \"text\": \"two\"}]}]}",
+                          NULL, &body),
+                 200);
+    o = srv_parse(body);
+    CHECK_STR_EQ(srv_str(o, "output.1.content.0.text"), "Three.");
+    json_object_put(o);
+    /* media the model cannot read: a placeholder, and the log says why */
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/messages",
+                          "{\"max_tokens\": 50, \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"look: \"},"
+                          "{\"type\": \"image\", \"source\": {\"type\": \"base64\", \"media_type\": \"image/png\", \"data\": \"iVBO\"}}]}]}",
+                          NULL, &body),
+                 200);
+    o = srv_parse(body);
+    CHECK_STR_EQ(srv_str(o, "content.0.text"), "Four.");
+    json_object_put(o);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+    char *log = test_read_file(s.log, NULL);
+    CHECK_CONTAINS(log, "left out: images (the model reads text only)");
+    CHECK_CONTAINS(log, "encrypted reasoning");
+    CHECK_CONTAINS(log, "item references");
+}
+
+/* Every content type the official APIs take is answered: text-bearing
+ * parts are read (a text document, a search result, a tool search's
+ * reference), the rest left out and noted in the request log. */
+TEST(serve, every_content_type_of_the_three_apis_is_answered)
+{
+    const char *lines[] = {
+        srv_reply_line("ok</think>One.", "\"expect\": \"[an image the model cannot see][audio the model cannot hear][a file the model cannot read]\""),
+        srv_reply_line("Two.", "\"expect\": \"read[an image the model cannot see]Tool Read is available.\\n\\n</tool_result>"
+                                   "<\xef\xbd\x9cUser\xef\xbd\x9c>Guide\\n\\nUse tabs.Result\\n\\nAll good.[a document the model cannot read]\""),
+        srv_reply_line("ok</think>Three.", "\"expect\": \"Tool result 1 (local_shell):\\na.txt\""),
+        NULL,
+    };
+    srv_server s;
+    srv_start(&s, srv_script(lines), NULL);
+    char *body;
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/chat/completions",
+                          "{\"tools\": [{\"type\": \"custom\", \"custom\": {\"name\": \"grammar\"}}], \"messages\": [{\"role\": \"user\", \"content\": ["
+                          "{\"type\": \"image_url\", \"image_url\": {\"url\": \"data:image/png;base64,iVBO\"}},"
+                          "{\"type\": \"input_audio\", \"input_audio\": {\"data\": \"UklG\", \"format\": \"wav\"}},"
+                          "{\"type\": \"file\", \"file\": {\"file_data\": \"JVBE\", \"filename\": \"a.pdf\"}}]}]}",
+                          NULL, &body),
+                 200);
+    struct json_object *o = srv_parse(body);
+    CHECK_STR_EQ(srv_str(o, "choices.0.message.content"), "One.");
+    json_object_put(o);
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/messages",
+                          "{\"max_tokens\": 50, \"tools\": [{\"type\": \"web_search_20250305\", \"name\": \"web_search\"},"
+                          "{\"name\": \"Read\", \"input_schema\": {\"type\": \"object\"}}], \"messages\": ["
+                          "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"look\", \"cache_control\": {\"type\": \"ephemeral\"}}]},"
+                          "{\"role\": \"assistant\", \"content\": [{\"type\": \"redacted_thinking\", \"data\": \"xx\"},"
+                          "{\"type\": \"server_tool_use\", \"id\": \"srvtoolu_1\", \"name\": \"web_search\", \"input\": {\"query\": \"q\"}},"
+                          "{\"type\": \"web_search_tool_result\", \"tool_use_id\": \"srvtoolu_1\", \"content\": []},"
+                          "{\"type\": \"text\", \"text\": \"Found.\", \"citations\": []},"
+                          "{\"type\": \"tool_use\", \"id\": \"t1\", \"name\": \"Read\", \"input\": {}}]},"
+                          "{\"role\": \"user\", \"content\": [{\"type\": \"tool_result\", \"tool_use_id\": \"t1\", \"content\": ["
+                          "{\"type\": \"text\", \"text\": \"read\"}, {\"type\": \"image\", \"source\": {\"type\": \"url\", \"url\": \"http://x\"}},"
+                          "{\"type\": \"tool_reference\", \"tool_name\": \"Read\"}]},"
+                          "{\"type\": \"document\", \"title\": \"Guide\", \"source\": {\"type\": \"text\", \"media_type\": \"text/plain\", \"data\": \"Use tabs.\"}},"
+                          "{\"type\": \"search_result\", \"title\": \"Result\", \"source\": \"s\", \"content\": [{\"type\": \"text\", \"text\": \"All good.\"}]},"
+                          "{\"type\": \"document\", \"source\": {\"type\": \"base64\", \"media_type\": \"application/pdf\", \"data\": \"JVBE\"}}]}]}",
+                          NULL, &body),
+                 200);
+    o = srv_parse(body);
+    CHECK_STR_EQ(srv_str(o, "content.0.text"), "Two.");
+    json_object_put(o);
+    CHECK_EQ_INT(srv_http(&s, "POST", "/v1/responses",
+                          "{\"tools\": [{\"type\": \"web_search\"}, {\"type\": \"custom\", \"name\": \"apply_patch\"}], \"input\": ["
+                          "{\"role\": \"user\", \"content\": [{\"type\": \"input_text\", \"text\": \"go\"}, {\"type\": \"input_file\", \"file_id\": \"f\"}]},"
+                          "{\"type\": \"web_search_call\", \"id\": \"ws_1\", \"status\": \"completed\", \"action\": {\"type\": \"search\"}},"
+                          "{\"type\": \"custom_tool_call\", \"call_id\": \"c1\", \"name\": \"apply_patch\", \"input\": \"*** Begin Patch\"},"
+                          "{\"type\": \"custom_tool_call_output\", \"call_id\": \"c1\", \"output\": \"patched\"},"
+                          "{\"type\": \"local_shell_call\", \"call_id\": \"c2\", \"action\": {\"type\": \"exec\", \"command\": [\"ls\"]}},"
+                          "{\"type\": \"local_shell_call_output\", \"call_id\": \"c2\", \"output\": [{\"type\": \"input_text\", \"text\": \"a.txt\"}]}]}",
+                          NULL, &body),
+                 200);
+    o = srv_parse(body);
+    CHECK_MSG(srv_str(o, "output.1.content.0.text") && !strcmp(srv_str(o, "output.1.content.0.text"), "Three."), "%s", body);
+    json_object_put(o);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+    char *log = test_read_file(s.log, NULL);
+    static const char *const notes[] = { "images", "audio", "attached files", "tools other than functions",
+                                         "redacted thinking", "server tool calls", "non-text documents", "hosted tool calls" };
+    for (size_t i = 0; i < sizeof notes / sizeof *notes; i++) CHECK_CONTAINS(log, notes[i]);
 }

@@ -20,8 +20,16 @@
  *   expect            text that must occur in the prompt since the last
  *                     reply (the user turn or tool results); when it does
  *                     not, the reply is "script: expected …" instead.
- * Blank lines and lines starting with '#' are skipped. After the last
- * entry every reply is empty (EOS at once).
+ *   match             text that picks this entry by the prompt instead of
+ *                     by order: whenever the whole prompt being answered
+ *                     contains it, this entry is the reply (the first such
+ *                     entry in the file wins), as often as that happens,
+ *                     and the entries in order stay where they were. For
+ *                     the side requests real clients make (a title, a
+ *                     summary) at times a test cannot predict.
+ * Blank lines and lines starting with '#' are skipped. Entries without
+ * "match" are replayed in order; after the last one every reply is empty
+ * (EOS at once).
  *
  * A generation call starts when an evaluation ends with the assistant
  * prefix (<｜Assistant｜> then <think> or </think>). The logits put the
@@ -43,6 +51,7 @@ typedef struct {
     int delay_ms;
     int prefill_delay_ms;
     char *expect;
+    char *match;
 } script_entry;
 
 typedef struct {
@@ -68,6 +77,7 @@ static void entries_free(script_engine *se)
     for (size_t i = 0; i < se->n; i++) {
         ds4_tokens_free(&se->entries[i].toks);
         free(se->entries[i].expect);
+        free(se->entries[i].match);
     }
     free(se->entries);
 }
@@ -102,7 +112,7 @@ static int parse_line(ds4_engine *e, script_engine *se, const char *text, size_t
     json_object_object_foreach(o, key, val) {
         (void)val;
         if (strcmp(key, "assistant") && strcmp(key, "delay_ms") && strcmp(key, "prefill_delay_ms") &&
-            strcmp(key, "expect")) {
+            strcmp(key, "expect") && strcmp(key, "match")) {
             ds4_error_set(err, "script line %zu: unknown key \"%s\"", line, key);
             json_object_put(o);
             return -1;
@@ -124,6 +134,15 @@ static int parse_line(ds4_engine *e, script_engine *se, const char *text, size_t
             return ds4_error_set(err, "script line %zu: \"expect\" must be text", line);
         }
         en.expect = xstrdup(json_object_get_string(v));
+    }
+    if (json_object_object_get_ex(o, "match", &v)) {
+        if (!json_object_is_type(v, json_type_string) || !json_object_get_string_len(v)) {
+            ds4_tokens_free(&en.toks);
+            free(en.expect);
+            json_object_put(o);
+            return ds4_error_set(err, "script line %zu: \"match\" must be text", line);
+        }
+        en.match = xstrdup(json_object_get_string(v));
     }
     json_object_put(o);
     se->entries = xrealloc(se->entries, (se->n + 1) * sizeof *se->entries);
@@ -215,15 +234,24 @@ static bool nap(int ms, const ds4_callbacks *cb)
 
 static bool cancelled(const ds4_callbacks *cb) { return cb && cb->cancel && cb->cancel(cb->ud); }
 
-static const script_entry *next_entry(const script_state *st)
+/* The next entry in order from i on (entries with "match" are not in the order). */
+static size_t in_order(const script_engine *se, size_t i)
 {
-    return st->next < st->se->n ? &st->se->entries[st->next] : NULL;
+    while (i < se->n && se->entries[i].match) i++;
+    return i;
 }
 
-/* The prompt bytes since the previous reply's EOS (or the start). */
-static char *recent_prompt(const script_state *st, const int32_t *tokens, size_t end)
+static const script_entry *next_entry(const script_state *st)
 {
-    size_t from = end;
+    size_t i = in_order(st->se, st->next);
+    return i < st->se->n ? &st->se->entries[i] : NULL;
+}
+
+/* The prompt bytes from the previous reply's EOS (or the start, when
+ * whole) to end. */
+static char *prompt_text(const script_state *st, const int32_t *tokens, size_t end, bool whole)
+{
+    size_t from = whole ? 0 : end;
     while (from > 0 && tokens[from - 1] != st->se->eos) from--;
     strbuf b = { 0 };
     for (size_t i = from; i < end; i++) {
@@ -242,14 +270,26 @@ static void start_reply(script_state *st, const int32_t *tokens)
         st->k = 0;
         return;
     }
-    st->cur = st->next < st->se->n ? (long)st->next++ : -1;
+    st->cur = -1;
+    bool any_match = false;
+    for (size_t i = 0; i < st->se->n && !any_match; i++) any_match = st->se->entries[i].match != NULL;
+    if (any_match) {
+        char *prompt = prompt_text(st, tokens, st->n_tokens, true);
+        for (size_t i = 0; i < st->se->n && st->cur < 0; i++)
+            if (st->se->entries[i].match && strstr(prompt, st->se->entries[i].match)) st->cur = (long)i;
+        free(prompt);
+    }
+    if (st->cur < 0) {
+        st->next = in_order(st->se, st->next);
+        st->cur = st->next < st->se->n ? (long)st->next++ : -1;
+    }
     st->k = 0;
     st->started_at = st->n_tokens;
     ds4_tokens_truncate(&st->override, 0);
     if (st->cur < 0) return;
     const script_entry *en = &st->se->entries[st->cur];
     if (!en->expect) return;
-    char *prompt = recent_prompt(st, tokens, st->n_tokens);
+    char *prompt = prompt_text(st, tokens, st->n_tokens, false);
     if (!strstr(prompt, en->expect)) {
         /* Say so in the reply, where a test sees it. */
         char msg[512];

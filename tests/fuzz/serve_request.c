@@ -3,9 +3,11 @@
  * First byte: the API (chat completions, messages, responses); the rest is
  * the request body. Whatever parses must be a well-formed conversation:
  * tool schemas and call arguments are JSON objects, every tool result
- * follows an assistant message with calls; whatever does not parse must
- * say why. Seeds (tests/fuzz/seeds/serve_request/) are real bodies of the
- * three APIs with tools, tool calls and results. */
+ * follows an assistant message with calls (system messages may stand
+ * between); whatever does not parse must say why. Seeds
+ * (tests/fuzz/seeds/serve_request/) are bodies of the three APIs with
+ * tools, tool calls and results, three of them sent by Claude Code, Codex
+ * CLI and opencode. */
 #include <json-c/json.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (m->role == SV_TOOL) {
             size_t k = i;
-            while (k > 0 && r->msgs[k - 1].role == SV_TOOL) k--;
+            while (k > 0 && (r->msgs[k - 1].role == SV_TOOL || r->msgs[k - 1].role == SV_SYSTEM)) k--;
             if (k == 0 || r->msgs[k - 1].role != SV_ASSISTANT || !r->msgs[k - 1].n_calls) abort();
         }
     }
