@@ -101,7 +101,7 @@ struct sv_job {
     unsigned long seq;
 
     /* results, written by the worker before done */
-    strbuf reasoning, text;
+    strbuf reasoning, text;     /* valid UTF-8 */
     sv_call *calls;
     size_t n_calls;
     sv_finish finish;

@@ -12,8 +12,11 @@
  * reply is sampled as the agent samples (agent/turn.c): the DSML parser
  * follows the bytes, structure is decoded greedily under the structural
  * mask, and the parser's events become the job's reasoning, text and tool
- * calls. tool_choice none forbids the DSML token; required (or a named
- * tool) writes the block opener (and the invoke) once the answer begins.
+ * calls. Reasoning and text are taken once per token (one event per token
+ * for a stream, never half a character) and as valid UTF-8: what the model
+ * wrote that is not becomes U+FFFD, in the stream and in the reply alike.
+ * tool_choice none forbids the DSML token; required (or a named tool)
+ * writes the block opener (and the invoke) once the answer begins.
  * The job's cancel flag, or the server stopping, ends the work at the next
  * chunk or token boundary. */
 #include <json-c/json.h>
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include "agent/dsml.h"
+#include "engine/unicode.h"
 #include "serve/serve_internal.h"
 
 #define MAX_SLOTS 16
@@ -67,6 +71,8 @@ typedef struct {
     ds4_tokens forced;   /* opener written for a required call */
     size_t forced_pos;
     bool forcing;        /* the last pick was forced */
+    strbuf pend;         /* this token's reasoning or text, not yet taken */
+    bool pend_think;     /* which of the two pend holds */
     size_t sent;         /* bytes of j->text handed to the writer */
     size_t hold;         /* longest stop sequence less one */
     bool stopped;        /* a stop sequence matched */
@@ -126,19 +132,57 @@ static void add_text(gen *g, const char *s, size_t n)
     flush_text(g, utf8_floor(j->text.s, safe, g->sent));
 }
 
+/* The parser hands reasoning and text over a byte or a few at a time;
+ * they are gathered here and taken once per token (pend_take after each),
+ * as the agent publishes them (agent_stream_flush). */
+static void pend_take(gen *g, bool all)
+{
+    sv_job *j = g->j;
+    /* a character cut short waits for the bytes that complete it, unless
+     * its region or the reply has ended: then it is not one */
+    size_t n = all ? g->pend.len : utf8_complete_len(g->pend.s, g->pend.len);
+    if (!n) return;
+    strbuf v = { 0 };
+    utf8_append_valid(&v, g->pend.s, n);
+    memmove(g->pend.s, g->pend.s + n, g->pend.len - n);
+    g->pend.len -= n;
+    g->pend.s[g->pend.len] = 0;
+    if (g->pend_think) {
+        sb_append(&j->reasoning, v.s, v.len);
+        if (j->req->stream) j->w->think(j, v.s, v.len);
+    } else {
+        add_text(g, v.s, v.len);
+    }
+    sb_free(&v);
+}
+
+static void pend_add(gen *g, bool think, const char *s, size_t n)
+{
+    if (g->pend.len && g->pend_think != think) pend_take(g, true);
+    g->pend_think = think;
+    sb_append(&g->pend, s, n);
+}
+
+static char *valid_dup(const char *s)
+{
+    strbuf b = { 0 };
+    utf8_append_valid(&b, s ? s : "", s ? strlen(s) : 0);
+    return sb_take(&b);
+}
+
 static void on_dsml(void *ud, const dsml_event *ev)
 {
     gen *g = ud;
     sv_job *j = g->j;
     switch (ev->type) {
     case DSML_EV_THINK:
-        sb_append(&j->reasoning, ev->text, ev->len);
-        if (j->req->stream) j->w->think(j, ev->text, ev->len);
+        pend_add(g, true, ev->text, ev->len);
         break;
     case DSML_EV_TEXT:
-        add_text(g, ev->text, ev->len);
+        pend_add(g, false, ev->text, ev->len);
         break;
     case DSML_EV_CALL_END: {
+        pend_take(g, true);
         struct json_object *args = json_tokener_parse(ev->text);
         const char *canon = args ? json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN |
                                                                             JSON_C_TO_STRING_NOSLASHESCAPE)
@@ -146,7 +190,7 @@ static void on_dsml(void *ud, const dsml_event *ev)
         j->calls = xrealloc(j->calls, (j->n_calls + 1) * sizeof *j->calls);
         char id[96];
         snprintf(id, sizeof id, "%s_%s_%zu", j->req->api == SERVE_API_MESSAGES ? "toolu" : "call", j->id, j->n_calls);
-        j->calls[j->n_calls] = (sv_call){ sv_strdup(id), sv_strdup(ev->name), sv_strdup(canon) };
+        j->calls[j->n_calls] = (sv_call){ sv_strdup(id), valid_dup(ev->name), valid_dup(canon) };
         json_object_put(args);
         flush_text(g, j->text.len);
         if (j->req->stream) j->w->call(j, j->n_calls, &j->calls[j->n_calls]);
@@ -222,6 +266,7 @@ static void gen_free(gen *g)
     dsml_masker_free(g->masker);
     dsml_schema_free(g->schema);
     ds4_tokens_free(&g->forced);
+    sb_free(&g->pend);
 }
 
 /* Brings the session to the job's prompt. */
@@ -295,6 +340,7 @@ static void sample_reply(sv_worker *w, gen *g)
         size_t len = 0;
         const char *b = ds4_token_bytes(w->tok, id, &len);
         dsml_feed(g->parser, b ? b : "", b ? len : 0);
+        pend_take(g, false);
         dsml_state ds = dsml_get_state(g->parser);
         if (ds == DSML_DONE || ds == DSML_ERROR || g->stopped) break;
         ds4_error err = { "" };
@@ -316,8 +362,9 @@ static void sample_reply(sv_worker *w, gen *g)
         /* a call the parser cannot read goes to the client as text */
         size_t len = 0;
         const char *st = dsml_stanza(g->parser, &len);
-        add_text(g, st, len);
+        pend_add(g, false, st, len);
     }
+    pend_take(g, true);
     flush_text(g, j->text.len);
     j->completion_tokens = sampled.n;
     if (j->n_calls && (j->finish == SV_FINISH_STOP || ds == DSML_DONE)) j->finish = SV_FINISH_TOOLS;

@@ -234,3 +234,22 @@ int srv_sse_events(const char *body, const char **names, struct json_object **da
     }
     return n;
 }
+
+bool srv_utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        size_t k = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (!k || i + k > n) return false;
+        for (size_t j = 1; j < k; j++)
+            if ((p[i + j] & 0xc0) != 0x80) return false;
+        /* the second byte's narrower ranges: overlong, surrogate, too large */
+        unsigned char d = k > 1 ? p[i + 1] : 0;
+        if ((c == 0xe0 && d < 0xa0) || (c == 0xed && d > 0x9f) || (c == 0xf0 && d < 0x90) || (c == 0xf4 && d > 0x8f))
+            return false;
+        i += k;
+    }
+    return true;
+}

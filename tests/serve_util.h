@@ -5,6 +5,7 @@
 #define DS4CL_SERVE_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "tests/test.h"
@@ -55,6 +56,10 @@ long srv_int(struct json_object *o, const char *path);
 /* The events of an SSE body: names (or "-") and parsed data, in order, at
  * most max; *done when it ended with [DONE]. Fails on bad framing. */
 int srv_sse_events(const char *body, const char **names, struct json_object **data, int max, bool *done);
+
+/* Whether s[0..n) is valid UTF-8 (RFC 3629: no overlong forms, surrogates
+ * or values above U+10FFFF), as a strict JSON reader wants it. */
+bool srv_utf8_valid(const char *s, size_t n);
 
 /* build/serve-clients with tests/serve's locked packages installed (skips
  * the test when npm cannot install them). */
