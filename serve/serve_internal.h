@@ -105,6 +105,7 @@ struct sv_job {
     sv_call *calls;
     size_t n_calls;
     sv_finish finish;
+    bool shutdown;              /* the error is the server stopping */
     char *stop_hit;             /* the stop sequence that ended it */
     char error[512];
     size_t prompt_tokens, cached_tokens, prefilled, completion_tokens, reasoning_tokens;

@@ -18,12 +18,14 @@
  * tool_choice none forbids the DSML token; required (or a named tool)
  * writes the block opener (and the invoke) once the answer begins.
  * The job's cancel flag, or the server stopping, ends the work at the next
- * chunk or token boundary. */
+ * chunk or token boundary; the server stopping is an error the client is
+ * told of in the API's shape, a client that left is told nothing. */
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent/dsml.h"
 #include "engine/unicode.h"
@@ -416,8 +418,49 @@ static void run_job(sv_worker *w, slot *sl, sv_job *j)
                 base_now_ms() - t1,
                 j->finish == SV_FINISH_CANCEL ? "cancelled" : j->finish == SV_FINISH_ERROR ? j->error
                                                                                            : sv_finish_openai(j->finish));
+    /* the server stopping is an error the client is told of; a client
+     * that went away hears nothing */
+    if (j->finish == SV_FINISH_CANCEL && atomic_load(&w->stop) && !atomic_load(&j->cancel)) {
+        j->finish = SV_FINISH_ERROR;
+        j->shutdown = true;
+        snprintf(j->error, sizeof j->error, "the server is shutting down");
+    }
     if (j->req->stream && j->finish != SV_FINISH_CANCEL) j->w->end(j);
     gen_free(&g);
+}
+
+/* Hands a finished job back to its connection. When the server is
+ * stopping, a stream's last events (its error) must leave before the
+ * connections are closed: the connection lets go of the job once it has
+ * sent the whole response, which is waited for when drain says (a while
+ * at most). */
+static void job_done(sv_job *j, bool drain)
+{
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    drain = drain && j->shutdown && j->req->stream;
+    for (int i = 0; drain && j->refs > 1 && i < 200; i++) {
+        pthread_mutex_unlock(&j->mu);
+        nanosleep(&(struct timespec){ 0, 10 * 1000000L }, NULL);
+        pthread_mutex_lock(&j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    sv_job_unref(j);
+}
+
+/* Ends a job that will not run, the server going away; a stream gets its
+ * beginning and the error event. */
+static void refuse_job(sv_job *j, bool drain)
+{
+    j->finish = SV_FINISH_ERROR;
+    j->shutdown = true;
+    snprintf(j->error, sizeof j->error, "the server is shutting down");
+    if (j->req->stream) {
+        j->w->begin(j);
+        j->w->end(j);
+    }
+    job_done(j, drain);
 }
 
 static size_t common_prefix(const ds4_session *s, const ds4_tokens *t)
@@ -489,24 +532,11 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&w->mu);
         if (!atomic_load(&j->cancel)) run_job(w, sl, j);
         else j->finish = SV_FINISH_CANCEL;
-        pthread_mutex_lock(&j->mu);
-        j->done = true;
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        sv_job_unref(j);
+        job_done(j, true);
         pthread_mutex_lock(&w->mu);
     }
-    /* jobs still queued end unanswered: the server is going away */
-    for (size_t i = 0; i < w->nq; i++) {
-        sv_job *j = w->q[i];
-        pthread_mutex_lock(&j->mu);
-        j->finish = SV_FINISH_ERROR;
-        snprintf(j->error, sizeof j->error, "the server is shutting down");
-        j->done = true;
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        sv_job_unref(j);
-    }
+    /* jobs still queued are refused: the server is going away */
+    for (size_t i = 0; i < w->nq; i++) refuse_job(w->q[i], true);
     w->nq = 0;
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -578,13 +608,8 @@ void sv_worker_submit(sv_worker *w, sv_job *j)
     pthread_mutex_lock(&w->mu);
     if (atomic_load(&w->stop)) {
         pthread_mutex_unlock(&w->mu);
-        pthread_mutex_lock(&j->mu);
-        j->finish = SV_FINISH_ERROR;
-        snprintf(j->error, sizeof j->error, "the server is shutting down");
-        j->done = true;
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        sv_job_unref(j);
+        /* (the connection, which calls this, has not begun to send) */
+        refuse_job(j, false);
         return;
     }
     if (w->nq == w->capq) {

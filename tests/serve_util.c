@@ -253,3 +253,28 @@ bool srv_utf8_valid(const char *s, size_t n)
     }
     return true;
 }
+
+const char *srv_post_bg(const srv_server *s, const char *path, const char *json)
+{
+    static int n;
+    const char *bfile = test_tmp_path("bgbody%d.json", n), *out = test_tmp_path("bgresp%d.txt", n);
+    n++;
+    test_write_file(bfile, json, strlen(json));
+    char *o;
+    int rc = test_runf(&o, "(curl -s -N -H 'Content-Type: application/json' --data-binary @'%s' "
+                           "'http://127.0.0.1:%d%s' > '%s' 2>/dev/null </dev/null; echo $? > '%s.rc') >/dev/null 2>&1 &",
+                       bfile, s->port, path, out, out);
+    CHECK_MSG(rc == 0, "cannot start curl: %s", o);
+    return out;
+}
+
+bool srv_wait_file(const char *path, const char *needle, int timeout_ms)
+{
+    double t0 = test_now_ms();
+    for (;;) {
+        char *text = test_read_file(path, NULL);
+        if (text && (!needle || strstr(text, needle))) return true;
+        if (test_now_ms() - t0 > timeout_ms) return false;
+        usleep(20000);
+    }
+}

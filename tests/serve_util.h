@@ -61,6 +61,14 @@ int srv_sse_events(const char *body, const char **names, struct json_object **da
  * or values above U+10FFFF), as a strict JSON reader wants it. */
 bool srv_utf8_valid(const char *s, size_t n);
 
+/* Posts json to path with curl in the background (a stream, say); what it
+ * receives goes to the returned file, and "FILE.rc" gets curl's exit status
+ * once it is done. */
+const char *srv_post_bg(const srv_server *s, const char *path, const char *json);
+/* Waits until the file exists and contains needle (NULL: just exists);
+ * false after timeout_ms. */
+bool srv_wait_file(const char *path, const char *needle, int timeout_ms);
+
 /* build/serve-clients with tests/serve's locked packages installed (skips
  * the test when npm cannot install them). */
 const char *srv_clients_dir(void);

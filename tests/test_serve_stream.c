@@ -1,7 +1,8 @@
 /* What `ds4cl serve` streams, in each of its three APIs: one delta per
  * token at most (as the model writes them, not a byte at a time), bodies
  * and events that are valid UTF-8 whatever bytes the model wrote (a
- * character cut by the token limit, a byte that is no character). The tiny
+ * character cut by the token limit, a byte that is no character), and a
+ * stream the server stops mid-way ending with the API's error. The tiny
  * model's vocabulary is bytes with a few merges, so a script reply puts
  * any byte sequence in front of the server. */
 #include <json-c/json.h>
@@ -172,4 +173,55 @@ TEST(serve_stream, bodies_and_events_are_valid_utf8_whatever_the_model_wrote)
         }
     }
     CHECK_EQ_INT(srv_stop(&s), 0);
+}
+
+/* Streams a slow reply from path, stops the server once text has come,
+ * and returns the events the client got (their count in *n). */
+static int stream_then_stop(const char *path, const char **names, struct json_object **data, bool *done)
+{
+    const char *lines[] = { srv_reply_line("x</think>a b c d e f g h i j k l m n o p q r s t u v w x y z",
+                                           "\"delay_ms\": 100"),
+                            NULL };
+    srv_server s;
+    srv_start(&s, srv_script(lines), NULL);
+    const char *out = srv_post_bg(&s, path, request(path, true, 0));
+    CHECK_MSG(srv_wait_file(out, path == CHAT ? "\"content\":\"a" : path == MSGS ? "\"text\":\"a" : "\"delta\":\"a", 20000),
+              "%s: no text came", path);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+    const char *rc = test_printf("%s.rc", out);
+    CHECK_MSG(srv_wait_file(rc, "\n", 20000), "%s: the stream did not end", path);
+    /* curl read the whole response: its last chunk came before the close */
+    CHECK_STR_EQ(test_read_file(rc, NULL), "0\n");
+    char *body = test_read_file(out, NULL);
+    int n = srv_sse_events(body, names, data, 512, done);
+    CHECK_MSG(n > 0, "%s: no events", path);
+    return n;
+}
+
+TEST(serve_stream, a_stream_the_server_stops_ends_with_the_apis_error)
+{
+    const char *names[512];
+    struct json_object *data[512];
+    bool done;
+    /* chat: a chunk with an error object (the official clients raise
+     * it), then [DONE] */
+    int n = stream_then_stop(CHAT, names, data, &done);
+    CHECK(done);
+    CHECK_CONTAINS(srv_str(data[n - 1], "error.message"), "shutting down");
+    CHECK_STR_EQ(srv_str(data[n - 1], "error.type"), "server_error");
+    for (int i = 0; i < n; i++) json_object_put(data[i]);
+    /* messages: the error event, overloaded_error as a 503 would say */
+    n = stream_then_stop(MSGS, names, data, &done);
+    CHECK_STR_EQ(names[n - 1], "error");
+    CHECK_STR_EQ(srv_str(data[n - 1], "type"), "error");
+    CHECK_STR_EQ(srv_str(data[n - 1], "error.type"), "overloaded_error");
+    CHECK_CONTAINS(srv_str(data[n - 1], "error.message"), "shutting down");
+    for (int i = 0; i < n; i++) json_object_put(data[i]);
+    /* responses: response.failed, the error in the response */
+    n = stream_then_stop(RESP, names, data, &done);
+    CHECK_STR_EQ(names[n - 1], "response.failed");
+    CHECK_STR_EQ(srv_str(data[n - 1], "response.status"), "failed");
+    CHECK_STR_EQ(srv_str(data[n - 1], "response.error.code"), "server_error");
+    CHECK_CONTAINS(srv_str(data[n - 1], "response.error.message"), "shutting down");
+    for (int i = 0; i < n; i++) json_object_put(data[i]);
 }
