@@ -233,6 +233,13 @@ static jo *resp_usage(const sv_job *j)
     return u;
 }
 
+/* A reply without text or calls still has its (empty) message, where
+ * clients look for the answer; a failed one has what it produced. */
+static bool resp_has_message(const sv_job *j)
+{
+    return j->text.len || (!j->n_calls && j->finish != SV_FINISH_ERROR);
+}
+
 static jo *response(sv_job *j, bool done)
 {
     jo *o = json_object_new_object(), *output = json_object_new_array();
@@ -249,7 +256,7 @@ static jo *response(sv_job *j, bool done)
     if (done) {
         int k = 0;
         if (j->reasoning.len) json_object_array_add(output, reasoning_item(j, k++, j->reasoning.s, j->reasoning.len));
-        if (j->text.len || !j->n_calls) json_object_array_add(output, message_item(j, k++, j->text.s, j->text.len, true));
+        if (resp_has_message(j)) json_object_array_add(output, message_item(j, k++, j->text.s, j->text.len, true));
         for (size_t i = 0; i < j->n_calls; i++) json_object_array_add(output, call_item(j, k++, &j->calls[i]));
         json_object_object_add(o, "usage", resp_usage(j));
         if (j->finish == SV_FINISH_LENGTH) {
@@ -357,11 +364,13 @@ static void resp_call(sv_job *j, size_t index, const sv_call *c)
     resp_event(j, "response.output_item.done", o);
 }
 
-/* A failure ends in response.failed, its error in the response, as the
- * Responses API reports one (the official clients and Codex read it
- * there). */
+/* The final response lists only items the stream announced (added …
+ * done), in their order. A failure ends in response.failed, its error in
+ * the response, as the Responses API reports one (the official clients and
+ * Codex read it there). */
 static void resp_end(sv_job *j)
 {
+    if (resp_has_message(j) && !j->text.len) resp_open(j, RB_MESSAGE);
     resp_close_block(j);
     jo *o = json_object_new_object();
     json_object_object_add(o, "response", response(j, true));

@@ -1,8 +1,9 @@
 /* What `ds4cl serve` streams, in each of its three APIs: one delta per
  * token at most (as the model writes them, not a byte at a time), bodies
  * and events that are valid UTF-8 whatever bytes the model wrote (a
- * character cut by the token limit, a byte that is no character), and a
- * stream the server stops mid-way ending with the API's error. The tiny
+ * character cut by the token limit, a byte that is no character), a
+ * stream the server stops mid-way ending with the API's error event, and
+ * a responses stream announcing every item of its final output. The tiny
  * model's vocabulary is bytes with a few merges, so a script reply puts
  * any byte sequence in front of the server. */
 #include <json-c/json.h>
@@ -224,4 +225,69 @@ TEST(serve_stream, a_stream_the_server_stops_ends_with_the_apis_error)
     CHECK_STR_EQ(srv_str(data[n - 1], "response.error.code"), "server_error");
     CHECK_CONTAINS(srv_str(data[n - 1], "response.error.message"), "shutting down");
     for (int i = 0; i < n; i++) json_object_put(data[i]);
+}
+
+/* Every item of the responses stream's final output was announced with
+ * output_item.added and closed with output_item.done, in that order, and
+ * nothing else was announced. The final event's type. */
+static const char *check_announced(const char *body)
+{
+    const char *names[512];
+    struct json_object *data[512];
+    bool done;
+    int n = srv_sse_events(body, names, data, 512, &done);
+    CHECK(n > 0);
+    const char *added[64], *closed[64];
+    int n_added = 0, n_closed = 0;
+    for (int i = 0; i < n - 1; i++) {
+        if (!strcmp(names[i], "response.output_item.added") && n_added < 64) {
+            CHECK_EQ_INT(srv_int(data[i], "output_index"), n_added);
+            added[n_added++] = srv_str(data[i], "item.id");
+        }
+        if (!strcmp(names[i], "response.output_item.done") && n_closed < 64) {
+            CHECK_EQ_INT(srv_int(data[i], "output_index"), n_closed);
+            closed[n_closed++] = srv_str(data[i], "item.id");
+        }
+    }
+    struct json_object *output = srv_at(data[n - 1], "response.output");
+    CHECK(output != NULL);
+    int n_out = (int)json_object_array_length(output);
+    CHECK_MSG(n_out == n_added, "%d items in the final output, %d announced: %s", n_out, n_added,
+              json_object_to_json_string(output));
+    CHECK_EQ_INT(n_closed, n_added);
+    for (int k = 0; k < n_out; k++) {
+        const char *id = srv_str(json_object_array_get_idx(output, (size_t)k), "id");
+        CHECK_STR_EQ(id, added[k]);
+        CHECK_STR_EQ(id, closed[k]);
+    }
+    const char *last = test_strdup(names[n - 1]);
+    for (int i = 0; i < n; i++) json_object_put(data[i]);
+    return last;
+}
+
+TEST(serve_stream, responses_streams_announce_every_item_of_the_final_output)
+{
+    const char *tools = "\"tools\": [{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": {\"type\": "
+                        "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}], ";
+    const char *lines[] = { srv_reply_line("a long train of thought</think>Answer.", NULL),
+                            srv_reply_line("brief</think>Answer.", NULL), srv_reply_line(srv_weather_call(), NULL),
+                            srv_reply_line("", NULL), NULL };
+    srv_server s;
+    srv_start(&s, srv_script(lines), NULL);
+    char *body;
+    /* the limit ends it in the reasoning: the final output has the empty
+     * message all the same */
+    CHECK_EQ_INT(srv_http(&s, "POST", RESP, request(RESP, true, 4), NULL, &body), 200);
+    CHECK_STR_EQ(check_announced(body), "response.incomplete");
+    CHECK_EQ_INT(srv_http(&s, "POST", RESP, request(RESP, true, 0), NULL, &body), 200);
+    CHECK_STR_EQ(check_announced(body), "response.completed");
+    CHECK_EQ_INT(srv_http(&s, "POST", RESP,
+                          test_printf("{%s\"stream\": true, \"input\": \"weather in Paris?\"}", tools), NULL, &body),
+                 200);
+    CHECK_STR_EQ(check_announced(body), "response.completed");
+    CHECK_CONTAINS(body, "\"type\":\"function_call\"");
+    /* nothing at all */
+    CHECK_EQ_INT(srv_http(&s, "POST", RESP, request(RESP, true, 0), NULL, &body), 200);
+    CHECK_STR_EQ(check_announced(body), "response.completed");
+    CHECK_EQ_INT(srv_stop(&s), 0);
 }
