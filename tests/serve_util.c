@@ -179,9 +179,15 @@ const char *srv_clients_dir(void)
 
 void srv_run_clients(const srv_server *s, const char *scenario, const char *key)
 {
+    srv_run_clients_with(s, scenario, key, NULL);
+}
+
+void srv_run_clients_with(const srv_server *s, const char *scenario, const char *key, const char *more)
+{
     const char *dir = srv_clients_dir();
     char *out;
-    int rc = test_runf(&out, "cd '%s' && timeout 120 node clients.mjs %s %d %s", dir, scenario, s->port, key);
+    int rc = test_runf(&out, "cd '%s' && timeout 120 node clients.mjs %s %d %s %s", dir, scenario, s->port, key,
+                       more ? more : "");
     CHECK_MSG(rc == 0, "%s: %s\nserver log:\n%s", scenario, out, test_read_file(s->log, NULL));
     CHECK_CONTAINS(out, test_printf("ok %s", scenario));
 }

@@ -75,5 +75,7 @@ const char *srv_clients_dir(void);
 /* Runs `node clients.mjs SCENARIO PORT KEY` there; fails unless it prints
  * "ok SCENARIO". */
 void srv_run_clients(const srv_server *s, const char *scenario, const char *key);
+/* The same with more arguments after KEY (NULL: none). */
+void srv_run_clients_with(const srv_server *s, const char *scenario, const char *key, const char *more);
 
 #endif

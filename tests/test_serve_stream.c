@@ -227,6 +227,20 @@ TEST(serve_stream, a_stream_the_server_stops_ends_with_the_apis_error)
     for (int i = 0; i < n; i++) json_object_put(data[i]);
 }
 
+TEST(serve_stream, the_official_clients_see_a_stopped_stream_fail)
+{
+    const char *apis[] = { "chat", "messages", "responses" };
+    for (int i = 0; i < 3; i++) {
+        const char *lines[] = { srv_reply_line("x</think>a b c d e f g h i j k l m n o p q r s t u v w x y z",
+                                               "\"delay_ms\": 100"),
+                                NULL };
+        srv_server s;
+        srv_start(&s, srv_script(lines), NULL);
+        srv_run_clients_with(&s, "stopped", "none", test_printf("%d %s", (int)s.pid, apis[i]));
+        CHECK_EQ_INT(srv_stop(&s), 0);
+    }
+}
+
 /* Every item of the responses stream's final output was announced with
  * output_item.added and closed with output_item.done, in that order, and
  * nothing else was announced. The final event's type. */
