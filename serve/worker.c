@@ -12,9 +12,10 @@
  * reply is sampled as the agent samples (agent/turn.c): the DSML parser
  * follows the bytes, structure is decoded greedily under the structural
  * mask, and the parser's events become the job's reasoning, text and tool
- * calls. Reasoning and text are taken once per token (one event per token
- * for a stream, never half a character) and as valid UTF-8: what the model
- * wrote that is not becomes U+FFFD, in the stream and in the reply alike.
+ * calls. Reasoning and text are taken once per token as the agent takes
+ * them (dsml_gather: one event per token for a stream, never half a
+ * character, valid UTF-8 with U+FFFD for what is not), in the stream and
+ * in the reply alike.
  * tool_choice none forbids the DSML token; required (or a named tool)
  * writes the block opener (and the invoke) once the answer begins.
  * The job's cancel flag, or the server stopping, ends the work at the next
@@ -73,8 +74,7 @@ typedef struct {
     ds4_tokens forced;   /* opener written for a required call */
     size_t forced_pos;
     bool forcing;        /* the last pick was forced */
-    strbuf pend;         /* this token's reasoning or text, not yet taken */
-    bool pend_think;     /* which of the two pend holds */
+    dsml_gather pend;    /* this token's reasoning or text, not yet taken */
     size_t sent;         /* bytes of j->text handed to the writer */
     size_t hold;         /* longest stop sequence less one */
     bool stopped;        /* a stop sequence matched */
@@ -134,35 +134,27 @@ static void add_text(gen *g, const char *s, size_t n)
     flush_text(g, utf8_floor(j->text.s, safe, g->sent));
 }
 
-/* The parser hands reasoning and text over a byte or a few at a time;
- * they are gathered here and taken once per token (pend_take after each),
- * as the agent publishes them (agent_stream_flush). */
-static void pend_take(gen *g, bool all)
+/* Takes a token's reasoning or text (dsml_gather, after each token). */
+static void take_gathered(void *ud, dsml_event_type type, const char *s, size_t n)
 {
+    gen *g = ud;
     sv_job *j = g->j;
-    /* a character cut short waits for the bytes that complete it, unless
-     * its region or the reply has ended: then it is not one */
-    size_t n = all ? g->pend.len : utf8_complete_len(g->pend.s, g->pend.len);
-    if (!n) return;
-    strbuf v = { 0 };
-    utf8_append_valid(&v, g->pend.s, n);
-    memmove(g->pend.s, g->pend.s + n, g->pend.len - n);
-    g->pend.len -= n;
-    g->pend.s[g->pend.len] = 0;
-    if (g->pend_think) {
-        sb_append(&j->reasoning, v.s, v.len);
-        if (j->req->stream) j->w->think(j, v.s, v.len);
+    if (type == DSML_EV_THINK) {
+        sb_append(&j->reasoning, s, n);
+        if (j->req->stream) j->w->think(j, s, n);
     } else {
-        add_text(g, v.s, v.len);
+        add_text(g, s, n);
     }
-    sb_free(&v);
 }
 
-static void pend_add(gen *g, bool think, const char *s, size_t n)
+static void pend_take(gen *g, bool all)
 {
-    if (g->pend.len && g->pend_think != think) pend_take(g, true);
-    g->pend_think = think;
-    sb_append(&g->pend, s, n);
+    dsml_gather_take(&g->pend, all, take_gathered, g);
+}
+
+static void pend_add(gen *g, dsml_event_type type, const char *s, size_t n)
+{
+    dsml_gather_add(&g->pend, type, s, n, take_gathered, g);
 }
 
 static char *valid_dup(const char *s)
@@ -178,10 +170,10 @@ static void on_dsml(void *ud, const dsml_event *ev)
     sv_job *j = g->j;
     switch (ev->type) {
     case DSML_EV_THINK:
-        pend_add(g, true, ev->text, ev->len);
+        pend_add(g, DSML_EV_THINK, ev->text, ev->len);
         break;
     case DSML_EV_TEXT:
-        pend_add(g, false, ev->text, ev->len);
+        pend_add(g, DSML_EV_TEXT, ev->text, ev->len);
         break;
     case DSML_EV_CALL_END: {
         pend_take(g, true);
@@ -268,7 +260,7 @@ static void gen_free(gen *g)
     dsml_masker_free(g->masker);
     dsml_schema_free(g->schema);
     ds4_tokens_free(&g->forced);
-    sb_free(&g->pend);
+    dsml_gather_free(&g->pend);
 }
 
 /* Brings the session to the job's prompt. */
@@ -364,7 +356,7 @@ static void sample_reply(sv_worker *w, gen *g)
         /* a call the parser cannot read goes to the client as text */
         size_t len = 0;
         const char *st = dsml_stanza(g->parser, &len);
-        pend_add(g, false, st, len);
+        pend_add(g, DSML_EV_TEXT, st, len);
     }
     pend_take(g, true);
     flush_text(g, j->text.len);
