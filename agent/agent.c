@@ -499,7 +499,7 @@ static void agent_free(agent *a)
     saved_state_free(&a->saved);
     free(a->last_user);
     sb_free(&a->reply);
-    sb_free(&a->stream);
+    dsml_gather_free(&a->stream);
     sb_free(&a->last_calls);
     trace_close(a->tr);
     trace_close(a->trace_req);

@@ -19,8 +19,9 @@
  *
  * Events come in transcript order; consecutive THINKING / TEXT chunks (and
  * TOOL_PARAM / TOOL_PROGRESS chunks of the same call) are merged while they
- * wait in the queue, and text chunks never split a UTF-8 sequence the
- * model wrote whole.
+ * wait in the queue. THINKING and TEXT chunks are valid UTF-8 and never
+ * split a character the model wrote whole (bytes that are no character,
+ * and one the reply left unfinished, are U+FFFD).
  */
 #ifndef DS4CL_AGENT_H
 #define DS4CL_AGENT_H

@@ -84,8 +84,7 @@ struct agent {
     char *last_user;      /* the latest user request, verbatim */
     trace *tr;
     strbuf reply;         /* bytes of the reply being sampled */
-    strbuf stream;        /* text or reasoning of the current token, not yet published */
-    agent_event_type stream_type;
+    dsml_gather stream;   /* text or reasoning of the current token, not yet published */
     strbuf last_calls;    /* the previous round's calls, to notice loops */
     int call_index;       /* call being streamed (events) */
     char call_tool[128];
@@ -159,8 +158,9 @@ const char *agent_run_turn(agent *a, const char *text);
 /* The parser's events, published as agent events (parser callback). */
 void agent_dsml_event(void *ud, const dsml_event *ev);
 /* Publishes the text or reasoning gathered since the last flush as one
- * event, holding back an incomplete character at its end; all: the reply
- * or its region ended, and such a character is dropped. */
+ * event (dsml_gather_take), holding back an incomplete character at its
+ * end; all: the reply or its region ended, and such a character is
+ * U+FFFD. */
 void agent_stream_flush(agent *a, bool all);
 /* Appends a tool message with its calls and results (journaled as a TOOL
  * record); false when not even a short error fits the context. */

@@ -1,8 +1,10 @@
 /* dsml.c — the streaming DSML parser: runs the byte automaton, keeps back
  * bytes that may still turn out to be markup, and assembles tool calls
- * into JSON argument objects (json-c). */
+ * into JSON argument objects (json-c); and the gathering of its reasoning
+ * and text a token at a time for the front ends that stream them. */
 #include "agent/dsml_gram.h"
 #include "base/base.h"
+#include "engine/unicode.h"
 
 #include <json-c/json.h>
 #include <stdarg.h>
@@ -496,4 +498,31 @@ const char *dsml_syntax_reminder(void)
            "</" DSML_D "invoke>\n"
            "</" DSML_D "tool_calls>\n"
            "Use only the tool and parameter names from the schemas.";
+}
+
+/* ---- reasoning and text a token at a time ------------------------------------------ */
+
+void dsml_gather_take(dsml_gather *g, bool all, dsml_gather_fn fn, void *ud)
+{
+    size_t n = all ? g->buf.len : utf8_complete_len(g->buf.s, g->buf.len);
+    if (!n) return;
+    strbuf v = { 0 };
+    utf8_append_valid(&v, g->buf.s, n);
+    memmove(g->buf.s, g->buf.s + n, g->buf.len - n);
+    g->buf.len -= n;
+    g->buf.s[g->buf.len] = 0;
+    fn(ud, g->type, v.s, v.len);
+    sb_free(&v);
+}
+
+void dsml_gather_add(dsml_gather *g, dsml_event_type type, const char *s, size_t n, dsml_gather_fn fn, void *ud)
+{
+    if (g->buf.len && g->type != type) dsml_gather_take(g, true, fn, ud);
+    g->type = type;
+    sb_append(&g->buf, s, n);
+}
+
+void dsml_gather_free(dsml_gather *g)
+{
+    sb_free(&g->buf);
 }

@@ -25,6 +25,9 @@
  * lets through exactly the tokens that keep a strict parse alive, so
  * whatever the sampler picks in structure, the lenient parser accepts it.
  *
+ * dsml_gather turns the parser's reasoning and text into a piece per token
+ * and valid UTF-8, for the agent's events and the server's streams alike.
+ *
  * Nothing here allocates per byte in steady state, prints, or knows about
  * the engine beyond token byte strings.
  */
@@ -129,6 +132,27 @@ bool dsml_constrained(const dsml_parser *p);
 
 /* A short reminder of the exact call shape, fed back with syntax errors. */
 const char *dsml_syntax_reminder(void);
+
+/* ---- reasoning and text a token at a time ----------------------------------
+ * THINK and TEXT events hand their bytes over as they settle, a byte or a
+ * few at a time. A front end that streams them gathers them here and takes
+ * them once per token (dsml_gather_take after each dsml_feed): one piece
+ * per token however the parser cut them, one kind at a time (a new kind
+ * takes what the other gathered first), as valid UTF-8. A character cut
+ * short waits for the bytes that complete it; bytes that are no character,
+ * and one left unfinished when its region or the reply ends (`all`), are
+ * U+FFFD. */
+typedef struct {
+    strbuf buf;
+    dsml_event_type type;   /* DSML_EV_THINK or DSML_EV_TEXT */
+} dsml_gather;
+
+/* Receives what is taken: s[0..n), n > 0, of one kind. */
+typedef void (*dsml_gather_fn)(void *ud, dsml_event_type type, const char *s, size_t n);
+
+void dsml_gather_add(dsml_gather *g, dsml_event_type type, const char *s, size_t n, dsml_gather_fn fn, void *ud);
+void dsml_gather_take(dsml_gather *g, bool all, dsml_gather_fn fn, void *ud);
+void dsml_gather_free(dsml_gather *g);
 
 /* ---- structural mask over a vocabulary ------------------------------------ */
 

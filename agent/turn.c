@@ -10,7 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/unicode.h"
 
 /* ---- prefill ---------------------------------------------------------------------- */
 
@@ -180,27 +179,17 @@ static void sample_hook(void *ud, float *logits, int n_vocab, bool *greedy)
 }
 
 /* The parser hands text and reasoning over a byte or a few at a time;
- * they are gathered here and published once per token (agent_stream_flush
- * after each), so a front end sees one event per token however quickly
- * it drains, and never half a character. */
-static void stream_add(agent *a, agent_event_type type, const char *s, size_t n)
+ * they are gathered (dsml_gather) and published once per token
+ * (agent_stream_flush after each), so a front end sees one event per token
+ * however quickly it drains, never half a character, and valid UTF-8. */
+static void publish_gathered(void *ud, dsml_event_type type, const char *s, size_t n)
 {
-    if (a->stream.len && a->stream_type != type) agent_stream_flush(a, true);
-    a->stream_type = type;
-    sb_append(&a->stream, s, n);
+    agent_publish(ud, type == DSML_EV_THINK ? AGENT_EV_THINKING : AGENT_EV_TEXT, s, n, NULL, NULL, NULL, false, 0);
 }
 
 void agent_stream_flush(agent *a, bool all)
 {
-    size_t n = utf8_complete_len(a->stream.s, a->stream.len);
-    if (n) agent_publish(a, a->stream_type, a->stream.s, n, NULL, NULL, NULL, false, 0);
-    /* at the end of the reply or of its region, a character that was never
-     * finished is not one: dropped (the reply's bytes keep it) */
-    size_t rest = all ? 0 : a->stream.len - n;
-    if (!a->stream.s) return;
-    memmove(a->stream.s, a->stream.s + n, rest);
-    a->stream.len = rest;
-    a->stream.s[rest] = 0;
+    dsml_gather_take(&a->stream, all, publish_gathered, a);
 }
 
 void agent_dsml_event(void *ud, const dsml_event *ev)
@@ -209,10 +198,10 @@ void agent_dsml_event(void *ud, const dsml_event *ev)
     if (ev->type != DSML_EV_THINK && ev->type != DSML_EV_TEXT) agent_stream_flush(a, true);
     switch (ev->type) {
     case DSML_EV_THINK:
-        stream_add(a, AGENT_EV_THINKING, ev->text, ev->len);
+        dsml_gather_add(&a->stream, DSML_EV_THINK, ev->text, ev->len, publish_gathered, a);
         break;
     case DSML_EV_TEXT:
-        stream_add(a, AGENT_EV_TEXT, ev->text, ev->len);
+        dsml_gather_add(&a->stream, DSML_EV_TEXT, ev->text, ev->len, publish_gathered, a);
         break;
     case DSML_EV_BLOCK:
         trace_line(a->tr, "dsml start detected");

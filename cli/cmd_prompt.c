@@ -40,6 +40,7 @@
 #include "cli/model_open.h"
 #include "cli/preflight.h"
 #include "cli/workspace.h"
+#include "engine/unicode.h"
 #include "sessions/sessions.h"
 
 #define STREAM_SCHEMA 1
@@ -121,24 +122,7 @@ static struct json_object *typed(const char *type)
 static struct json_object *jstr(const char *s, size_t len)
 {
     strbuf b = { 0 };
-    const unsigned char *p = (const unsigned char *)(s ? s : "");
-    size_t i = 0;
-    while (i < len) {
-        unsigned char c = p[i];
-        size_t k = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >= 0xe0 && c <= 0xef) ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
-        bool ok = k > 0 && i + k <= len;
-        for (size_t j = 1; ok && j < k; j++) ok = (p[i + j] & 0xc0) == 0x80;
-        /* overlong and surrogate forms */
-        if (ok && k == 3 && ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] >= 0xa0))) ok = false;
-        if (ok && k == 4 && ((c == 0xf0 && p[i + 1] < 0x90) || (c == 0xf4 && p[i + 1] >= 0x90))) ok = false;
-        if (ok) {
-            sb_append(&b, (const char *)p + i, k);
-            i += k;
-        } else {
-            sb_puts(&b, "\xef\xbf\xbd");
-            i++;
-        }
-    }
+    utf8_append_valid(&b, s ? s : "", len);
     struct json_object *o = json_object_new_string_len(b.s ? b.s : "", (int)b.len);
     sb_free(&b);
     return o;

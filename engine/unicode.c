@@ -62,6 +62,22 @@ size_t utf8_complete_len(const char *s, size_t n)
     return n;
 }
 
+void utf8_append_valid(strbuf *b, const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        size_t run = i, k = 0;
+        uint32_t cp = 0;
+        while (i < n && (k = utf8_decode(u + i, n - i, &cp), cp != UNICODE_INVALID)) i += k;
+        sb_append(b, s + run, i - run);
+        if (i < n) {
+            sb_append(b, "\xef\xbf\xbd", 3);
+            i++;
+        }
+    }
+}
+
 size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
 {
     unsigned char b = s[0];

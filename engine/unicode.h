@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
+
 enum {
     UC_OTHER = 0, /* Cc, Cf, Co, Cn, Zl/Zp/Zs outside \s ... and invalid bytes */
     UC_L = 1,
@@ -46,5 +48,12 @@ size_t utf8_seq_len(unsigned char b);
  * sequence at its end (n when it ends on a character boundary): what can
  * be shown before the bytes that complete the last character arrive. */
 size_t utf8_complete_len(const char *s, size_t n);
+
+/* Appends s[0..n) to b as valid UTF-8: every byte utf8_decode cannot read
+ * as part of a character (stray, truncated, overlong, surrogate) becomes
+ * one U+FFFD. For text bound for JSON, which must be valid UTF-8 (a model
+ * can write any bytes). Cut where utf8_complete_len says, the pieces come
+ * out as the whole would. */
+void utf8_append_valid(strbuf *b, const char *s, size_t n);
 
 #endif

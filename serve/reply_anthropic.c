@@ -160,7 +160,8 @@ static void a_end(sv_job *j)
     close_block(j);
     if (j->finish == SV_FINISH_ERROR) {
         jo *o = json_object_new_object(), *e = json_object_new_object();
-        json_object_object_add(e, "type", s0("api_error"));
+        /* overloaded_error: the official clients take it as worth a retry */
+        json_object_object_add(e, "type", s0(j->shutdown ? "overloaded_error" : "api_error"));
         json_object_object_add(e, "message", s0(j->error));
         json_object_object_add(o, "error", e);
         event(j, "error", o);

@@ -29,16 +29,6 @@ static char *take_json(jo *o)
     return s;
 }
 
-static void error_event(sv_job *j, const char *name)
-{
-    jo *e = json_object_new_object(), *o = json_object_new_object();
-    json_object_object_add(e, "message", s0(j->error));
-    json_object_object_add(e, "type", s0("server_error"));
-    json_object_object_add(o, "error", e);
-    if (name) json_object_object_add(o, "type", s0(name));
-    sv_job_event(j, name, o);
-}
-
 /* ---- chat completions -------------------------------------------------------------------- */
 
 static jo *chat_usage(const sv_job *j)
@@ -116,7 +106,14 @@ static void chat_call_ev(sv_job *j, size_t index, const sv_call *c)
 static void chat_end(sv_job *j)
 {
     if (j->finish == SV_FINISH_ERROR) {
-        error_event(j, NULL);
+        /* a chunk with an error object: the official clients raise it */
+        jo *e = json_object_new_object(), *o = json_object_new_object();
+        json_object_object_add(e, "message", s0(j->error));
+        json_object_object_add(e, "type", s0("server_error"));
+        json_object_object_add(e, "param", NULL);
+        json_object_object_add(e, "code", NULL);
+        json_object_object_add(o, "error", e);
+        sv_job_event(j, NULL, o);
     } else {
         sv_job_event(j, NULL, chunk(j, json_object_new_object(), sv_finish_openai(j->finish)));
         if (j->req->include_usage) {
@@ -236,6 +233,13 @@ static jo *resp_usage(const sv_job *j)
     return u;
 }
 
+/* A reply without text or calls still has its (empty) message, where
+ * clients look for the answer; a failed one has what it produced. */
+static bool resp_has_message(const sv_job *j)
+{
+    return j->text.len || (!j->n_calls && j->finish != SV_FINISH_ERROR);
+}
+
 static jo *response(sv_job *j, bool done)
 {
     jo *o = json_object_new_object(), *output = json_object_new_array();
@@ -252,13 +256,19 @@ static jo *response(sv_job *j, bool done)
     if (done) {
         int k = 0;
         if (j->reasoning.len) json_object_array_add(output, reasoning_item(j, k++, j->reasoning.s, j->reasoning.len));
-        if (j->text.len || !j->n_calls) json_object_array_add(output, message_item(j, k++, j->text.s, j->text.len, true));
+        if (resp_has_message(j)) json_object_array_add(output, message_item(j, k++, j->text.s, j->text.len, true));
         for (size_t i = 0; i < j->n_calls; i++) json_object_array_add(output, call_item(j, k++, &j->calls[i]));
         json_object_object_add(o, "usage", resp_usage(j));
         if (j->finish == SV_FINISH_LENGTH) {
             jo *inc = json_object_new_object();
             json_object_object_add(inc, "reason", s0("max_output_tokens"));
             json_object_object_add(o, "incomplete_details", inc);
+        }
+        if (j->finish == SV_FINISH_ERROR) {
+            jo *e = json_object_new_object();
+            json_object_object_add(e, "code", s0("server_error"));
+            json_object_object_add(e, "message", s0(j->error));
+            json_object_object_add(o, "error", e);
         }
     }
     json_object_object_add(o, "output", output);
@@ -354,16 +364,20 @@ static void resp_call(sv_job *j, size_t index, const sv_call *c)
     resp_event(j, "response.output_item.done", o);
 }
 
+/* The final response lists only items the stream announced (added …
+ * done), in their order. A failure ends in response.failed, its error in
+ * the response, as the Responses API reports one (the official clients and
+ * Codex read it there). */
 static void resp_end(sv_job *j)
 {
+    if (resp_has_message(j) && !j->text.len) resp_open(j, RB_MESSAGE);
     resp_close_block(j);
-    if (j->finish == SV_FINISH_ERROR) {
-        error_event(j, "error");
-        return;
-    }
     jo *o = json_object_new_object();
     json_object_object_add(o, "response", response(j, true));
-    resp_event(j, j->finish == SV_FINISH_LENGTH ? "response.incomplete" : "response.completed", o);
+    resp_event(j, j->finish == SV_FINISH_ERROR    ? "response.failed"
+                  : j->finish == SV_FINISH_LENGTH ? "response.incomplete"
+                                                  : "response.completed",
+               o);
 }
 
 static char *resp_body(sv_job *j)

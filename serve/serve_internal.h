@@ -105,10 +105,11 @@ struct sv_job {
     unsigned long seq;
 
     /* results, written by the worker before done */
-    strbuf reasoning, text;
+    strbuf reasoning, text;     /* valid UTF-8 */
     sv_call *calls;
     size_t n_calls;
     sv_finish finish;
+    bool shutdown;              /* the error is the server stopping */
     char *stop_hit;             /* the stop sequence that ended it */
     char error[512];
     size_t prompt_tokens, cached_tokens, prefilled, completion_tokens, reasoning_tokens;

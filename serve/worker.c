@@ -12,17 +12,24 @@
  * reply is sampled as the agent samples (agent/turn.c): the DSML parser
  * follows the bytes, structure is decoded greedily under the structural
  * mask, and the parser's events become the job's reasoning, text and tool
- * calls. tool_choice none forbids the DSML token; required (or a named
- * tool) writes the block opener (and the invoke) once the answer begins.
+ * calls. Reasoning and text are taken once per token as the agent takes
+ * them (dsml_gather: one event per token for a stream, never half a
+ * character, valid UTF-8 with U+FFFD for what is not), in the stream and
+ * in the reply alike.
+ * tool_choice none forbids the DSML token; required (or a named tool)
+ * writes the block opener (and the invoke) once the answer begins.
  * The job's cancel flag, or the server stopping, ends the work at the next
- * chunk or token boundary. */
+ * chunk or token boundary; the server stopping is an error the client is
+ * told of in the API's shape, a client that left is told nothing. */
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent/dsml.h"
+#include "engine/unicode.h"
 #include "serve/serve_internal.h"
 
 #define MAX_SLOTS 16
@@ -67,6 +74,7 @@ typedef struct {
     ds4_tokens forced;   /* opener written for a required call */
     size_t forced_pos;
     bool forcing;        /* the last pick was forced */
+    dsml_gather pend;    /* this token's reasoning or text, not yet taken */
     size_t sent;         /* bytes of j->text handed to the writer */
     size_t hold;         /* longest stop sequence less one */
     bool stopped;        /* a stop sequence matched */
@@ -126,19 +134,49 @@ static void add_text(gen *g, const char *s, size_t n)
     flush_text(g, utf8_floor(j->text.s, safe, g->sent));
 }
 
+/* Takes a token's reasoning or text (dsml_gather, after each token). */
+static void take_gathered(void *ud, dsml_event_type type, const char *s, size_t n)
+{
+    gen *g = ud;
+    sv_job *j = g->j;
+    if (type == DSML_EV_THINK) {
+        sb_append(&j->reasoning, s, n);
+        if (j->req->stream) j->w->think(j, s, n);
+    } else {
+        add_text(g, s, n);
+    }
+}
+
+static void pend_take(gen *g, bool all)
+{
+    dsml_gather_take(&g->pend, all, take_gathered, g);
+}
+
+static void pend_add(gen *g, dsml_event_type type, const char *s, size_t n)
+{
+    dsml_gather_add(&g->pend, type, s, n, take_gathered, g);
+}
+
+static char *valid_dup(const char *s)
+{
+    strbuf b = { 0 };
+    utf8_append_valid(&b, s ? s : "", s ? strlen(s) : 0);
+    return sb_take(&b);
+}
+
 static void on_dsml(void *ud, const dsml_event *ev)
 {
     gen *g = ud;
     sv_job *j = g->j;
     switch (ev->type) {
     case DSML_EV_THINK:
-        sb_append(&j->reasoning, ev->text, ev->len);
-        if (j->req->stream) j->w->think(j, ev->text, ev->len);
+        pend_add(g, DSML_EV_THINK, ev->text, ev->len);
         break;
     case DSML_EV_TEXT:
-        add_text(g, ev->text, ev->len);
+        pend_add(g, DSML_EV_TEXT, ev->text, ev->len);
         break;
     case DSML_EV_CALL_END: {
+        pend_take(g, true);
         struct json_object *args = json_tokener_parse(ev->text);
         const char *canon = args ? json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN |
                                                                             JSON_C_TO_STRING_NOSLASHESCAPE)
@@ -146,7 +184,7 @@ static void on_dsml(void *ud, const dsml_event *ev)
         j->calls = xrealloc(j->calls, (j->n_calls + 1) * sizeof *j->calls);
         char id[96];
         snprintf(id, sizeof id, "%s_%s_%zu", j->req->api == SERVE_API_MESSAGES ? "toolu" : "call", j->id, j->n_calls);
-        j->calls[j->n_calls] = (sv_call){ sv_strdup(id), sv_strdup(ev->name), sv_strdup(canon) };
+        j->calls[j->n_calls] = (sv_call){ sv_strdup(id), valid_dup(ev->name), valid_dup(canon) };
         json_object_put(args);
         flush_text(g, j->text.len);
         if (j->req->stream) j->w->call(j, j->n_calls, &j->calls[j->n_calls]);
@@ -222,6 +260,7 @@ static void gen_free(gen *g)
     dsml_masker_free(g->masker);
     dsml_schema_free(g->schema);
     ds4_tokens_free(&g->forced);
+    dsml_gather_free(&g->pend);
 }
 
 /* Brings the session to the job's prompt. */
@@ -295,6 +334,7 @@ static void sample_reply(sv_worker *w, gen *g)
         size_t len = 0;
         const char *b = ds4_token_bytes(w->tok, id, &len);
         dsml_feed(g->parser, b ? b : "", b ? len : 0);
+        pend_take(g, false);
         dsml_state ds = dsml_get_state(g->parser);
         if (ds == DSML_DONE || ds == DSML_ERROR || g->stopped) break;
         ds4_error err = { "" };
@@ -316,8 +356,9 @@ static void sample_reply(sv_worker *w, gen *g)
         /* a call the parser cannot read goes to the client as text */
         size_t len = 0;
         const char *st = dsml_stanza(g->parser, &len);
-        add_text(g, st, len);
+        pend_add(g, DSML_EV_TEXT, st, len);
     }
+    pend_take(g, true);
     flush_text(g, j->text.len);
     j->completion_tokens = sampled.n;
     if (j->n_calls && (j->finish == SV_FINISH_STOP || ds == DSML_DONE)) j->finish = SV_FINISH_TOOLS;
@@ -370,8 +411,49 @@ static void run_job(sv_worker *w, slot *sl, sv_job *j)
                 j->finish == SV_FINISH_CANCEL ? "cancelled" : j->finish == SV_FINISH_ERROR ? j->error
                                                                                            : sv_finish_openai(j->finish),
                 j->req->notes.len ? "; left out: " : "", sb_str(&j->req->notes));
+    /* the server stopping is an error the client is told of; a client
+     * that went away hears nothing */
+    if (j->finish == SV_FINISH_CANCEL && atomic_load(&w->stop) && !atomic_load(&j->cancel)) {
+        j->finish = SV_FINISH_ERROR;
+        j->shutdown = true;
+        snprintf(j->error, sizeof j->error, "the server is shutting down");
+    }
     if (j->req->stream && j->finish != SV_FINISH_CANCEL) j->w->end(j);
     gen_free(&g);
+}
+
+/* Hands a finished job back to its connection. When the server is
+ * stopping, a stream's last events (its error) must leave before the
+ * connections are closed: the connection lets go of the job once it has
+ * sent the whole response, which is waited for when drain says (a while
+ * at most). */
+static void job_done(sv_job *j, bool drain)
+{
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    drain = drain && j->shutdown && j->req->stream;
+    for (int i = 0; drain && j->refs > 1 && i < 200; i++) {
+        pthread_mutex_unlock(&j->mu);
+        nanosleep(&(struct timespec){ 0, 10 * 1000000L }, NULL);
+        pthread_mutex_lock(&j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    sv_job_unref(j);
+}
+
+/* Ends a job that will not run, the server going away; a stream gets its
+ * beginning and the error event. */
+static void refuse_job(sv_job *j, bool drain)
+{
+    j->finish = SV_FINISH_ERROR;
+    j->shutdown = true;
+    snprintf(j->error, sizeof j->error, "the server is shutting down");
+    if (j->req->stream) {
+        j->w->begin(j);
+        j->w->end(j);
+    }
+    job_done(j, drain);
 }
 
 static size_t common_prefix(const ds4_session *s, const ds4_tokens *t)
@@ -443,24 +525,11 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&w->mu);
         if (!atomic_load(&j->cancel)) run_job(w, sl, j);
         else j->finish = SV_FINISH_CANCEL;
-        pthread_mutex_lock(&j->mu);
-        j->done = true;
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        sv_job_unref(j);
+        job_done(j, true);
         pthread_mutex_lock(&w->mu);
     }
-    /* jobs still queued end unanswered: the server is going away */
-    for (size_t i = 0; i < w->nq; i++) {
-        sv_job *j = w->q[i];
-        pthread_mutex_lock(&j->mu);
-        j->finish = SV_FINISH_ERROR;
-        snprintf(j->error, sizeof j->error, "the server is shutting down");
-        j->done = true;
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        sv_job_unref(j);
-    }
+    /* jobs still queued are refused: the server is going away */
+    for (size_t i = 0; i < w->nq; i++) refuse_job(w->q[i], true);
     w->nq = 0;
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -532,13 +601,8 @@ void sv_worker_submit(sv_worker *w, sv_job *j)
     pthread_mutex_lock(&w->mu);
     if (atomic_load(&w->stop)) {
         pthread_mutex_unlock(&w->mu);
-        pthread_mutex_lock(&j->mu);
-        j->finish = SV_FINISH_ERROR;
-        snprintf(j->error, sizeof j->error, "the server is shutting down");
-        j->done = true;
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        sv_job_unref(j);
+        /* (the connection, which calls this, has not begun to send) */
+        refuse_job(j, false);
         return;
     }
     if (w->nq == w->capq) {

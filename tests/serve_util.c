@@ -284,9 +284,15 @@ const char *srv_agents_dir(void)
 
 void srv_run_clients(const srv_server *s, const char *scenario, const char *key)
 {
+    srv_run_clients_with(s, scenario, key, NULL);
+}
+
+void srv_run_clients_with(const srv_server *s, const char *scenario, const char *key, const char *more)
+{
     const char *dir = srv_clients_dir();
     char *out;
-    int rc = test_runf(&out, "cd '%s' && timeout 120 node clients.mjs %s %d %s", dir, scenario, s->port, key);
+    int rc = test_runf(&out, "cd '%s' && timeout 120 node clients.mjs %s %d %s %s", dir, scenario, s->port, key,
+                       more ? more : "");
     CHECK_MSG(rc == 0, "%s: %s\nserver log:\n%s", scenario, out, test_read_file(s->log, NULL));
     CHECK_CONTAINS(out, test_printf("ok %s", scenario));
 }
@@ -338,4 +344,48 @@ int srv_sse_events(const char *body, const char **names, struct json_object **da
         data[n++] = srv_parse(ev + 6);
     }
     return n;
+}
+
+bool srv_utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        size_t k = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (!k || i + k > n) return false;
+        for (size_t j = 1; j < k; j++)
+            if ((p[i + j] & 0xc0) != 0x80) return false;
+        /* the second byte's narrower ranges: overlong, surrogate, too large */
+        unsigned char d = k > 1 ? p[i + 1] : 0;
+        if ((c == 0xe0 && d < 0xa0) || (c == 0xed && d > 0x9f) || (c == 0xf0 && d < 0x90) || (c == 0xf4 && d > 0x8f))
+            return false;
+        i += k;
+    }
+    return true;
+}
+
+const char *srv_post_bg(const srv_server *s, const char *path, const char *json)
+{
+    static int n;
+    const char *bfile = test_tmp_path("bgbody%d.json", n), *out = test_tmp_path("bgresp%d.txt", n);
+    n++;
+    test_write_file(bfile, json, strlen(json));
+    char *o;
+    int rc = test_runf(&o, "(curl -s -N -H 'Content-Type: application/json' --data-binary @'%s' "
+                           "'http://127.0.0.1:%d%s' > '%s' 2>/dev/null </dev/null; echo $? > '%s.rc') >/dev/null 2>&1 &",
+                       bfile, s->port, path, out, out);
+    CHECK_MSG(rc == 0, "cannot start curl: %s", o);
+    return out;
+}
+
+bool srv_wait_file(const char *path, const char *needle, int timeout_ms)
+{
+    double t0 = test_now_ms();
+    for (;;) {
+        char *text = test_read_file(path, NULL);
+        if (text && (!needle || strstr(text, needle))) return true;
+        if (test_now_ms() - t0 > timeout_ms) return false;
+        usleep(20000);
+    }
 }

@@ -5,6 +5,7 @@
 #define DS4CL_SERVE_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "tests/test.h"
@@ -70,6 +71,18 @@ long srv_int(struct json_object *o, const char *path);
  * most max; *done when it ended with [DONE]. Fails on bad framing. */
 int srv_sse_events(const char *body, const char **names, struct json_object **data, int max, bool *done);
 
+/* Whether s[0..n) is valid UTF-8 (RFC 3629: no overlong forms, surrogates
+ * or values above U+10FFFF), as a strict JSON reader wants it. */
+bool srv_utf8_valid(const char *s, size_t n);
+
+/* Posts json to path with curl in the background (a stream, say); what it
+ * receives goes to the returned file, and "FILE.rc" gets curl's exit status
+ * once it is done. */
+const char *srv_post_bg(const srv_server *s, const char *path, const char *json);
+/* Waits until the file exists and contains needle (NULL: just exists);
+ * false after timeout_ms. */
+bool srv_wait_file(const char *path, const char *needle, int timeout_ms);
+
 /* build/serve-clients with tests/serve's locked packages installed (skips
  * the test when npm cannot install them). */
 const char *srv_clients_dir(void);
@@ -80,5 +93,7 @@ const char *srv_agents_dir(void);
 /* Runs `node clients.mjs SCENARIO PORT KEY` there; fails unless it prints
  * "ok SCENARIO". */
 void srv_run_clients(const srv_server *s, const char *scenario, const char *key);
+/* The same with more arguments after KEY (NULL: none). */
+void srv_run_clients_with(const srv_server *s, const char *scenario, const char *key, const char *more);
 
 #endif

@@ -50,3 +50,19 @@ TEST(agent_stream, one_event_per_token_however_fast_it_is_read)
     sb_free(&text);
     sb_free(&reply);
 }
+
+TEST(agent_stream, text_events_are_valid_utf8_whatever_the_model_wrote)
+{
+    /* a byte that is no character, a whole one over two tokens, and one the
+     * reply leaves unfinished */
+    const char *lines[] = { script_line("ok</think>bad \xfd caf\xc3\xa9 cut \xf0\x9f", NULL), NULL };
+    agent_config cfg = test_config(script_engine(write_script(lines)), 32768);
+    agent *a = test_agent(&cfg);
+    wait_idle(a, NULL, 10000);
+    CHECK_EQ_INT(agent_submit(a, "go"), 0);
+    strbuf text = { 0 };
+    eager_stream_events(a, &text);
+    CHECK_STR_EQ(sb_str(&text), "bad \xef\xbf\xbd caf\xc3\xa9 cut \xef\xbf\xbd\xef\xbf\xbd");
+    agent_stop(a);
+    sb_free(&text);
+}

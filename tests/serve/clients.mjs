@@ -2,7 +2,7 @@
 // a running `ds4cl serve` on the script engine (tests/test_serve.c writes
 // the script each scenario expects and checks the exit status and output).
 //
-//   node clients.mjs SCENARIO PORT KEY
+//   node clients.mjs SCENARIO PORT KEY [MORE…]
 //
 // Every check throws with what was expected and what came; the last line
 // printed on success is "ok SCENARIO".
@@ -180,8 +180,49 @@ async function scenarioAuth() {
   eq(models.data.length, 1, 'one model');
 }
 
+// `stopped PORT KEY PID API`: the server (PID) is sent SIGTERM once the
+// stream of API (chat, messages, responses) has begun; the client must see
+// the failure, not take the text so far for the whole reply.
+async function scenarioStopped() {
+  const [pid, api] = process.argv.slice(5);
+  let stopped = false;
+  const stop = () => {
+    if (!stopped) process.kill(Number(pid), 'SIGTERM');
+    stopped = true;
+  };
+  const messages = [{ role: 'user', content: 'go' }];
+  if (api === 'responses') {
+    const stream = await openai.responses.create({ model: 'ds4', input: 'go', stream: true });
+    let failed = null;
+    for await (const ev of stream) {
+      if (ev.type === 'response.output_text.delta') stop();
+      if (ev.type === 'response.failed') failed = ev.response;
+    }
+    if (!failed) throw new Error('no response.failed event');
+    eq(failed.status, 'failed', 'status');
+    if (!/shutting down/.test(failed.error?.message)) throw new Error(`the error: ${JSON.stringify(failed.error)}`);
+    return;
+  }
+  try {
+    if (api === 'chat') {
+      const stream = await openai.chat.completions.create({ model: 'ds4', messages, stream: true });
+      for await (const chunk of stream) if (chunk.choices[0]?.delta?.content) stop();
+    } else {
+      const stream = await anthropic.messages.create({ model: 'ds4', max_tokens: 100, messages, stream: true });
+      for await (const ev of stream) if (ev.type === 'content_block_delta') stop();
+    }
+  } catch (e) {
+    if (!(e instanceof OpenAI.APIError) && !(e instanceof Anthropic.APIError)) throw e;
+    if (!/shutting down/.test(e.message)) throw new Error(`the error does not say why: ${e.message}`);
+    if (api === 'messages') eq(e.error?.error?.type, 'overloaded_error', 'error type');
+    if (!stopped) throw new Error('the stream failed before the server was stopped');
+    return;
+  }
+  throw new Error('the stream ended without an error');
+}
+
 const scenarios = { openai: scenarioOpenai, anthropic: scenarioAnthropic, responses: scenarioResponses,
-  disconnect: scenarioDisconnect, concurrent: scenarioConcurrent, auth: scenarioAuth };
+  disconnect: scenarioDisconnect, concurrent: scenarioConcurrent, auth: scenarioAuth, stopped: scenarioStopped };
 try {
   await scenarios[scenario]();
   console.log(`ok ${scenario}`);
