@@ -151,6 +151,8 @@ const serve_config *sv_worker_config(const sv_worker *w);
 
 typedef struct sv_cache sv_cache;
 
+/* Opens (creates) the directory, reads its token files, and removes the
+ * temporary files that writers killed mid-save left there. */
 sv_cache *sv_cache_open(const char *dir, uint64_t max_bytes, uint64_t model_identity);
 void sv_cache_close(sv_cache *c);
 /* Saves the session's state (its tokens beside it). */
