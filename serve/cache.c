@@ -195,7 +195,7 @@ void *sv_cache_find(sv_cache *c, const int32_t *ids, size_t n, size_t min_len, s
     long best = -1;
     for (size_t i = 0; i < c->n; i++) {
         const entry *e = &c->v[i];
-        if (e->n <= min_len || e->n >= n || (best >= 0 && e->n <= c->v[best].n)) continue;
+        if (e->n <= min_len || e->n > n || (best >= 0 && e->n <= c->v[best].n)) continue;
         if (!memcmp(e->ids, ids, e->n * sizeof *ids)) best = (long)i;
     }
     if (best < 0) return NULL;

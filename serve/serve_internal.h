@@ -157,8 +157,9 @@ sv_cache *sv_cache_open(const char *dir, uint64_t max_bytes, uint64_t model_iden
 void sv_cache_close(sv_cache *c);
 /* Saves the session's state (its tokens beside it). */
 int sv_cache_save(sv_cache *c, ds4_session *s, ds4_error *err);
-/* The snapshot whose token prefix is the longest prefix of ids, longer
- * than min_len; malloc'd bytes, or NULL. *n_prefix gets its length. */
+/* The snapshot whose token prefix is the longest prefix of ids (all of
+ * ids included), longer than min_len; malloc'd bytes, or NULL. *n_prefix
+ * gets its length. */
 void *sv_cache_find(sv_cache *c, const int32_t *ids, size_t n, size_t min_len, size_t *len, size_t *n_prefix);
 /* The memo file's path in the cache directory ("" when no cache). */
 const char *sv_cache_memo_path(const sv_cache *c);

@@ -8,7 +8,8 @@
  * each job:
  * the session goes to the prompt keeping the longest common prefix with
  * its live state, or from a cached snapshot of a longer prefix (the live
- * state is saved to the cache first when the prompt leaves it); then the
+ * state is saved to the cache first when the prompt leaves it, and the
+ * state at the prompt's end after it is read: see prefill); then the
  * reply is sampled as the agent samples (agent/turn.c): the DSML parser
  * follows the bytes, structure is decoded greedily under the structural
  * mask, and the parser's events become the job's reasoning, text and tool
@@ -224,7 +225,34 @@ static void gen_free(gen *g)
     ds4_tokens_free(&g->forced);
 }
 
-/* Brings the session to the job's prompt. */
+/* The cache's entry for the prompt when it holds exactly the prompt (a
+ * checkpoint): restored, it leaves nothing to read. A snapshot without
+ * logits is not used: its last token would have to be read again, and a
+ * restored state cannot be cut back even by one token (it holds only the
+ * window and the compressor frontier at its end). */
+static bool restore_whole(sv_worker *w, gen *g, const void *base, size_t len)
+{
+    ds4_error e = { "" };
+    if (ds4_session_restore(g->sess, base, len, &e) != 0) {
+        /* the session is as it was */
+        if (!w->cfg.quiet) fprintf(stderr, "ds4cl serve: a cached snapshot does not load: %s\n", e.msg);
+        return false;
+    }
+    if (ds4_session_logits(g->sess)) return true;
+    ds4_session_sync(g->sess, NULL, 0, NULL, &e);
+    return false;
+}
+
+/* Brings the session to the job's prompt: the live state when the prompt
+ * goes on from it; else the longest cached snapshot that begins the prompt
+ * (the live state is cached first), the engine keeping whichever shares
+ * more. With a cache, the state at the end of a prompt that was read is
+ * cached too (a checkpoint): the same prompt sent again after its reply,
+ * after another conversation took the session, or after a restart, comes
+ * back whole. A snapshot that holds the prompt and its reply cannot be used
+ * for the prompt alone: the engine's snapshot keeps only what the next
+ * token needs (the sliding window and the compressor frontier), so it goes
+ * on from its own end only. */
 static ds4_status prefill(sv_worker *w, gen *g, ds4_error *err)
 {
     sv_job *j = g->j;
@@ -239,8 +267,15 @@ static ds4_status prefill(sv_worker *w, gen *g, ds4_error *err)
         ds4_error msg = { "" };
         if (common < have && sv_cache_save(w->cache, g->sess, &msg) != 0 && !w->cfg.quiet)
             fprintf(stderr, "ds4cl serve: cannot cache the session state: %s\n", msg.msg);
-        base = sv_cache_find(w->cache, ids, n, common, &base_len, &base_n);
+        /* a live state to cut back may not rewind that far: any cached
+         * prefix is then better than reading the prompt from nothing */
+        base = sv_cache_find(w->cache, ids, n, common < have ? 0 : common, &base_len, &base_n);
         pthread_mutex_unlock(&w->cache_mu);
+    }
+    if (base && base_n == n) {
+        restore_whole(w, g, base, base_len);
+        free(base);
+        base = NULL;
     }
     ds4_callbacks cb = { .cancel = job_cancelled, .ud = g };
     ds4_status rc = ds4_session_sync_from(g->sess, ids, n, base, base_len, &cb, err);
@@ -248,6 +283,13 @@ static ds4_status prefill(sv_worker *w, gen *g, ds4_error *err)
     j->prefilled = ds4_session_last_prefilled(g->sess);
     j->prompt_tokens = n;
     j->cached_tokens = n > j->prefilled ? n - j->prefilled : 0;
+    if (rc == DS4_OK && j->prefilled && w->cache) {
+        ds4_error msg = { "" };
+        pthread_mutex_lock(&w->cache_mu);
+        if (sv_cache_save(w->cache, g->sess, &msg) != 0 && !w->cfg.quiet)
+            fprintf(stderr, "ds4cl serve: cannot cache the prompt's state: %s\n", msg.msg);
+        pthread_mutex_unlock(&w->cache_mu);
+    }
     return rc;
 }
 
