@@ -90,3 +90,108 @@ TEST(serve_cache, the_same_prompt_again_comes_from_the_cache_after_another_conve
     CHECK_MSG(c4 == p4 && f4 == 0, "P after a restart: %ld of %ld tokens cached, %ld read", c4, p4, f4);
     CHECK_EQ_INT(srv_stop(&s2), 0);
 }
+
+TEST(serve_cache, the_same_prompt_again_comes_from_the_cache_on_the_real_engine)
+{
+    /* the generated model's forward pass: the restored state must give
+     * the very logits the prompt gave, so greedy decoding repeats itself */
+    const char *lines[] = { NULL };
+    srv_server s;
+    srv_start(&s, srv_script(lines), "--engine cpu --threads 1 --parallel 1 --temp 0");
+    const char *P = "{\"max_tokens\": 8, \"messages\": [{\"role\": \"system\", \"content\": \"You are terse.\"}, "
+                    "{\"role\": \"user\", \"content\": \"Name the file that holds the cache.\"}]}";
+    const char *Q = "{\"max_tokens\": 8, \"messages\": [{\"role\": \"user\", \"content\": \"Other things.\"}]}";
+    long p1, f1, c1, p2, f2, c2, p3, f3, c3;
+    char *a1, *a3;
+    ask(&s, P, &p1, &f1, &c1, &a1);
+    ask(&s, Q, &p2, &f2, &c2, NULL);
+    ask(&s, P, &p3, &f3, &c3, &a3);
+    CHECK_MSG(c3 == p3 && f3 == 0, "P again: %ld of %ld tokens cached, %ld read", c3, p3, f3);
+    CHECK_STR_EQ(a3, a1);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+}
+
+/* Runs the replay bench with the given flags and checks its CSV: every
+ * request row's prefilled and cached tokens add up to its prompt (counted
+ * apart by count_tokens), the summary rows sum the request rows, and the
+ * traffic has the conversations and turns it says. Returns how many runs
+ * (--parallel × --header) it printed; *main_read gets the prompt tokens of
+ * the main conversation's first request in the first run, *main_cached the
+ * cached tokens of its second. */
+static int check_replay(const char *flags, int turns, int agents, int sub_turns, long *main_read, long *main_cached)
+{
+    char *out;
+    int rc = test_runf(&out, "'%s/ds4cl-bench' --replay-bench -m '%s' %s", test_bindir(), srv_tiny_model(), flags);
+    CHECK_MSG(rc == 0, "%s", out);
+    const char *head = "parallel,header,request,conversation,turn,prompt_tokens,prefilled_tokens,cached_tokens,cached_pct\n";
+    CHECK_MSG(!strncmp(out, head, strlen(head)), "%s", out);
+    int runs = 0, rows = 0, main_turns = 0, agent_rows = 0, one_shots = 0;
+    long sum[2][4] = { { 0 } };
+    for (char *line = strtok(out + strlen(head), "\n"); line; line = strtok(NULL, "\n")) {
+        char header[16], request[16], conversation[40];
+        long parallel, turn, prompt, prefilled, cached;
+        double pct;
+        CHECK_MSG(sscanf(line, "%ld,%15[^,],%15[^,],%39[^,],%ld,%ld,%ld,%ld,%lf", &parallel, header, request,
+                         conversation, &turn, &prompt, &prefilled, &cached, &pct) == 9,
+                  "a bad row: %s", line);
+        if (!strcmp(request, "all") || !strcmp(request, "after_first")) {
+            int k = !strcmp(request, "after_first");
+            /* turn: how many requests the row sums */
+            CHECK_MSG(turn == sum[k][0] && prompt == sum[k][1] && prefilled == sum[k][2] && cached == sum[k][3],
+                      "%s does not sum the rows above it", line);
+            CHECK_NEAR(pct, 100.0 * (double)cached / (double)prompt, 0.06);
+            if (k) {
+                CHECK_EQ_INT(rows, turns + agents * sub_turns + 1 + (turns + 3) / 6);
+                CHECK_EQ_INT(main_turns, turns);
+                CHECK_EQ_INT(agent_rows, agents * sub_turns);
+                memset(sum, 0, sizeof sum);
+                rows = main_turns = agent_rows = one_shots = 0;
+                runs++;
+            }
+            continue;
+        }
+        CHECK_EQ_INT(atol(request), rows + 1);
+        CHECK_MSG(prompt > 0 && prefilled >= 0 && cached >= 0 && prefilled + cached == prompt,
+                  "prefilled + cached is not the prompt: %s", line);
+        if (!strcmp(conversation, "main")) {
+            CHECK_EQ_INT(turn, ++main_turns);
+            if (!runs && turn == 1) *main_read = prompt;
+            if (!runs && turn == 2) *main_cached = cached;
+        }
+        else if (!strncmp(conversation, "agent", 5)) agent_rows++;
+        else CHECK_MSG(turn == 1 && ++one_shots, "a one-shot request of more than one turn: %s", line);
+        rows++;
+        for (int k = 0; k < 2; k++) {
+            if (k && turn < 2) continue;
+            sum[k][0]++;
+            sum[k][1] += prompt;
+            sum[k][2] += prefilled;
+            sum[k][3] += cached;
+        }
+    }
+    return runs;
+}
+
+TEST(serve_cache, replay_bench_rows_add_up_on_the_scripted_engine)
+{
+    long read, cached;
+    CHECK_EQ_INT(check_replay("--turns 8 --subagents 3 --sub-turns 2 --system-bytes 3000 --result-bytes 400 "
+                              "--parallel 1,3 --header changing,constant,none --ctx 32768",
+                              8, 3, 2, &read, &cached),
+                 6);
+}
+
+TEST(serve_cache, replay_bench_rows_add_up_on_the_real_engine)
+{
+    /* the counts of the real forward pass: short rewinds, snapshots that go
+     * on from their end only */
+    long read = 0, cached = 0;
+    CHECK_EQ_INT(check_replay("--engine cpu --threads 1 --turns 2 --subagents 1 --sub-turns 2 --system-bytes 300 "
+                              "--result-bytes 100 --max-tokens 16 --parallel 1 --header constant --ctx 8192",
+                              2, 1, 2, &read, &cached),
+                 1);
+    /* the title request and the sub-agent took the only session between
+     * the main conversation's first two requests: the second goes on from
+     * the first one's saved state */
+    CHECK_MSG(cached >= read, "main's second request: %ld cached, its first prompt was %ld", cached, read);
+}
