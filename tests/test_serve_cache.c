@@ -111,6 +111,32 @@ TEST(serve_cache, the_same_prompt_again_comes_from_the_cache_on_the_real_engine)
     CHECK_EQ_INT(srv_stop(&s), 0);
 }
 
+TEST(serve_cache, a_new_conversation_with_a_known_system_prompt_starts_from_its_cached_state)
+{
+    const char *lines[] = { srv_reply_line("a</think>A.", NULL), srv_reply_line("q</think>Q.", NULL),
+                            srv_reply_line("b</think>B.", NULL), NULL };
+    srv_server s;
+    srv_start(&s, srv_script(lines), "--parallel 1");
+    /* a sub-agent's long instructions, then each one's own task */
+    strbuf sys = { 0 };
+    for (int i = 0; i < 40; i++) sb_printf(&sys, "Rule %d: read the file before changing it, and say which. ", i);
+    const char *A = test_printf("{\"messages\": [{\"role\": \"system\", \"content\": \"%s\"}, {\"role\": \"user\", "
+                                "\"content\": \"Find where the cache is written.\"}]}",
+                                sys.s);
+    const char *B = test_printf("{\"messages\": [{\"role\": \"system\", \"content\": \"%s\"}, {\"role\": \"user\", "
+                                "\"content\": \"List the tests of the server.\"}]}",
+                                sys.s);
+    sb_free(&sys);
+    const char *Q = "{\"messages\": [{\"role\": \"user\", \"content\": \"Something else.\"}]}";
+    long pa, fa, ca, pq, fq, cq, pb, fb, cb;
+    ask(&s, A, &pa, &fa, &ca, NULL);
+    ask(&s, Q, &pq, &fq, &cq, NULL);
+    ask(&s, B, &pb, &fb, &cb, NULL);
+    /* B differs from A in its user turn only: a few dozen tokens read */
+    CHECK_MSG(pb > 1000 && fb < 40 && cb + fb == pb, "B: %ld of %ld tokens cached, %ld read", cb, pb, fb);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+}
+
 /* Runs the replay bench with the given flags and checks its CSV: every
  * request row's prefilled and cached tokens add up to its prompt (counted
  * apart by count_tokens), the summary rows sum the request rows, and the
