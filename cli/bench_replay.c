@@ -179,9 +179,9 @@ static char *body_of(run *r, const conv *c)
     if (strcmp(r->header, "none")) {
         char line[160];
         /* a value of the request's own, as the client computes one */
-        uint64_t s = strcmp(r->header, "changing") ? 7 : r->requests + 1;
+        uint64_t v = strcmp(r->header, "changing") ? 7 : r->requests + 1;
         snprintf(line, sizeof line, "x-anthropic-billing-header: cc_version=2.1.197.abc; cc_entrypoint=cli; cch=%05llx;",
-                 (unsigned long long)(next_rand(&s) & 0xfffff));
+                 (unsigned long long)(next_rand(&v) & 0xfffff));
         json_object_array_add(sys, text_block(line));
     }
     json_object_array_add(sys, text_block(c->system));
