@@ -5,7 +5,7 @@
 # On a generated flash-width model (DeepSeek V4 Flash widths, 2 layers,
 # random weights), cached in build/bench/: engine speed, the time to open
 # the model, and the tokenizer against the npm reference. Environment:
-#   BENCH_SUITES     which of "speed open tokenizer serve placement mpi" to run
+#   BENCH_SUITES     which of "speed open tokenizer serve replay placement mpi" to run
 #                    (default all; mpi needs an MPI build and mpirun, else it says so)
 #   BENCH_HYBRID_PREFILL  prompt tokens of the placement suite (default 256)
 #   BENCH_SERVE_BYTES  prompt bytes of the serve suite (default 2000)
@@ -37,7 +37,7 @@ if [ -z "${BENCH_BACKENDS:-}" ]; then
     BENCH_BACKENDS=cpu
     if "$bin/ds4cl" --list-devices > /dev/null 2>&1; then BENCH_BACKENDS="cpu opencl"; fi
 fi
-for suite in ${BENCH_SUITES:-speed open tokenizer serve placement mpi}; do
+for suite in ${BENCH_SUITES:-speed open tokenizer serve replay placement mpi}; do
     case $suite in
     speed)
         echo "# speed"
@@ -67,6 +67,13 @@ for suite in ${BENCH_SUITES:-speed open tokenizer serve placement mpi}; do
             --prompt-bytes "${BENCH_SERVE_BYTES:-2000}" --gen-tokens "${BENCH_GEN:-16}" --runs 4 > "$dir/serve.csv"
         cat "$dir/serve.csv"
         ;;
+    replay)
+        echo "# replay"
+        # a coding agent's traffic through the server on the scripted
+        # engine (the model's tokenizer only): counts, not time
+        "$bin/ds4cl-bench" --replay-bench -m "$model" > "$dir/replay.csv"
+        cat "$dir/replay.csv"
+        ;;
     placement)
         # OpenCL only: the routed experts in host memory (hybrid) and the
         # layers split over two devices, against one device in the same run
@@ -95,7 +102,7 @@ for suite in ${BENCH_SUITES:-speed open tokenizer serve placement mpi}; do
         fi
         ;;
     *)
-        echo "bench: unknown suite '$suite' (speed, open, tokenizer, serve, placement, mpi)" >&2
+        echo "bench: unknown suite '$suite' (speed, open, tokenizer, serve, replay, placement, mpi)" >&2
         exit 2
         ;;
     esac

@@ -10,6 +10,7 @@
 #include "cli/bench_opencl.h"
 #include "cli/bench_open.h"
 #include "cli/bench_quant.h"
+#include "cli/bench_replay.h"
 #include "cli/bench_search.h"
 #include "cli/bench_serve.h"
 #include "cli/bench_tokenizer.h"
@@ -41,6 +42,10 @@ static void help(void)
           "                   seconds to open the model, stage by stage, cold and warm\n"
           "       ds4cl-bench --serve-bench -m MODEL --prompt-file F [--prompt-bytes N] [--gen-tokens G] [--runs R]\n"
           "                   CSV: time to first token and decode tokens/s through ds4cl serve vs in process\n"
+          "       ds4cl-bench --replay-bench -m MODEL [--engine script|cpu] [--parallel 1,4]\n"
+          "                   [--header changing,constant,none] [--turns N] [--subagents N] …\n"
+          "                   CSV: a coding agent's traffic through ds4cl serve, prompt tokens read and\n"
+          "                   taken from the sessions and the snapshot cache, per request\n"
           "       ds4cl-bench --hybrid-bench -m MODEL [--prefill N] [--gen-tokens G] [--rounds R] [--device D]\n"
           "                   [--split-devices D,D]\n"
           "                   CSV: OpenCL with routed experts in host memory (CPU), or the layers split\n"
@@ -71,6 +76,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--search-bench")) return bench_search_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--open-bench")) return bench_open_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--serve-bench")) return bench_serve_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--replay-bench")) return bench_replay_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--hybrid-bench")) return bench_hybrid_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--mpi-bench")) return bench_mpi_main(argc, argv);

@@ -325,7 +325,8 @@ ds4_status ds4_session_sync(ds4_session *s, const int32_t *ids, size_t n,
  * the tokens it holds begin ids, are fewer than n, and are more than the
  * session shares with ids (an empty session included: a cached prompt),
  * or when the state cannot be rolled back to the common prefix (an engine
- * rewinds only a short way cheaply) rather than from nothing. A base that
+ * rewinds only a short way cheaply, and a restored state not below the
+ * point it was restored at) rather than from nothing. A base that
  * does not load, fit or match is ignored. base may be NULL. */
 ds4_status ds4_session_sync_from(ds4_session *s, const int32_t *ids, size_t n, const void *base, size_t base_len,
                                  const ds4_callbacks *cb, ds4_error *err);

@@ -21,7 +21,9 @@
  * (margin ≥ chunk), so shrinking a session by up to about that many tokens
  * is free: raw windows, compressor frontiers and compressed-row counts are
  * all still there. Larger rewinds return -1 and the common layer
- * recomputes from the start.
+ * recomputes from the start. So do rewinds below the point a snapshot was
+ * loaded at: a load writes only the window and the frontier the next token
+ * needs, not the margin below them.
  *
  * Snapshots: the payload is the canonical layout of engine/kvstate.h,
  * the same for every backend.

@@ -54,6 +54,8 @@ typedef struct fwd_state {
     int n_ctx, T_max;
     int64_t n;        /* tokens the state holds */
     int64_t hi;       /* one past the highest position written into the rings since reset */
+    int64_t loaded;   /* tokens the last snapshot load wrote (0: none since reset): the
+                       * rings hold only its window and frontier, not the margin below */
     ds4_cache_type ct;
     int64_t raw_rows, margin;
     uint8_t embed, head;    /* the placement the state was made for */

@@ -298,7 +298,7 @@ void fwd_backend_state_free(void *p)
 void fwd_backend_reset(void *p)
 {
     fwd_state *st = p;
-    st->n = st->hi = 0;
+    st->n = st->hi = st->loaded = 0;
     st->has_last = false;
 }
 
@@ -320,6 +320,8 @@ int fwd_backend_rewind(void *p, size_t n_new)
         fwd_backend_reset(st);
         return 0;
     }
+    /* a loaded state has no rows below its snapshot's window and frontier */
+    if (n < st->loaded) return -1;
     int64_t raw_lo = n - hp->n_swa < 0 ? 0 : n - hp->n_swa;
     if (raw_lo < st->hi - st->raw_rows) return -1;
     for (int l = st->l0; l < st->l1; l++) {
@@ -534,7 +536,7 @@ static int load_blocks(fwd_state *st, reader *r, ds4_cache_type from, int64_t nn
     }
     pthread_mutex_unlock(&f->mu);
     if (rc) return ops_error(be, &r->err, "cannot write the session state");
-    st->n = st->hi = nn;
+    st->n = st->hi = st->loaded = nn;
     st->has_last = false;
     return 0;
 }

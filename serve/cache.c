@@ -6,8 +6,10 @@
  * finding the entry for a prompt reads only the token files. Both are
  * written atomically, the snapshot first: a token file never names a
  * snapshot that is not complete. Entries of another model are left alone;
- * the oldest entries go when the directory holds more than max_bytes. Only
- * the worker thread uses it. */
+ * the oldest entries go when the directory holds more than max_bytes.
+ * Opening it removes the temporary files of atomic writes whose writer is
+ * gone (a server killed mid-save), as the sessions do in a workspace
+ * (temp_sweep). Only the worker thread uses it. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,10 @@
 #include "serve/serve_internal.h"
 
 #define TOK_MAGIC 0x31534b4f544c4344ull /* "DCLTOKS1" */
+
+/* Directory entries the sweep of leftover temporary files looks at: the
+ * cache holds two files an entry, far fewer than this. */
+#define TEMP_SWEEP_ENTRIES 100000
 
 typedef struct {
     uint64_t key;
@@ -95,6 +101,7 @@ sv_cache *sv_cache_open(const char *dir, uint64_t max_bytes, uint64_t model_iden
     c->max_bytes = max_bytes;
     c->identity = model_identity;
     snprintf(c->memo, sizeof c->memo, "%s/replies-%016llx.bin", dir, (unsigned long long)model_identity);
+    temp_sweep(dir, TEMP_SWEEP_ENTRIES);
     DIR *d = opendir(dir);
     for (struct dirent *de; d && (de = readdir(d));) load_entry(c, de->d_name);
     if (d) closedir(d);
@@ -188,7 +195,7 @@ void *sv_cache_find(sv_cache *c, const int32_t *ids, size_t n, size_t min_len, s
     long best = -1;
     for (size_t i = 0; i < c->n; i++) {
         const entry *e = &c->v[i];
-        if (e->n <= min_len || e->n >= n || (best >= 0 && e->n <= c->v[best].n)) continue;
+        if (e->n <= min_len || e->n > n || (best >= 0 && e->n <= c->v[best].n)) continue;
         if (!memcmp(e->ids, ids, e->n * sizeof *ids)) best = (long)i;
     }
     if (best < 0) return NULL;

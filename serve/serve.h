@@ -19,8 +19,11 @@
  * The snapshot cache (cache_dir): when the live session is about to be
  * replaced by another conversation, and when the server stops, its state is
  * saved there (the engine's snapshot format, with the token prefix beside
- * it); a later request whose prompt begins with a cached prefix goes on
- * from it. The oldest files go once the directory exceeds cache_max_bytes.
+ * it), and so are the states at the end of every prompt read (before its
+ * reply) and at the end of its system part (the tools and the system text,
+ * when that is long); a later request whose prompt begins with a cached
+ * prefix, or is one, goes on from it. The oldest files go once the directory exceeds
+ * cache_max_bytes.
  * The assistant replies the server produced are remembered (and kept in the
  * cache directory) by the tokens before them and their visible content, so a
  * client that sends one back in its history gets the very tokens the model

@@ -156,12 +156,15 @@ const serve_config *sv_worker_config(const sv_worker *w);
 
 typedef struct sv_cache sv_cache;
 
+/* Opens (creates) the directory, reads its token files, and removes the
+ * temporary files that writers killed mid-save left there. */
 sv_cache *sv_cache_open(const char *dir, uint64_t max_bytes, uint64_t model_identity);
 void sv_cache_close(sv_cache *c);
 /* Saves the session's state (its tokens beside it). */
 int sv_cache_save(sv_cache *c, ds4_session *s, ds4_error *err);
-/* The snapshot whose token prefix is the longest prefix of ids, longer
- * than min_len; malloc'd bytes, or NULL. *n_prefix gets its length. */
+/* The snapshot whose token prefix is the longest prefix of ids (all of
+ * ids included), longer than min_len; malloc'd bytes, or NULL. *n_prefix
+ * gets its length. */
 void *sv_cache_find(sv_cache *c, const int32_t *ids, size_t n, size_t min_len, size_t *len, size_t *n_prefix);
 /* The memo file's path in the cache directory ("" when no cache). */
 const char *sv_cache_memo_path(const sv_cache *c);

@@ -8,7 +8,9 @@
  * each job:
  * the session goes to the prompt keeping the longest common prefix with
  * its live state, or from a cached snapshot of a longer prefix (the live
- * state is saved to the cache first when the prompt leaves it); then the
+ * state is saved to the cache first when the prompt leaves it, and the
+ * states at the ends of the prompt and of its system part as they are
+ * read: see prefill); then the
  * reply is sampled as the agent samples (agent/turn.c): the DSML parser
  * follows the bytes, structure is decoded greedily under the structural
  * mask, and the parser's events become the job's reasoning, text and tool
@@ -263,14 +265,64 @@ static void gen_free(gen *g)
     dsml_gather_free(&g->pend);
 }
 
-/* Brings the session to the job's prompt. */
+/* The cache's entry for the prompt when it holds exactly the prompt (a
+ * checkpoint): restored, it leaves nothing to read. A snapshot without
+ * logits is not used: its last token would have to be read again, and a
+ * restored state cannot be cut back even by one token (it holds only the
+ * window and the compressor frontier at its end). */
+static bool restore_whole(sv_worker *w, gen *g, const void *base, size_t len)
+{
+    ds4_error e = { "" };
+    if (ds4_session_restore(g->sess, base, len, &e) != 0) {
+        /* the session is as it was */
+        if (!w->cfg.quiet) fprintf(stderr, "ds4cl serve: a cached snapshot does not load: %s\n", e.msg);
+        return false;
+    }
+    if (ds4_session_logits(g->sess)) return true;
+    ds4_session_sync(g->sess, NULL, 0, NULL, &e);
+    return false;
+}
+
+/* A system part (BOS, the tool block and the system text, up to the first
+ * user turn) shorter than this gets no snapshot of its own. */
+#define HEAD_MIN_TOKENS 256
+
+static void checkpoint(sv_worker *w, ds4_session *s, const char *what)
+{
+    ds4_error msg = { "" };
+    pthread_mutex_lock(&w->cache_mu);
+    if (sv_cache_save(w->cache, s, &msg) != 0 && !w->cfg.quiet)
+        fprintf(stderr, "ds4cl serve: cannot cache %s state: %s\n", what, msg.msg);
+    pthread_mutex_unlock(&w->cache_mu);
+}
+
+/* The tokens before the prompt's first user turn. */
+static size_t head_of(const sv_worker *w, const ds4_tokens *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->ids[i] == w->t_user) return i;
+    return 0;
+}
+
+static size_t common_prefix(const ds4_session *s, const ds4_tokens *t);
+
+/* Brings the session to the job's prompt: the live state when the prompt
+ * goes on from it; else the longest cached snapshot that begins the prompt
+ * (the live state is cached first), the engine keeping whichever shares
+ * more. With a cache, two more states are cached when they are computed
+ * (checkpoints): the end of the prompt, so that the same prompt sent again
+ * after its reply, after another conversation took the session, or after a
+ * restart, comes back whole; and the end of its system part, so that a new
+ * conversation with the same tools and system prompt (another sub-agent of
+ * a kind) starts from it. A snapshot that holds more than a prompt shares
+ * (the prompt and its reply) cannot be used for it: the engine's snapshot
+ * keeps only what the next token needs (the sliding window and the
+ * compressor frontier), so it goes on from its own end only. */
 static ds4_status prefill(sv_worker *w, gen *g, ds4_error *err)
 {
     sv_job *j = g->j;
     const int32_t *ids = j->prompt.ids;
-    size_t n = j->prompt.n, have = ds4_session_n_tokens(g->sess), common = 0;
-    const int32_t *cur = ds4_session_tokens(g->sess);
-    while (common < have && common < n && cur[common] == ids[common]) common++;
+    size_t n = j->prompt.n, have = ds4_session_n_tokens(g->sess), common = common_prefix(g->sess, &j->prompt);
     size_t base_len = 0, base_n = 0;
     void *base = NULL;
     if (w->cache) {
@@ -278,15 +330,38 @@ static ds4_status prefill(sv_worker *w, gen *g, ds4_error *err)
         ds4_error msg = { "" };
         if (common < have && sv_cache_save(w->cache, g->sess, &msg) != 0 && !w->cfg.quiet)
             fprintf(stderr, "ds4cl serve: cannot cache the session state: %s\n", msg.msg);
-        base = sv_cache_find(w->cache, ids, n, common, &base_len, &base_n);
+        /* a live state to cut back may not rewind that far: any cached
+         * prefix is then better than reading the prompt from nothing */
+        base = sv_cache_find(w->cache, ids, n, common < have ? 0 : common, &base_len, &base_n);
         pthread_mutex_unlock(&w->cache_mu);
     }
+    if (base && base_n == n) {
+        restore_whole(w, g, base, base_len);
+        free(base);
+        base = NULL;
+        base_n = 0;
+        common = common_prefix(g->sess, &j->prompt);
+    }
     ds4_callbacks cb = { .cancel = job_cancelled, .ud = g };
-    ds4_status rc = ds4_session_sync_from(g->sess, ids, n, base, base_len, &cb, err);
+    ds4_status rc = DS4_OK;
+    size_t head = w->cache ? head_of(w, &j->prompt) : 0, prefilled = 0;
+    if (head >= HEAD_MIN_TOKENS && head < n && common < head && base_n < head) {
+        rc = ds4_session_sync_from(g->sess, ids, head, base, base_len, &cb, err);
+        prefilled = ds4_session_last_prefilled(g->sess);
+        if (rc == DS4_OK && prefilled) checkpoint(w, g->sess, "the system prompt's");
+        free(base);
+        base = NULL;
+        base_len = 0;
+    }
+    if (rc == DS4_OK) {
+        rc = ds4_session_sync_from(g->sess, ids, n, base, base_len, &cb, err);
+        prefilled += ds4_session_last_prefilled(g->sess);
+    }
     free(base);
-    j->prefilled = ds4_session_last_prefilled(g->sess);
+    j->prefilled = prefilled;
     j->prompt_tokens = n;
     j->cached_tokens = n > j->prefilled ? n - j->prefilled : 0;
+    if (rc == DS4_OK && j->prefilled && w->cache) checkpoint(w, g->sess, "the prompt's");
     return rc;
 }
 

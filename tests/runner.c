@@ -278,6 +278,15 @@ void test_write_file(const char *path, const void *data, size_t len)
     if (fclose(f) != 0) FAIL("cannot close %s", path);
 }
 
+long test_dead_pid(void)
+{
+    pid_t p = fork();
+    CHECK(p >= 0);
+    if (p == 0) _exit(0);
+    waitpid(p, NULL, 0);
+    return (long)p;
+}
+
 double test_now_ms(void)
 {
     struct timespec ts;

@@ -120,6 +120,10 @@ void *test_alloc(size_t n);
 char *test_strdup(const char *s);
 char *test_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A PID that runs no process now (a child that has exited and been
+ * reaped). */
+long test_dead_pid(void);
+
 /* Monotonic milliseconds. */
 double test_now_ms(void);
 

@@ -299,6 +299,44 @@ TEST(session_rewind, far_rewind_goes_on_from_a_base_snapshot)
     ds4_engine_close(e);
 }
 
+/* A restored state holds the rows its snapshot holds (the window and the
+ * compressor frontier at its end), not the margin a live session keeps:
+ * going back from it, even one token, must come out exact, computed again
+ * where the rows are not there. Restore points on and off the ratio-4 and
+ * ratio-128 boundaries, back by less and more than the window's spare row. */
+TEST(session_rewind, a_restored_state_goes_back_exactly)
+{
+    ds4_engine *e = fwd_test_engine(DS4_QSIM_FULL, 1);
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, 300, V, 41);
+    float *fresh = test_alloc(V * 4);
+    const size_t points[] = { 128, 150 }, backs[] = { 1, 5 };
+    for (size_t i = 0; i < sizeof points / sizeof points[0]; i++) {
+        ds4_session *a = open_session(e, 400);
+        sync_ok(a, &ids, points[i]);
+        size_t len;
+        void *snap = snapshot_ok(a, &len);
+        for (size_t k = 0; k < sizeof backs / sizeof backs[0]; k++) {
+            ds4_session *b = open_session(e, 400);
+            ds4_error err = { "" };
+            CHECK_MSG(ds4_session_restore(b, snap, len, &err) == 0, "%s", err.msg);
+            ds4_tokens alt = { 0 };
+            ds4_tokens_append(&alt, ids.ids, points[i] - backs[k]);
+            fwd_random_ids(&alt, 3, V, 7 + (uint64_t)k);
+            sync_ok(b, &alt, alt.n);
+            fwd_logits_after(e, 400, 0, alt.ids, alt.n, fresh);
+            CHECK_MSG(memcmp(ds4_session_logits(b), fresh, V * 4) == 0, "restored at %zu, back %zu: other logits",
+                      points[i], backs[k]);
+            ds4_tokens_free(&alt);
+            ds4_session_close(b);
+        }
+        free(snap);
+        ds4_session_close(a);
+    }
+    ds4_tokens_free(&ids);
+    ds4_engine_close(e);
+}
+
 /* An empty session, or one that shares less with the tokens than a base
  * holds (a cached prompt), goes on from the base: it prefills only the
  * tokens after it, exactly. A damaged base is ignored. */

@@ -19,16 +19,6 @@
 #include "tests/sessions_util.h"
 #include "tests/test.h"
 
-/* A PID that runs no process now. */
-static long dead_pid(void)
-{
-    pid_t p = fork();
-    CHECK(p >= 0);
-    if (p == 0) _exit(0);
-    waitpid(p, NULL, 0);
-    return (long)p;
-}
-
 static void touch_at(const char *path, time_t when)
 {
     test_write_file(path, "partial", 7);
@@ -44,7 +34,7 @@ TEST(sessions_leftovers, temp_sweep_removes_only_our_temporary_files_whose_write
 {
     const char *ws = test_tmp_path("ws");
     CHECK_EQ_INT(base_mkdir_p(test_printf("%s/sub/deeper", ws), 0700), 0);
-    long dead = dead_pid();
+    long dead = test_dead_pid();
     const char *gone1 = test_printf("%s/.big.txt.tmp.%ld.AbC123", ws, dead);
     const char *gone2 = test_printf("%s/sub/deeper/.x.c.tmp.%ld.zzzzzz", ws, dead);
     /* PID 1 runs, but started long after this file was last written: the
@@ -85,7 +75,7 @@ TEST(sessions_leftovers, a_session_start_removes_temporary_files_an_interrupted_
     sessions_test_home();
     const char *lines[] = { script_line("a</think>Done.", NULL), NULL };
     const char *script = write_script(lines);
-    const char *left = test_tmp_path(".huge.txt.tmp.%ld.Xy12Zq", dead_pid());
+    const char *left = test_tmp_path(".huge.txt.tmp.%ld.Xy12Zq", test_dead_pid());
     touch_at(left, 0);
     char *out;
     int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' -p hi --output-format stream-json",
