@@ -14,7 +14,6 @@
 #include "base/base.h"
 #include "cli/progress.h"
 
-#define DEFAULT_MAX_CTX 1048576
 #define UNLIMITED_CGROUP (1ull << 60)
 
 memplan_policy memplan_default_policy(void)
@@ -37,7 +36,7 @@ uint64_t memplan_linear_bytes(void *ud, int n_ctx)
 
 static int model_limit(const memplan_input *in)
 {
-    return in->max_ctx > 0 ? in->max_ctx : DEFAULT_MAX_CTX;
+    return in->max_ctx > 0 ? in->max_ctx : MEMPLAN_MAX_CTX;
 }
 
 static uint64_t need_for(const memplan_input *in, int n_ctx)
@@ -302,6 +301,19 @@ int memplan_host_available(uint64_t *bytes, char *source, size_t source_n)
     return 0;
 }
 
+int memplan_env_check(ds4_error *err)
+{
+    static const char *const vars[] = { "DS4CL_MEM_AVAILABLE", "DS4CL_DEVICE_MEM" };
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *env = getenv(vars[i]);
+        uint64_t v;
+        if (env && *env && (memplan_parse_size(env, &v) != 0 || v == 0))
+            return ds4_error_set(err, "%s=%s is not a memory size: give bytes or a size such as 64G or 512M (or "
+                                      "unset it to use the memory detected)", vars[i], env);
+    }
+    return 0;
+}
+
 uint64_t memplan_device_memory_override(void)
 {
     const char *env = getenv("DS4CL_DEVICE_MEM");
@@ -519,7 +531,9 @@ int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char
     }
     memplan_explain(&r, &in, requested, pl.what, pl.source, msg, sizeof msg);
     if (r.verdict == MEMPLAN_TOO_BIG) {
-        fprintf(stderr, "ds4cl: %s\n%s\n", msg, override_hint);
+        /* the model's limit is no matter of memory: no hint about it */
+        bool beyond = requested > model_limit(&in);
+        fprintf(stderr, "ds4cl: %s\n%s%s", msg, beyond ? "" : override_hint, beyond ? "" : "\n");
         return requested > 0 && (requested > model_limit(&in) || r.largest_fit > 0) ? -2 : -1;
     }
     bool tell = r.verdict == MEMPLAN_TIGHT || requested == -1 || (requested == 0 && r.n_ctx != default_ctx);

@@ -33,6 +33,10 @@
 
 #include "engine/ds4.h"
 
+/* The model's limit when its file does not say (DeepSeek V4 Flash's), and
+ * the most --ctx takes. */
+#define MEMPLAN_MAX_CTX 1048576
+
 typedef struct {
     uint64_t reserve_min;    /* bytes always left free */
     double reserve_fraction; /* share of the memory always left free */
@@ -55,7 +59,7 @@ typedef struct {
     memplan_ctx_bytes_fn ctx_bytes;
     void *ctx_ud;
     uint64_t available_bytes;   /* memory of the pool */
-    int max_ctx;                /* the model's limit; 0 = 1048576 */
+    int max_ctx;                /* the model's limit; 0 = MEMPLAN_MAX_CTX */
 } memplan_input;
 
 /* The simplest ctx_bytes: fixed + per_token × n_ctx (ud is a memplan_linear *). */
@@ -114,7 +118,14 @@ int memplan_cgroup_available(const char *sysfs_root, const char *proc_cgroup, ui
  * came from. -1 when nothing could be read. */
 int memplan_host_available(uint64_t *bytes, char *source, size_t source_n);
 
-/* $DS4CL_DEVICE_MEM, or 0 when unset. */
+/* -1 with err naming the variable when DS4CL_MEM_AVAILABLE or
+ * DS4CL_DEVICE_MEM is set to something that is not a size (or 0): a
+ * setting that is ignored would plan with memory the user said is not
+ * there. 0 when both are unset or sizes. */
+int memplan_env_check(ds4_error *err);
+
+/* $DS4CL_DEVICE_MEM, or 0 when unset (or not a size: memplan_env_check
+ * refuses that before a command starts). */
 uint64_t memplan_device_memory_override(void);
 
 typedef struct {

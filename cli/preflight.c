@@ -9,6 +9,7 @@
 
 #include "base/base.h"
 #include "cli/commands.h"
+#include "cli/memplan.h"
 #include "tools/tools.h"
 
 static int check_script(const ds4cl_options *o)
@@ -81,9 +82,18 @@ static int check_rules(const ds4cl_options *o, const char *ws)
     return given ? EXIT_USAGE : EXIT_ERROR;
 }
 
+static int check_memory_env(void)
+{
+    ds4_error err = { "" };
+    if (memplan_env_check(&err) == 0) return EXIT_DONE;
+    fprintf(stderr, "ds4cl: %s\n", err.msg);
+    return EXIT_USAGE;
+}
+
 int preflight_check_engine(const ds4cl_options *o)
 {
-    int rc = check_script(o);
+    int rc = check_memory_env();
+    if (rc == EXIT_DONE) rc = check_script(o);
     if (rc == EXIT_DONE) rc = check_device(o);
     return rc;
 }

@@ -2,7 +2,8 @@
  * done before the model is opened: a typo in a flag should cost a second,
  * not the minutes of reading 80 GB of weights first.
  *
- * Checked: the script of --engine script:FILE is readable; --device (or
+ * Checked: $DS4CL_MEM_AVAILABLE and $DS4CL_DEVICE_MEM, when set, are
+ * memory sizes; the script of --engine script:FILE is readable; --device (or
  * $DS4CL_DEVICE) names an OpenCL device, and --device is not given to the
  * CPU backend; the permission rules files (--rules, the user's and the
  * workspace's) read and parse. Each message names the flag or variable at
