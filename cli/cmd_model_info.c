@@ -212,7 +212,8 @@ static int plan_auto(const ds4cl_options *o, const char *path, char *why, size_t
         return 0;
     }
     int n_ctx = 0;
-    int rc = memplan_session_ctx_why(e, o->backend, o->device, -1, DEFAULT_INFO_CTX, &n_ctx, why, whylen);
+    int rc = memplan_session_ctx_why(e, o->backend, o->device, -1, DEFAULT_INFO_CTX, 0, &n_ctx, why, whylen, &err);
+    if (rc != 0) fprintf(stderr, "ds4cl: %s\n", err.msg);
     ds4_engine_close(e);
     return rc == 0 ? n_ctx : 0;
 }

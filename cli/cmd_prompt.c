@@ -259,13 +259,14 @@ static int exit_code_for(const char *end)
 }
 
 /* A run refused before its agent started: the stream still ends with a
- * result, so that a script reading it learns why. msg was printed. */
-static int refused(const ds4cl_options *o, int code, const char *session_id, const char *msg)
+ * result, so that a script reading it learns why (msg, the cause, was
+ * printed). stop_reason "error", exit_code tells usage from the rest; no
+ * session_id, as no session was created or run. */
+static int refused(const ds4cl_options *o, int code, const char *msg)
 {
     if (o->output != OUTPUT_STREAM_JSON && o->output != OUTPUT_JSON) return code;
     struct json_object *r = typed("result");
-    json_object_object_add(r, "session_id", json_object_new_string(session_id ? session_id : ""));
-    json_object_object_add(r, "stop_reason", json_object_new_string(code == EXIT_USAGE ? "usage" : AGENT_END_ERROR));
+    json_object_object_add(r, "stop_reason", json_object_new_string(AGENT_END_ERROR));
     json_object_object_add(r, "exit_code", json_object_new_int(code));
     json_object_object_add(r, "is_error", json_object_new_boolean(true));
     json_object_object_add(r, "text", json_object_new_string(""));
@@ -321,25 +322,30 @@ static struct json_object *string_array(const char *const *v)
 int cmd_prompt(const ds4cl_options *o)
 {
     char *prompt = load_prompt(o);
-    if (!prompt) return refused(o, EXIT_ERROR, NULL, "the prompt cannot be read (the reason is on stderr)");
+    if (!prompt) return refused(o, EXIT_ERROR, "the prompt cannot be read (the reason is on stderr)");
     bool blank = true;
     for (const char *p = prompt; *p && blank; p++) blank = *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r';
     if (blank) {
         fprintf(stderr, "ds4cl: the prompt is empty\n");
         free(prompt);
-        return refused(o, EXIT_USAGE, NULL, "the prompt is empty");
+        return refused(o, EXIT_USAGE, "the prompt is empty");
     }
     if (o->backend == DS4_BACKEND_SCRIPT && !o->model_path) {
         fprintf(stderr, "ds4cl: the script engine needs -m MODEL (its tokenizer is used)\n");
         free(prompt);
-        return refused(o, EXIT_USAGE, NULL, "the script engine needs -m MODEL (its tokenizer is used)");
+        return refused(o, EXIT_USAGE, "the script engine needs -m MODEL (its tokenizer is used)");
     }
     char ws[PATH_MAX];
     int wrc = workspace_resolve(o, ws);
-    if (wrc == 0) wrc = preflight_check(o, ws);
     if (wrc != 0) {
         free(prompt);
-        return refused(o, wrc, NULL, "the workspace cannot be used (the reason is on stderr)");
+        return refused(o, wrc, "the workspace cannot be used (the reason is on stderr)");
+    }
+    ds4_error pre = { "" };
+    wrc = preflight_check(o, ws, &pre);
+    if (wrc != 0) {
+        free(prompt);
+        return refused(o, wrc, pre.msg);
     }
 
     /* The session first: a resumed one brings its context size. */
@@ -372,8 +378,8 @@ int cmd_prompt(const ds4cl_options *o)
         }
         free(prompt);
         if (so == SESSION_OPEN_PICK)
-            return refused(o, EXIT_USAGE, NULL, "--resume needs a session ID with --prompt");
-        return refused(o, EXIT_ERROR, o->session_id ? o->session_id : o->resume_id, serr.msg);
+            return refused(o, EXIT_USAGE, "--resume needs a session ID with --prompt");
+        return refused(o, EXIT_ERROR, serr.msg);
     }
     session_info sinfo = { .n_ctx = 0 };
     if (sess) session_get_info(sess, &sinfo);
@@ -381,11 +387,11 @@ int cmd_prompt(const ds4cl_options *o)
     int n_ctx = 0;
     int open_rc = EXIT_ERROR;
     agent_setup_ctx chk = { .o = o, .ws = ws, .interactive = false };
-    model_open_check mc = { agent_setup_check_engine, &chk };
-    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc);
+    model_open_check mc = { agent_setup_least_ctx, &chk, AGENT_LEAST_CTX_WHAT };
+    ds4_error why = { "" };
+    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc, &why);
     if (!e) {
-        const char *sid = sess ? session_id(sess) : NULL;
-        refused(o, open_rc, sid, "the model could not be opened (the reason is on stderr)");
+        refused(o, open_rc, why.msg);
         session_close(sess);
         free(prompt);
         return open_rc;
@@ -420,7 +426,7 @@ int cmd_prompt(const ds4cl_options *o)
     }
     if (!a) {
         fprintf(stderr, "ds4cl: %s\n", err.msg);
-        refused(o, EXIT_ERROR, sess ? session_id(sess) : NULL, err.msg);
+        refused(o, EXIT_ERROR, err.msg);
         ds4_engine_close(e);
         session_close(sess);
         free(prompt);

@@ -60,6 +60,7 @@ typedef struct {
     void *ctx_ud;
     uint64_t available_bytes;   /* memory of the pool */
     int max_ctx;                /* the model's limit; 0 = MEMPLAN_MAX_CTX */
+    int least_ctx;              /* the least the caller can use (0: the policy's min_ctx); for memplan_explain */
 } memplan_input;
 
 /* The simplest ctx_bytes: fixed + per_token × n_ctx (ud is a memplan_linear *). */
@@ -161,18 +162,21 @@ int memplan_precheck_file(const char *model_path, ds4_backend backend);
  * the session. requested > 0 is checked exactly
  * (refused with the largest context that fits when too big; a warning when
  * tight), -1 is --ctx auto, 0 takes default_ctx or, when that is not
- * comfortable, the largest comfortable context below it. Prints refusals
- * and warnings on stderr; returns 0 with *n_ctx set, -2 when a requested
- * context is refused that a smaller one would avoid (beyond the model's
- * limit, or more than the memory holds while some context fits), else -1. */
+ * comfortable, the largest comfortable context below it. least > 0 is the
+ * least context the caller can use (the agent's system prompt): auto and
+ * the default never pick less, and a refusal never suggests less. Prints
+ * warnings on stderr; returns 0 with *n_ctx set, else the refusal in err
+ * (not printed; its last line the hint about the override variables when
+ * memory is the matter) and -2 when a requested context is refused that
+ * a smaller one would avoid (beyond the model's limit, or more than the
+ * memory holds while a context of at least `least` fits), else -1. */
 int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
-                        int default_ctx, int *n_ctx);
+                        int default_ctx, int least, int *n_ctx, ds4_error *err);
 
 /* The same, with the account of the context chosen (--ctx auto, a reduced
  * default, a tight fit: what memplan_session_ctx prints) written to why
- * instead of stderr; why is "" when there is nothing to say. Refusals
- * are still printed. */
+ * instead of stderr; why is "" when there is nothing to say. */
 int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
-                            int default_ctx, int *n_ctx, char *why, size_t whylen);
+                            int default_ctx, int least, int *n_ctx, char *why, size_t whylen, ds4_error *err);
 
 #endif

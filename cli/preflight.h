@@ -15,11 +15,11 @@
 #include "cli/options.h"
 
 /* 0 (EXIT_DONE) when everything checked is usable; else the exit status
- * (EXIT_USAGE or EXIT_ERROR) after printing why on stderr. ws is the
- * resolved workspace. */
-int preflight_check(const ds4cl_options *o, const char *ws);
+ * (EXIT_USAGE or EXIT_ERROR) after printing why on stderr, and its text in
+ * why (may be NULL). ws is the resolved workspace. */
+int preflight_check(const ds4cl_options *o, const char *ws, ds4_error *why);
 /* The same for a command without a workspace (the server): the engine
  * and device flags only. */
-int preflight_check_engine(const ds4cl_options *o);
+int preflight_check_engine(const ds4cl_options *o, ds4_error *why);
 
 #endif
