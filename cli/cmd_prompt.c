@@ -369,6 +369,11 @@ int cmd_prompt(const ds4cl_options *o)
             int n = sessions_list(&v, &serr);
             if (n >= 0) {
                 char *list = sessions_format_list(v, (size_t)n, 20, NULL);
+                if (n > 0) {
+                    char *head = sessions_format_header(v, (size_t)n, 20);
+                    fputs(head, stderr);
+                    free(head);
+                }
                 fputs(list, stderr);
                 free(list);
                 free(v);
