@@ -189,7 +189,10 @@ static void sample_hook(void *ud, float *logits, int n_vocab, bool *greedy)
 /* A name the model began that no tool or parameter has: the mask would
  * steer it to another name, one it did not mean (a search "pattern"
  * becoming its "path"), so the call ends there with the error named and
- * the model writes it again. */
+ * the model writes it again. Only where the mask has not overruled the
+ * model before in the reply: after that, its wishes are about text it
+ * did not write, and the mask keeps steering (a misspelt tag is mended,
+ * and the call goes on). */
 static bool refuse_name(agent *a, int32_t wanted)
 {
     size_t len;
@@ -293,6 +296,7 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
     ds4_callbacks cb = { .cancel = gen_cancel, .ud = a };
     stop_kind stop = STOP_EOS;
     size_t count = 0;
+    bool steered = false; /* the mask has overruled the model in this reply */
     for (;;) {
         if (agent_cancelled(a)) {
             stop = STOP_INTERRUPT;
@@ -315,10 +319,11 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
             stop = STOP_ERROR;
             break;
         }
-        if (a->refused_best >= 0 && refuse_name(a, a->refused_best)) {
+        if (a->refused_best >= 0 && !steered && refuse_name(a, a->refused_best)) {
             stop = STOP_DSML;
             break;
         }
+        steered = steered || a->refused_best >= 0;
         if (id == a->t_eos || id == a->t_bos || id == a->t_user || id == a->t_assistant) {
             trace_line(a->tr, "token index=%zu id=%d end of reply", count + 1, id);
             stop = STOP_EOS;
