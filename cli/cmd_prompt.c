@@ -260,12 +260,14 @@ static int exit_code_for(const char *end)
 
 /* A run refused before its agent started: the stream still ends with a
  * result, so that a script reading it learns why (msg, the cause, was
- * printed). stop_reason "error", exit_code tells usage from the rest; no
- * session_id, as no session was created or run. */
-static int refused(const ds4cl_options *o, int code, const char *msg)
+ * printed). stop_reason "error", exit_code tells usage from the rest;
+ * session_id only when the run was refused on a saved session (sid), never
+ * for one this run would have created. */
+static int refused(const ds4cl_options *o, int code, const char *sid, const char *msg)
 {
     if (o->output != OUTPUT_STREAM_JSON && o->output != OUTPUT_JSON) return code;
     struct json_object *r = typed("result");
+    if (sid && *sid) json_object_object_add(r, "session_id", json_object_new_string(sid));
     json_object_object_add(r, "stop_reason", json_object_new_string(AGENT_END_ERROR));
     json_object_object_add(r, "exit_code", json_object_new_int(code));
     json_object_object_add(r, "is_error", json_object_new_boolean(true));
@@ -322,30 +324,30 @@ static struct json_object *string_array(const char *const *v)
 int cmd_prompt(const ds4cl_options *o)
 {
     char *prompt = load_prompt(o);
-    if (!prompt) return refused(o, EXIT_ERROR, "the prompt cannot be read (the reason is on stderr)");
+    if (!prompt) return refused(o, EXIT_ERROR, NULL, "the prompt cannot be read (the reason is on stderr)");
     bool blank = true;
     for (const char *p = prompt; *p && blank; p++) blank = *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r';
     if (blank) {
         fprintf(stderr, "ds4cl: the prompt is empty\n");
         free(prompt);
-        return refused(o, EXIT_USAGE, "the prompt is empty");
+        return refused(o, EXIT_USAGE, NULL, "the prompt is empty");
     }
     if (o->backend == DS4_BACKEND_SCRIPT && !o->model_path) {
         fprintf(stderr, "ds4cl: the script engine needs -m MODEL (its tokenizer is used)\n");
         free(prompt);
-        return refused(o, EXIT_USAGE, "the script engine needs -m MODEL (its tokenizer is used)");
+        return refused(o, EXIT_USAGE, NULL, "the script engine needs -m MODEL (its tokenizer is used)");
     }
     char ws[PATH_MAX];
     int wrc = workspace_resolve(o, ws);
     if (wrc != 0) {
         free(prompt);
-        return refused(o, wrc, "the workspace cannot be used (the reason is on stderr)");
+        return refused(o, wrc, NULL, "the workspace cannot be used (the reason is on stderr)");
     }
     ds4_error pre = { "" };
     wrc = preflight_check(o, ws, &pre);
     if (wrc != 0) {
         free(prompt);
-        return refused(o, wrc, pre.msg);
+        return refused(o, wrc, NULL, pre.msg);
     }
 
     /* The session first: a resumed one brings its context size. */
@@ -383,11 +385,18 @@ int cmd_prompt(const ds4cl_options *o)
         }
         free(prompt);
         if (so == SESSION_OPEN_PICK)
-            return refused(o, EXIT_USAGE, "--resume needs a session ID with --prompt");
-        return refused(o, EXIT_ERROR, serr.msg);
+            return refused(o, EXIT_USAGE, NULL, "--resume needs a session ID with --prompt");
+        /* the session asked for, when it is a saved one (held elsewhere, say) */
+        char sid[SESSION_ID_MAX] = "";
+        const char *asked_id = o->session_id ? o->session_id : o->resume_id;
+        ds4_error rerr = { "" };
+        if (asked_id && sessions_resolve(asked_id, sid, sizeof sid, &rerr) != 0) sid[0] = 0;
+        return refused(o, EXIT_ERROR, sid, serr.msg);
     }
     session_info sinfo = { .n_ctx = 0 };
     if (sess) session_get_info(sess, &sinfo);
+    /* a refusal from here on names the session only when it was saved before */
+    const char *saved_id = sess && sinfo.user_turns > 0 ? session_id(sess) : NULL;
 
     int n_ctx = 0;
     int open_rc = EXIT_ERROR;
@@ -396,7 +405,7 @@ int cmd_prompt(const ds4cl_options *o)
     ds4_error why = { "" };
     ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc, &why);
     if (!e) {
-        refused(o, open_rc, why.msg);
+        refused(o, open_rc, saved_id, why.msg);
         session_close(sess);
         free(prompt);
         return open_rc;
@@ -431,7 +440,7 @@ int cmd_prompt(const ds4cl_options *o)
     }
     if (!a) {
         fprintf(stderr, "ds4cl: %s\n", err.msg);
-        refused(o, EXIT_ERROR, err.msg);
+        refused(o, EXIT_ERROR, saved_id, err.msg);
         ds4_engine_close(e);
         session_close(sess);
         free(prompt);

@@ -307,9 +307,12 @@ int memplan_env_check(ds4_error *err)
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *env = getenv(vars[i]);
         uint64_t v;
-        if (env && *env && (memplan_parse_size(env, &v) != 0 || v == 0))
-            return ds4_error_set(err, "%s=%s is not a memory size: give bytes or a size such as 64G or 512M (or "
-                                      "unset it to use the memory detected)", vars[i], env);
+        if (!env || !*env) continue;
+        bool size = memplan_parse_size(env, &v) == 0;
+        if (!size || v == 0)
+            return ds4_error_set(err, "%s=%s %s: give bytes or a size such as 64G or 512M (or unset it to use the "
+                                      "memory detected)", vars[i], env,
+                                 size ? "leaves no memory to plan with" : "is not a memory size");
     }
     return 0;
 }

@@ -110,16 +110,22 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
                        const model_open_check *check, ds4_error *why)
 {
     if (exit_code) *exit_code = 1;
-    /* the steps that print more than a line say where to look */
+    /* the steps that print more than a line say what and where to look */
     if (why) ds4_error_set(why, "the model could not be opened (the reason is on stderr)");
     bool scripted = o->backend == DS4_BACKEND_SCRIPT;
     char buf[PATH_MAX];
     const char *path = o->model_path;
     if (!scripted || path) {
         path = model_path_resolve(o->model_path, buf, sizeof buf);
-        if (!path) return NULL;
+        if (!path) {
+            if (why) ds4_error_set(why, "no model file to open (what to do is on stderr)");
+            return NULL;
+        }
         /* a split job holds only part of the weights here */
-        if (!scripted && SPLIT_RANKS() == 1 && memplan_precheck_file(path, o->backend) != 0) return NULL;
+        if (!scripted && SPLIT_RANKS() == 1 && memplan_precheck_file(path, o->backend) != 0) {
+            if (why) ds4_error_set(why, "the model's weights do not fit in memory (the numbers are on stderr)");
+            return NULL;
+        }
     }
 
     /* A layer split over MPI ranks: the ranks get their layers first, so

@@ -141,6 +141,10 @@ TEST(cli, memory_variables_that_are_not_sizes_are_refused)
         rc = test_runf(&out, "%s=lots '%s/ds4cl' -m '%s' --model-info", vars[i], test_bindir(), missing);
         CHECK_MSG(rc == 2, "--model-info with %s=lots exited %d:\n%s", vars[i], rc, out);
         CHECK_CONTAINS(out, "=lots is not a memory size");
+        /* zero is no memory to plan with, not "detect it" */
+        rc = test_runf(&out, "cd '%s' && %s=0 '%s/ds4cl' -m '%s' -p x", test_tmpdir(), vars[i], test_bindir(), missing);
+        CHECK_MSG(rc == 2, "%s=0 exited %d:\n%s", vars[i], rc, out);
+        CHECK_CONTAINS(out, "=0 leaves no memory to plan with");
         /* a size is taken */
         rc = test_runf(&out, "cd '%s' && %s=64G '%s/ds4cl' -m '%s' -p x", test_tmpdir(), vars[i], test_bindir(),
                        missing);

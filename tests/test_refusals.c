@@ -57,8 +57,9 @@ static bool readme_lists(const char *reason)
 }
 
 /* The checks of one refused run's result: the cause, a listed stop_reason,
- * no session_id (none was created). */
-static void check_refused(const char *out, int rc, int want_rc, const char *cause)
+ * and session_id only when the run was refused on a saved session (sid),
+ * never one the run would have created. */
+static void check_refused_on(const char *out, int rc, int want_rc, const char *cause, const char *sid)
 {
     CHECK_MSG(rc == want_rc, "exit %d, not %d:\n%s", rc, want_rc, out);
     struct json_object *r = last_object(out);
@@ -69,10 +70,16 @@ static void check_refused(const char *out, int rc, int want_rc, const char *caus
     CHECK_CONTAINS(str_of(r, "error"), cause);
     CHECK_MSG(!strstr(str_of(r, "error"), "could not be opened"), "a wrong cause:\n%s", out);
     struct json_object *v;
-    CHECK_MSG(!json_object_object_get_ex(r, "session_id", &v), "a session_id for a run that never was:\n%s", out);
+    if (sid) CHECK_STR_EQ(str_of(r, "session_id"), sid);
+    else CHECK_MSG(!json_object_object_get_ex(r, "session_id", &v), "a session_id for a run that never was:\n%s", out);
     struct json_object *code;
     CHECK(json_object_object_get_ex(r, "exit_code", &code));
     CHECK_EQ_INT(json_object_get_int(code), want_rc);
+}
+
+static void check_refused(const char *out, int rc, int want_rc, const char *cause)
+{
+    check_refused_on(out, rc, want_rc, cause, NULL);
 }
 
 TEST(refusals, json_result_names_the_real_cause)
@@ -90,7 +97,29 @@ TEST(refusals, json_result_names_the_real_cause)
                        test_tmpdir(), test_bindir(), model, formats[i]);
         check_refused(out, rc, 2, "DS4CL_DEVICE_MEM=lots");
         CHECK_MSG(!strstr(out, "workspace"), "a wrong cause:\n%s", out);
+        /* no model file: said so, not that a model failed to open */
+        rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' -p x --output-format %s 2>/dev/null", test_tmpdir(),
+                       test_bindir(), test_tmp_path("missing.gguf"), formats[i]);
+        check_refused(out, rc, 1, "no model file to open");
     }
+}
+
+/* A session asked for that does not exist is not reported; a saved one the
+ * run was refused on is. */
+TEST(refusals, session_id_only_for_a_saved_session)
+{
+    const char *model = agent_test_model();
+    const char *script = write_script((const char *[]){ script_line("t</think>Done.", NULL), NULL });
+    char *out;
+    int rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 --resume nosuch -p x "
+                             "--output-format json 2>/dev/null", test_tmpdir(), test_bindir(), model, script);
+    check_refused(out, rc, 1, "no session \"nosuch\"");
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 16384 --session kept -p x 2>&1",
+                   test_tmpdir(), test_bindir(), model, script);
+    CHECK_MSG(rc == 0, "%s", out);
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' --ctx 2000 --resume kept -p x "
+                         "--output-format json 2>/dev/null", test_tmpdir(), test_bindir(), model, script);
+    check_refused_on(out, rc, 2, "--ctx 2000 is too small", "kept");
 }
 
 /* The least context the agent accepts here, from the refusal of a smaller
