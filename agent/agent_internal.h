@@ -61,6 +61,7 @@ struct agent {
     dsml_schema *dschema;
     dsml_vocab *dvocab;
     dsml_masker *masker;
+    int32_t refused_best;       /* the model's first choice the mask refused at this token, or -1 */
     dsml_parser *parser;
     ds4_tokens tx;        /* the transcript */
     size_t sys_len;       /* tokens of the system prompt */

@@ -526,3 +526,51 @@ void dsml_gather_free(dsml_gather *g)
 {
     sb_free(&g->buf);
 }
+
+/* "a, b (required), c": the names a refusal offers instead. */
+static void list_names(strbuf *b, const dsml_schema *s, int tool)
+{
+    size_t n = tool < 0 ? s->n_tools : s->tools[tool].n_params;
+    for (size_t i = 0; i < n; i++) {
+        if (i) sb_puts(b, ", ");
+        if (tool < 0) {
+            sb_puts(b, s->tools[i].name);
+        } else {
+            sb_puts(b, s->tools[tool].params[i].name);
+            if (s->tools[tool].required >> i & 1) sb_puts(b, " (required)");
+        }
+    }
+}
+
+bool dsml_refuse_name(dsml_parser *p, const char *wanted, size_t len)
+{
+    if (!p->schema || p->g.st != G_ATTR_VAL || p->g.key != KEY_NAME) return false;
+    bool invoke = p->g.tag == TAG_INVOKE;
+    int tool = invoke ? -1 : dsml_schema_tool(p->schema, p->call_name ? p->call_name : "");
+    if (!invoke && tool < 0) return false; /* an unknown tool's names are not checked */
+    /* the name as the model meant it: what was read, then its next bytes
+     * up to the closing quote (when they reach it, the name is whole) */
+    strbuf got = { 0 };
+    sb_puts(&got, sb_str(&p->name));
+    size_t k = 0;
+    while (k < len && wanted[k] != '"' && wanted[k] != '>' && wanted[k] != '\n') k++;
+    sb_append(&got, wanted, k);
+    bool whole = k < len && wanted[k] == '"';
+    const char *more = whole ? "" : "…";
+    strbuf b = { 0 };
+    if (invoke) {
+        sb_printf(&b, "there is no tool named \"%s%s\"; the tools are ", sb_str(&got), more);
+    } else {
+        const char *tname = p->schema->tools[tool].name;
+        int known = whole ? dsml_schema_param(p->schema, tool, sb_str(&got)) : -1;
+        if (known >= 0)
+            sb_printf(&b, "the %s call gives the parameter \"%s\" twice; %s takes ", tname, sb_str(&got), tname);
+        else
+            sb_printf(&b, "%s has no parameter \"%s%s\"; %s takes ", tname, sb_str(&got), more, tname);
+    }
+    list_names(&b, p->schema, tool);
+    set_error(p, DSML_ERR_SYNTAX, "%s", sb_str(&b));
+    sb_free(&b);
+    sb_free(&got);
+    return true;
+}

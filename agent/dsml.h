@@ -130,6 +130,14 @@ bool dsml_wants_greedy(const dsml_parser *p);
 /* True when the next token must continue a call: the mask applies. */
 bool dsml_constrained(const dsml_parser *p);
 
+/* The model meant to write `wanted` (a token's bytes) next, and the mask
+ * refused it. When that was a tool or parameter name the schema does not
+ * have (or a parameter given twice), the block ends there in DSML_ERROR,
+ * the message naming the tool, the name the model began and the names it
+ * could take, and true is returned; elsewhere false, nothing changed: a
+ * constrained value or tag is the mask's to steer. */
+bool dsml_refuse_name(dsml_parser *p, const char *wanted, size_t len);
+
 /* A short reminder of the exact call shape, fed back with syntax errors. */
 const char *dsml_syntax_reminder(void);
 

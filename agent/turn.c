@@ -168,7 +168,14 @@ static void set_greedy(agent_status *st, void *ud) { st->greedy = *(bool *)ud; }
 static void sample_hook(void *ud, float *logits, int n_vocab, bool *greedy)
 {
     agent *a = ud;
-    if (a->masker && dsml_constrained(a->parser)) dsml_mask_apply(a->masker, a->parser, logits, n_vocab);
+    a->refused_best = -1;
+    if (a->masker && dsml_constrained(a->parser)) {
+        int best = 0;
+        for (int i = 1; i < n_vocab; i++)
+            if (logits[i] > logits[best]) best = i;
+        dsml_mask_apply(a->masker, a->parser, logits, n_vocab);
+        if (logits[best] == -INFINITY) a->refused_best = best;
+    }
     bool g = dsml_wants_greedy(a->parser);
     if (g) *greedy = true;
     bool shown;
@@ -176,6 +183,22 @@ static void sample_hook(void *ud, float *logits, int n_vocab, bool *greedy)
     shown = a->st.greedy;
     pthread_mutex_unlock(&a->mu);
     if (shown != g) agent_status_update(a, set_greedy, &g);
+}
+
+/* A name the model began that no tool or parameter has: the mask would
+ * steer it to another name, one it did not mean (a search "pattern"
+ * becoming its "path"), so the call ends there with the error named and
+ * the model writes it again. Only where the mask has not overruled the
+ * model before in the reply: after that, its wishes are about text it
+ * did not write, and the mask keeps steering (a misspelt tag is mended,
+ * and the call goes on). */
+static bool refuse_name(agent *a, int32_t wanted)
+{
+    size_t len;
+    const char *b = ds4_token_bytes(a->tok, wanted, &len);
+    if (!b || !dsml_refuse_name(a->parser, b, len)) return false;
+    trace_line(a->tr, "the mask refused the model's token id=%d in a name: %s", wanted, dsml_error(a->parser));
+    return true;
 }
 
 /* The parser hands text and reasoning over a byte or a few at a time;
@@ -262,6 +285,7 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
     ds4_callbacks cb = { .cancel = gen_cancel, .ud = a };
     stop_kind stop = STOP_EOS;
     size_t count = 0;
+    bool steered = false; /* the mask has overruled the model in this reply */
     for (;;) {
         if (agent_cancelled(a)) {
             stop = STOP_INTERRUPT;
@@ -277,12 +301,18 @@ static stop_kind generate(agent *a, size_t max_new, bool ctx_bound)
             stop = STOP_ERROR;
             break;
         }
+        a->refused_best = -1;
         int32_t id = ds4_sample(a->sampler, logits, a->n_vocab, sample_hook, a);
         if (id < 0) {
             agent_set_error(a, "sampler: every token was masked");
             stop = STOP_ERROR;
             break;
         }
+        if (a->refused_best >= 0 && !steered && refuse_name(a, a->refused_best)) {
+            stop = STOP_DSML;
+            break;
+        }
+        steered = steered || a->refused_best >= 0;
         if (id == a->t_eos || id == a->t_bos || id == a->t_user || id == a->t_assistant) {
             trace_line(a->tr, "token index=%zu id=%d end of reply", count + 1, id);
             stop = STOP_EOS;

@@ -46,21 +46,12 @@ int agent_setup_confirm_timeout_ms(void)
     return 0;
 }
 
-int agent_setup_check_ctx(const agent_config *cfg, const ds4cl_options *o)
-{
-    if (o->ctx <= 0) return EXIT_DONE;
-    ds4_error err = { "" };
-    int need = agent_min_ctx(cfg, &err);
-    if (need < 0 || cfg->n_ctx >= need) return EXIT_DONE; /* agent_start reports other failures */
-    fprintf(stderr, "ds4cl: --ctx %d is too small: the system prompt and the room the agent needs take at least "
-                    "%d tokens\nTry 'ds4cl --help'.\n", o->ctx, need);
-    return EXIT_USAGE;
-}
-
-int agent_setup_check_engine(ds4_engine *e, int n_ctx, void *ud)
+int agent_setup_least_ctx(ds4_engine *e, void *ud)
 {
     const agent_setup_ctx *c = ud;
     agent_config cfg;
-    agent_setup_config(&cfg, c->o, e, n_ctx, c->ws, c->interactive);
-    return agent_setup_check_ctx(&cfg, c->o);
+    agent_setup_config(&cfg, c->o, e, AGENT_MIN_CTX, c->ws, c->interactive);
+    ds4_error err = { "" };
+    int need = agent_min_ctx(&cfg, &err);
+    return need > 0 ? need : 0; /* agent_start reports other failures */
 }

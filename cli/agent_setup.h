@@ -16,24 +16,24 @@
 void agent_setup_config(agent_config *cfg, const ds4cl_options *o, ds4_engine *e, int n_ctx, const char *ws,
                         bool interactive);
 
-/* A context given with --ctx N that cannot hold the system prompt and the
- * room the agent needs is a usage error: says so with the smallest that
- * works and returns 2 (EXIT_USAGE); 0 when it is fine or was not given. */
-int agent_setup_check_ctx(const agent_config *cfg, const ds4cl_options *o);
-
 /* How long the interactive agent waits for a permission answer:
  * $DS4CL_CONFIRM_TIMEOUT seconds (0 < s ≤ 86400) in ms, else 0 (the
  * agent's default). The agent keeps the deadline; the UI's countdown reads
  * it from the agent's status, so the two cannot disagree. */
 int agent_setup_confirm_timeout_ms(void);
 
-/* The same check as a model_open_check (ud: an agent_setup_ctx), run on
- * the engine model_open plans with, before the weights are read. */
+/* The least context the agent accepts on e: its system prompt and the room
+ * a first turn needs (agent_min_ctx), as a model_open_check (ud: an
+ * agent_setup_ctx), counted on the engine model_open plans with, before
+ * the weights are read. 0 when it cannot be counted (agent_start then
+ * says why). */
 typedef struct {
     const ds4cl_options *o;
     const char *ws;
     bool interactive;
 } agent_setup_ctx;
-int agent_setup_check_engine(ds4_engine *e, int n_ctx, void *ud);
+int agent_setup_least_ctx(ds4_engine *e, void *ud);
+/* What takes that least, for the refusal of a smaller --ctx. */
+#define AGENT_LEAST_CTX_WHAT "the system prompt and the room the agent needs"
 
 #endif

@@ -54,7 +54,7 @@ int cmd_interactive(const ds4cl_options *o)
     }
     char ws[PATH_MAX];
     int wrc = workspace_resolve(o, ws);
-    if (wrc == 0) wrc = preflight_check(o, ws);
+    if (wrc == 0) wrc = preflight_check(o, ws, NULL);
     if (wrc != 0) return wrc;
 
     session *sess = NULL;
@@ -86,8 +86,8 @@ int cmd_interactive(const ds4cl_options *o)
     int n_ctx = 0;
     int open_rc = EXIT_ERROR;
     agent_setup_ctx chk = { .o = o, .ws = ws, .interactive = true };
-    model_open_check mc = { agent_setup_check_engine, &chk };
-    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc);
+    model_open_check mc = { agent_setup_least_ctx, &chk, AGENT_LEAST_CTX_WHAT };
+    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc, NULL);
     if (!e) {
         session_close(sess);
         return open_rc;

@@ -212,13 +212,19 @@ static int plan_auto(const ds4cl_options *o, const char *path, char *why, size_t
         return 0;
     }
     int n_ctx = 0;
-    int rc = memplan_session_ctx_why(e, o->backend, o->device, -1, DEFAULT_INFO_CTX, &n_ctx, why, whylen);
+    int rc = memplan_session_ctx_why(e, o->backend, o->device, -1, DEFAULT_INFO_CTX, 0, &n_ctx, why, whylen, &err);
+    if (rc != 0) fprintf(stderr, "ds4cl: %s\n", err.msg);
     ds4_engine_close(e);
     return rc == 0 ? n_ctx : 0;
 }
 
 int cmd_model_info(const ds4cl_options *o)
 {
+    ds4_error env_err = { { 0 } };
+    if (memplan_env_check(&env_err) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", env_err.msg);
+        return EXIT_USAGE;
+    }
     /* Like every other mode: -m FILE, else the default model link. */
     char path_buf[PATH_MAX];
     const char *path = model_path_resolve(o->model_path, path_buf, sizeof path_buf);

@@ -245,15 +245,18 @@ static int exit_code_for(const char *end)
 }
 
 /* A run refused before its agent started: the stream still ends with a
- * result, so that a script reading it learns why. msg was printed. */
-static int refused(const ds4cl_options *o, int code, const char *session_id, const char *msg)
+ * result, so that a script reading it learns why (msg, the cause, was
+ * printed). stop_reason "error" ("not saved" when the run could not be
+ * saved), exit_code tells usage from the rest;
+ * session_id only when the run was refused on a saved session (sid), never
+ * for one this run would have created. */
+static int refused(const ds4cl_options *o, int code, const char *sid, const char *msg)
 {
     if (o->output != OUTPUT_STREAM_JSON && o->output != OUTPUT_JSON) return code;
     struct json_object *r = typed("result");
-    json_object_object_add(r, "session_id", json_object_new_string(session_id ? session_id : ""));
-    json_object_object_add(r, "stop_reason", json_object_new_string(code == EXIT_USAGE        ? "usage"
-                                                                    : code == EXIT_NOT_SAVED ? AGENT_END_NOT_SAVED
-                                                                                             : AGENT_END_ERROR));
+    if (sid && *sid) json_object_object_add(r, "session_id", json_object_new_string(sid));
+    json_object_object_add(r, "stop_reason",
+                           json_object_new_string(code == EXIT_NOT_SAVED ? AGENT_END_NOT_SAVED : AGENT_END_ERROR));
     json_object_object_add(r, "exit_code", json_object_new_int(code));
     json_object_object_add(r, "is_error", json_object_new_boolean(true));
     json_object_object_add(r, "text", json_object_new_string(""));
@@ -324,10 +327,15 @@ int cmd_prompt(const ds4cl_options *o)
     }
     char ws[PATH_MAX];
     int wrc = workspace_resolve(o, ws);
-    if (wrc == 0) wrc = preflight_check(o, ws);
     if (wrc != 0) {
         free(prompt);
         return refused(o, wrc, NULL, "the workspace cannot be used (the reason is on stderr)");
+    }
+    ds4_error pre = { "" };
+    wrc = preflight_check(o, ws, &pre);
+    if (wrc != 0) {
+        free(prompt);
+        return refused(o, wrc, NULL, pre.msg);
     }
 
     /* The session first: a resumed one brings its context size. */
@@ -355,6 +363,11 @@ int cmd_prompt(const ds4cl_options *o)
             int n = sessions_list(&v, &serr);
             if (n >= 0) {
                 char *list = sessions_format_list(v, (size_t)n, 20, NULL);
+                if (n > 0) {
+                    char *head = sessions_format_header(v, (size_t)n, 20);
+                    fputs(head, stderr);
+                    free(head);
+                }
                 fputs(list, stderr);
                 free(list);
                 free(v);
@@ -365,19 +378,26 @@ int cmd_prompt(const ds4cl_options *o)
         free(prompt);
         if (so == SESSION_OPEN_PICK)
             return refused(o, EXIT_USAGE, NULL, "--resume needs a session ID with --prompt");
-        return refused(o, EXIT_ERROR, o->session_id ? o->session_id : o->resume_id, serr.msg);
+        /* the session asked for, when it is a saved one (held elsewhere, say) */
+        char sid[SESSION_ID_MAX] = "";
+        const char *asked_id = o->session_id ? o->session_id : o->resume_id;
+        ds4_error rerr = { "" };
+        if (asked_id && sessions_resolve(asked_id, sid, sizeof sid, &rerr) != 0) sid[0] = 0;
+        return refused(o, EXIT_ERROR, sid, serr.msg);
     }
     session_info sinfo = { .n_ctx = 0 };
     if (sess) session_get_info(sess, &sinfo);
+    /* a refusal from here on names the session only when it was saved before */
+    const char *saved_id = sess && sinfo.user_turns > 0 ? session_id(sess) : NULL;
 
     int n_ctx = 0;
     int open_rc = EXIT_ERROR;
     agent_setup_ctx chk = { .o = o, .ws = ws, .interactive = false };
-    model_open_check mc = { agent_setup_check_engine, &chk };
-    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc);
+    model_open_check mc = { agent_setup_least_ctx, &chk, AGENT_LEAST_CTX_WHAT };
+    ds4_error why = { "" };
+    ds4_engine *e = model_open(o, sinfo.n_ctx > 0 ? sinfo.n_ctx : DEFAULT_CTX, &n_ctx, &open_rc, &mc, &why);
     if (!e) {
-        const char *sid = sess ? session_id(sess) : NULL;
-        refused(o, open_rc, sid, "the model could not be opened (the reason is on stderr)");
+        refused(o, open_rc, saved_id, why.msg);
         session_close(sess);
         free(prompt);
         return open_rc;
@@ -412,7 +432,7 @@ int cmd_prompt(const ds4cl_options *o)
     }
     if (!a) {
         fprintf(stderr, "ds4cl: %s\n", err.msg);
-        refused(o, EXIT_ERROR, sess ? session_id(sess) : NULL, err.msg);
+        refused(o, EXIT_ERROR, saved_id, err.msg);
         ds4_engine_close(e);
         session_close(sess);
         free(prompt);

@@ -163,10 +163,10 @@ int cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int code = preflight_check_engine(&o);
+    int code = preflight_check_engine(&o, NULL);
     if (code != EXIT_DONE) return code;
     code = EXIT_ERROR;
-    ds4_engine *e = model_open(&o, DEFAULT_CTX, &f.cfg.n_ctx, &code, NULL);
+    ds4_engine *e = model_open(&o, DEFAULT_CTX, &f.cfg.n_ctx, &code, NULL, NULL);
     if (!e) return code;
     f.cfg.engine = e;
     f.cfg.sampling = o.sampling;

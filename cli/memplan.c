@@ -14,7 +14,6 @@
 #include "base/base.h"
 #include "cli/progress.h"
 
-#define DEFAULT_MAX_CTX 1048576
 #define UNLIMITED_CGROUP (1ull << 60)
 
 memplan_policy memplan_default_policy(void)
@@ -37,7 +36,7 @@ uint64_t memplan_linear_bytes(void *ud, int n_ctx)
 
 static int model_limit(const memplan_input *in)
 {
-    return in->max_ctx > 0 ? in->max_ctx : DEFAULT_MAX_CTX;
+    return in->max_ctx > 0 ? in->max_ctx : MEMPLAN_MAX_CTX;
 }
 
 static uint64_t need_for(const memplan_input *in, int n_ctx)
@@ -302,6 +301,22 @@ int memplan_host_available(uint64_t *bytes, char *source, size_t source_n)
     return 0;
 }
 
+int memplan_env_check(ds4_error *err)
+{
+    static const char *const vars[] = { "DS4CL_MEM_AVAILABLE", "DS4CL_DEVICE_MEM" };
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *env = getenv(vars[i]);
+        uint64_t v;
+        if (!env || !*env) continue;
+        bool size = memplan_parse_size(env, &v) == 0;
+        if (!size || v == 0)
+            return ds4_error_set(err, "%s=%s %s: give bytes or a size such as 64G or 512M (or unset it to use the "
+                                      "memory detected)", vars[i], env,
+                                 size ? "leaves no memory to plan with" : "is not a memory size");
+    }
+    return 0;
+}
+
 uint64_t memplan_device_memory_override(void)
 {
     const char *env = getenv("DS4CL_DEVICE_MEM");
@@ -332,7 +347,7 @@ void memplan_explain(const memplan_result *r, const memplan_input *in, int reque
         sb_printf(&b, "%s is beyond the model's limit of %d tokens", ctxname, limit);
     } else if (r->verdict == MEMPLAN_TOO_BIG) {
         if (r->largest_fit == 0 && in->weights_bytes + in->fixed_bytes) {
-            int least = memplan_default_policy().min_ctx;
+            int least = in->least_ctx > 0 ? in->least_ctx : memplan_default_policy().min_ctx;
             uint64_t w = in->weights_bytes + in->fixed_bytes;
             if (w > r->usable_bytes || !in->ctx_bytes) {
                 sb_printf(&b, "the model does not fit in %s: the weights alone need %s,\n", what, weights);
@@ -464,8 +479,30 @@ static uint64_t engine_ctx_bytes(void *ud, int n_ctx)
     return ds4_session_bytes_estimate((const ds4_engine *)ud, n_ctx);
 }
 
+/* The placement's refusal of a requested context, whose suggestion (the
+ * largest context it holds) must be one the caller can use. */
+static int placement_refusal(const ds4_placement *place, int least, ds4_error *err)
+{
+    int all_host = place->largest_ctx_all_host;
+    if (all_host > 0 && all_host >= least) {
+        ds4_error_set(err, "%s\n%s", place->refusal, override_hint);
+        return -2;
+    }
+    /* the placement's own tail suggests a context too small to use */
+    static const char tail[] = "; the largest context that fits is";
+    const char *cut = all_host > 0 ? strstr(place->refusal, tail) : NULL;
+    int keep = cut ? (int)(cut - place->refusal) : (int)strlen(place->refusal);
+    if (cut)
+        ds4_error_set(err, "%.*s; no context of the %d tokens needed at least fits (the largest is %d): use a "
+                           "device with more memory or --backend cpu\n%s",
+                      keep, place->refusal, least, all_host, override_hint);
+    else
+        ds4_error_set(err, "%s\n%s", place->refusal, override_hint);
+    return -1;
+}
+
 int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
-                            int default_ctx, int *n_ctx, char *why, size_t whylen)
+                            int default_ctx, int least, int *n_ctx, char *why, size_t whylen, ds4_error *err)
 {
     if (why && whylen) why[0] = 0;
     int fallback = requested > 0 ? requested : default_ctx;
@@ -486,11 +523,7 @@ int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char
         pl.holds_weights = true;
         snprintf(pl.source, sizeof pl.source, "%s", memplan_device_memory_override() ? "DS4CL_DEVICE_MEM" : place.device_name);
         weights = place.device_weights;
-        if (requested > 0 && !place.fits) {
-            /* the placement's own account: per device, in numbers */
-            fprintf(stderr, "ds4cl: %s\n%s\n", place.refusal, override_hint);
-            return place.largest_ctx_all_host > 0 ? -2 : -1;
-        }
+        if (requested > 0 && !place.fits) return placement_refusal(&place, least, err);
         pol.reserve_min = place.device_memory - place.device_budget;
         pol.reserve_fraction = 0;
         pol.comfort_fraction = 1.0;
@@ -506,7 +539,9 @@ int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char
         .ctx_ud = (void *)e,
         .available_bytes = pl.available,
         .max_ctx = info.n_ctx_train,
+        .least_ctx = least > pol.min_ctx ? least : 0,
     };
+    if (least > pol.min_ctx) pol.min_ctx = least;
     memplan_result r;
     char msg[1024];
     if (requested > 0) {
@@ -519,8 +554,10 @@ int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char
     }
     memplan_explain(&r, &in, requested, pl.what, pl.source, msg, sizeof msg);
     if (r.verdict == MEMPLAN_TOO_BIG) {
-        fprintf(stderr, "ds4cl: %s\n%s\n", msg, override_hint);
-        return requested > 0 && (requested > model_limit(&in) || r.largest_fit > 0) ? -2 : -1;
+        /* the model's limit is no matter of memory: no hint about it */
+        bool beyond = requested > model_limit(&in);
+        ds4_error_set(err, "%s%s%s", msg, beyond ? "" : "\n", beyond ? "" : override_hint);
+        return requested > 0 && (beyond || r.largest_fit > 0) ? -2 : -1;
     }
     bool tell = r.verdict == MEMPLAN_TIGHT || requested == -1 || (requested == 0 && r.n_ctx != default_ctx);
     const char *warn = r.verdict == MEMPLAN_TIGHT ? "warning: " : "";
@@ -531,7 +568,7 @@ int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char
 }
 
 int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
-                        int default_ctx, int *n_ctx)
+                        int default_ctx, int least, int *n_ctx, ds4_error *err)
 {
-    return memplan_session_ctx_why(e, backend, device, requested, default_ctx, n_ctx, NULL, 0);
+    return memplan_session_ctx_why(e, backend, device, requested, default_ctx, least, n_ctx, NULL, 0, err);
 }

@@ -33,6 +33,10 @@
 
 #include "engine/ds4.h"
 
+/* The model's limit when its file does not say (DeepSeek V4 Flash's), and
+ * the most --ctx takes. */
+#define MEMPLAN_MAX_CTX 1048576
+
 typedef struct {
     uint64_t reserve_min;    /* bytes always left free */
     double reserve_fraction; /* share of the memory always left free */
@@ -55,7 +59,8 @@ typedef struct {
     memplan_ctx_bytes_fn ctx_bytes;
     void *ctx_ud;
     uint64_t available_bytes;   /* memory of the pool */
-    int max_ctx;                /* the model's limit; 0 = 1048576 */
+    int max_ctx;                /* the model's limit; 0 = MEMPLAN_MAX_CTX */
+    int least_ctx;              /* the least the caller can use (0: the policy's min_ctx); for memplan_explain */
 } memplan_input;
 
 /* The simplest ctx_bytes: fixed + per_token × n_ctx (ud is a memplan_linear *). */
@@ -114,7 +119,14 @@ int memplan_cgroup_available(const char *sysfs_root, const char *proc_cgroup, ui
  * came from. -1 when nothing could be read. */
 int memplan_host_available(uint64_t *bytes, char *source, size_t source_n);
 
-/* $DS4CL_DEVICE_MEM, or 0 when unset. */
+/* -1 with err naming the variable when DS4CL_MEM_AVAILABLE or
+ * DS4CL_DEVICE_MEM is set to something that is not a size (or 0): a
+ * setting that is ignored would plan with memory the user said is not
+ * there. 0 when both are unset or sizes. */
+int memplan_env_check(ds4_error *err);
+
+/* $DS4CL_DEVICE_MEM, or 0 when unset (or not a size: memplan_env_check
+ * refuses that before a command starts). */
 uint64_t memplan_device_memory_override(void);
 
 typedef struct {
@@ -150,18 +162,21 @@ int memplan_precheck_file(const char *model_path, ds4_backend backend);
  * the session. requested > 0 is checked exactly
  * (refused with the largest context that fits when too big; a warning when
  * tight), -1 is --ctx auto, 0 takes default_ctx or, when that is not
- * comfortable, the largest comfortable context below it. Prints refusals
- * and warnings on stderr; returns 0 with *n_ctx set, -2 when a requested
- * context is refused that a smaller one would avoid (beyond the model's
- * limit, or more than the memory holds while some context fits), else -1. */
+ * comfortable, the largest comfortable context below it. least > 0 is the
+ * least context the caller can use (the agent's system prompt): auto and
+ * the default never pick less, and a refusal never suggests less. Prints
+ * warnings on stderr; returns 0 with *n_ctx set, else the refusal in err
+ * (not printed; its last line the hint about the override variables when
+ * memory is the matter) and -2 when a requested context is refused that
+ * a smaller one would avoid (beyond the model's limit, or more than the
+ * memory holds while a context of at least `least` fits), else -1. */
 int memplan_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
-                        int default_ctx, int *n_ctx);
+                        int default_ctx, int least, int *n_ctx, ds4_error *err);
 
 /* The same, with the account of the context chosen (--ctx auto, a reduced
  * default, a tight fit: what memplan_session_ctx prints) written to why
- * instead of stderr; why is "" when there is nothing to say. Refusals
- * are still printed. */
+ * instead of stderr; why is "" when there is nothing to say. */
 int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
-                            int default_ctx, int *n_ctx, char *why, size_t whylen);
+                            int default_ctx, int least, int *n_ctx, char *why, size_t whylen, ds4_error *err);
 
 #endif

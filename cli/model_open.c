@@ -32,26 +32,46 @@ static void warm_progress(void *ud, uint64_t done, uint64_t total)
     progress_update(ud, total ? (double)done / (double)total : 1.0, detail);
 }
 
-/* The context from --ctx / auto / default_ctx, then the caller's check of
- * it; false (with *exit_code set) when either refuses. */
-static bool plan_ctx(ds4_engine *e, const ds4cl_options *o, int default_ctx, int *n_ctx, int *exit_code,
-                     const model_open_check *check)
+/* A --ctx below the caller's least: a usage error when the least fits
+ * (the message names it), else no context will do. */
+static int refuse_small(const ds4_engine *e, const ds4cl_options *o, const model_open_check *check, int least,
+                        ds4_error *err)
 {
-    if (o->backend == DS4_BACKEND_SCRIPT) {
-        *n_ctx = o->ctx > 0 ? o->ctx : default_ctx;
-    } else {
-        int planned = memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, n_ctx);
-        if (planned != 0) {
-            if (planned == -2 && exit_code) *exit_code = 2;
-            return false;
-        }
+    int n;
+    char quiet[8];
+    ds4_error fit = { "" };
+    int rc = o->backend == DS4_BACKEND_SCRIPT ? 0
+           : memplan_session_ctx_why(e, o->backend, o->device, least, least, least, &n, quiet, sizeof quiet, &fit);
+    if (rc == 0) {
+        ds4_error_set(err, "--ctx %d is too small: %s take at least %d tokens", o->ctx, check->what, least);
+        return -2;
     }
-    int rc = check && check->fn ? check->fn(e, *n_ctx, check->ud) : 0;
-    if (rc != 0 && exit_code) *exit_code = rc;
-    return rc == 0;
+    ds4_error_set(err, "--ctx %d is too small: %s take at least %d tokens, and that does not fit either: %s", o->ctx,
+                  check->what, least, fit.msg);
+    return -1;
 }
 
-static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool plan_only, int plan_ctx, int layer_end)
+/* The context from --ctx / auto / default_ctx, never below the caller's
+ * least; false (with *exit_code and why set, the refusal printed) when
+ * none will do. */
+static bool plan_ctx(ds4_engine *e, const ds4cl_options *o, int default_ctx, int *n_ctx, int *exit_code,
+                     const model_open_check *check, ds4_error *why)
+{
+    int least = check && check->least ? check->least(e, check->ud) : 0;
+    ds4_error err = { "" };
+    int rc = 0;
+    if (o->ctx > 0 && o->ctx < least) rc = refuse_small(e, o, check, least, &err);
+    else if (o->backend == DS4_BACKEND_SCRIPT) *n_ctx = o->ctx > 0 ? o->ctx : default_ctx;
+    else rc = memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, least, n_ctx, &err);
+    if (rc == 0) return true;
+    fprintf(stderr, "ds4cl: %s\n%s", err.msg, rc == -2 && o->ctx < least ? "Try 'ds4cl --help'.\n" : "");
+    if (why) *why = err;
+    if (exit_code) *exit_code = rc == -2 ? 2 : 1;
+    return false;
+}
+
+static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool plan_only, int plan_ctx, int layer_end,
+                               ds4_error *why)
 {
     progress p;
     if (!plan_only) progress_start(&p, "loading model", PROGRESS_QUIET);
@@ -78,25 +98,34 @@ static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool pl
     if (!e) {
         /* errors of the file itself already start with its path */
         size_t pl = path ? strlen(path) : 0;
-        const char *why = pl && !strncmp(err.msg, path, pl) && err.msg[pl] == ':' ? err.msg + pl + 1 : err.msg;
-        while (*why == ' ') why++;
-        fprintf(stderr, "ds4cl: cannot load %s: %s\n", path ? path : "the model", why);
+        const char *reason = pl && !strncmp(err.msg, path, pl) && err.msg[pl] == ':' ? err.msg + pl + 1 : err.msg;
+        while (*reason == ' ') reason++;
+        fprintf(stderr, "ds4cl: cannot load %s: %s\n", path ? path : "the model", reason);
+        if (why) ds4_error_set(why, "cannot load %s: %s", path ? path : "the model", reason);
     }
     return e;
 }
 
 ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int *exit_code,
-                       const model_open_check *check)
+                       const model_open_check *check, ds4_error *why)
 {
     if (exit_code) *exit_code = 1;
+    /* the steps that print more than a line say what and where to look */
+    if (why) ds4_error_set(why, "the model could not be opened (the reason is on stderr)");
     bool scripted = o->backend == DS4_BACKEND_SCRIPT;
     char buf[PATH_MAX];
     const char *path = o->model_path;
     if (!scripted || path) {
         path = model_path_resolve(o->model_path, buf, sizeof buf);
-        if (!path) return NULL;
+        if (!path) {
+            if (why) ds4_error_set(why, "no model file to open (what to do is on stderr)");
+            return NULL;
+        }
         /* a split job holds only part of the weights here */
-        if (!scripted && SPLIT_RANKS() == 1 && memplan_precheck_file(path, o->backend) != 0) return NULL;
+        if (!scripted && SPLIT_RANKS() == 1 && memplan_precheck_file(path, o->backend) != 0) {
+            if (why) ds4_error_set(why, "the model's weights do not fit in memory (the numbers are on stderr)");
+            return NULL;
+        }
     }
 
     /* A layer split over MPI ranks: the ranks get their layers first, so
@@ -104,7 +133,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     int layer_end = 0;
 #ifdef DS4CL_MPI
     if (!scripted && SPLIT_RANKS() > 1) {
-        ds4_engine *pe = open_engine(o, path, true, 0, 0);
+        ds4_engine *pe = open_engine(o, path, true, 0, 0, why);
         if (!pe) return NULL;
         ds4_error err = { "" };
         int rc = dmpi_plan(pe, &layer_end, &err);
@@ -118,15 +147,15 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     /* Opening for OpenCL uploads the weights: the plan is made on an
      * engine opened without them, so that a refusal costs no upload. */
     if (o->backend == DS4_BACKEND_OPENCL) {
-        ds4_engine *plan = open_engine(o, path, true, o->ctx > 0 ? o->ctx : default_ctx, layer_end);
+        ds4_engine *plan = open_engine(o, path, true, o->ctx > 0 ? o->ctx : default_ctx, layer_end, why);
         if (!plan) return NULL;
-        bool ok = plan_ctx(plan, o, default_ctx, n_ctx, exit_code, check);
+        bool ok = plan_ctx(plan, o, default_ctx, n_ctx, exit_code, check, why);
         ds4_engine_close(plan);
         if (!ok) return NULL;
     }
     double t0 = base_now_ms();
     /* an OpenCL engine places the model for the context just decided */
-    ds4_engine *e = open_engine(o, path, false, o->backend == DS4_BACKEND_OPENCL ? *n_ctx : 0, layer_end);
+    ds4_engine *e = open_engine(o, path, false, o->backend == DS4_BACKEND_OPENCL ? *n_ctx : 0, layer_end, why);
     if (!e) return NULL;
 #ifdef DS4CL_MPI
     if (!scripted) {
@@ -141,7 +170,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
 #endif
     /* the context is decided before the weights are read: a refusal
      * should not cost minutes of disk reads */
-    if (o->backend != DS4_BACKEND_OPENCL && !plan_ctx(e, o, default_ctx, n_ctx, exit_code, check)) {
+    if (o->backend != DS4_BACKEND_OPENCL && !plan_ctx(e, o, default_ctx, n_ctx, exit_code, check, why)) {
         ds4_engine_close(e);
         return NULL;
     }

@@ -4,11 +4,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agent/agent.h"
+#include "cli/memplan.h"
 #include "tools/tools.h"
 
 enum {
@@ -144,6 +146,23 @@ static int usage_error(const char *fmt, const char *arg)
     return 2;
 }
 
+/* The least --ctx for the commands without the agent (serve, model-info):
+ * a smaller context holds no exchange worth having. */
+#define MIN_CTX 16
+
+/* A --ctx refusal: the message names the number and the limit. */
+static int ctx_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int ctx_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ds4cl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'ds4cl --help'.\n", stderr);
+    return 2;
+}
+
 static bool parse_int(const char *s, long min, long max, long *out)
 {
     char *end;
@@ -192,8 +211,11 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
         case 'm': o->model_path = optarg; break;
         case OPT_CTX:
             if (!strcmp(optarg, "auto")) o->ctx = -1;
-            else if (parse_int(optarg, 16, INT_MAX, &iv)) o->ctx = (int)iv;
-            else return usage_error("--ctx wants a number ≥ 16 or 'auto', not '%s'", optarg);
+            else if (parse_int(optarg, 1, MEMPLAN_MAX_CTX, &iv)) o->ctx = (int)iv; /* the least: below */
+            else if (parse_int(optarg, 1, LONG_MAX, &iv) || (errno == ERANGE && *optarg != '-'))
+                return ctx_error("--ctx %s is beyond the model's limit: ds4cl takes at most %d tokens", optarg,
+                                 MEMPLAN_MAX_CTX);
+            else return usage_error("--ctx wants a number of tokens or 'auto', not '%s'", optarg);
             break;
         case OPT_MODEL_INFO: o->mode = MODE_MODEL_INFO; break;
         case OPT_DUMP_TOKENS: o->mode = MODE_DUMP_TOKENS; break;
@@ -339,12 +361,16 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
     if (o->prompt && o->prompt_file) return usage_error("give either -p or --prompt-file%s", ", not both");
     if (o->mode == MODE_DUMP_TOKENS && !o->prompt && !o->prompt_file)
         return usage_error("--dump-tokens needs -p TEXT or --prompt-file F%s", "");
-    if ((o->mode == MODE_PROMPT || o->mode == MODE_INTERACTIVE) && o->ctx > 0 && o->ctx < AGENT_MIN_CTX) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "--ctx %d is too small for the agent: its system prompt alone takes thousands of "
-                 "tokens", o->ctx);
-        return usage_error("%s", msg);
-    }
+    bool agent_mode = o->mode == MODE_PROMPT || o->mode == MODE_INTERACTIVE;
+    /* The agent's exact least depends on the model's tokenizer (checked
+     * when the model is opened, before its weights are read); below
+     * AGENT_MIN_CTX no model can do. */
+    if (agent_mode && o->ctx > 0 && o->ctx < AGENT_MIN_CTX)
+        return ctx_error("--ctx %d is too small: the agent takes at least %d tokens, and its system prompt needs more "
+                         "(the model's tokenizer counts them: the exact least is named once the model is found)",
+                         o->ctx, AGENT_MIN_CTX);
+    if (!agent_mode && o->ctx > 0 && o->ctx < MIN_CTX)
+        return ctx_error("--ctx %d is too small: the engine takes at least %d tokens", o->ctx, MIN_CTX);
     if (o->mode == MODE_DOWNLOAD && o->n_allow) return usage_error("--allow makes no sense with download%s", "");
     (void)backend_given;
     return 0;

@@ -3,36 +3,49 @@
 #include "engine/plan.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "cli/commands.h"
+#include "cli/memplan.h"
 #include "tools/tools.h"
 
-static int check_script(const ds4cl_options *o)
+/* Prints the refusal and keeps its text for the caller. */
+static int refuse(ds4_error *why, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(ds4_error *why, int code, const char *fmt, ...)
+{
+    ds4_error e = { "" };
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.msg, sizeof e.msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "ds4cl: %s\n", e.msg);
+    if (why) *why = e;
+    return code;
+}
+
+static int check_script(const ds4cl_options *o, ds4_error *why)
 {
     if (o->backend != DS4_BACKEND_SCRIPT) return EXIT_DONE;
     FILE *f = fopen(o->script_path, "r");
     if (!f) {
-        fprintf(stderr, "ds4cl: --engine script:%s: %s\n", o->script_path, strerror(errno));
-        return EXIT_USAGE;
+        return refuse(why, EXIT_USAGE, "--engine script:%s: %s", o->script_path, strerror(errno));
     }
     fclose(f);
     return EXIT_DONE;
 }
 
-static int check_device(const ds4cl_options *o)
+static int check_device(const ds4cl_options *o, ds4_error *why)
 {
     if (o->backend == DS4_BACKEND_CPU && o->device) {
-        fprintf(stderr, "ds4cl: --device %s picks an OpenCL device; add --backend opencl to use one\n", o->device);
-        return EXIT_USAGE;
+        return refuse(why, EXIT_USAGE, "--device %s picks an OpenCL device; add --backend opencl to use one", o->device);
     }
     if (o->split && o->backend != DS4_BACKEND_OPENCL) {
-        fprintf(stderr, "ds4cl: --split %s shares layers between OpenCL devices; add --backend opencl --device A,B\n",
+        return refuse(why, EXIT_USAGE, "--split %s shares layers between OpenCL devices; add --backend opencl --device A,B",
                 o->split);
-        return EXIT_USAGE;
     }
     if (o->backend != DS4_BACKEND_OPENCL) return EXIT_DONE;
     if (o->split) {
@@ -41,33 +54,29 @@ static int check_device(const ds4cl_options *o)
         double shares[DS4_MAX_DEVICES];
         ds4_error serr = { "" };
         if (n < 2) {
-            fprintf(stderr, "ds4cl: --split %s needs several devices (--device A,B)\n", o->split);
-            return EXIT_USAGE;
+            return refuse(why, EXIT_USAGE, "--split %s needs several devices (--device A,B)", o->split);
         }
         if (n > DS4_MAX_DEVICES || plan_parse_split(o->split, n, shares, &serr)) {
-            fprintf(stderr, "ds4cl: %s\n", n > DS4_MAX_DEVICES ? "--device: too many devices" : serr.msg);
-            return EXIT_USAGE;
+            return refuse(why, EXIT_USAGE, "%s", n > DS4_MAX_DEVICES ? "--device: too many devices" : serr.msg);
         }
     }
     ds4_device *devs = NULL;
     int n = 0, pick = -1;
     ds4_error err = { "" };
     if (ds4_backend_devices(DS4_BACKEND_OPENCL, o->device, &devs, &n, &pick, &err) != 0) {
-        fprintf(stderr, "ds4cl: --backend opencl: %s\n", err.msg);
-        return EXIT_ERROR;
+        return refuse(why, EXIT_ERROR, "--backend opencl: %s", err.msg);
     }
     free(devs);
     if (pick < 0) {
         /* the message names --device=D or DS4CL_DEVICE=D */
-        fprintf(stderr, "ds4cl: %s\n", err.msg);
-        return EXIT_ERROR;
+        return refuse(why, EXIT_ERROR, "%s", err.msg);
     }
     return EXIT_DONE;
 }
 
 /* The rules are read the way the tools will read them, from the same
  * files, so that what passes here also loads when the agent starts. */
-static int check_rules(const ds4cl_options *o, const char *ws)
+static int check_rules(const ds4cl_options *o, const char *ws, ds4_error *why)
 {
     tool_env_config tc = { .workspace = ws, .rules_path = o->rules_path };
     ds4_error msg = { "" };
@@ -77,20 +86,27 @@ static int check_rules(const ds4cl_options *o, const char *ws)
         return EXIT_DONE;
     }
     bool given = o->rules_path && strstr(msg.msg, o->rules_path);
-    fprintf(stderr, "ds4cl: %s%s\n", given ? "--rules: " : "", msg.msg);
-    return given ? EXIT_USAGE : EXIT_ERROR;
+    return refuse(why, given ? EXIT_USAGE : EXIT_ERROR, "%s%s", given ? "--rules: " : "", msg.msg);
 }
 
-int preflight_check_engine(const ds4cl_options *o)
+static int check_memory_env(ds4_error *why)
 {
-    int rc = check_script(o);
-    if (rc == EXIT_DONE) rc = check_device(o);
+    ds4_error err = { "" };
+    if (memplan_env_check(&err) == 0) return EXIT_DONE;
+    return refuse(why, EXIT_USAGE, "%s", err.msg);
+}
+
+int preflight_check_engine(const ds4cl_options *o, ds4_error *why)
+{
+    int rc = check_memory_env(why);
+    if (rc == EXIT_DONE) rc = check_script(o, why);
+    if (rc == EXIT_DONE) rc = check_device(o, why);
     return rc;
 }
 
-int preflight_check(const ds4cl_options *o, const char *ws)
+int preflight_check(const ds4cl_options *o, const char *ws, ds4_error *why)
 {
-    int rc = preflight_check_engine(o);
-    if (rc == EXIT_DONE) rc = check_rules(o, ws);
+    int rc = preflight_check_engine(o, why);
+    if (rc == EXIT_DONE) rc = check_rules(o, ws, why);
     return rc;
 }

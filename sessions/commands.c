@@ -48,8 +48,13 @@ static void list_into(strbuf *b, const char *current, size_t max)
         return;
     }
     char *text = sessions_format_list(v, (size_t)n, max, current);
-    if (n) sb_puts(b, "**Sessions**, the latest first (* this one): ID, last used, tokens, title and directory\n");
+    if (n) sb_puts(b, "**Sessions**, the latest first (* this one; USED: how long ago)\n");
     sb_puts(b, "```\n");
+    if (n) {
+        char *head = sessions_format_header(v, (size_t)n, max);
+        sb_puts(b, head);
+        free(head);
+    }
     sb_puts(b, text);
     sb_puts(b, "```\n");
     free(text);

@@ -90,6 +90,9 @@ int sessions_list(session_info **out, ds4_error *err);
 /* The list as text lines ("ID  age  tokens  title\n     cwd"), at most
  * max sessions (0 = all), the current one marked. Malloc'd. */
 char *sessions_format_list(const session_info *v, size_t n, size_t max, const char *current_id);
+/* The column heads of that list, two lines in the same columns ("ID  USED
+ * TOKENS  TITLE\n  DIRECTORY"), for the same v, n and max. Malloc'd. */
+char *sessions_format_header(const session_info *v, size_t n, size_t max);
 
 /* An exact ID or an unambiguous prefix of one. 0 with the full ID in id,
  * or -1 with err (none, ambiguous: the candidates are named). */

@@ -663,6 +663,25 @@ static void fmt_count(char *out, size_t size, size_t n)
     else snprintf(out, size, "%.1fM", n / 1e6);
 }
 
+/* The ID column's width for the first `max` of v (0: all). */
+static size_t id_width(const session_info *v, size_t n, size_t max)
+{
+    size_t shown = max && max < n ? max : n;
+    size_t w = 8;
+    for (size_t i = 0; i < shown; i++)
+        if (strlen(v[i].id) > w) w = strlen(v[i].id);
+    return w;
+}
+
+char *sessions_format_header(const session_info *v, size_t n, size_t max)
+{
+    strbuf b = { 0 };
+    size_t w = id_width(v, n, max);
+    sb_printf(&b, "  %-*s %5s %7s  %s\n", (int)w, "ID", "USED", "TOKENS", "TITLE");
+    sb_printf(&b, "  %-*s %s\n", (int)w, "", "DIRECTORY");
+    return sb_take(&b);
+}
+
 char *sessions_format_list(const session_info *v, size_t n, size_t max, const char *current_id)
 {
     strbuf b = { 0 };
@@ -671,9 +690,7 @@ char *sessions_format_list(const session_info *v, size_t n, size_t max, const ch
         return sb_take(&b);
     }
     size_t shown = max && max < n ? max : n;
-    size_t w = 8;
-    for (size_t i = 0; i < shown; i++)
-        if (strlen(v[i].id) > w) w = strlen(v[i].id);
+    size_t w = id_width(v, n, max);
     int64_t now = base_wall_time_s();
     for (size_t i = 0; i < shown; i++) {
         const session_info *s = &v[i];

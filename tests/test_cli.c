@@ -1,6 +1,7 @@
 /* The three programs answer --help and --version and reject unknown flags
  * with exit status 2 and a message naming the flag. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/agent_setup.h"
 #include "tests/test.h"
@@ -98,4 +99,55 @@ TEST(cli, confirm_timeout_is_the_agents)
     unsetenv("DS4CL_CONFIRM_TIMEOUT");
     agent_setup_config(&cfg, &o, NULL, 0, "/", true);
     CHECK_EQ_INT(agent_confirm_timeout_ms(&cfg), AGENT_CONFIRM_TIMEOUT_MS);
+}
+
+/* Each --ctx refusal names the limit the number broke, and nothing else:
+ * a context beyond the model's limit is no matter of memory. */
+TEST(cli, ctx_refusals_name_the_real_limit)
+{
+    static const char *const cases[][3] = {
+        { "--ctx 99999999999 -p x", "--ctx 99999999999 is beyond the model's limit", "1048576 tokens" },
+        { "--ctx 2000000 -p x", "--ctx 2000000 is beyond the model's limit", "1048576 tokens" },
+        { "--ctx 100 -p x", "--ctx 100 is too small", "at least 256 tokens" },
+        { "--ctx 5 -p x", "--ctx 5 is too small", "at least 256 tokens" },
+        { "--ctx 5 --model-info", "--ctx 5 is too small", "at least 16 tokens" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out;
+        int rc = test_runf(&out, "'%s/ds4cl' %s", test_bindir(), cases[i][0]);
+        CHECK_MSG(rc == 2, "'%s' exited %d, not 2:\n%s", cases[i][0], rc, out);
+        CHECK_CONTAINS(out, cases[i][1]);
+        CHECK_CONTAINS(out, cases[i][2]);
+        CHECK_MSG(!strstr(out, "≥ 16"), "'%s':\n%s", cases[i][0], out);
+        CHECK_MSG(!strstr(out, "DS4CL_MEM_AVAILABLE"), "'%s' talks of memory:\n%s", cases[i][0], out);
+    }
+}
+
+/* A memory size in the environment that is not one is refused with the
+ * variable named, before any model is looked for: planning with the
+ * detected memory would ignore what the user said. */
+TEST(cli, memory_variables_that_are_not_sizes_are_refused)
+{
+    static const char *const vars[] = { "DS4CL_MEM_AVAILABLE", "DS4CL_DEVICE_MEM" };
+    const char *missing = test_tmp_path("no-model.gguf");
+    for (size_t i = 0; i < 2; i++) {
+        char *out;
+        int rc = test_runf(&out, "cd '%s' && %s=lots '%s/ds4cl' -m '%s' -p x", test_tmpdir(), vars[i], test_bindir(),
+                           missing);
+        CHECK_MSG(rc == 2, "%s=lots exited %d:\n%s", vars[i], rc, out);
+        CHECK_CONTAINS(out, vars[i]);
+        CHECK_CONTAINS(out, "=lots is not a memory size");
+        CHECK_MSG(!strstr(out, missing), "the model was looked for first:\n%s", out);
+        rc = test_runf(&out, "%s=lots '%s/ds4cl' -m '%s' --model-info", vars[i], test_bindir(), missing);
+        CHECK_MSG(rc == 2, "--model-info with %s=lots exited %d:\n%s", vars[i], rc, out);
+        CHECK_CONTAINS(out, "=lots is not a memory size");
+        /* zero is no memory to plan with, not "detect it" */
+        rc = test_runf(&out, "cd '%s' && %s=0 '%s/ds4cl' -m '%s' -p x", test_tmpdir(), vars[i], test_bindir(), missing);
+        CHECK_MSG(rc == 2, "%s=0 exited %d:\n%s", vars[i], rc, out);
+        CHECK_CONTAINS(out, "=0 leaves no memory to plan with");
+        /* a size is taken */
+        rc = test_runf(&out, "cd '%s' && %s=64G '%s/ds4cl' -m '%s' -p x", test_tmpdir(), vars[i], test_bindir(),
+                       missing);
+        CHECK_MSG(!strstr(out, "not a memory size"), "%s=64G:\n%s", vars[i], out);
+    }
 }

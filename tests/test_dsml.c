@@ -390,6 +390,48 @@ TEST(dsml, malformed_inputs)
     }
 }
 
+/* A name the mask refuses (the model's next token cannot continue any
+ * name): the error names the tool, the name begun and the names there are. */
+/* A stream fed so far, not finished (the parser as the sampler sees it). */
+static dsml_parser *feed_only(const char *text)
+{
+    dsml_parser *p = dsml_parser_new(dsml_test_schema(), false, NULL, NULL);
+    dsml_feed(p, text, strlen(text));
+    return p;
+}
+
+TEST(dsml, refused_names_are_named)
+{
+    dsml_parser *p = feed_only("<" D "tool_calls>\n<" D "invoke name=\"read\">\n<" D "parameter name=\"pa");
+    CHECK(dsml_get_state(p) != DSML_ERROR);
+    CHECK(dsml_refuse_name(p, "ttern\"", 6));
+    CHECK_EQ_INT(dsml_get_state(p), DSML_ERROR);
+    CHECK_EQ_INT(dsml_error_kind_of(p), DSML_ERR_SYNTAX);
+    CHECK_STR_EQ(dsml_error(p), "read has no parameter \"pattern\"; read takes max_lines, path (required), start_line, whole");
+    dsml_parser_free(p);
+    /* the name not finished: what was begun */
+    p = feed_only("<" D "tool_calls>\n<" D "invoke name=\"bash\">\n<" D "parameter name=\"cmd");
+    CHECK(dsml_refuse_name(p, "line", 4));
+    CHECK_STR_EQ(dsml_error(p), "bash has no parameter \"cmdline…\"; bash takes command (required), refresh_sec, timeout_sec");
+    dsml_parser_free(p);
+    /* a parameter given twice */
+    p = feed_only("<" D "tool_calls>\n<" D "invoke name=\"bash\">\n<" D "parameter name=\"command\" string=\"true\">ls</" D
+                  "parameter>\n<" D "parameter name=\"");
+    CHECK(dsml_refuse_name(p, "command\"", 8));
+    CHECK_CONTAINS(dsml_error(p), "the bash call gives the parameter \"command\" twice");
+    dsml_parser_free(p);
+    /* a tool name */
+    p = feed_only("<" D "tool_calls>\n<" D "invoke name=\"gre");
+    CHECK(dsml_refuse_name(p, "p\"", 2));
+    CHECK_STR_EQ(dsml_error(p), "there is no tool named \"grep\"; the tools are bash, bash_status, edit, list, read");
+    dsml_parser_free(p);
+    /* outside a name: the mask steers, nothing is refused */
+    p = feed_only("<" D "tool_calls>\n<" D "invoke name=\"bash\">\n<" D "parameter name=\"command\" string=\"true\">l");
+    CHECK(!dsml_refuse_name(p, "s", 1));
+    CHECK(dsml_get_state(p) != DSML_ERROR);
+    dsml_parser_free(p);
+}
+
 TEST(dsml, prose_that_resembles_markup_stays_text)
 {
     static const char *const texts[] = {

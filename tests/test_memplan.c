@@ -459,14 +459,14 @@ TEST(memplan_plan, session_context_on_a_real_engine)
     CHECK(s2 >= s1);
     int n = 0;
     setenv("DS4CL_MEM_AVAILABLE", "1T", 1);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, &n), 0);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, 0, &n, &err), 0);
     CHECK_EQ_INT(n, 256);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, -1, 0, &n), 0);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, -1, 0, 0, &n, &err), 0);
     CHECK(n >= 256);
     if (info.n_ctx_train > 0) CHECK(n <= info.n_ctx_train);
     /* no memory at all: refused */
     setenv("DS4CL_MEM_AVAILABLE", "1", 1);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, &n), -1);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, 0, &n, &err), -1);
     unsetenv("DS4CL_MEM_AVAILABLE");
     /* device memory that holds the session but not the weights beside it is
      * refused: the OpenCL backend copies every tensor to a discrete device
@@ -475,10 +475,10 @@ TEST(memplan_plan, session_context_on_a_real_engine)
     char mem[64];
     snprintf(mem, sizeof mem, "%llu", (unsigned long long)((1ull << 30) + s1 + info.weights_bytes / 2));
     setenv("DS4CL_DEVICE_MEM", mem, 1);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, &n), -1);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, 0, &n, &err), -1);
     snprintf(mem, sizeof mem, "%llu", (unsigned long long)(4 * (info.weights_bytes + s2) + (1ull << 30)));
     setenv("DS4CL_DEVICE_MEM", mem, 1);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, &n), 0);
+    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, 0, &n, &err), 0);
     unsetenv("DS4CL_DEVICE_MEM");
     ds4_engine_close(e);
 }
@@ -494,7 +494,7 @@ static ds4_engine *open_capturing(const ds4cl_options *o, int *n_ctx, char **err
     CHECK(saved >= 0 && fd >= 0);
     dup2(fd, 2);
     close(fd);
-    ds4_engine *e = model_open(o, 4096, n_ctx, NULL, NULL);
+    ds4_engine *e = model_open(o, 4096, n_ctx, NULL, NULL, NULL);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);

@@ -10,6 +10,7 @@
 
 #include "opencl/cl_runtime.h"
 #include "tests/agent_util.h"
+#include "tests/dsml_util.h"
 #include "tests/fwd_util.h"
 #include "tests/test.h"
 #include "tests/tools_util.h"
@@ -619,4 +620,25 @@ TEST(prompt, demo_runs_end_to_end)
     /* its sessions go away with it: none is offered to resume */
     CHECK_MSG(!strstr(out, "continue it with --resume"), "%s", out);
     CHECK_CONTAINS(out, "removed with the demo");
+}
+
+/* A parameter name the tool does not have (search's "pattern" for its
+ * "query"): the mask would turn it into another name, so the call ends
+ * with an error naming the tool, the name begun and the ones it takes,
+ * which the model reads before it tries again. */
+TEST(prompt, a_wrong_parameter_name_is_named)
+{
+    const char *call = "</think><" D "tool_calls>\n<" D "invoke name=\"search\">\n<" D
+                       "parameter name=\"pattern\" string=\"true\">foo</" D "parameter>\n</" D "invoke>\n</"
+                       D "tool_calls>";
+    const char *lines[] = { script_line(call, NULL), script_line("</think>retried", "\"expect\": \"search takes\""),
+                            NULL };
+    char *out;
+    int rc = run_prompt(&out, write_script(lines), "-p 'find foo' --output-format stream-json 2>/dev/null");
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "search has no parameter \\\"patt");
+    CHECK_CONTAINS(out, "query (required)");
+    CHECK_MSG(!strstr(out, "incomplete DSML tool call"), "%s", out);
+    /* the model was told, and answered */
+    CHECK_CONTAINS(out, "\"text\":\"retried\"");
 }

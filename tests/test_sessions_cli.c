@@ -206,6 +206,8 @@ TEST(sessions_cli, resume_without_id_continue_and_errors)
     int rc = run_in(&out, w1, script, "-p x --resume 2>&1");
     CHECK_EQ_INT(rc, 2);
     CHECK_CONTAINS(out, "--resume needs a session ID");
+    CHECK_CONTAINS(out, "TOKENS  TITLE\n"); /* the heads of the columns */
+    CHECK_CONTAINS(out, "DIRECTORY\n");
     CHECK_CONTAINS(out, "one");
     CHECK_CONTAINS(out, "in w2");
 

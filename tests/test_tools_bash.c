@@ -105,7 +105,7 @@ TEST(tools_bash, background_jobs_and_status)
     CHECK_CONTAINS(r.text, "bash_status job=1");
     r = tu_call(env, "bash_status", "{\"job\":1,\"refresh_sec\":10}");
     CHECK_CONTAINS(r.text, "job 1: exit status 0");
-    CHECK_CONTAINS(r.text, "new output (1 lines):\nend\n");
+    CHECK_CONTAINS(r.text, "new output (1 line):\nend\n");
     CHECK(!strstr(r.text, "start"));
     r = tu_call(env, "bash_status", "{\"job\":1}");
     CHECK_CONTAINS(r.text, "(no new output)");

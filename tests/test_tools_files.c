@@ -391,6 +391,9 @@ TEST(tools_edit, line_counts_read_as_english)
     r = tu_call(env, "edit", "{\"path\":\"f.c\",\"start_line\":2,\"end_line\":3,\"new\":\"\"}");
     CHECK(!r.is_error);
     CHECK_CONTAINS(r.text, "Edited f.c: deleted lines 2-3");
+    r = tu_call(env, "edit", "{\"path\":\"f.c\",\"start_line\":2,\"end_line\":2,\"new\":\"\"}");
+    CHECK(!r.is_error);
+    CHECK_CONTAINS(r.text, "; the file has 1 line now\n");
     const tool_def *t = tools_find("edit");
     CHECK(t && t->summarize);
     static const char *const cases[][2] = {

@@ -277,7 +277,7 @@ TEST(tools_policy, search_skips_files_denied_to_read)
     tu_file("conf/.env", "SECRET=needle\n");
     tu_file("conf/app.cfg", "key=needle\n");
     tu_result r = tu_call(env, "search", "{\"query\":\"needle\"}");
-    CHECK_CONTAINS(r.text, "1 matching lines in 1 files");
+    CHECK_CONTAINS(r.text, "1 matching line in 1 file");
     CHECK_CONTAINS(r.text, "1 skipped by deny read rules");
     CHECK(!strstr(r.text, "SECRET"));
     r = tu_call(env, "read", "{\"path\":\"conf/.env\"}");

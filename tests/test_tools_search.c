@@ -113,10 +113,10 @@ TEST(tools_search, case_regex_glob_and_context)
     tool_env *env = tu_env();
     tree();
     tu_result r = tu_call(env, "search", "{\"query\":\"alpha\",\"case_sensitive\":false,\"glob\":\"*.h\"}");
-    CHECK_CONTAINS(r.text, "1 matching lines in 1 files");
+    CHECK_CONTAINS(r.text, "1 matching line in 1 file");
     CHECK_CONTAINS(r.text, "src/b.h\n1:\t#define ALPHA 1\n");
     r = tu_call(env, "search", "{\"query\":\"^int (alpha|beta);$\",\"regex\":true,\"path\":\"src\"}");
-    CHECK_CONTAINS(r.text, "2 matching lines in 1 files");
+    CHECK_CONTAINS(r.text, "2 matching lines in 1 file");
     r = tu_call(env, "search", "{\"query\":\"beta\",\"context\":1}");
     CHECK_CONTAINS(r.text, "src/a.c\n1-\tint alpha;\n2:\tint beta;\n3-\t// alpha again\n");
     r = tu_call(env, "search", "{\"query\":\"alpha\",\"glob\":\"src/**/*.c,!src/a.c\"}");
@@ -145,7 +145,7 @@ TEST(tools_search, merged_context_windows_and_a_single_file)
     /* a file named explicitly is searched even when ignored */
     tu_file(".gitignore", "f.txt\n");
     r = tu_call(env, "search", "{\"query\":\"hit2\",\"path\":\"f.txt\"}");
-    CHECK_CONTAINS(r.text, "1 matching lines");
+    CHECK_CONTAINS(r.text, "1 matching line in");
 }
 
 TEST(tools_search, many_matches_page_through_more)
@@ -156,7 +156,7 @@ TEST(tools_search, many_matches_page_through_more)
     for (int i = 1; i <= 200; i++) k += (size_t)sprintf(s + k, "match %d\n", i);
     tu_file("m.txt", s);
     tu_result r = tu_call(env, "search", "{\"query\":\"match\",\"max_results\":10}");
-    CHECK_CONTAINS(r.text, "200 matching lines in 1 files");
+    CHECK_CONTAINS(r.text, "200 matching lines in 1 file");
     CHECK_CONTAINS(r.text, "10:\tmatch 10\n[11 of 201 output lines shown; call more");
     CHECK(!strstr(r.text, "match 11\n"));
     r = tu_call(env, "more", "{\"count\":5}");
@@ -208,7 +208,7 @@ TEST(tools_search, skips_symlinks_and_lone_cr_numbering_matches_read)
     tu_file("t.txt", "one\rtwo\rneedle\r");
     CHECK(symlink(tu_path("t.txt"), tu_path("link.txt")) == 0);
     tu_result r = tu_call(env, "search", "{\"query\":\"needle\"}");
-    CHECK_CONTAINS(r.text, "1 matching lines in 1 files");
+    CHECK_CONTAINS(r.text, "1 matching line in 1 file");
     CHECK_CONTAINS(r.text, "t.txt\n3:\tneedle\n");
 }
 

@@ -261,7 +261,7 @@ TEST(ui_doc, tool_calls_drawn_while_they_stream)
     ui_doc_event(d, &r);
     const char *t = doc_text(d, 80);
     CHECK_CONTAINS(t, "Read src/main.c 10:20\n");
-    CHECK_CONTAINS(t, "src/main.c: lines 10-20 of 40 (+1 lines)");
+    CHECK_CONTAINS(t, "src/main.c: lines 10-20 of 40 (+1 line)");
     CHECK_EQ_INT(UI_ROLE(style_of(find_line(d, 80, "Read src"), "\xe2\x97\x8f")), UI_C_OK);
     /* the edit never ran: the turn was interrupted */
     ev(d, AGENT_EV_TURN_END, AGENT_END_INTERRUPTED);
@@ -346,5 +346,37 @@ TEST(ui_doc, every_line_fits_any_width)
     size_t before = ui_doc_layout(d, 30);
     ev(d, AGENT_EV_ERROR, "boom");
     CHECK(ui_doc_layout(d, 30) > before);
+    ui_doc_free(d);
+}
+
+/* Narrow terminals: headers wrap between words, and a wrapped job line
+ * keeps the indent of its tool block. */
+TEST(ui_doc, narrow_widths_wrap_words_and_keep_indents)
+{
+    utf8_locale();
+    ui_doc *d = ui_doc_new();
+    ev(d, AGENT_EV_USER, "explain");
+    ev(d, AGENT_EV_THINKING, "one\ntwo");
+    ev(d, AGENT_EV_TEXT, "\n\nDone.");
+    const char *t = doc_text(d, 40);
+    CHECK_CONTAINS(t, "Thought for 2 lines");
+    CHECK_MSG(strstr(t, "reasoning\n") != NULL, "\"reasoning\" split at 40 columns:\n%s", t);
+    ui_doc_free(d);
+
+    d = ui_doc_new();
+    tool_ev(d, AGENT_EV_TOOL_START, 0, "bash", NULL, NULL);
+    tool_ev(d, AGENT_EV_TOOL_PARAM, 0, "bash", "command", "make");
+    tool_ev(d, AGENT_EV_TOOL_CALL, 0, "bash", NULL, "{\"command\":\"make\"}");
+    agent_event r = { .type = AGENT_EV_TOOL_RESULT, .text = "job 1: exit status 0 after 12.5 s (pid 4242)",
+                      .tool = "bash", .call_index = 0 };
+    r.len = strlen(r.text);
+    ui_doc_event(d, &r);
+    t = doc_text(d, 30);
+    const char *job = strstr(t, "job 1:");
+    CHECK(job != NULL);
+    const char *nl = strchr(job, '\n');
+    CHECK(nl != NULL);
+    CHECK_MSG(!strncmp(nl + 1, "    ", 4), "the job line's second row is not indented:\n%s", t);
+    CHECK_CONTAINS(t, "after\n");
     ui_doc_free(d);
 }

@@ -700,12 +700,43 @@ TEST(ui_tmux, sessions_new_switch_and_resume_picker)
                                    write_script(lines)));
     s = tmux_wait(&t, "Resume a session", WAIT_MS);
     CHECK_CONTAINS(s, "a new session");
+    CHECK_CONTAINS(s, "ID"); /* the heads of the columns */
+    CHECK_CONTAINS(s, "USED");
+    CHECK_CONTAINS(s, "TOKENS  TITLE");
     CHECK_CONTAINS(s, "first session request");
     CHECK_CONTAINS(s, "second session request");
     tmux_keys(&t, "Down");
     tmux_keys(&t, "Enter");
     s = tmux_wait(&t, "End of the history.", WAIT_MS);
     CHECK(strstr(s, "first session request") || strstr(s, "second session request"));
+    quit_and_check(&t);
+}
+
+/* After /fork the new session's ID is at the bottom, below the history
+ * that fills the screen; /sessions heads its columns. */
+TEST(ui_tmux, fork_names_the_new_session_at_the_bottom)
+{
+    strbuf answer = { 0 };
+    sb_puts(&answer, "t</think>");
+    for (int i = 1; i <= 40; i++) sb_printf(&answer, "answer line %d\n\n", i);
+    const char *lines[] = { script_line(sb_str(&answer), NULL), NULL };
+    tmux_t t;
+    start(&t, lines, NULL, NULL);
+    const char *first = session_on_screen(&t);
+    send(&t, "a long request");
+    tmux_wait(&t, "answer line 40", WAIT_MS);
+    wait_idle_status(&t);
+    send(&t, "/fork");
+    const char *s = tmux_wait(&t, test_printf("(forked from %s)", first), WAIT_MS);
+    CHECK_CONTAINS(s, "Now in ");
+    CHECK_CONTAINS(s, "End of the history.");
+    CHECK(strstr(s, "End of the history.") < strstr(s, "Now in "));
+    wait_idle_status(&t);
+    send(&t, "/sessions");
+    s = tmux_wait(&t, "/switch ID", WAIT_MS);
+    CHECK_CONTAINS(s, "TOKENS  TITLE");
+    CHECK_CONTAINS(s, "DIRECTORY");
+    sb_free(&answer);
     quit_and_check(&t);
 }
 

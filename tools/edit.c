@@ -330,7 +330,7 @@ static int commit(edit_file *f, char *nw, size_t nlen, size_t first_line, size_t
     else
         sb_printf(&b, "Edited %s%s: %s became %s", f->shown, how, was, now);
     if (delta) sb_printf(&b, "; later lines moved by %+ld (re-read before line-editing them)", delta);
-    sb_printf(&b, "; the file has %zu lines now\n", ln.n);
+    sb_printf(&b, "; the file has %zu line%s now\n", ln.n, ln.n == 1 ? "" : "s");
     seen_splice(f->env, f->abs, first_line, old_count, new_count);
     show_diff(f->env, f->abs, &b, f->text, &f->li, nw, &ln, first_line, old_count, new_count);
     struct stat nst;

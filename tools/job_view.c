@@ -225,7 +225,7 @@ void job_observe(tool_env *env, job *j, strbuf *b)
         sb_puts(b, first ? "(no output)\n" : "(no new output)\n");
     } else {
         size_t lines = count_newlines(job_log_fd(j), j->shown_upto, size);
-        if (!first) sb_printf(b, "new output (%zu lines):\n", lines);
+        if (!first) sb_printf(b, "new output (%zu line%s):\n", lines, lines == 1 ? "" : "s");
         else if (size > WHOLE_MAX_BYTES || lines > WHOLE_MAX_LINES)
             sb_printf(b, "output (%zu lines, %zu bytes; first and last lines shown):\n", lines, size);
         append_region(b, j, j->shown_upto, size);

@@ -486,12 +486,12 @@ static int run_search(tool_env *env, json_object *args, const tool_call_ctx *ctx
         if (s.matches == 0) {
             sb_puts(&b, "No matches for ");
             describe_query(&b, query, regex, !cs);
-            sb_printf(&b, " in %s (%zu files searched", shown, s.files_searched);
+            sb_printf(&b, " in %s (%zu file%s searched", shown, s.files_searched, s.files_searched == 1 ? "" : "s");
         } else {
-            sb_printf(&b, "%s%zu matching lines in %zu files for ", s.stopped ? "At least " : "", s.matches,
-                      s.files_matched);
+            sb_printf(&b, "%s%zu matching line%s in %zu file%s for ", s.stopped ? "At least " : "", s.matches,
+                      s.matches == 1 ? "" : "s", s.files_matched, s.files_matched == 1 ? "" : "s");
             describe_query(&b, query, regex, !cs);
-            sb_printf(&b, " in %s (%zu files searched", shown, s.files_searched);
+            sb_printf(&b, " in %s (%zu file%s searched", shown, s.files_searched, s.files_searched == 1 ? "" : "s");
         }
         if (s.ignored) sb_printf(&b, "; %zu paths skipped by .gitignore", s.ignored);
         if (s.binaries) sb_printf(&b, "; %zu binary files skipped", s.binaries);

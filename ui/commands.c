@@ -229,9 +229,11 @@ static int run_session_cmd(ui_app *app, const sessions_command *sc, const char *
         app->starting = true;
         if (!ui_app_agent(app)) ui_app_agent_replaced(app);
     }
+    /* a session moved to shows its history, then what the command says
+     * (its ID, what it was forked from): the last thing on the screen */
+    if (restarts && rc == 0 && strcmp(sc->name, "new")) ui_app_replay_history(app, HISTORY_DEFAULT, true);
     if (out && *out) ui_doc_adds(app->doc, rc == 0 ? DOC_INFO : DOC_ERROR, out);
     free(out);
-    if (restarts && rc == 0 && strcmp(sc->name, "new")) ui_app_replay_history(app, HISTORY_DEFAULT, true);
     return rc == 0 ? 1 : 2;
 }
 

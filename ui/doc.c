@@ -354,9 +354,9 @@ static void render_block(const ui_doc *d, block *b, int width)
     case DOC_THINKING:
         if (folded(d, b)) {
             size_t lines = count_lines(t, n);
-            snprintf(head, sizeof head, "\xe2\x9c\xbb Thought for %zu line%s \xc2\xb7 Ctrl+O shows reasoning", lines,
+            snprintf(head, sizeof head, "Thought for %zu line%s \xc2\xb7 Ctrl+O shows reasoning", lines,
                      lines == 1 ? "" : "s");
-            ui_lines_push_text(out, head, UI_C_MUTED);
+            plain_lines(out, head, strlen(head), width, "\xe2\x9c\xbb ", "  ", UI_C_MUTED, UI_C_MUTED);
         } else {
             ui_lines_push_text(out, b->open ? "\xe2\x9c\xbb Thinking\xe2\x80\xa6" : "\xe2\x9c\xbb Thinking", UI_C_MUTED);
             plain_lines(out, t, n, width, "  ", "  ", UI_C_THINK, UI_C_THINK | UI_ITALIC);
@@ -377,11 +377,11 @@ static void render_block(const ui_doc *d, block *b, int width)
         break;
     case DOC_COMPACTION:
         if (folded(d, b)) {
-            ui_lines_push_text(out, "\xe2\x9f\xb3 Context compacted \xc2\xb7 Ctrl+O shows the summary",
-                            UI_C_NOTICE | UI_BOLD);
+            static const char fold[] = "Context compacted \xc2\xb7 Ctrl+O shows the summary";
+            plain_lines(out, fold, strlen(fold), width, "\xe2\x9f\xb3 ", "  ", UI_C_NOTICE | UI_BOLD, UI_C_NOTICE | UI_BOLD);
         } else {
-            ui_lines_push_text(out, "\xe2\x9f\xb3 Context compacted; the summary the model continues from:",
-                            UI_C_NOTICE | UI_BOLD);
+            static const char open[] = "Context compacted; the summary the model continues from:";
+            plain_lines(out, open, strlen(open), width, "\xe2\x9f\xb3 ", "  ", UI_C_NOTICE | UI_BOLD, UI_C_NOTICE | UI_BOLD);
             plain_lines(out, t, n, width, "  ", "  ", UI_C_MUTED, UI_C_MUTED);
         }
         break;

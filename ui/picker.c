@@ -16,7 +16,7 @@
 static void draw(const session_info *v, size_t n, size_t sel, size_t *first)
 {
     erase();
-    int rows_per = 2, top = 2;
+    int rows_per = 2, top = 3;
     int fit = (LINES - top - 1) / rows_per;
     if (fit < 1) fit = 1;
     if (sel < *first) *first = sel;
@@ -26,7 +26,19 @@ static void draw(const session_info *v, size_t n, size_t sel, size_t *first)
     ui_line_truncate(&l, COLS);
     move(0, 0);
     ui_term_draw_line(&l);
-    ui_line_free(&l);
+    ui_line_clear(&l);
+    if (n) {
+        /* the heads of the columns the rows below are in (their first lines) */
+        char *head = sessions_format_header(v, n, 0);
+        char *nl = strchr(head, '\n');
+        ui_line_adds(&l, "  ", UI_C_MUTED);
+        ui_line_add(&l, head, nl ? (size_t)(nl - head) : strlen(head), (ui_style)(UI_C_MUTED | UI_BOLD));
+        ui_line_truncate(&l, COLS);
+        move(1, 0);
+        ui_term_draw_line(&l);
+        ui_line_clear(&l);
+        free(head);
+    }
     for (size_t i = *first; i < n + 1 && (int)(i - *first) < fit; i++) {
         int y = top + (int)(i - *first) * rows_per;
         ui_style mark = i == sel ? (ui_style)(UI_C_ACCENT | UI_REVERSE | UI_BOLD) : 0;

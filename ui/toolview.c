@@ -285,7 +285,7 @@ static void result_lines(line_list *out, const tool_view *t, int width)
     size_t rest = count_lines(r, len);
     if (rest > 1) {
         char more[64];
-        snprintf(more, sizeof more, " (+%zu lines)", rest - 1);
+        snprintf(more, sizeof more, " (+%zu line%s)", rest - 1, rest - 1 == 1 ? "" : "s");
         ui_line_adds(&para, more, UI_C_MUTED);
     }
     wrap_prefix wp = { ELBOW, UI_C_MUTED, "    ", 0 };
@@ -322,9 +322,10 @@ static void render_bash(line_list *out, const tool_view *t, int width)
         size_t n = first_line_len(r, 300);
         bool ok = !t->is_error && strstr(r, "exit status 0 ") && strstr(r, "exit status 0 ") < r + n;
         ui_line l = { 0 };
-        ui_line_adds(&l, ELBOW, UI_C_MUTED);
         ui_line_add(&l, r, n, ok ? UI_C_MUTED : UI_C_ERROR);
-        ui_lines_push(out, &l);
+        wrap_prefix wp = { ELBOW, UI_C_MUTED, "    ", 0 };
+        ui_wrap_para(out, &l, width, &wp, true);
+        ui_line_free(&l);
         return;
     }
     result_lines(out, t, width);
