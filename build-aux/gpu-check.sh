@@ -110,7 +110,7 @@ find_nvidia() {
 
 SUMMARY=
 record() { # step, status, seconds, result
-    SUMMARY="$SUMMARY$(printf '%-10s %-5s %6s  %s' "$1" "$2" "$3" "$4")
+    SUMMARY="$SUMMARY$(printf '%-12s %-5s %6s  %s' "$1" "$2" "$3" "$4")
 "
 }
 
@@ -217,7 +217,7 @@ $missing"
         --ctx-start 512 --ctx-max 1024 --step 512 --gen-tokens 16
     step hybrid res_hybrid "$B/bin/ds4cl-bench" --hybrid-bench -m "$FIXTURE" --prefill 512 --gen-tokens 16 --rounds 2
 
-    printf '\n%-10s %-5s %6s  %s\n' step state sec result
+    printf '\n%-12s %-5s %6s  %s\n' step state sec result
     printf '%s' "$SUMMARY"
     echo "total $(($(date +%s) - start)) s; logs in $WORK"
     return $FAILED
