@@ -22,7 +22,8 @@
 #                        tiers), with the GPU-shaped and the CPU-shaped
 #                        kernels
 #         roof           ds4cl-bench --cl-bench: the device's streaming-read
-#                        roof and the Q8_0 kernels against it
+#                        roof and the Q8_0 attn_q_b kernels (decode and
+#                        prefill) against it
 #         fixture        a generated model with DeepSeek V4 Flash widths and
 #                        N layers (default 4)
 #         speed          prefill and decode on the device alone (ds4cl-bench)
@@ -144,7 +145,10 @@ step() {
 
 res_devices() { grep -m1 -E '\((default|selected)\)' "$1" | sed 's/^ *//'; }
 res_tests() { grep -E '^[0-9]+ passed' "$1" | tail -n 1; }
-res_roof() { grep -i -m2 -E 'roof|read' "$1" | tr '\n' ' ' | cut -c1-110; }
+res_roof() { # the read roof, then each row's GB/s and share of it
+    awk -F, '$1 == "roof" && $2 == "stream_read" { printf "read roof %s GB/s; ", $10 }
+             $1 != "roof" && $2 == "attn_q_b" { printf "%s T=%s %s GB/s (%s%%); ", $2, $7, $10, $11 }' "$1" | cut -c1-110
+}
 res_fixture() { ls -l "$FIXTURE" 2>/dev/null | awk '{ printf "%.1f GB\n", $5 / 1e9 }'; }
 res_csv() { # the rows' key columns: decode t/s, prefill t/s
     awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
@@ -208,7 +212,7 @@ $missing"
     # shellcheck disable=SC2086
     step tight-cpu res_tests golden cpu $tight
     step release-cpu res_tests golden cpu golden_opencl.full_numerics
-    step roof res_roof "$B/bin/ds4cl-bench" --cl-bench --only q8_0 --reps 3
+    step roof res_roof "$B/bin/ds4cl-bench" --cl-bench --only attn_q_b --reps 3
     FIXTURE="$WORK/flash-width-${layers}l.gguf"
     if [ ! -s "$FIXTURE" ] && { [ -z "$ONLY" ] || [ -n "$(echo ",$ONLY," | grep -E ',(speed|hybrid),')" ]; }; then
         step fixture res_fixture "$B/bin/ds4cl-mkmodel" -q -o "$FIXTURE" --preset flash-width --layers "$layers" --tiny-vocab
