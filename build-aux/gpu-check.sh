@@ -147,7 +147,8 @@ res_devices() { grep -m1 -E '\((default|selected)\)' "$1" | sed 's/^ *//'; }
 res_tests() { grep -E '^[0-9]+ passed' "$1" | tail -n 1; }
 res_roof() { # the read roof, then each row's GB/s and share of it
     awk -F, '$1 == "roof" && $2 == "stream_read" { printf "read roof %s GB/s; ", $10 }
-             $1 != "roof" && $2 == "attn_q_b" { printf "%s T=%s %s GB/s (%s%%); ", $2, $7, $10, $11 }' "$1" | cut -c1-110
+             $1 != "roof" && $2 == "attn_q_b" && $10 != "" { printf "T=%s %s GB/s (%s%% of it); ", $7, $10, $11 }
+             $1 != "roof" && $2 == "attn_q_b" && $10 == "" { printf "T=%s %s GFLOP/s (%s%% of peak); ", $7, $12, $13 }' "$1" | cut -c1-110
 }
 res_fixture() { ls -l "$FIXTURE" 2>/dev/null | awk '{ printf "%.1f GB\n", $5 / 1e9 }'; }
 res_csv() { # the rows' key columns: decode t/s, prefill t/s
