@@ -1,10 +1,12 @@
 /* test_devices.c — the engine's list of backends and their devices: what
- * the command line shows without reaching into a backend. */
+ * the command line shows without reaching into a backend; and OpenCL
+ * devices over several drivers at once. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/ds4.h"
 #include "opencl/cl_runtime.h"
+#include "tests/icd_util.h"
 #include "tests/opencl_util.h"
 #include "tests/test.h"
 
@@ -65,4 +67,85 @@ TEST(devices, the_opencl_backend_lists_what_the_runtime_sees)
     CHECK_CONTAINS(err.msg, "no-such-device-xyz");
     free(d);
     free(cd);
+}
+
+/* Several drivers registered together, as on a machine with Mesa beside
+ * a vendor's driver: clover (a platform without a device where no AMD GPU
+ * is), PoCL and rusticl. The empty platform is passed over, the indexes
+ * count the devices of the others in the loader's order, names and
+ * indexes select across platforms, and without a choice (no GPU among
+ * them) device 0 is the default. Both CPU drivers then run a kernel in
+ * one process. */
+TEST(devices, several_platforms_one_of_them_empty)
+{
+    const char *libs[3] = { icd_clover_lib(), icd_pocl_lib(), icd_rusticl_lib() };
+    if (!libs[0] || !libs[1] || !libs[2]) SKIP("needs clover, PoCL and rusticl (make deps)");
+    const char *vendors = icd_vendors_dir(libs, 3);
+    setenv("OCL_ICD_VENDORS", vendors, 1);
+    setenv("RUSTICL_ENABLE", "llvmpipe", 1);
+    setenv("XDG_CACHE_HOME", oclt_cache_dir(), 1);
+    unsetenv("DS4CL_DEVICE");
+    cl_uint np = 0;
+    CHECK(clGetPlatformIDs(0, NULL, &np) == CL_SUCCESS);
+    CHECK_EQ_INT((int)np, 3);
+    clrt_device *d;
+    int n;
+    ds4_error err = { "" };
+    CHECK_MSG(clrt_devices(&d, &n, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(n, 2);
+    int pocl = -1, rusticl = -1;
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ_INT(d[i].index, i);
+        CHECK_MSG(!strstr(d[i].platform_name, "Clover"), "clover offers a device: %s", d[i].name);
+        if (strstr(d[i].platform_name, "Portable Computing Language")) pocl = i;
+        if (strstr(d[i].platform_name, "rusticl")) rusticl = i;
+    }
+    CHECK(pocl >= 0 && rusticl >= 0);
+    CHECK_EQ_INT(clrt_pick(d, n, NULL, &err), 0);
+    CHECK_EQ_INT(clrt_pick(d, n, "LLVMPIPE", &err), rusticl);
+    CHECK_EQ_INT(clrt_pick(d, n, test_printf("%d", pocl), &err), pocl);
+    CHECK_EQ_INT(clrt_pick(d, n, "2", &err), -1);
+    CHECK_CONTAINS(err.msg, "there are 2");
+
+    char *out;
+    int rc = test_runf(&out, "%s/ds4cl --list-devices", test_bindir());
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_CONTAINS(out, "Platform: Portable Computing Language");
+    CHECK_CONTAINS(out, "Platform: rusticl");
+    CHECK(!strstr(out, "Clover"));
+    CHECK_CONTAINS(out, test_printf("[0] (default) %s", d[0].name));
+    rc = test_runf(&out, "%s/ds4cl --list-devices --device llvmpipe", test_bindir());
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, test_printf("[%d] (selected) %s", rusticl, d[rusticl].name));
+    rc = test_runf(&out, "DS4CL_DEVICE=%d %s/ds4cl --list-devices", pocl, test_bindir());
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, test_printf("[%d] (selected) %s", pocl, d[pocl].name));
+    rc = test_runf(&out, "%s/ds4cl --list-devices --device 2", test_bindir());
+    CHECK_EQ_INT(rc, 1);
+    CHECK_CONTAINS(out, "no OpenCL device has index 2");
+
+    /* a kernel on each driver, both loaded in this process */
+    for (int i = 0; i < n; i++) {
+        clrt *rt = clrt_open(&(clrt_options){ .device = test_printf("%d", i), .cache_dir = oclt_cache_dir() }, &err);
+        CHECK_MSG(rt != NULL, "%s", err.msg);
+        CHECK_STR_EQ(clrt_dev(rt)->name, d[i].name);
+        cl_int rc2;
+        float x = 1.25f;
+        cl_mem mx = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof x, &x, &rc2);
+        clrt_call call = clrt_begin(rt, clrt_kernel(rt, "basic", "add_f32"));
+        clrt_arg_mem(&call, mx);
+        clrt_arg_ulong(&call, 0);
+        clrt_arg_mem(&call, mx);
+        clrt_arg_ulong(&call, 0);
+        clrt_arg_mem(&call, mx);
+        clrt_arg_ulong(&call, 0);
+        clrt_arg_ulong(&call, 1);
+        size_t g = 1;
+        CHECK_MSG(clrt_enqueue(&call, 1, &g, NULL) == 0, "%s", clrt_error(rt));
+        CHECK(clEnqueueReadBuffer(clrt_queue(rt), mx, CL_TRUE, 0, sizeof x, &x, 0, NULL, NULL) == CL_SUCCESS);
+        CHECK(x == 2.5f);
+        clReleaseMemObject(mx);
+        clrt_close(rt);
+    }
+    free(d);
 }

@@ -447,12 +447,25 @@ __constant uint iq2xs_signbits[128 * 8] = {
     0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u,
 };
 
+/* The two tables as the kernels reach them: a driver may place a program's
+ * __constant data behind a hidden kernel argument, read where the data is
+ * first addressed; inside a branch or loop that read need not be uniform
+ * (Mesa's llvmpipe then warns that results may be incorrect). So every
+ * kernel addresses them once at its entry (IQ2_TABS_AT_ENTRY, the first
+ * statement of the helpers kernels start with) and hands them down as
+ * pointers (a struct of the two crashes rusticl's compiler). */
+#define IQ2_TABS __constant float *iq2g, __constant uint *iq2s
+#define IQ2_TABS_AT_ENTRY                    \
+    __constant float *iq2g = iq2xxs_gridf;  \
+    __constant uint *iq2s = iq2xs_signbits
+
 /* Copies both tables out, for the test that they are the engine's. */
 __kernel void iq2_tables(__global float *grid, __global uint *signs)
 {
+    IQ2_TABS_AT_ENTRY;
     int i = get_global_id(0);
-    if (i < 256 * 8) grid[i] = iq2xxs_gridf[i];
-    if (i < 128 * 8) signs[i] = iq2xs_signbits[i];
+    if (i < 256 * 8) grid[i] = iq2g[i];
+    if (i < 128 * 8) signs[i] = iq2s[i];
 }
 
 /* IEEE halves (bits h) as floats, exactly: the magnitude shifted into
@@ -523,11 +536,11 @@ INL float16 deq16_q4_k(const __global uchar *row, int c, int h, const float *sc)
 /* IQ2_XXS (66 bytes: d, then 8 groups of 8 bytes): group g holds four grid
  * indices and a 32-bit word of four 7-bit sign indices and a 4-bit scale;
  * an element is db·grid, negated where its sign bit is set. */
-INL float16 iq2_half(const __global uchar *q, uint w, float db, int h)
+INL float16 iq2_half(IQ2_TABS, const __global uchar *q, uint w, float db, int h)
 {
     uint s0 = (w >> (14 * h)) & 127, s1 = (w >> (14 * h + 7)) & 127;
-    float16 g = (float16)(vload8(q[2 * h], iq2xxs_gridf), vload8(q[2 * h + 1], iq2xxs_gridf));
-    uint16 sb = (uint16)(vload8(s0, iq2xs_signbits), vload8(s1, iq2xs_signbits));
+    float16 g = (float16)(vload8(q[2 * h], iq2g), vload8(q[2 * h + 1], iq2g));
+    uint16 sb = (uint16)(vload8(s0, iq2s), vload8(s1, iq2s));
     return as_float16(as_uint16(db * g) ^ sb);
 }
 
@@ -539,11 +552,11 @@ INL uint iq2_word(const __global uchar *q)
 
 INL float iq2_scale(uint w, float d) { return d * (0.5f + (float)(w >> 28)) * 0.25f; }
 
-INL float16 deq16_iq2_xxs(const __global uchar *row, int c, int h, const float *sc)
+INL float16 deq16_iq2_xxs(IQ2_TABS, const __global uchar *row, int c, int h, const float *sc)
 {
     const __global uchar *q = row + 66 * (c >> 3) + 2 + 8 * (c & 7);
     uint w = iq2_word(q);
-    return iq2_half(q, w, iq2_scale(w, sc[0]), h);
+    return iq2_half(iq2g, iq2s, q, w, iq2_scale(w, sc[0]), h);
 }
 
 /* The super-block scale table of block b (see above); 32 floats. */
@@ -578,7 +591,7 @@ INL float8 q8_scales(const __global uchar *const *w, const int RB, int c)
 
 /* Of a row of `type` (a constant in every kernel below, so the switch
  * folds away); d and sc as above. */
-INL float16 deq16(const int type, const __global uchar *row, int c, int h, float d, const float *sc)
+INL float16 deq16(IQ2_TABS, const int type, const __global uchar *row, int c, int h, float d, const float *sc)
 {
     switch (type) {
     case GGML_F32: return deq16_f32(row, c, h);
@@ -587,24 +600,24 @@ INL float16 deq16(const int type, const __global uchar *row, int c, int h, float
     case GGML_Q8_0: return deq16_q8_0(row, c, h, d);
     case GGML_Q2_K: return deq16_q2_k(row, c, h, sc);
     case GGML_Q4_K: return deq16_q4_k(row, c, h, sc);
-    case GGML_IQ2_XXS: return deq16_iq2_xxs(row, c, h, sc);
+    case GGML_IQ2_XXS: return deq16_iq2_xxs(iq2g, iq2s, row, c, h, sc);
     }
     return 0.0f;
 }
 
 /* Both halves of a chunk, sharing what they can. */
-INL void deq32(const int type, const __global uchar *row, int c, float d, const float *sc, float16 *a, float16 *b)
+INL void deq32(IQ2_TABS, const int type, const __global uchar *row, int c, float d, const float *sc, float16 *a, float16 *b)
 {
     if (type == GGML_IQ2_XXS) {
         const __global uchar *q = row + 66 * (c >> 3) + 2 + 8 * (c & 7);
         uint w = iq2_word(q);
         float db = iq2_scale(w, sc[0]);
-        *a = iq2_half(q, w, db, 0);
-        *b = iq2_half(q, w, db, 1);
+        *a = iq2_half(iq2g, iq2s, q, w, db, 0);
+        *b = iq2_half(iq2g, iq2s, q, w, db, 1);
         return;
     }
-    *a = deq16(type, row, c, 0, d, sc);
-    *b = deq16(type, row, c, 1, d, sc);
+    *a = deq16(iq2g, iq2s, type, row, c, 0, d, sc);
+    *b = deq16(iq2g, iq2s, type, row, c, 1, d, sc);
 }
 
 INL float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
@@ -635,7 +648,7 @@ INL float dot_tail(const int type, const __global uchar *row, const __global flo
 #define RD_ROW(r)                                        \
     if (RB > r) {                                        \
         float16 wa, wb;                                  \
-        deq32(type, w[r], c, ROW_D(r), sc##r, &wa, &wb); \
+        deq32(iq2g, iq2s, type, w[r], c, ROW_D(r), sc##r, &wa, &wb); \
         a##r = fma(wa, xa, a##r);                        \
         b##r = fma(wb, xb, b##r);                        \
     }
@@ -645,7 +658,7 @@ INL float dot_tail(const int type, const __global uchar *row, const __global flo
         if (n & 31) out[r] += dot_tail(type, w[r], x, n);                 \
     }
 
-INL void rows_dot(const int type, const int RB, const __global uchar *const *w, const __global float *x, int n,
+INL void rows_dot(IQ2_TABS, const int type, const int RB, const __global uchar *const *w, const __global float *x, int n,
                   float *out)
 {
     float16 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, b0 = 0.0f, b1 = 0.0f, b2 = 0.0f, b3 = 0.0f;
@@ -672,7 +685,7 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
 #define TILE_ROW(r)                                                \
     if (RB > r) {                                                  \
         float16 wv = type == DEQ_BUF ? vload16(2 * c + HALF, wbuf + r * n) \
-                                     : deq16(type, w[r], c, HALF, ROW_D(r), sc##r); \
+                                     : deq16(iq2g, iq2s, type, w[r], c, HALF, ROW_D(r), sc##r); \
         TILE_FMA(r, 0) TILE_FMA(r, 1) TILE_FMA(r, 2) TILE_FMA(r, 3) TILE_FMA(r, 4) TILE_FMA(r, 5) \
     }
 #define TILE_X(t)                                                  \
@@ -699,7 +712,7 @@ INL void rows_dot(const int type, const int RB, const __global uchar *const *w, 
     TILE_SUM(4, 0) TILE_SUM(4, 1) TILE_SUM(4, 2) TILE_SUM(4, 3) TILE_SUM(4, 4) TILE_SUM(4, 5) \
     TILE_SUM(5, 0) TILE_SUM(5, 1) TILE_SUM(5, 2) TILE_SUM(5, 3) TILE_SUM(5, 4) TILE_SUM(5, 5)
 
-INL void tile_dot(const int type, const int RB, const int TB, const __global uchar *const *w,
+INL void tile_dot(IQ2_TABS, const int type, const int RB, const int TB, const __global uchar *const *w,
                   const __global float *const *x, int n, float out[MAX_RB][OUT_TB], const float *wbuf)
 {
     float16 acc00 = 0.0f, acc01 = 0.0f, acc02 = 0.0f, acc03 = 0.0f, acc04 = 0.0f, acc05 = 0.0f;
@@ -739,7 +752,7 @@ INL void tile_dot(const int type, const int RB, const int TB, const __global uch
 #define DEQ_DECL(type, RB, w, n)                      \
     float deq_buf[4 * DEQ_MAX];                       \
     const bool deq_pre = RB <= 4 && deq_first(type, n); \
-    if (deq_pre) deq_rows(type, RB, w, n, deq_buf);
+    if (deq_pre) deq_rows(iq2g, iq2s, type, RB, w, n, deq_buf);
 #else
 #define DEQ_DECL(type, RB, w, n) \
     const bool deq_pre = false;  \
@@ -749,7 +762,7 @@ INL void tile_dot(const int type, const int RB, const int TB, const __global uch
  * the weights themselves */
 #define DEQ_TILES(type, RB, TB, nb, w, xt, n, out)           \
     if (deq_pre) deq_tiles(RB, TB, nb, xt, n, deq_buf, out); \
-    else tile_dot(type, RB, TB, w, xt, n, out, deq_buf);
+    else tile_dot(iq2g, iq2s, type, RB, TB, w, xt, n, out, deq_buf);
 /* token blocks a deq_tiles call takes (one otherwise) */
 #define DEQ_STEP(TB) (deq_pre ? DT_BLOCKS * (TB) : (TB))
 
@@ -816,7 +829,7 @@ INL bool deq_first(const int type, int n)
     return CLRT_CPU && (type == GGML_IQ2_XXS || type == GGML_Q2_K || type == GGML_Q4_K) && n <= DEQ_MAX;
 }
 
-INL void deq_rows(const int type, const int RB, const __global uchar *const *w, int n, float *buf)
+INL void deq_rows(IQ2_TABS, const int type, const int RB, const __global uchar *const *w, int n, float *buf)
 {
     const int nc = n >> 5;
     for (int r = 0; r < RB; r++) {
@@ -824,7 +837,7 @@ INL void deq_rows(const int type, const int RB, const __global uchar *const *w, 
         for (int c = 0; c < nc; c++) {
             if ((c & 7) == 0) sb_scales(type, w[r], c >> 3, sc);
             float16 a, b;
-            deq32(type, w[r], c, 0.0f, sc, &a, &b);
+            deq32(iq2g, iq2s, type, w[r], c, 0.0f, sc, &a, &b);
             vstore16(a, 2 * c, buf + r * n);
             vstore16(b, 2 * c + 1, buf + r * n);
         }
@@ -832,7 +845,7 @@ INL void deq_rows(const int type, const int RB, const __global uchar *const *w, 
 }
 
 /* GPU shape: this lane's share (chunks lane, lane + L, …) of w·x. */
-INL float lane_dot(const int type, const __global uchar *w, const __global float *x, int n, int lane, int L)
+INL float lane_dot(IQ2_TABS, const int type, const __global uchar *w, const __global float *x, int n, int lane, int L)
 {
     float16 acc = 0.0f;
     const int nc = n >> 5;
@@ -840,8 +853,8 @@ INL float lane_dot(const int type, const __global uchar *w, const __global float
         float sc[32];
         sb_scales(type, w, c >> 3, sc);
         float d = type == GGML_Q8_0 ? ld_half(w + Q8_0_BYTES * c) : 0.0f;
-        acc = fma(deq16(type, w, c, 0, d, sc), vload16(0, x + 32 * c), acc);
-        acc = fma(deq16(type, w, c, 1, d, sc), vload16(1, x + 32 * c), acc);
+        acc = fma(deq16(iq2g, iq2s, type, w, c, 0, d, sc), vload16(0, x + 32 * c), acc);
+        acc = fma(deq16(iq2g, iq2s, type, w, c, 1, d, sc), vload16(1, x + 32 * c), acc);
     }
     float s = hsum16(acc);
     if (lane == 0 && (n & 31)) s += dot_tail(type, w, x, n);
@@ -885,12 +898,12 @@ INL float group_sum(float v, __local float *part)
  * the weights come from memory once and from L2 after that. Which
  * work-item computes a tile changes nothing in its arithmetic. */
 #define TILE_PANEL_BYTES (384 * 1024)
-INL void tile_ids(const int RB, ulong row_bytes, int *rb, int *tb)
+INL void tile_ids(const int RB, ulong row_bytes, int gid0, int gid1, int *rb, int *tb)
 {
     const int NGX = get_num_groups(0), NGY = get_num_groups(1), LX = get_local_size(0);
     if (!CLRT_CPU || NGY == 1) {
-        *rb = get_global_id(0);
-        *tb = get_global_id(1);
+        *rb = gid0;
+        *tb = gid1;
         return;
     }
     const int pg = clamp((int)(TILE_PANEL_BYTES / ((ulong)LX * RB * row_bytes)), 1, NGX);
@@ -904,11 +917,16 @@ INL void mm_tile(const int type, const int RB, const int TB, const __global ucha
                     int p_lo, int p_hi, int rpg, int g_lo, int n_g, const __global float *x, ulong xs,
                     __global float *y, ulong ys, int T)
 {
-    if ((int)get_global_id(2) >= n_g) return;
-    int g = g_lo + (int)get_global_id(2);
+    IQ2_TABS_AT_ENTRY;
+    /* the global ids before any branch: a driver may compute them from a
+     * hidden argument (the global offset), read where they are first
+     * asked for (see IQ2_TABS_AT_ENTRY) */
+    const int gid0 = get_global_id(0), gid1 = get_global_id(1), gid2 = get_global_id(2);
+    if (gid2 >= n_g) return;
+    int g = g_lo + gid2;
     int lo = max(g * rpg, p_lo), hi = min(g * rpg + rpg, p_hi);
     int rbi, tbi;
-    tile_ids(RB, row_bytes, &rbi, &tbi);
+    tile_ids(RB, row_bytes, gid0, gid1, &rbi, &tbi);
     int r0 = g * rpg + rbi * RB;
     if (r0 >= hi || r0 + RB <= lo || tbi * TB >= T) return;
     const __global uchar *w[MAX_RB];
@@ -933,6 +951,7 @@ INL void mm_tile(const int type, const int RB, const int TB, const __global ucha
 INL void mm_rows(const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
                  int g_lo, int n_g, const __global float *x, ulong xs, __global float *y, ulong ys, int T)
 {
+    IQ2_TABS_AT_ENTRY;
     const int S = (rpg + 3) / 4, i = get_global_id(0), g = g_lo + (int)get_global_id(2);
     if ((int)get_global_id(2) >= n_g || i >= S) return;
     const int lo = max(g * rpg, p_lo), hi = min(g * rpg + rpg, p_hi);
@@ -948,7 +967,7 @@ INL void mm_rows(const int type, const __global uchar *W, ulong row_bytes, int n
     if (!any) return;
     for (int t = 0; t < T; t++) {
         float o[4];
-        rows_dot(type, 4, w, x + (ulong)t * xs + (ulong)g * n, n, o);
+        rows_dot(iq2g, iq2s, type, 4, w, x + (ulong)t * xs + (ulong)g * n, n, o);
         for (int k = 0; k < 4; k++)
             if (r[k] >= 0) y[(ulong)t * ys + r[k]] = o[k];
     }
@@ -958,12 +977,13 @@ INL void mm_rows(const int type, const __global uchar *W, ulong row_bytes, int n
 INL void mv_wg(const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
                   const __global float *x, ulong xs, __global float *y, ulong ys, int T, __local float *part)
 {
+    IQ2_TABS_AT_ENTRY;
     int r = p_lo + (int)get_group_id(0);
     if (r >= p_hi) return;
     int g = r / rpg, lane = get_local_id(0), L = get_local_size(0);
     const __global uchar *w = W + (ulong)(r - p_lo) * row_bytes;
     for (int t = 0; t < T; t++) {
-        float s = group_sum(lane_dot(type, w, x + (ulong)t * xs + (ulong)g * n, n, lane, L), part);
+        float s = group_sum(lane_dot(iq2g, iq2s, type, w, x + (ulong)t * xs + (ulong)g * n, n, lane, L), part);
         if (lane == 0) y[(ulong)t * ys + r] = s;
     }
 }
@@ -1026,6 +1046,7 @@ INL float swiglu_w(float g, float u, float clamp, float w)
  * e_hi)). */
 INL void moe_gu_dec(const int type, MOE_GU_ARGS, int P)
 {
+    IQ2_TABS_AT_ENTRY;
     const int S = (F + 1) / 2, i = get_global_id(0), p = get_global_id(1);
     if (i >= S || p >= P) return;
     const int r1 = i + S < F ? i + S : -1;
@@ -1040,7 +1061,7 @@ INL void moe_gu_dec(const int type, MOE_GU_ARGS, int P)
     const __global uchar *w[4] = { G + G_off + (e0 + i) * row_bytes, G + G_off + (e0 + max(r1, i)) * row_bytes,
                                    U + U_off + (e0 + i) * row_bytes, U + U_off + (e0 + max(r1, i)) * row_bytes };
     float o[4], wv = wt[wt_off + p];
-    rows_dot(type, 4, w, x + x_off + (ulong)(p / k) * D, D, o);
+    rows_dot(iq2g, iq2s, type, 4, w, x + x_off + (ulong)(p / k) * D, D, o);
     m[i] = swiglu_w(o[0], o[2], clamp, wv);
     if (r1 >= 0) m[r1] = swiglu_w(o[1], o[3], clamp, wv);
 }
@@ -1049,6 +1070,7 @@ INL void moe_gu_dec(const int type, MOE_GU_ARGS, int P)
  * over the slots in order of down_e[r]·mid[t·k + slot]. */
 INL void moe_down_dec(const int type, MOE_DOWN_ARGS, int T)
 {
+    IQ2_TABS_AT_ENTRY;
     const int S = (D + 3) / 4, i = get_global_id(0), t = get_global_id(1);
     if (i >= S || t >= T) return;
     float sum[4];
@@ -1059,7 +1081,7 @@ INL void moe_down_dec(const int type, MOE_DOWN_ARGS, int T)
             const __global uchar *w[4];
             for (int j = 0; j < 4; j++)
                 w[j] = Wd + Wd_off + ((ulong)(e - e_lo) * D + (ulong)min(i + j * S, D - 1)) * row_bytes;
-            rows_dot(type, 4, w, mid + (ulong)p * F, F, o);
+            rows_dot(iq2g, iq2s, type, 4, w, mid + (ulong)p * F, F, o);
         }
         for (int j = 0; j < 4; j++) sum[j] = slot == 0 ? o[j] : sum[j] + o[j];
     }
@@ -1070,6 +1092,7 @@ INL void moe_down_dec(const int type, MOE_DOWN_ARGS, int T)
 /* GPU decode: a work-group per (row, pair). */
 INL void moe_gu_wg(const int type, MOE_GU_ARGS, __local float *part)
 {
+    IQ2_TABS_AT_ENTRY;
     int r = get_group_id(0), p = get_group_id(1), lane = get_local_id(0), L = get_local_size(0);
     int e = sel[sel_off + p];
     if (e < e_lo || e >= e_hi) {
@@ -1078,21 +1101,22 @@ INL void moe_gu_wg(const int type, MOE_GU_ARGS, __local float *part)
     }
     ulong at = ((ulong)(e - e_lo) * F + r) * row_bytes;
     const __global float *xt = x + x_off + (ulong)(p / k) * D;
-    float g = group_sum(lane_dot(type, G + G_off + at, xt, D, lane, L), part);
-    float u = group_sum(lane_dot(type, U + U_off + at, xt, D, lane, L), part);
+    float g = group_sum(lane_dot(iq2g, iq2s, type, G + G_off + at, xt, D, lane, L), part);
+    float u = group_sum(lane_dot(iq2g, iq2s, type, U + U_off + at, xt, D, lane, L), part);
     if (lane == 0) mid[(ulong)p * F + r] = swiglu_w(g, u, clamp, wt[wt_off + p]);
 }
 
 /* GPU decode: a work-group per (row, token), slots in order. */
 INL void moe_down_wg(const int type, MOE_DOWN_ARGS, __local float *part)
 {
+    IQ2_TABS_AT_ENTRY;
     int r = get_group_id(0), t = get_group_id(1), lane = get_local_id(0), L = get_local_size(0);
     float sum = 0.0f;
     for (int i = 0; i < k; i++) {
         int p = t * k + i, e = sel[sel_off + p];
         float v = 0.0f;
         if (e >= e_lo && e < e_hi)
-            v = group_sum(lane_dot(type, Wd + Wd_off + ((ulong)(e - e_lo) * D + r) * row_bytes, mid + (ulong)p * F, F,
+            v = group_sum(lane_dot(iq2g, iq2s, type, Wd + Wd_off + ((ulong)(e - e_lo) * D + r) * row_bytes, mid + (ulong)p * F, F,
                                    lane, L),
                           part);
         sum = i == 0 ? v : sum + v;
@@ -1114,6 +1138,7 @@ INL const __global int *ws_tile(const __global int *ws, int E, int P, int i) { r
  * mid[sorted position][r] = SwiGLU(gate, up)·weight. */
 INL void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
 {
+    IQ2_TABS_AT_ENTRY;
     const int RB = MOE_GU_RB;
     int r0 = (int)get_global_id(0) * RB, ti = get_global_id(1);
     if (r0 >= F || ti >= ws_tiles(ws)) return;
@@ -1148,6 +1173,7 @@ INL void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
 
 INL void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
 {
+    IQ2_TABS_AT_ENTRY;
     int r0 = (int)get_global_id(0) * MOE_DN_RB, ti = get_global_id(1);
     if (r0 >= D || ti >= ws_tiles(ws)) return;
     const __global int *tile = ws_tile(ws, E, P, ti), *order = ws_order(ws, E);
