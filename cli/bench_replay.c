@@ -533,10 +533,10 @@ int bench_replay_main(int argc, char **argv)
     }
     bool script = !strcmp(engine, "script");
     if (!model || (!script && strcmp(engine, "cpu"))) return usage();
-    char dir[4096];
+    char dir[4096], prefix[4096];
     const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ds4cl-replay-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
+    snprintf(prefix, sizeof prefix, "%s/ds4cl-replay-", tmp && *tmp ? tmp : "/tmp");
+    if (temp_template(dir, sizeof dir, prefix) != 0 || !mkdtemp(dir)) {
         perror("ds4cl-bench: mkdtemp");
         return 1;
     }
