@@ -32,6 +32,7 @@ int cmd_list_devices(const ds4cl_options *o)
         printf("      global memory %s%s, max allocation %s\n", format_bytes(gm, sizeof gm, d->memory),
                d->shares_host_memory ? " (shared with the host)" : "", format_bytes(ma, sizeof ma, d->max_alloc));
         printf("      driver %s, vendor %s\n", d->driver, d->vendor);
+        if (d->limits[0]) printf("      %s\n", d->limits);
     }
     free(devs);
     if (pick < 0) {

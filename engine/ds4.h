@@ -203,6 +203,8 @@ typedef struct {
     uint64_t memory;           /* bytes of memory the device computes from */
     uint64_t max_alloc;        /* the largest single buffer */
     bool shares_host_memory;   /* zero-copy access to host memory (integrated GPU, CPU device) */
+    char limits[192];          /* what the backend respects and could use there, in words
+                                  ("work-groups ≤ 1024, local memory 48 KiB, fp16 yes, …"); "" for the host */
 } ds4_device;
 
 /* The devices of backend b into a malloc'd array (*n entries), and in

@@ -273,6 +273,7 @@ static int ocl_devices(const char *want, ds4_device **out, int *n, int *selected
         snprintf(d[i].vendor, sizeof d[i].vendor, "%s", c->vendor);
         snprintf(d[i].driver, sizeof d[i].driver, "%s", c->driver);
         snprintf(d[i].version, sizeof d[i].version, "%s", c->c_version);
+        clrt_describe_limits(c, d[i].limits, sizeof d[i].limits);
     }
     *selected = clrt_pick(devs, *n, want, err);
     free(devs);

@@ -64,7 +64,7 @@ int clo_compress(void *ctx, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_b
         clrt_arg_long(&k, w_first);
         clrt_arg_int(&k, (cl_int)n_emit);
         clo_arg_buf(&k, pooled, F4);
-        size_t g[2] = { (size_t)d, (size_t)n_emit }, l[2] = { clo_group(c, 64), 1 };
+        size_t g[2] = { (size_t)d, (size_t)n_emit }, l[2] = { clo_group(c, k.k, 64), 1 };
         if (clrt_enqueue(&k, 2, g, l)) return -1;
     }
     /* the chunk joins the ring only after the pooling (in-order queue) */
@@ -73,7 +73,7 @@ int clo_compress(void *ctx, ds4_buf *a, ds4_buf *b, const ds4_tensor *ape, ds4_b
     clrt_arg_int(&k, W);
     clrt_arg_long(&k, pos0);
     clrt_arg_int(&k, T);
-    size_t g[2] = { (size_t)W, (size_t)T }, l[2] = { clo_group(c, 64), 1 };
+    size_t g[2] = { (size_t)W, (size_t)T }, l[2] = { clo_group(c, k.k, 64), 1 };
     return clrt_enqueue(&k, 2, g, l);
 }
 
@@ -116,7 +116,7 @@ int clo_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cach
         clrt_arg_mem(&s, qT);
         clrt_arg_mem(&s, qT);
         clrt_arg_ulong(&s, nq);
-        size_t g0[3] = { (size_t)nhp, (size_t)hd, (size_t)T }, l0[3] = { clo_group(c, 64), 1, 1 };
+        size_t g0[3] = { (size_t)nhp, (size_t)hd, (size_t)T }, l0[3] = { clo_group(c, s.k, 64), 1, 1 };
         if (clrt_enqueue(&s, 3, g0, l0)) return -1;
         const bool cpu = clo_is_cpu(c);
         const char *kname = ct == DS4_CACHE_F16 ? (cpu ? "idx_scores_f16" : "idx_scores_wi_f16")
@@ -136,12 +136,12 @@ int clo_indexer(void *ctx, ds4_buf *q, ds4_buf *weights, ds4_buf *rows, ds4_cach
         clrt_arg_mem(&s, keys);
         /* CPU shape: IDX_ROWS rows per work-item; GPU shape: one row */
         size_t g[2] = { cpu ? (size_t)(max_vis + IDX_ROWS - 1) / IDX_ROWS : (size_t)max_vis, (size_t)T };
-        size_t l[2] = { clo_group(c, cpu ? 4 : 64), 1 };
+        size_t l[2] = { clo_group(c, s.k, cpu ? 4 : 64), 1 };
         if (clrt_enqueue(&s, 2, g, l)) return -1;
     }
     /* CPU devices: one work-item per token, a sequential select */
-    size_t L = clo_is_cpu(c) ? 1 : clo_group(c, 256);
     clrt_call s = clrt_begin(c->rt, clo_kernel(c, "attn_index", "idx_topk"));
+    size_t L = clo_is_cpu(c) ? 1 : clo_group(c, s.k, 256);
     clrt_arg_mem(&s, keys);
     clrt_arg_long(&s, rank ? max_vis : 0);
     clrt_arg_int(&s, R);
@@ -210,7 +210,12 @@ int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
      * token × head × block) to fill the device, no block shorter than
      * ATTN_MIN_BLOCK rows. */
     const bool cpu = clo_is_cpu(c);
-    const size_t L = cpu ? 1 : clo_group(c, 64);
+    const char *kname = ct == DS4_CACHE_F16 ? (cpu ? "attn_part_f16" : "attn_wg_f16")
+                                            : (cpu ? "attn_part_f32" : "attn_wg_f32");
+    clrt_call k = clrt_begin(c->rt, clo_kernel(c, "attn", kname));
+    /* GPU shape: L × L scores and L partial sums in local memory */
+    size_t L = cpu ? 1 : clo_group(c, k.k, 64);
+    while (L > 1 && (L * L + L) * F4 > clrt_dev(c->rt)->local_mem) L /= 2;
     const int64_t n_max = (pos0 + T < n_swa ? pos0 + T : n_swa) + n_comp;
     const int64_t sub = cpu ? ATTN_SB : (int64_t)L;
     int64_t nb = attn_blocks_wanted(c, T);
@@ -226,9 +231,6 @@ int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
         if (!part || !mz) return -1;
     }
 
-    const char *kname = ct == DS4_CACHE_F16 ? (cpu ? "attn_part_f16" : "attn_wg_f16")
-                                            : (cpu ? "attn_part_f32" : "attn_wg_f32");
-    clrt_call k = clrt_begin(c->rt, clo_kernel(c, "attn", kname));
     clo_arg_buf(&k, q, F4);
     clo_arg_buf(&k, raw, es);
     clrt_arg_long(&k, raw_rows);
@@ -274,7 +276,7 @@ int clo_attention(void *ctx, ds4_buf *q, ds4_buf *raw, ds4_cache_type ct, int64_
     clrt_arg_int(&k, (cl_int)nb);
     clrt_arg_int(&k, T);
     clo_arg_buf(&k, o, F4);
-    size_t g2[2] = { (size_t)H, (size_t)T }, l2[2] = { clo_group(c, 8), 1 };
+    size_t g2[2] = { (size_t)H, (size_t)T }, l2[2] = { clo_group(c, k.k, 8), 1 };
     return clrt_enqueue(&k, 2, g2, l2);
 }
 

@@ -91,7 +91,7 @@ static int matmul_piece(clo_ctx *c, const ds4_tensor *W, int64_t r0, int64_t r1,
     clrt_arg_ulong(&call, (cl_ulong)out);
     clrt_arg_int(&call, T);
     if (!tiles && !cpu) {
-        size_t l = clo_group(c, 64);
+        size_t l = clo_group(c, call.k, 64);
         clrt_arg_local(&call, l * F4);
         size_t g = (size_t)(r1 - r0) * l;
         return clrt_enqueue(&call, 1, &g, &l);
@@ -100,8 +100,8 @@ static int matmul_piece(clo_ctx *c, const ds4_tensor *W, int64_t r0, int64_t r1,
      * its rows are dequantized once (matmul.cl, deq_first) */
     size_t tb = !tiles || (cpu && expert_type(W->type)) ? 1 : up_div((size_t)T, MM_TB);
     size_t g[3] = { up_div((size_t)rpg, tiles ? MM_RB : 4), tb, (size_t)n_g };
-    size_t l[3] = { cpu ? clo_group(c, tiles ? 8 : 16) : clo_group(c, 64), 1, 1 };
-    if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
+    size_t l[3] = { clo_group(c, call.k, cpu ? (tiles ? 8 : 16) : 64), 1, 1 };
+    if (l[0] > g[0]) l[0] = clo_group(c, call.k, g[0]);
     return clrt_enqueue(&call, 3, g, l);
 }
 
@@ -210,10 +210,10 @@ static int moe_fused(clo_ctx *c, const moe_args *a)
     if (!kg) return -1;
     clrt_call call = clrt_begin(c->rt, kg);
     if (gu_args(c, &call, a, 0, a->E, mid)) return -1;
-    size_t lw = clo_group(c, 64);
+    size_t lw = clo_group(c, call.k, 64);
     if (cpu) {
         clrt_arg_int(&call, a->P);
-        size_t g[2] = { up_div((size_t)a->F, 2), (size_t)a->P }, l[2] = { clo_group(c, 16), 1 };
+        size_t g[2] = { up_div((size_t)a->F, 2), (size_t)a->P }, l[2] = { clo_group(c, call.k, 16), 1 };
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     } else {
         clrt_arg_local(&call, lw * F4);
@@ -226,9 +226,10 @@ static int moe_fused(clo_ctx *c, const moe_args *a)
     if (down_args(c, &call, a, 0, a->E, mid, NULL, a->y)) return -1;
     if (cpu) {
         clrt_arg_int(&call, a->T);
-        size_t g[2] = { up_div((size_t)a->D, 4), (size_t)a->T }, l[2] = { clo_group(c, 16), 1 };
+        size_t g[2] = { up_div((size_t)a->D, 4), (size_t)a->T }, l[2] = { clo_group(c, call.k, 16), 1 };
         return clrt_enqueue(&call, 2, g, l);
     }
+    lw = clo_group(c, call.k, 64);
     clrt_arg_local(&call, lw * F4);
     size_t g[2] = { (size_t)a->D * lw, (size_t)a->T }, l[2] = { lw, 1 };
     return clrt_enqueue(&call, 2, g, l);
@@ -254,7 +255,7 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
     cl_mem ws = clo_scratch(c, CLO_SCR_C, (1 + (size_t)E + (size_t)P + 3 * max_tiles) * 4);
     if (!mid || !ys || !ws) return -1;
     const bool cpu = clo_is_cpu(c);
-    const size_t l1 = clo_group(c, cpu ? 8 : 64);
+    const size_t l1 = cpu ? 8 : 64;
     /* CPU devices: one tile per expert, so that a work-item dequantizes its
      * rows once for all of the expert's pairs (matmul.cl, deq_first) */
     const int tb = cpu ? P : MOE_TB;
@@ -280,8 +281,8 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
         clrt_arg_mem(&call, ws);
         clrt_arg_int(&call, P);
         clrt_arg_int(&call, E);
-        size_t g[2] = { up_div((size_t)a->F, MOE_GU_RB), n_tiles }, l[2] = { l1, 1 };
-        if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
+        size_t g[2] = { up_div((size_t)a->F, MOE_GU_RB), n_tiles }, l[2] = { clo_group(c, call.k, l1), 1 };
+        if (l[0] > g[0]) l[0] = clo_group(c, call.k, g[0]);
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     }
     for (int e0 = 0, e1; e0 < E; e0 = e1) {
@@ -293,8 +294,8 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
         clrt_arg_mem(&call, ws);
         clrt_arg_int(&call, P);
         clrt_arg_int(&call, E);
-        size_t g[2] = { up_div((size_t)a->D, MOE_DN_RB), n_tiles }, l[2] = { l1, 1 };
-        if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
+        size_t g[2] = { up_div((size_t)a->D, MOE_DN_RB), n_tiles }, l[2] = { clo_group(c, call.k, l1), 1 };
+        if (l[0] > g[0]) l[0] = clo_group(c, call.k, g[0]);
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     }
 
@@ -306,8 +307,8 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
     clrt_arg_int(&call, a->D);
     clrt_arg_int(&call, a->T);
     clo_arg_buf(&call, a->y, F4);
-    size_t g[2] = { (size_t)a->D, (size_t)a->T }, l[2] = { clo_group(c, 256), 1 };
-    if (l[0] > g[0]) l[0] = clo_group(c, g[0]);
+    size_t g[2] = { (size_t)a->D, (size_t)a->T }, l[2] = { clo_group(c, call.k, 256), 1 };
+    if (l[0] > g[0]) l[0] = clo_group(c, call.k, g[0]);
     return clrt_enqueue(&call, 2, g, l);
 }
 

@@ -32,9 +32,9 @@ int clo_range(clo_ctx *c, const char *op, const ds4_buf *b, size_t off, size_t n
 
 static const char *last_error(void *ctx) { return clrt_error(((clo_ctx *)ctx)->rt); }
 
-size_t clo_group(const clo_ctx *c, size_t want)
+size_t clo_group(const clo_ctx *c, cl_kernel k, size_t want)
 {
-    size_t max = clrt_dev(c->rt)->max_wg, g = 1;
+    size_t max = clrt_kernel_max_group(c->rt, k), g = 1;
     while (g * 2 <= want && g * 2 <= max) g *= 2;
     return g;
 }

@@ -43,7 +43,7 @@ int clo_embed(void *ctx, const ds4_tensor *table, ds4_buf *tokens, int T, ds4_bu
         clrt_arg_int(&call, hp->n_hc);
         clrt_arg_int(&call, (cl_int)D);
         clrt_arg_int(&call, T);
-        size_t g[2] = { (size_t)D, (size_t)T }, l[2] = { clo_group(c, 64), 1 };
+        size_t g[2] = { (size_t)D, (size_t)T }, l[2] = { clo_group(c, call.k, 64), 1 };
         if (clrt_enqueue(&call, 2, g, l)) return -1;
         r0 = r1;
     }
@@ -51,7 +51,7 @@ int clo_embed(void *ctx, const ds4_tensor *table, ds4_buf *tokens, int T, ds4_bu
 }
 
 /* Elementwise kernels over n floats. */
-static size_t ew_group(clo_ctx *c) { return clo_group(c, 256); }
+static size_t ew_group(clo_ctx *c, cl_kernel k) { return clo_group(c, k, 256); }
 
 int clo_add(void *ctx, ds4_buf *a, ds4_buf *b, int64_t n, ds4_buf *y)
 {
@@ -64,7 +64,7 @@ int clo_add(void *ctx, ds4_buf *a, ds4_buf *b, int64_t n, ds4_buf *y)
     clo_arg_buf(&call, b, F4);
     clo_arg_buf(&call, y, F4);
     clrt_arg_ulong(&call, (cl_ulong)n);
-    size_t g = (size_t)n, l = ew_group(c);
+    size_t g = (size_t)n, l = ew_group(c, call.k);
     return clrt_enqueue(&call, 1, &g, &l);
 }
 
@@ -81,7 +81,7 @@ int clo_swiglu(void *ctx, ds4_buf *g, ds4_buf *u, int T, int n, float clamp, ds4
     clo_arg_buf(&call, mid, F4);
     clrt_arg_ulong(&call, total);
     clrt_arg_float(&call, clamp);
-    size_t l = ew_group(c);
+    size_t l = ew_group(c, call.k);
     return clrt_enqueue(&call, 1, &total, &l);
 }
 
@@ -107,11 +107,11 @@ int clo_rmsnorm(void *ctx, ds4_buf *x, const ds4_tensor *w, int64_t n_rows, int 
     if (cpu) {
         /* CPU devices: a work-item per row */
         clrt_arg_int(&call, (cl_int)n_rows);
-        size_t g = (size_t)n_rows, l = clo_group(c, 8);
+        size_t g = (size_t)n_rows, l = clo_group(c, call.k, 8);
         return clrt_enqueue(&call, 1, &g, &l);
     }
     /* GPUs: a work-group per row */
-    size_t l = clo_group(c, 256);
+    size_t l = clo_group(c, call.k, 256);
     clrt_arg_local(&call, l * F4);
     size_t g = (size_t)n_rows * l;
     return clrt_enqueue(&call, 1, &g, &l);
@@ -126,7 +126,7 @@ int clo_argmax(void *ctx, ds4_buf *x, int64_t n, ds4_buf *out)
     clo_arg_buf(&call, x, F4);
     clrt_arg_ulong(&call, (cl_ulong)n);
     clo_arg_buf(&call, out, 4);
-    size_t l = clo_group(c, 256);
+    size_t l = clo_group(c, call.k, 256);
     clrt_arg_local(&call, l * F4);
     clrt_arg_local(&call, l * 4);
     return clrt_enqueue(&call, 1, &l, &l);

@@ -35,7 +35,7 @@ static int hc_common(clo_ctx *c, const char *op, const ds4_hc_site *w, ds4_buf *
     cl_mem pre = clo_scratch(c, CLO_SCR_C, (size_t)T * (size_t)nh * F4);
     if (!r || !mix || !pre) return -1;
     const bool cpu = clo_is_cpu(c);
-    size_t l = clo_group(c, 256);
+    size_t l;
     clrt_call k;
     if (cpu) {
         /* CPU devices: a work-item per token / per (row, 4 tokens), vector loops */
@@ -45,10 +45,11 @@ static int hc_common(clo_ctx *c, const char *op, const ds4_hc_site *w, ds4_buf *
         clrt_arg_float(&k, hp->rms_eps);
         clrt_arg_mem(&k, r);
         clrt_arg_int(&k, T);
-        size_t g1 = (size_t)T, l1 = clo_group(c, 4);
+        size_t g1 = (size_t)T, l1 = clo_group(c, k.k, 4);
         if (clrt_enqueue(&k, 1, &g1, &l1)) return -1;
     } else {
         k = clrt_begin(c->rt, clo_kernel(c, PROG, "hc_rms"));
+        l = clo_group(c, k.k, 256);
         clo_arg_buf(&k, S, F4);
         clrt_arg_int(&k, n);
         clrt_arg_float(&k, hp->rms_eps);
@@ -78,6 +79,7 @@ static int hc_common(clo_ctx *c, const char *op, const ds4_hc_site *w, ds4_buf *
         size_t g2[2] = { (size_t)n_mix, (size_t)(T + 3) / 4 }, l2[2] = { 1, 1 };
         if (clrt_enqueue(&k, 2, g2, l2)) return -1;
     } else {
+        l = clo_group(c, k.k, 256);
         clrt_arg_local(&k, l * F4);
         size_t g2[2] = { (size_t)n_mix * l, (size_t)T }, l2[2] = { l, 1 };
         if (clrt_enqueue(&k, 2, g2, l2)) return -1;
@@ -97,7 +99,7 @@ static int hc_common(clo_ctx *c, const char *op, const ds4_hc_site *w, ds4_buf *
     clo_arg_buf(&k, head ? S : post, F4); /* unused by the head */
     clo_arg_buf(&k, head ? S : comb, F4);
     clrt_arg_int(&k, T);
-    size_t g3 = (size_t)T, l3 = clo_group(c, 16);
+    size_t g3 = (size_t)T, l3 = clo_group(c, k.k, 16);
     if (clrt_enqueue(&k, 1, &g3, &l3)) return -1;
 
     k = clrt_begin(c->rt, clo_kernel(c, PROG, "hc_collapse"));
@@ -107,7 +109,7 @@ static int hc_common(clo_ctx *c, const char *op, const ds4_hc_site *w, ds4_buf *
     clrt_arg_int(&k, nh);
     clrt_arg_int(&k, D);
     clrt_arg_int(&k, T);
-    size_t g4[2] = { (size_t)D, (size_t)T }, l4[2] = { clo_group(c, 64), 1 };
+    size_t g4[2] = { (size_t)D, (size_t)T }, l4[2] = { clo_group(c, k.k, 64), 1 };
     return clrt_enqueue(&k, 2, g4, l4);
 }
 
@@ -146,7 +148,7 @@ int clo_hc_post(void *ctx, ds4_buf *S_in, ds4_buf *F, ds4_buf *post, ds4_buf *co
     clrt_arg_int(&k, nh);
     clrt_arg_int(&k, D);
     clrt_arg_int(&k, T);
-    size_t g[3] = { (size_t)(by8 ? D / 8 : D), (size_t)nh, (size_t)T }, l[3] = { clo_group(c, by8 ? 8 : 64), 1, 1 };
+    size_t g[3] = { (size_t)(by8 ? D / 8 : D), (size_t)nh, (size_t)T }, l[3] = { clo_group(c, k.k, by8 ? 8 : 64), 1, 1 };
     return clrt_enqueue(&k, 3, g, l);
 }
 

@@ -91,9 +91,10 @@ static inline cl_kernel clo_kernel(clo_ctx *c, const char *program, const char *
     return clrt_kernel(c->rt, program, kernel);
 }
 
-/* A power-of-two work-group size: `want` or less where the device allows
- * less. */
-size_t clo_group(const clo_ctx *c, size_t want);
+/* A power-of-two work-group size for kernel k: `want`, or less where the
+ * device or that kernel allows less (clrt_kernel_max_group; NULL k: the
+ * device's limit). Every launch shaped by it fits the kernel's limit. */
+size_t clo_group(const clo_ctx *c, cl_kernel k, size_t want);
 /* True when ops should use CPU-shaped kernels: on CPU devices (PoCL),
  * where work-items that loop over vectors beat GPU-style lane striding,
  * unless clo_options.shape forces one shape (tests run both). */

@@ -33,7 +33,7 @@ int clo_rope(void *ctx, ds4_buf *x, int64_t n_rows, int n_heads, int dim, const 
     clrt_arg_float(&k, ext_mscale);
     clrt_arg_int(&k, inverse != 0);
     size_t half = (size_t)(rope->n_rot / 2);
-    size_t g[2] = { half, (size_t)n_rows }, l[2] = { clo_group(c, half ? half : 1), 1 };
+    size_t g[2] = { half, (size_t)n_rows }, l[2] = { clo_group(c, k.k, half ? half : 1), 1 };
     return clrt_enqueue(&k, 2, g, l);
 }
 
@@ -49,7 +49,7 @@ int clo_sim(void *ctx, ds4_buf *x, int64_t n_rows, int dim, ds4_sim kind)
         clrt_arg_int(&k, dim);
         clrt_arg_int(&k, n);
         clrt_arg_int(&k, (cl_int)n_rows);
-        size_t g[2] = { (size_t)(n + 63) / 64, (size_t)n_rows }, l[2] = { 1, clo_group(c, 16) };
+        size_t g[2] = { (size_t)(n + 63) / 64, (size_t)n_rows }, l[2] = { 1, clo_group(c, k.k, 16) };
         return clrt_enqueue(&k, 2, g, l);
     }
     if (kind != DS4_SIM_HADAMARD && kind != DS4_SIM_HADAMARD_FP4) return clo_fail(c, "sim: unknown kind %d", (int)kind);
@@ -60,7 +60,7 @@ int clo_sim(void *ctx, ds4_buf *x, int64_t n_rows, int dim, ds4_sim kind)
     clrt_arg_float(&k, (float)(1.0 / sqrt((double)dim)));
     clrt_arg_int(&k, kind == DS4_SIM_HADAMARD_FP4);
     clrt_arg_int(&k, (cl_int)n_rows);
-    size_t g = (size_t)n_rows, l = clo_group(c, 16);
+    size_t g = (size_t)n_rows, l = clo_group(c, k.k, 16);
     return clrt_enqueue(&k, 1, &g, &l);
 }
 
@@ -89,6 +89,6 @@ int clo_store_rows(void *ctx, ds4_buf *src, int64_t n_rows, int dim, ds4_buf *ds
     clrt_arg_int(&k, ct == DS4_CACHE_F16);
     clrt_arg_long(&k, row0);
     clrt_arg_long(&k, ring_rows);
-    size_t g[2] = { (size_t)dim, (size_t)n_rows }, l[2] = { clo_group(c, 64), 1 };
+    size_t g[2] = { (size_t)dim, (size_t)n_rows }, l[2] = { clo_group(c, k.k, 64), 1 };
     return clrt_enqueue(&k, 2, g, l);
 }

@@ -46,6 +46,6 @@ int clo_router(void *ctx, ds4_buf *logits, const ds4_tensor *bias, const ds4_ten
     clrt_arg_int(&call, hp->expert_weights_norm);
     clrt_arg_float(&call, hp->expert_weights_scale);
     clrt_arg_int(&call, T);
-    size_t g = (size_t)T, l = clo_group(c, 16);
+    size_t g = (size_t)T, l = clo_group(c, call.k, 16);
     return clrt_enqueue(&call, 1, &g, &l);
 }

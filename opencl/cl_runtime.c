@@ -76,6 +76,36 @@ static void info_str(cl_device_id d, cl_device_info what, char *buf, size_t n)
     while (l && isspace((unsigned char)buf[l - 1])) buf[--l] = 0;
 }
 
+/* Whether the device's extension list names `ext` as a whole word. */
+static bool has_extension(cl_device_id d, const char *ext)
+{
+    size_t len = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &len) != CL_SUCCESS || len == 0) return false;
+    char *all = malloc(len + 1);
+    if (!all) return false;
+    bool found = false;
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, len, all, NULL) == CL_SUCCESS) {
+        all[len] = 0;
+        size_t el = strlen(ext);
+        for (const char *p = all; (p = strstr(p, ext)) != NULL; p += el)
+            if ((p == all || p[-1] == ' ') && (p[el] == 0 || p[el] == ' ')) found = true;
+    }
+    free(all);
+    return found;
+}
+
+/* An override may only lower a limit: a device cannot be made to accept
+ * more than it reports. */
+static void lower_limit_from_env(const char *name, size_t *limit)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end || x == 0) return;
+    if ((size_t)x < *limit) *limit = (size_t)x;
+}
+
 static void fill_device(clrt_device *o, cl_platform_id p, cl_device_id d, int index)
 {
     memset(o, 0, sizeof *o);
@@ -103,9 +133,26 @@ static void fill_device(clrt_device *o, cl_platform_id p, cl_device_id d, int in
     if (clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof v, &v, NULL) == CL_SUCCESS) o->compute_units = v;
     size_t wg = 0;
     if (clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) == CL_SUCCESS) o->max_wg = wg;
+    u = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof u, &u, NULL) == CL_SUCCESS) o->local_mem = u;
+    lower_limit_from_env("DS4CL_CL_MAX_WG", &o->max_wg);
+    size_t lm = (size_t)o->local_mem;
+    lower_limit_from_env("DS4CL_CL_LOCAL_MEM", &lm);
+    o->local_mem = lm;
     if (o->max_wg < 1) o->max_wg = 1;
     clGetDeviceInfo(d, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof b, &b, NULL);
     o->unified = b == CL_TRUE || (o->type & CL_DEVICE_TYPE_CPU);
+    o->fp16 = has_extension(d, "cl_khr_fp16");
+    o->subgroups = has_extension(d, "cl_khr_subgroups") || has_extension(d, "cl_intel_subgroups");
+    o->int_dot = has_extension(d, "cl_khr_integer_dot_product");
+}
+
+void clrt_describe_limits(const clrt_device *d, char *buf, size_t n)
+{
+    char lm[32];
+    snprintf(buf, n, "work-groups ≤ %zu, local memory %s, fp16 %s, subgroups %s, integer dot products %s", d->max_wg,
+             format_bytes(lm, sizeof lm, d->local_mem), d->fp16 ? "yes" : "no", d->subgroups ? "yes" : "no",
+             d->int_dot ? "yes" : "no");
 }
 
 static int no_platform(ds4_error *err, cl_int rc)
@@ -207,12 +254,14 @@ int clrt_pick(const clrt_device *devs, int n, const char *want, ds4_error *err)
 typedef struct {
     char name[64];
     cl_program prog;
+    char *log; /* the compiler's messages when built from source here (malloc'd), else NULL */
 } program_entry;
 
 typedef struct {
     int prog;
     char name[64];
     cl_kernel k;
+    size_t max_group; /* CL_KERNEL_WORK_GROUP_SIZE; 0 until asked */
 } kernel_entry;
 
 typedef struct {
@@ -363,6 +412,7 @@ void clrt_close(clrt *rt)
     for (int i = 0; i < rt->n_kernels; i++) clReleaseKernel(rt->kernels[i].k);
     for (int i = 0; i < rt->n_progs; i++)
         if (rt->progs[i].prog) clReleaseProgram(rt->progs[i].prog);
+    for (int i = 0; i < rt->n_progs; i++) free(rt->progs[i].log);
     free(rt->kernels);
     free(rt->progs);
     if (rt->q) clReleaseCommandQueue(rt->q);
@@ -496,6 +546,19 @@ static cl_program build_from_binary(clrt *rt, const unsigned char *bin, size_t l
     return p;
 }
 
+/* The compiler's messages for p (malloc'd; NULL when there are none). */
+static char *build_log(const clrt *rt, cl_program p)
+{
+    size_t ll = 0;
+    if (clGetProgramBuildInfo(p, rt->dev.id, CL_PROGRAM_BUILD_LOG, 0, NULL, &ll) != CL_SUCCESS || ll < 2) return NULL;
+    char *log = malloc(ll + 1);
+    if (!log) return NULL;
+    log[0] = 0;
+    clGetProgramBuildInfo(p, rt->dev.id, CL_PROGRAM_BUILD_LOG, ll, log, NULL);
+    log[ll] = 0;
+    return log;
+}
+
 static cl_program build_from_source(clrt *rt, const char *name, const char *src, size_t len)
 {
     cl_int rc;
@@ -506,14 +569,7 @@ static cl_program build_from_source(clrt *rt, const char *name, const char *src,
     }
     rc = clBuildProgram(p, 1, &rt->dev.id, rt->options, NULL, NULL);
     if (rc != CL_SUCCESS) {
-        size_t ll = 0;
-        clGetProgramBuildInfo(p, rt->dev.id, CL_PROGRAM_BUILD_LOG, 0, NULL, &ll);
-        char *log = malloc(ll + 1);
-        if (log) {
-            log[0] = 0;
-            clGetProgramBuildInfo(p, rt->dev.id, CL_PROGRAM_BUILD_LOG, ll, log, NULL);
-            log[ll] = 0;
-        }
+        char *log = build_log(rt, p);
         clrt_fail(rt, "building OpenCL program %s for %s failed (%s):\n%s", name, rt->dev.name, clrt_strerror(rc),
                   log && *log ? log : "(no build log)");
         free(log);
@@ -540,6 +596,7 @@ static int program_index(clrt *rt, const char *name)
         snprintf(path, sizeof path, "%s/%s.bin", rt->cache_dir, key);
     }
     cl_program p = NULL;
+    char *log = NULL;
     if (path[0]) {
         size_t bl;
         unsigned char *bin = cache_read(rt, path, &bl);
@@ -553,6 +610,7 @@ static int program_index(clrt *rt, const char *name)
     if (!p) {
         p = build_from_source(rt, name, src, len);
         if (p) {
+            log = build_log(rt, p);
             rt->stats.builds++;
             if (path[0]) cache_write(path, p);
         }
@@ -564,6 +622,7 @@ static int program_index(clrt *rt, const char *name)
         program_entry *np = realloc(rt->progs, (size_t)cap * sizeof *np);
         if (!np) {
             clReleaseProgram(p);
+            free(log);
             clrt_fail(rt, "out of memory");
             return -1;
         }
@@ -573,10 +632,28 @@ static int program_index(clrt *rt, const char *name)
     program_entry *e = &rt->progs[rt->n_progs++];
     snprintf(e->name, sizeof e->name, "%s", name);
     e->prog = p;
+    e->log = log;
     return rt->n_progs - 1;
 }
 
 int clrt_build(clrt *rt, const char *program) { return program_index(rt, program) < 0 ? -1 : 0; }
+
+const char *clrt_build_log(const clrt *rt, const char *program)
+{
+    for (int i = 0; i < rt->n_progs; i++)
+        if (!strcmp(rt->progs[i].name, program)) return rt->progs[i].log ? rt->progs[i].log : "";
+    return NULL;
+}
+
+int clrt_kernel_names(clrt *rt, const char *program, char *buf, size_t n)
+{
+    int pi = program_index(rt, program);
+    if (pi < 0) return -1;
+    cl_int rc = clGetProgramInfo(rt->progs[pi].prog, CL_PROGRAM_KERNEL_NAMES, n, buf, NULL);
+    if (rc != CL_SUCCESS) return clrt_fail_cl(rt, rc, "listing the kernels of an OpenCL program");
+    buf[n - 1] = 0;
+    return 0;
+}
 
 cl_kernel clrt_kernel(clrt *rt, const char *program, const char *kernel)
 {
@@ -606,6 +683,7 @@ cl_kernel clrt_kernel(clrt *rt, const char *program, const char *kernel)
     e->prog = pi;
     snprintf(e->name, sizeof e->name, "%s", kernel);
     e->k = k;
+    e->max_group = 0;
     return k;
 }
 
@@ -626,7 +704,24 @@ void clrt_arg(clrt_call *c, size_t size, const void *value)
             c->err_arg = c->n;
         }
     }
+    if (!value) c->local_bytes += size;
     c->n++;
+}
+
+size_t clrt_kernel_max_group(clrt *rt, cl_kernel k)
+{
+    kernel_entry *e = NULL;
+    for (int i = 0; i < rt->n_kernels && !e; i++)
+        if (rt->kernels[i].k == k) e = &rt->kernels[i];
+    size_t wg = 0;
+    if (e && e->max_group) {
+        wg = e->max_group;
+    } else if (k && clGetKernelWorkGroupInfo(k, rt->dev.id, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) == CL_SUCCESS && wg) {
+        if (e) e->max_group = wg;
+    } else {
+        wg = rt->dev.max_wg;
+    }
+    return wg < rt->dev.max_wg ? wg : rt->dev.max_wg;
 }
 
 static void kernel_name(cl_kernel k, char *buf, size_t n)
@@ -644,12 +739,25 @@ int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t 
         kernel_name(c->k, name, sizeof name);
         return clrt_fail(c->rt, "OpenCL kernel %s, argument %u: %s", name, c->err_arg, clrt_strerror(c->err));
     }
-    size_t g[3];
+    size_t g[3], group = 1;
     for (cl_uint i = 0; i < dims; i++) {
         if (global[i] == 0) return 0;
         g[i] = local ? (global[i] + local[i] - 1) / local[i] * local[i] : global[i];
+        if (local) group *= local[i];
     }
     clrt *rt = c->rt;
+    if (local && group > clrt_kernel_max_group(rt, c->k)) {
+        kernel_name(c->k, name, sizeof name);
+        return clrt_fail(rt, "OpenCL kernel %s: a work-group of %zu work-items, above the %zu this device allows it",
+                         name, group, clrt_kernel_max_group(rt, c->k));
+    }
+    if (c->local_bytes > rt->dev.local_mem) {
+        kernel_name(c->k, name, sizeof name);
+        return clrt_fail(rt, "OpenCL kernel %s: %zu bytes of local memory, above the %llu this device has", name,
+                         c->local_bytes, (unsigned long long)rt->dev.local_mem);
+    }
+    if (group > rt->stats.max_group) rt->stats.max_group = group;
+    if (c->local_bytes > rt->stats.max_local) rt->stats.max_local = c->local_bytes;
     prof_launch *pl = NULL;
     if (rt->profiling) {
         if (rt->n_launches == rt->cap_launches) {

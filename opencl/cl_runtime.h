@@ -77,9 +77,28 @@ typedef struct {
     uint64_t max_alloc;        /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     uint32_t base_align;       /* CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes */
     uint32_t compute_units;
-    size_t max_wg;             /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    size_t max_wg;             /* CL_DEVICE_MAX_WORK_GROUP_SIZE (or the override below) */
+    uint64_t local_mem;        /* CL_DEVICE_LOCAL_MEM_SIZE (or the override below) */
     bool unified;              /* shares host memory (host-unified, or a CPU device) */
+    /* Optional features, as the device reports them. The kernels need
+     * none of them (OpenCL C 1.2 core only: half as storage, no
+     * subgroups, no integer dot products); they are shown so that a
+     * report from a user's machine says what a faster path could use. */
+    bool fp16;                 /* cl_khr_fp16: half arithmetic */
+    bool subgroups;            /* cl_khr_subgroups or cl_intel_subgroups */
+    bool int_dot;              /* cl_khr_integer_dot_product */
 } clrt_device;
+
+/* Limits that vary between devices and that the launches respect: the
+ * work-group size (per device, and per kernel: CL_KERNEL_WORK_GROUP_SIZE
+ * is lower than the device's for kernels that use many registers on some
+ * GPUs) and the local memory per work-group. $DS4CL_CL_MAX_WG and
+ * $DS4CL_CL_LOCAL_MEM (bytes) lower them below what the device reports,
+ * so that the small-device paths run and are tested on any device. */
+
+/* "work-groups ≤ 4096, local memory 4 MiB, fp16 no, subgroups no,
+ * integer dot products no" into buf. */
+void clrt_describe_limits(const clrt_device *d, char *buf, size_t n);
 
 /* All devices into a malloc'd array (*n entries). Returns 0, or -1 with a
  * message in err (no platform / ICD installed, or no device at all). */
@@ -133,10 +152,25 @@ int clrt_fail_cl(clrt *rt, cl_int code, const char *what);
  * NULL with the message (and build log) recorded. */
 cl_kernel clrt_kernel(clrt *rt, const char *program, const char *kernel);
 
+/* The largest work-group kernel k may be launched with on this device:
+ * the device limit, lowered by the kernel's own (CL_KERNEL_WORK_GROUP_SIZE)
+ * and by $DS4CL_CL_MAX_WG. */
+size_t clrt_kernel_max_group(clrt *rt, cl_kernel k);
+
 /* Builds (or loads from the cache) program `program` now rather than at
  * its first kernel's use; 0, or -1 with the message (and build log)
  * recorded. */
 int clrt_build(clrt *rt, const char *program);
+
+/* What the compiler said while building `program` from source in this
+ * runtime ("" when nothing, or when it came from the binary cache); NULL
+ * when the program is not built. Warnings do not fail a build; the tests
+ * require there are none. */
+const char *clrt_build_log(const clrt *rt, const char *program);
+
+/* The kernels of program `program` (built or loaded first), separated by
+ * ';', into buf; 0, or -1 recorded. */
+int clrt_kernel_names(clrt *rt, const char *program, char *buf, size_t n);
 
 /* Statistics since open: programs loaded from the cache, built from
  * source, cache entries found corrupt or refused, kernel launches and
@@ -144,6 +178,8 @@ int clrt_build(clrt *rt, const char *program);
 typedef struct {
     int cache_hits, builds, cache_rejects;
     uint64_t launches; /* kernels enqueued */
+    size_t max_group;  /* the largest work-group launched (work-items) */
+    size_t max_local;  /* the most local memory one launch asked for (bytes) */
     uint64_t waits;    /* times the host waited for the device (clrt_finish, clrt_count_wait) */
 } clrt_stats;
 clrt_stats clrt_get_stats(const clrt *rt);
@@ -166,6 +202,7 @@ typedef struct {
     cl_uint n;
     cl_int err;
     cl_uint err_arg;
+    size_t local_bytes; /* local memory the arguments ask for */
 } clrt_call;
 
 clrt_call clrt_begin(clrt *rt, cl_kernel k);
@@ -182,7 +219,11 @@ static inline void clrt_arg_local(clrt_call *c, size_t bytes) { clrt_arg(c, byte
 /* Enqueues the kernel over `global` work-items (dims ≤ 3). With `local`,
  * each global size is rounded up to a multiple of it (kernels check their
  * bounds); with NULL the implementation picks the work-group size. A zero
- * global size enqueues nothing. Returns 0, or -1 recorded. Never waits. */
+ * global size enqueues nothing. A work-group above the kernel's limit, or
+ * local memory above the device's, is refused here with a message naming
+ * the kernel and both numbers (a driver would only say
+ * CL_INVALID_WORK_GROUP_SIZE or CL_OUT_OF_RESOURCES). Returns 0, or -1
+ * recorded. Never waits. */
 int clrt_enqueue(clrt_call *c, cl_uint dims, const size_t *global, const size_t *local);
 
 /* ---- profiling ----------------------------------------------------------------- */

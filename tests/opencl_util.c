@@ -1,15 +1,19 @@
 /* opencl_util.c — the OpenCL per-op harness (see opencl_util.h). */
 #include "tests/opencl_util.h"
 
+#include <ctype.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "cpu/cpu_ops.h"
 #include "engine/quant.h"
 #include "opencl/cl_runtime.h"
+#include "prompts/embedded.h"
 #include "tests/test.h"
 
 const char *oclt_cache_dir(void)
@@ -20,6 +24,64 @@ const char *oclt_cache_dir(void)
      * set before the first OpenCL call of this process */
     setenv("POCL_CACHE_DIR", test_printf("%s/pocl", dir), 0);
     return dir;
+}
+
+oclt_stderr oclt_capture_stderr(void)
+{
+    oclt_stderr c = { -1, test_tmp_path("stderr.txt") };
+    fflush(stderr);
+    int fd = open(c.path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    CHECK(fd >= 0);
+    c.saved = dup(2);
+    CHECK(c.saved >= 0 && dup2(fd, 2) == 2);
+    close(fd);
+    return c;
+}
+
+const char *oclt_captured(oclt_stderr *c)
+{
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    size_t len;
+    char *text = test_read_file(c->path, &len);
+    if (text && *text) fprintf(stderr, "(the driver said:)\n%s", text);
+    return text ? text : "";
+}
+
+const char *oclt_compile_all(const char *const *programs, bool cpu_loops)
+{
+    oclt_require_device();
+    ds4_error err = { "" };
+    clrt_options o = { .cache_dir = "" };
+    oclt_stderr cap = oclt_capture_stderr();
+    clrt *rt = clrt_open(&o, &err);
+    CHECK_MSG(rt != NULL, "%s", err.msg);
+    clrt_set_cpu_loops(rt, cpu_loops);
+    char *said = test_printf("%s", "");
+    for (int i = 0;; i++) {
+        const char *name = programs ? programs[i] : clrt_sources[i].name;
+        if (!name) break;
+        if (!strcmp(name, "common")) continue;
+        char names[4096];
+        CHECK_MSG(clrt_kernel_names(rt, name, names, sizeof names) == 0, "%s", clrt_error(rt));
+        const char *log = clrt_build_log(rt, name);
+        /* drivers log an empty line, or a line of spaces, for a clean build */
+        bool blank = true;
+        for (const char *q = log; q && *q; q++) blank &= isspace((unsigned char)*q) != 0;
+        if (!blank) said = test_printf("%s%s.cl: %s\n", said, name, log);
+        for (char *save, *k = strtok_r(names, ";", &save); k; k = strtok_r(NULL, ";", &save))
+            CHECK_MSG(clrt_kernel(rt, name, k) != NULL, "%s", clrt_error(rt));
+    }
+    clrt_close(rt);
+    return test_printf("%s%s", said, oclt_captured(&cap));
+}
+
+void oclt_check_quiet(const char *said)
+{
+    CHECK_MSG(!strstr(said, "load_kernel_arg in control flow"), "the driver loads a kernel argument inside control flow");
+    CHECK_MSG(!strstr(said, "results may be incorrect"), "the driver warned: %s", said);
+    CHECK_MSG(!strcasestr(said, "warning"), "the compiler warned: %s", said);
 }
 
 void oclt_require_device(void)

@@ -55,6 +55,29 @@ typedef struct {
     size_t n_bufs, cap_bufs;
 } oclt;
 
+/* What a driver writes to stderr (some compile a kernel at its first
+ * use, so their diagnostics reach no build log), gathered into a file
+ * from oclt_capture_stderr() to oclt_captured(), which restores stderr,
+ * echoes what was said (for a failing test's log) and returns it. */
+typedef struct {
+    int saved;
+    const char *path;
+} oclt_stderr;
+oclt_stderr oclt_capture_stderr(void);
+const char *oclt_captured(oclt_stderr *c);
+
+/* Builds each of `programs` (NULL-terminated; NULL = every program of
+ * opencl/kernels) from source, with the loops shaped for CPUs or GPUs, and
+ * creates every kernel in it: what the driver said meanwhile (its build
+ * logs and its stderr), "" when nothing. Fails the test on a build
+ * error. */
+const char *oclt_compile_all(const char *const *programs, bool cpu_loops);
+
+/* Fails the test where `said` (oclt_compile_all, oclt_captured) holds a
+ * compiler warning, or Mesa's note that it loads a kernel argument
+ * inside control flow as if every work-item agreed. */
+void oclt_check_quiet(const char *said);
+
 /* The cache root the OpenCL tests use (build/test-cache). */
 const char *oclt_cache_dir(void);
 /* Skips the test (with the reason) when no OpenCL device is present;

@@ -5,10 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/forward.h"
+#include "opencl/cl_ops.h"
 #include "tests/fwd_util.h"
 #include "tests/test.h"
 
-static void nosim_logits_and_choices(int host_expert_layers)
+/* cl (optional): the device's statistics, read before the engine closes */
+static void nosim_logits_checked(int host_expert_layers, clrt_stats *cl)
 {
     fwd_require_backend(DS4_BACKEND_OPENCL);
     golden_set g;
@@ -20,6 +23,7 @@ static void nosim_logits_and_choices(int host_expert_layers)
     float *mine = test_alloc(g.all.n * (size_t)g.n_vocab * 4);
     fwd_routing r = { 0 };
     fwd_teacher_force(e, &g.all, mine, &r);
+    if (cl) *cl = clrt_get_stats(clo_runtime(fwd_ops_ctx(fwd_of(e))));
     ds4_engine_close(e);
     fwd_stats st;
     fwd_compare(mine, g.ref, g.n_rows, g.n_vocab, 1e-3, &st);
@@ -28,6 +32,8 @@ static void nosim_logits_and_choices(int host_expert_layers)
     fwd_check_routing(&g, &r);
     golden_free(&g);
 }
+
+static void nosim_logits_and_choices(int host_expert_layers) { nosim_logits_checked(host_expert_layers, NULL); }
 
 TEST(golden_opencl, nosim_teacher_forced_logits) { nosim_logits_and_choices(0); }
 
@@ -43,6 +49,22 @@ TEST(golden_opencl, nosim_logits_and_choices_with_gpu_kernels)
 {
     setenv("DS4CL_KERNELS", "gpu", 1);
     nosim_logits_and_choices(0);
+}
+
+/* A device far smaller than the one at hand: work-groups of at most 8
+ * work-items (some GPUs allow register-heavy kernels no more than a few
+ * dozen) and 2 KiB of local memory (attention then scores 8 × 8 rows at
+ * a time): the GPU-shaped kernels fit themselves to the limits, and the
+ * numbers stay within the tight tier. */
+TEST(golden_opencl, nosim_logits_with_gpu_kernels_on_a_small_device)
+{
+    setenv("DS4CL_KERNELS", "gpu", 1);
+    setenv("DS4CL_CL_MAX_WG", "8", 1);
+    setenv("DS4CL_CL_LOCAL_MEM", "2048", 1);
+    clrt_stats st;
+    nosim_logits_checked(0, &st);
+    CHECK_MSG(st.max_group > 1 && st.max_group <= 8, "largest work-group %zu", st.max_group);
+    CHECK_MSG(st.max_local > 0 && st.max_local <= 2048, "most local memory %zu", st.max_local);
 }
 
 TEST(golden_opencl, f16kv_teacher_forced_logits)

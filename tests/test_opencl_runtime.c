@@ -544,3 +544,64 @@ TEST(opencl_runtime, a_cancelled_prefill_stops_the_device_within_a_layer)
     ds4_session_close(b);
     ds4_engine_close(e);
 }
+
+/* A device smaller than the one at hand ($DS4CL_CL_MAX_WG,
+ * $DS4CL_CL_LOCAL_MEM): the limits are what the runtime reports, and a
+ * launch above them is refused before the driver, naming the kernel and
+ * both numbers. */
+TEST(opencl_runtime, launches_above_the_device_limits_are_refused_with_the_numbers)
+{
+    oclt_require_device();
+    setenv("DS4CL_CL_MAX_WG", "16", 1);
+    setenv("DS4CL_CL_LOCAL_MEM", "256", 1);
+    ds4_error err = { "" };
+    clrt_options o = { .cache_dir = "" };
+    clrt *rt = clrt_open(&o, &err);
+    CHECK_MSG(rt != NULL, "%s", err.msg);
+    CHECK(clrt_dev(rt)->max_wg == 16 && clrt_dev(rt)->local_mem == 256);
+    cl_kernel k = clrt_kernel(rt, "basic", "rmsnorm_f32");
+    CHECK(k != NULL);
+    CHECK(clrt_kernel_max_group(rt, k) <= 16);
+    cl_int rc;
+    cl_mem m = clCreateBuffer(clrt_context(rt), CL_MEM_READ_WRITE, 4096, NULL, &rc);
+    CHECK(m != NULL);
+    const size_t sizes[][2] = { { 32, 32 }, { 16, 128 }, { 16, 16 } }; /* work-items, local floats */
+    for (int i = 0; i < 3; i++) {
+        clrt_call call = clrt_begin(rt, k);
+        clrt_arg_mem(&call, m); /* x */
+        clrt_arg_ulong(&call, 0);
+        clrt_arg_mem(&call, m); /* w, unused */
+        clrt_arg_ulong(&call, 0);
+        clrt_arg_int(&call, 0);
+        clrt_arg_mem(&call, m); /* y = x, one row in place */
+        clrt_arg_ulong(&call, 0);
+        clrt_arg_int(&call, 64);
+        clrt_arg_float(&call, 1e-6f);
+        clrt_arg_local(&call, sizes[i][1] * sizeof(float));
+        size_t g = sizes[i][0], l = sizes[i][0];
+        int r = clrt_enqueue(&call, 1, &g, &l);
+        if (i == 0) {
+            CHECK_EQ_INT(r, -1);
+            CHECK_CONTAINS(clrt_error(rt), "rmsnorm_f32: a work-group of 32 work-items, above the 16");
+        } else if (i == 1) {
+            CHECK_EQ_INT(r, -1);
+            CHECK_CONTAINS(clrt_error(rt), "rmsnorm_f32: 512 bytes of local memory, above the 256");
+        } else {
+            CHECK_MSG(r == 0, "%s", clrt_error(rt));
+        }
+    }
+    CHECK_EQ_INT(clrt_finish(rt), 0);
+    clrt_stats st = clrt_get_stats(rt);
+    CHECK(st.max_group == 16 && st.max_local == 64);
+    clReleaseMemObject(m);
+    clrt_close(rt);
+}
+
+/* Every kernel of every program, in both shapes, built by the driver at
+ * hand with nothing said: no compiler warning in its build logs, nothing
+ * on stderr. */
+TEST(opencl_runtime, every_kernel_compiles_without_a_warning)
+{
+    oclt_check_quiet(oclt_compile_all(NULL, false));
+    oclt_check_quiet(oclt_compile_all(NULL, true));
+}

@@ -3,12 +3,13 @@
  * private OCL_ICD_VENDORS directory (tests/icd_util.h). Rusticl is stricter
  * than PoCL and compiles the kernels through another path (SPIR-V, NIR,
  * llvmpipe), so it catches kernels that only work by PoCL's leniency.
- * Short on purpose: rusticl runs these kernels far slower than PoCL, so a
- * prefill and a few decode steps of the golden model, in both kernel
- * shapes and with the experts on the host, within the tight tier (only
- * with DS4CL_TEST_SLOW_RUSTICL=1: minutes of kernel compiles each); and the
- * program cache across two runtimes. Skips where rusticl is not installed. */
-#include <fcntl.h>
+ * Short on purpose: rusticl compiles these kernels far slower than PoCL.
+ * In every run: every kernel but the products (matmul.cl) compiled in both
+ * shapes with no warning, and the program cache across two runtimes. With
+ * DS4CL_TEST_SLOW_RUSTICL=1 (many minutes of compiles): the products'
+ * kernels, and a prefill and a few decode steps of the golden model, in
+ * both kernel shapes and with the experts on the host, within the tight
+ * tier. Skips where rusticl is not installed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,46 +23,6 @@
 #include "tests/test.h"
 
 enum { PREFILL = 4, DECODE = 2 };
-
-/* What Mesa writes to stderr while it compiles and runs the kernels
- * (llvmpipe compiles a kernel at its first launch, so its diagnostics
- * reach no build log), gathered into a file. */
-typedef struct {
-    int saved;
-    const char *path;
-} stderr_capture;
-
-static stderr_capture capture_stderr(void)
-{
-    stderr_capture c = { -1, test_tmp_path("stderr.txt") };
-    fflush(stderr);
-    int fd = open(c.path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
-    CHECK(fd >= 0);
-    c.saved = dup(2);
-    CHECK(c.saved >= 0 && dup2(fd, 2) == 2);
-    close(fd);
-    return c;
-}
-
-static char *captured(stderr_capture *c)
-{
-    fflush(stderr);
-    dup2(c->saved, 2);
-    close(c->saved);
-    size_t len;
-    char *text = test_read_file(c->path, &len);
-    if (text && *text) fprintf(stderr, "(the driver said:)\n%s", text);
-    return text ? text : "";
-}
-
-/* Mesa's warning for a kernel argument it could only load as if every
- * work-item agreed (a load inside control flow): the driver may then
- * compute something else than the source says. */
-static void check_no_driver_warnings(const char *text)
-{
-    CHECK_MSG(!strstr(text, "load_kernel_arg in control flow"), "the driver loads a kernel argument inside control flow");
-    CHECK_MSG(!strstr(text, "results may be incorrect"), "the driver warned: %s", text);
-}
 
 /* The golden model on rusticl: PREFILL tokens in chunks of `chunk`
  * (0: one chunk), then DECODE tokens one at a time, each position's logits
@@ -79,7 +40,7 @@ static void golden_prefill_and_decode(const char *kernels, int host_expert_layer
     golden_set g;
     golden_load(&g, "A-f32-nosim", "prefix_logits.f32", false);
     CHECK(g.all.n >= PREFILL + DECODE && g.n_rows >= PREFILL + DECODE);
-    stderr_capture cap = capture_stderr();
+    oclt_stderr cap = oclt_capture_stderr();
     ds4_engine *e = fwd_test_engine_placed(DS4_BACKEND_OPENCL, DS4_QSIM_NONE, 1, host_expert_layers);
     ds4_placement pl;
     CHECK_EQ_INT(ds4_engine_placement(e, &pl), 0);
@@ -98,13 +59,13 @@ static void golden_prefill_and_decode(const char *kernels, int host_expert_layer
     }
     ds4_session_close(s);
     ds4_engine_close(e);
-    const char *said = captured(&cap);
+    const char *said = oclt_captured(&cap);
     /* the numbers first: a failure then says whether they held */
     fwd_stats st;
     fwd_compare(mine, g.ref + (size_t)(PREFILL - 1) * V, rows, V, 1e-3, &st);
     CHECK_MSG(st.max <= 1e-3, "rel %.3g at position %d", st.max, PREFILL - 1 + st.worst_pos);
     CHECK_EQ_INT(st.argmax_exempt_misses, 0);
-    check_no_driver_warnings(said);
+    oclt_check_quiet(said);
     golden_free(&g);
 }
 
@@ -160,4 +121,29 @@ TEST(rusticl, the_program_cache_round_trip)
         clReleaseMemObject(my);
         clrt_close(rt);
     }
+}
+
+
+/* Every kernel of the programs but the products (matmul.cl), in both
+ * shapes, built and compiled by rusticl with nothing said. */
+static const char *const light_programs[] = { "basic", "hc", "rope", "attn", "attn_comp", "attn_index", "router", NULL };
+
+TEST(rusticl, every_kernel_but_the_products_compiles_without_a_warning)
+{
+    icd_use_rusticl();
+    oclt_check_quiet(oclt_compile_all(light_programs, false));
+    oclt_check_quiet(oclt_compile_all(light_programs, true));
+}
+
+/* The products: rusticl spent 373 s building matmul.cl here, and then up
+ * to minutes per kernel (llvmpipe compiles each one across the lanes of
+ * its vectors: the prefill tiles' 24-36 float16 accumulators become
+ * hundreds of live vector registers), so only on request. */
+TEST(rusticl, the_products_compile_without_a_warning)
+{
+    if (!getenv("DS4CL_TEST_SLOW_RUSTICL"))
+        SKIP("rusticl builds matmul.cl for many minutes: DS4CL_TEST_SLOW_RUSTICL=1 runs it");
+    icd_use_rusticl();
+    static const char *const products[] = { "matmul", NULL };
+    oclt_check_quiet(oclt_compile_all(products, false));
 }

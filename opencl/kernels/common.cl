@@ -10,6 +10,13 @@
  * CPU devices): kernels may then pick loops shaped for CPUs.
  */
 #pragma OPENCL FP_CONTRACT OFF
+/* A CPU driver's clang (PoCL's) on a host without AVX-512 warns that
+ * float16 arguments would pass differently from code built with it: an
+ * ABI between separately compiled objects, which one program never
+ * crosses. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
 
 /* ggml type ids (engine/quant.h) */
 #define GGML_F32 0
