@@ -151,11 +151,16 @@ res_roof() { # the read roof, then each row's GB/s and share of it
              $1 != "roof" && $2 == "attn_q_b" && $10 == "" { printf "T=%s %s GFLOP/s (%s%% of peak); ", $7, $12, $13 }' "$1" | cut -c1-110
 }
 res_fixture() { ls -l "$FIXTURE" 2>/dev/null | awk '{ printf "%.1f GB\n", $5 / 1e9 }'; }
-res_csv() { # the rows' key columns: decode t/s, prefill t/s
-    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-             /^[a-z]/ && col["decode_tps"] { printf "ctx %s: decode %.1f t/s, prefill %.1f t/s; ", $col["frontier"], $col["decode_tps"], $col["prefill_tps"] }' "$1" | cut -c1-110
+# The CSV rows after their header line (the driver and the bench print
+# other lines first), by column name.
+res_csv() { # frontier, decode t/s, prefill t/s
+    awk -F, '/^backend,/ { for (i = 1; i <= NF; i++) col[$i] = i; next }
+             col["decode_tps"] && /^[a-z]+,[0-9]/ { printf "ctx %s: decode %.2f t/s, prefill %.2f t/s; ", $col["frontier"], $col["decode_tps"], $col["prefill_tps"] }' "$1" | cut -c1-110
 }
-res_hybrid() { grep -v '^#' "$1" | tail -n 3 | tr '\n' ' ' | cut -c1-110; }
+res_hybrid() { # each placement's decode t/s against the device alone
+    awk -F, '/^placement,/ { for (i = 1; i <= NF; i++) col[$i] = i; next }
+             col["decode_tps"] && /^[a-z-]+,[0-9]/ { printf "%s %.2f t/s (%.2fx); ", $col["placement"], $col["decode_tps"], $col["decode_vs_device"] }' "$1" | cut -c1-110
+}
 
 # The golden tests of one tier with one kernel shape (the tests that name
 # a shape keep theirs).
@@ -224,6 +229,9 @@ $missing"
 
     printf '\n%-12s %-5s %6s  %s\n' step state sec result
     printf '%s' "$SUMMARY"
+    # what the chosen device allows and offers (--list-devices), for the record
+    awk '/\((default|selected)\)/ { on = 1; next } on && /work-groups/ { sub(/^ */, ""); print "device: " $0; exit }' \
+        "$WORK/devices.log" 2>/dev/null
     echo "total $(($(date +%s) - start)) s; logs in $WORK"
     return $FAILED
 }
