@@ -18,6 +18,13 @@ static int cpu_ops_for(const ds4_engine *e, const ds4_ops **ops, void **ctx, voi
     *ctx = cpu_ops_new(e->model, e->opt.threads, err);
     if (!*ctx) return -1;
     cpu_ops_set_expert_arith(*ctx, cpu_expert_arith_for(e->opt.quant_sim));
+    if (e->opt.expert_cache && !e->opt.plan_only) {
+        expert_cache *ec = expert_cache_open(e->model_path, e->model, e->opt.expert_cache, err);
+        if (!ec || cpu_ops_set_expert_cache(*ctx, ec, err)) {
+            cpu_ops_free(*ctx);
+            return -1;
+        }
+    }
     *ops = &cpu_ops;
     *free_ctx = cpu_ops_free;
     return 0;
@@ -49,6 +56,11 @@ const char *ds4_cpu_experts_mode(ds4_quant_sim q, const char **note)
 {
     if (note) *note = qk_level_error();
     return cpu_expert_arith_name(cpu_expert_arith_for(q));
+}
+
+static const expert_cache *cpu_expert_cache(const ds4_engine *e)
+{
+    return e->impl ? cpu_ops_expert_cache(fwd_ops_ctx(e->impl)) : NULL;
 }
 
 static uint64_t cpu_session_bytes(const ds4_engine *e, int n_ctx)
@@ -88,5 +100,6 @@ const ds4_backend_ops ds4_backend_cpu = {
     .describe = cpu_describe,
     .session_bytes = cpu_session_bytes,
     .ops_new = cpu_ops_for,
+    .expert_cache = cpu_expert_cache,
     FWD_BACKEND_SESSION_OPS,
 };

@@ -95,6 +95,11 @@ typedef struct {
      * placement then keeps room for one layer's experts on each device
      * that has host layers. */
     int stream_experts;
+    /* Bytes of host memory for a cache of routed experts read from the
+     * model file on demand (engine/expert_cache.h) instead of through the
+     * mapping, for machines whose memory is smaller than the file; 0:
+     * none. CPU backend, and the experts a placement keeps on the host. */
+    uint64_t expert_cache;
     /* Optional load progress (0..1) with a short label; may be NULL. */
     void (*load_progress)(void *ud, double fraction, const char *what);
     void *load_ud;
