@@ -287,6 +287,17 @@ static int build_plan(const mk_spec *s, int64_t n_vocab, plan *pl)
          V(F32, G_UNIFORM, 0.5f, 0.5f, 1, "output_hc_scale.weight") &&
          V(F32, G_UNIFORM, 0.7f, 1.3f, D, "output_norm.weight") &&
          M(Q8, 2.5f, D, (uint64_t)n_vocab, "output.weight");
+    if (ok && s->experts_last) {
+        /* stable: the routed experts after everything else, in their order */
+        plan_t *tmp = malloc(p->n * sizeof *tmp);
+        if (!tmp) return -1;
+        size_t n = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t i = 0; i < p->n; i++)
+                if ((strstr(p->t[i].name, "_exps.") != NULL) == (pass == 1)) tmp[n++] = p->t[i];
+        memcpy(p->t, tmp, p->n * sizeof *tmp);
+        free(tmp);
+    }
     return ok ? 0 : -1;
 }
 

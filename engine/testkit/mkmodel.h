@@ -48,6 +48,9 @@ typedef struct {
     const char *omit_tensor;
     const char *retype_tensor;
     uint32_t retype_to;
+    /* Layout: the routed experts after every other tensor (so that cutting
+     * the file's end takes experts only). */
+    bool experts_last;
 } mk_spec;
 
 /* The golden tiny shape: 6 layers (ratios 0,0,4,128,4,128), 256 wide,
