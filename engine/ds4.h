@@ -120,6 +120,8 @@ typedef struct {
     char name[128];                /* general.name or file base name */
     uint64_t identity;             /* hash of shape + tensor table; snapshots carry it */
     uint64_t weights_bytes;        /* bytes of tensor data */
+    uint64_t expert_bytes;         /* … of which routed experts */
+    uint64_t expert_cache_bytes;   /* the expert cache's budget (0: the experts are mapped) */
     const char *backend_name;      /* "cpu", "opencl", "script" */
     char device_name[128];         /* e.g. "cpu (2 threads)" or the OpenCL device */
 } ds4_model_info;

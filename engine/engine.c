@@ -1,6 +1,7 @@
 /* engine.c — opening a model on a backend: GGUF, tokenizer, weights
  * binding, then the backend itself. */
 #include "engine/backend.h"
+#include "engine/expert_cache.h"
 #include "engine/tokenizer.h"
 
 #include <stdio.h>
@@ -101,7 +102,11 @@ int ds4_engine_placement(const ds4_engine *e, ds4_placement *out)
 void ds4_engine_info(const ds4_engine *e, ds4_model_info *out)
 {
     memset(out, 0, sizeof *out);
-    if (e->model) model_describe(e->model, out);
+    if (e->model) {
+        model_describe(e->model, out);
+        out->expert_bytes = expert_cache_expert_bytes(e->model);
+        out->expert_cache_bytes = e->opt.expert_cache;
+    }
     out->n_vocab = e->n_vocab;
     out->identity = e->identity;
     out->backend_name = e->ops->name;
