@@ -145,6 +145,52 @@ TEST(expert_cache, generated_model_is_bit_identical_with_evictions_and_with_hits
     ds4_tokens_free(&ids);
 }
 
+/* A prefill chunk asks for more experts than the cache holds: they go
+ * through it in groups, with the same bits. */
+TEST(expert_cache, a_prefill_chunk_larger_than_the_cache_keeps_the_bits)
+{
+    const char *path = big_expert_fixture();
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, 80, 311, 11);
+    ds4_engine *ref = open_with_cache(path, 0);
+    int n_vocab = ref->n_vocab;
+    uint64_t slot = expert_cache_slot_bytes(ref->model);
+    float *want = test_alloc((size_t)n_vocab * 4), *got = test_alloc((size_t)n_vocab * 4);
+    fwd_logits_after(ref, 128, 64, ids.ids, ids.n, want);
+    ds4_engine_close(ref);
+    ds4_engine *e = open_with_cache(path, 7 * slot);
+    fwd_logits_after(e, 128, 64, ids.ids, ids.n, got);
+    expert_cache_info info;
+    expert_cache_info_get(expert_cache_of(e), &info);
+    CHECK_EQ_INT(info.slots, 7);
+    /* 64 tokens × 6 of 64 experts: nearly all of a layer's in one call */
+    CHECK(info.total.misses > 6 * 40);
+    check_bit_identical(want, got, 1, n_vocab);
+    ds4_engine_close(e);
+    ds4_tokens_free(&ids);
+}
+
+/* Flash's widths (4096 wide, experts of 2048), a few layers and experts. */
+TEST(expert_cache, flash_width_logits_are_bit_identical_when_every_layer_evicts)
+{
+    mk_spec s;
+    mk_spec_flash_width(&s, 3);
+    int ratios[] = { 0, 4, 128 };
+    memcpy(s.ratios, ratios, sizeof ratios);
+    s.n_expert = 16;
+    s.n_hash_layer = 1;
+    s.indexer_top_k = 16;
+    s.vocab = MK_VOCAB_TINY;
+    s.seed = 2;
+    const char *path = test_tmp_path("flash.gguf");
+    ds4_error err = { "" };
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "fixture: %s", err.msg);
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, 6, 311, 9);
+    ds4_engine_close(compare_runs(path, &ids, 6, true));
+    ds4_tokens_free(&ids);
+}
+
 /* Resident bytes of the process's mapping of path (/proc/self/smaps). */
 static uint64_t mapping_rss(const char *path)
 {
