@@ -121,18 +121,21 @@ TEST(expert_cache, golden_a_logits_are_bit_identical_when_every_layer_evicts)
 
 /* A fixture whose routed experts are most of the file: 64 experts of
  * 256 × 512 per layer. */
-static const char *big_expert_fixture(void)
+static const char *expert_fixture(double skew, const char *name)
 {
     mk_spec s;
     mk_spec_tiny(&s);
     s.n_expert = 64;
     s.n_ff_exp = 512;
     s.experts_last = true;
-    const char *path = test_tmp_path("experts.gguf");
+    s.router_skew = skew;
+    const char *path = test_tmp_path(name);
     ds4_error err = { "" };
     CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "fixture: %s", err.msg);
     return path;
 }
+
+static const char *big_expert_fixture(void) { return expert_fixture(0, "experts.gguf"); }
 
 TEST(expert_cache, generated_model_is_bit_identical_with_evictions_and_with_hits)
 {
@@ -167,6 +170,29 @@ TEST(expert_cache, a_prefill_chunk_larger_than_the_cache_keeps_the_bits)
     CHECK(info.total.misses > 6 * 40);
     check_bit_identical(want, got, 1, n_vocab);
     ds4_engine_close(e);
+    ds4_tokens_free(&ids);
+}
+
+static double hit_rate_of(const char *path, int slots, const ds4_tokens *ids)
+{
+    ds4_engine *e = compare_runs(path, ids, slots, false);
+    expert_cache_info info;
+    expert_cache_info_get(expert_cache_of(e), &info);
+    ds4_engine_close(e);
+    return (double)info.total.hits / (double)(info.total.hits + info.total.misses);
+}
+
+/* With routing skewed toward a few experts (mkmodel --router-skew), a
+ * quarter of the experts in the cache catches much more than with the
+ * near-uniform routing of random weights: the popular ones stay. */
+TEST(expert_cache, skewed_routing_hits_more_and_keeps_the_bits)
+{
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, 32, 311, 21);
+    double flat = hit_rate_of(expert_fixture(0, "flat.gguf"), 6 * 64 / 4, &ids);
+    double skew = hit_rate_of(expert_fixture(1.2, "skew.gguf"), 6 * 64 / 4, &ids);
+    fprintf(stderr, "hit rate with a quarter of the experts: %.2f uniform, %.2f skewed\n", flat, skew);
+    CHECK_MSG(skew > flat + 0.15, "skewed %.2f, uniform %.2f", skew, flat);
     ds4_tokens_free(&ids);
 }
 
