@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "engine/backend.h"
 #include "engine/gguf.h"
 
@@ -46,6 +47,8 @@ struct expert_cache {
     int32_t *where;    /* [layer·n_expert + e]: slot, or -1 */
     uint32_t *pop;     /* [layer·n_expert + e]: requests, halved every decay_every */
     uint64_t tick, gen, since_decay, decay_every;
+    double t_begin;    /* when the current request's reads started (ms) */
+    double read_ms;    /* Σ over requests: first read issued → last read done */
     expert_cache_counts *counts; /* per layer */
 
     pthread_mutex_t mu;
@@ -191,7 +194,10 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&c->mu);
         run_job(c, &j);
         pthread_mutex_lock(&c->mu);
-        if (--c->pending == 0) pthread_cond_broadcast(&c->done);
+        if (--c->pending == 0) {
+            c->read_ms += base_now_ms() - c->t_begin;
+            pthread_cond_broadcast(&c->done);
+        }
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -407,6 +413,7 @@ int expert_cache_begin(expert_cache *c, int layer, const int32_t *experts, int n
         misses++;
     }
     c->pending = c->n_jobs;
+    c->t_begin = base_now_ms();
     c->counts[layer].hits += (uint64_t)(n - misses);
     c->counts[layer].misses += (uint64_t)misses;
     if (misses) pthread_cond_broadcast(&c->work);
@@ -437,6 +444,7 @@ void expert_cache_info_get(const expert_cache *c, expert_cache_info *out)
     out->locked_bytes = c->locked;
     out->direct_io = c->fd_direct >= 0;
     out->readers = c->n_readers;
+    out->read_ms = c->read_ms;
     for (int l = 0; l < c->n_layer; l++) {
         out->total.hits += c->counts[l].hits;
         out->total.misses += c->counts[l].misses;

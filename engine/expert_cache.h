@@ -55,6 +55,7 @@ typedef struct {
     uint64_t locked_bytes;  /* slot memory locked in RAM (0 where mlock is refused) */
     bool direct_io;         /* reads bypass the page cache (O_DIRECT) */
     int readers;            /* reader threads */
+    double read_ms;         /* time with reads in flight (from a request's first read to its last) */
     expert_cache_counts total;
 } expert_cache_info;
 
