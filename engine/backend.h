@@ -25,6 +25,7 @@ struct ds4_engine {
     char *script_path;
     char *device;
     char *split;
+    char *expert_stats;
     gguf_file *gguf;
     ds4_tokenizer *tok;
     ds4_model *model;         /* NULL for backends that need no weights */

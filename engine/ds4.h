@@ -100,6 +100,11 @@ typedef struct {
      * mapping, for machines whose memory is smaller than the file; 0:
      * none. CPU backend, and the experts a placement keeps on the host. */
     uint64_t expert_cache;
+    /* With an expert cache: a file that keeps the experts' popularity
+     * between runs (engine/expert_warm.h). Read at open, when it is this
+     * model's, to preload the most popular experts (load_progress reports
+     * it); written at close. NULL: none. */
+    const char *expert_stats;
     /* Optional load progress (0..1) with a short label; may be NULL. */
     void (*load_progress)(void *ud, double fraction, const char *what);
     void *load_ud;

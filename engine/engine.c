@@ -49,6 +49,8 @@ ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
     e->script_path = xstrdup(opt->script_path);
     e->device = xstrdup(opt->device);
     e->split = xstrdup(opt->split);
+    e->expert_stats = xstrdup(opt->expert_stats);
+    e->opt.expert_stats = e->expert_stats;
     e->opt.model_path = e->model_path;
     e->opt.script_path = e->script_path;
     e->opt.device = e->device;
@@ -86,6 +88,7 @@ void ds4_engine_close(ds4_engine *e)
     free(e->script_path);
     free(e->device);
     free(e->split);
+    free(e->expert_stats);
     free(e);
 }
 

@@ -435,6 +435,65 @@ const expert_cache *expert_cache_of(const ds4_engine *e)
     return e && e->ops && e->ops->expert_cache ? e->ops->expert_cache(e) : NULL;
 }
 
+uint32_t *expert_cache_popularity(expert_cache *c, int *n_layer, int *n_expert)
+{
+    *n_layer = c->n_layer;
+    *n_expert = c->n_expert;
+    return c->pop;
+}
+
+static int cmp_pop_desc(const void *a, const void *b, void *pop)
+{
+    uint32_t x = ((const uint32_t *)pop)[*(const int32_t *)a], y = ((const uint32_t *)pop)[*(const int32_t *)b];
+    return x < y ? 1 : x > y ? -1 : *(const int32_t *)a - *(const int32_t *)b;
+}
+
+/* Sorts cells by popularity (descending; ties by layer, then expert). */
+static void sort_by_pop(int32_t *cells, int64_t n, const uint32_t *pop)
+{
+    /* insertion into runs would do; qsort_r keeps it short */
+    qsort_r(cells, (size_t)n, sizeof *cells, cmp_pop_desc, (void *)pop);
+}
+
+int expert_cache_preload(expert_cache *c, void (*progress)(void *ud, double fraction), void *ud, ds4_error *err)
+{
+    int64_t cells = (int64_t)c->n_layer * c->n_expert, n = 0;
+    int32_t *order = malloc((size_t)cells * sizeof *order);
+    if (!order) return ds4_error_set(err, "out of memory");
+    for (int64_t i = 0; i < cells; i++)
+        if (c->pop[i] && c->where[i] < 0) order[n++] = (int32_t)i;
+    sort_by_pop(order, n, c->pop);
+    int free_slots = 0;
+    for (int s = 0; s < c->n_slots; s++) free_slots += c->slots[s].layer < 0;
+    if (n > free_slots) n = free_slots;
+    /* batches of reads in flight, as a layer's misses are */
+    int64_t batch = c->n_slots < 64 ? c->n_slots : 64, done = 0;
+    int rc = 0;
+    c->gen++;
+    while (done < n && !rc) {
+        int64_t m = n - done < batch ? n - done : batch;
+        pthread_mutex_lock(&c->mu);
+        c->n_jobs = c->next_job = 0;
+        c->err[0] = 0;
+        for (int64_t i = 0; i < m; i++) {
+            int32_t cell = order[done + i];
+            int s = victim(c), layer = cell / c->n_expert, e = cell % c->n_expert;
+            c->slots[s] = (ec_slot){ layer, e, c->tick, c->gen };
+            c->where[cell] = s;
+            c->jobs[c->n_jobs++] = (ec_job){ s, layer, e };
+        }
+        c->pending = c->n_jobs;
+        c->t_begin = base_now_ms();
+        pthread_cond_broadcast(&c->work);
+        pthread_mutex_unlock(&c->mu);
+        rc = expert_cache_wait(c, err);
+        done += m;
+        if (progress) progress(ud, (double)done / (double)n);
+    }
+    free(order);
+    return rc ? -1 : (int)done;
+}
+
 void expert_cache_info_get(const expert_cache *c, expert_cache_info *out)
 {
     memset(out, 0, sizeof *out);

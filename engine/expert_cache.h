@@ -87,6 +87,14 @@ int expert_cache_begin(expert_cache *c, int layer, const int32_t *experts, int n
  * file and offset of the first failed read. */
 int expert_cache_wait(expert_cache *c, ds4_error *err);
 
+/* Warm starts: the popularity counts [n_layer × n_expert] that eviction
+ * uses (writable: a start may set them from a previous run's), and a
+ * preload of the most popular experts not resident into the free slots,
+ * with several reads in flight; progress(ud, 0..1) after each batch.
+ * Returns how many experts it loaded, or -1 with err (as wait()). */
+uint32_t *expert_cache_popularity(expert_cache *c, int *n_layer, int *n_expert);
+int expert_cache_preload(expert_cache *c, void (*progress)(void *ud, double fraction), void *ud, ds4_error *err);
+
 /* The cache an engine's routed experts go through (NULL: none). */
 const expert_cache *expert_cache_of(const ds4_engine *e);
 

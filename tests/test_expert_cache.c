@@ -16,6 +16,7 @@
 
 #include "engine/backend.h"
 #include "engine/expert_cache.h"
+#include "engine/expert_warm.h"
 #include "engine/gguf.h"
 #include "engine/testkit/mkmodel.h"
 #include "tests/fwd_util.h"
@@ -193,6 +194,67 @@ TEST(expert_cache, skewed_routing_hits_more_and_keeps_the_bits)
     double skew = hit_rate_of(expert_fixture(1.2, "skew.gguf"), 6 * 64 / 4, &ids);
     fprintf(stderr, "hit rate with a quarter of the experts: %.2f uniform, %.2f skewed\n", flat, skew);
     CHECK_MSG(skew > flat + 0.15, "skewed %.2f, uniform %.2f", skew, flat);
+    ds4_tokens_free(&ids);
+}
+
+static ds4_engine *open_warm(const char *path, uint64_t budget, const char *stats)
+{
+    ds4_engine_options o = { .model_path = path, .backend = DS4_BACKEND_CPU, .threads = 2,
+                             .quant_sim = DS4_QSIM_NONE, .expert_cache = budget, .expert_stats = stats };
+    ds4_error err = { "" };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    return e;
+}
+
+static uint64_t hits_of(ds4_engine *e, const ds4_tokens *ids, float *out)
+{
+    fwd_teacher_force(e, ids, out, NULL);
+    expert_cache_info info;
+    expert_cache_info_get(expert_cache_of(e), &info);
+    return info.total.hits;
+}
+
+/* A start after a run preloads the experts that run used most: the same
+ * tokens then hit more from the first one on, with the same bits; a file
+ * of another model is ignored. */
+TEST(expert_cache, a_warm_start_preloads_the_popular_experts)
+{
+    const char *path = expert_fixture(1.2, "skew.gguf");
+    const char *stats = test_tmp_path("pop/skew.pop");
+    ds4_tokens ids = { 0 };
+    fwd_random_ids(&ids, 16, 311, 4);
+    ds4_engine *e = open_warm(path, 0, NULL);
+    uint64_t budget = 96 * expert_cache_slot_bytes(e->model);
+    size_t n = ids.n * (size_t)e->n_vocab;
+    float *want = test_alloc(n * 4), *cold = test_alloc(n * 4), *warm = test_alloc(n * 4);
+    fwd_teacher_force(e, &ids, want, NULL);
+    ds4_engine_close(e);
+
+    e = open_warm(path, budget, stats);
+    uint64_t h_cold = hits_of(e, &ids, cold);
+    ds4_engine_close(e); /* keeps the popularity */
+    size_t len = 0;
+    CHECK_MSG(test_read_file(stats, &len) != NULL && len > 28, "no popularity file at %s", stats);
+
+    e = open_warm(path, budget, stats);
+    expert_cache_info info;
+    expert_cache_info_get(expert_cache_of(e), &info);
+    CHECK_MSG(info.total.bytes_read > 0, "nothing preloaded");
+    uint64_t h_warm = hits_of(e, &ids, warm);
+    ds4_engine_close(e);
+    fprintf(stderr, "hits: %llu cold, %llu warm\n", (unsigned long long)h_cold, (unsigned long long)h_warm);
+    CHECK_MSG(h_warm > h_cold, "a warm start hit %llu times, a cold one %llu", (unsigned long long)h_warm,
+              (unsigned long long)h_cold);
+    check_bit_identical(want, cold, ids.n, (int)(n / ids.n));
+    check_bit_identical(want, warm, ids.n, (int)(n / ids.n));
+
+    /* another model's file: no preload, no error */
+    e = open_warm(golden_model(), budget, stats);
+    expert_cache_info_get(expert_cache_of(e), &info);
+    CHECK_MSG(info.total.bytes_read == 0, "%llu bytes preloaded from another model's popularity",
+              (unsigned long long)info.total.bytes_read);
+    ds4_engine_close(e);
     ds4_tokens_free(&ids);
 }
 
