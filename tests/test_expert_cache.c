@@ -14,9 +14,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cpu/cpu_ops.h"
 #include "engine/backend.h"
 #include "engine/expert_cache.h"
 #include "engine/expert_warm.h"
+#include "engine/forward.h"
 #include "engine/gguf.h"
 #include "engine/testkit/mkmodel.h"
 #include "tests/fwd_util.h"
@@ -256,6 +258,45 @@ TEST(expert_cache, a_warm_start_preloads_the_popular_experts)
               (unsigned long long)info.total.bytes_read);
     ds4_engine_close(e);
     ds4_tokens_free(&ids);
+}
+
+/* The hybrid placement's host experts (OpenCL, PoCL here) use the same CPU
+ * code: through the cache, the same bits as through the mapping. */
+TEST(expert_cache, hybrid_host_experts_through_the_cache_keep_the_bits)
+{
+    fwd_require_backend(DS4_BACKEND_OPENCL);
+    golden_set g;
+    golden_load(&g, "A-f32-nosim", "prefix_logits.f32", false);
+    ds4_tokens ids = { 0 };
+    ds4_tokens_append(&ids, g.all.ids, 12);
+    float *out[2];
+    uint64_t hits_misses = 0;
+    for (int with = 0; with < 2; with++) {
+        ds4_engine *probe = open_with_cache(golden_model(), 0);
+        uint64_t budget = with ? 6 * expert_cache_slot_bytes(probe->model) : 0;
+        ds4_engine_close(probe);
+        ds4_engine_options o = { .model_path = golden_model(), .backend = DS4_BACKEND_OPENCL, .threads = 2,
+                                 .quant_sim = DS4_QSIM_NONE, .host_expert_layers = 6, .expert_cache = budget };
+        ds4_error err = { "" };
+        ds4_engine *e = ds4_engine_open(&o, &err);
+        CHECK_MSG(e != NULL, "%s", err.msg);
+        out[with] = logits_of(e, &ids, NULL);
+        /* the cache is the host backend's (the CPU ops context the placement added) */
+        const fwd_engine *f = e->impl;
+        CHECK_EQ_INT(fwd_n_backends(f), 2);
+        const expert_cache *ec = cpu_ops_expert_cache(fwd_backend_ctx(f, 1));
+        CHECK(with ? ec != NULL : ec == NULL);
+        if (ec) {
+            expert_cache_info info;
+            expert_cache_info_get(ec, &info);
+            hits_misses = info.total.hits + info.total.misses;
+        }
+        ds4_engine_close(e);
+    }
+    CHECK_MSG(hits_misses >= ids.n * 6, "%llu requests through the cache", (unsigned long long)hits_misses);
+    check_bit_identical(out[0], out[1], ids.n, g.n_vocab);
+    ds4_tokens_free(&ids);
+    golden_free(&g);
 }
 
 /* Flash's widths (4096 wide, experts of 2048), a few layers and experts. */
