@@ -52,7 +52,7 @@ static void help(void)
           "                   CSV: OpenCL with routed experts in host memory (CPU), or the layers split\n"
           "                   over several devices, vs all on one device\n"
           "       ds4cl-bench --stream-bench -m MODEL [-m MODEL …] [--budgets 10,25,50,100]\n"
-          "                   [--prompt-tokens P] [--gen-tokens G] [--threads T]\n"
+          "                   [--prompt-tokens P] [--warm-tokens W] [--gen-tokens G] [--threads T]\n"
           "                   CSV: decode with the routed experts read through an expert cache\n"
           "                   per budget (% of the experts), against the mapped file cold and\n"
           "                   resident; hit rate, disk bytes per token, read rates\n"
