@@ -1,6 +1,7 @@
 /* cpu_ops.c — ds4_ops on the host: buffers, embedding, hyper-connections,
- * norms, products, RoPE, rounding simulations and the MoE. The compressed
- * attention ops (compressor, indexer, attention) are in cpu_attn.c.
+ * norms, products, RoPE, rounding simulations and the router. The
+ * compressed attention ops (compressor, indexer, attention) are in
+ * cpu_attn.c, the routed experts in cpu_moe.c.
  *
  * Every op is one or more parallel loops whose tasks each produce a
  * disjoint part of the output with a fixed arithmetic, so the bits do not
