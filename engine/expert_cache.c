@@ -38,6 +38,7 @@ struct expert_cache {
     char *path;
     const ds4_model *m;
     int fd_direct, fd; /* fd_direct: -1 when O_DIRECT is unavailable */
+    int fd_direct_opened; /* to close, also after reads fell back to buffered */
     int n_layer, n_expert, n_slots;
     uint64_t part[3];  /* bytes reserved per slot for gate, up, down */
     uint64_t slot_bytes, budget, map_bytes, locked;
@@ -214,6 +215,7 @@ static int open_fds(expert_cache *c, ds4_error *err)
     posix_fadvise(c->fd, 0, 0, POSIX_FADV_RANDOM);
     c->fd_direct = -1;
     if (!getenv("DS4CL_EXPERT_CACHE_BUFFERED")) c->fd_direct = open(c->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    c->fd_direct_opened = c->fd_direct;
     return 0;
 }
 
@@ -274,7 +276,7 @@ expert_cache *expert_cache_open(const char *path, const ds4_model *m, uint64_t b
         ds4_error_set(err, "out of memory");
         return NULL;
     }
-    c->fd = c->fd_direct = -1;
+    c->fd = c->fd_direct = c->fd_direct_opened = -1;
     c->m = m;
     c->path = strdup(path);
     c->n_layer = hp->n_layer;
@@ -314,7 +316,7 @@ void expert_cache_close(expert_cache *c)
     pthread_cond_destroy(&c->done);
     if (c->mem) munmap(c->mem, (size_t)c->map_bytes);
     if (c->fd >= 0) close(c->fd);
-    if (c->fd_direct >= 0) close(c->fd_direct);
+    if (c->fd_direct_opened >= 0) close(c->fd_direct_opened);
     free(c->layers);
     free(c->slots);
     free(c->where);

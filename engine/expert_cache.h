@@ -11,7 +11,9 @@
  *   every byte comes from pread() on a descriptor of its own, with
  *   O_DIRECT where the file system takes it, else buffered reads followed
  *   by posix_fadvise(DONTNEED) on the range so that the page cache does not
- *   keep a second copy.
+ *   keep a second copy ($DS4CL_EXPERT_CACHE_BUFFERED set: always so). The
+ *   mapping is advised MADV_RANDOM, so that faults on the other weights do
+ *   not read ahead into the experts.
  * - Requests: expert_cache_begin() takes one layer's routing decision (the
  *   distinct experts a MoE call needs, at most expert_cache_slots() of
  *   them), returns where each expert's rows are, and issues every missing
