@@ -14,6 +14,7 @@
 #include "cli/expert_setup.h"
 #include "cli/memplan.h"
 #include "cli/model_path.h"
+#include "engine/expert_warm.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
@@ -201,7 +202,7 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds
 
 /* Where the routed experts would be on this machine, and what a token
  * then costs in reads from the file. */
-static void print_streaming(const ds4cl_options *o, const char *path)
+static void print_streaming(const ds4cl_options *o, const char *path, uint64_t identity, int n_layer, int n_expert)
 {
     expert_setup_result xs;
     bool ok = expert_setup(o, path, 0, true, &xs) == 0;
@@ -226,9 +227,14 @@ static void print_streaming(const ds4cl_options *o, const char *path)
     printf("; a token reads %d per layer: ", sh->min_slots);
     print_bytes(sh->token_bytes);
     printf("\n");
-    double rates[] = { stream_uniform_hit_rate(sh, xs.plan.slots), 0.8 };
-    const char *what[] = { "uniform routing", "skewed routing" };
-    for (int i = 0; i < 2; i++) {
+    double rates[] = { stream_uniform_hit_rate(sh, xs.plan.slots), 0.8, 0 };
+    const char *what[] = { "uniform routing", "skewed routing", "the routing of earlier runs" };
+    char stats[4096];
+    int n_rates = 2;
+    if (expert_stats_path(path, stats, sizeof stats) &&
+        expert_warm_hit_rate(stats, identity, n_layer, n_expert, xs.plan.slots, &rates[2]) == 0)
+        n_rates = 3;
+    for (int i = 0; i < n_rates; i++) {
         uint64_t b = stream_disk_bytes(sh, rates[i]);
         printf("  hit rate %.2f     (%s) ", rates[i], what[i]);
         print_bytes(b);
@@ -354,7 +360,7 @@ int cmd_model_info(const ds4cl_options *o)
     printf("\n");
     if (o->backend == DS4_BACKEND_OPENCL) print_opencl(&clp, m, n_ctx, o->quant_sim);
     else {
-        print_streaming(o, path);
+        print_streaming(o, path, gguf_identity(f), hp->n_layer, hp->n_expert);
         const char *why = "";
         printf("\ncpu experts   %s\n", ds4_cpu_experts_mode(o->quant_sim, &why));
         if (*why) printf("              (%s)\n", why);

@@ -87,3 +87,12 @@ int expert_setup(const ds4cl_options *o, const char *path, int least_ctx, bool q
     }
     return 0;
 }
+
+const char *expert_stats_path(const char *model, char *buf, size_t size)
+{
+    char dir[4096];
+    if (!xdg_dir(XDG_CACHE, dir, sizeof dir)) return NULL;
+    const char *name = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
+    int n = snprintf(buf, size, "%s/expert-popularity/%s.pop", dir, name);
+    return n > 0 && (size_t)n < size ? buf : NULL;
+}

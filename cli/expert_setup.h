@@ -14,6 +14,7 @@
 #define DS4CL_EXPERT_SETUP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cli/options.h"
@@ -34,5 +35,10 @@ typedef struct {
  * leaves room for where it can (0: the smallest). quiet: no line about
  * the cache. A file that cannot be read is left to the loader. */
 int expert_setup(const ds4cl_options *o, const char *path, int want_ctx, bool quiet, expert_setup_result *out);
+
+/* Where the experts' popularity of the model file `model` is kept between
+ * runs ($XDG_CACHE_HOME/ds4cl/expert-popularity/NAME.pop); NULL when there
+ * is no cache directory. */
+const char *expert_stats_path(const char *model, char *buf, size_t size);
 
 #endif

@@ -71,16 +71,6 @@ static bool plan_ctx(ds4_engine *e, const ds4cl_options *o, int default_ctx, int
     return false;
 }
 
-/* Where the experts' popularity is kept between runs: the cache
- * directory, one file per model file name. NULL when there is none. */
-static const char *stats_path(const char *model, char *buf, size_t size)
-{
-    char dir[4096];
-    if (!xdg_dir(XDG_CACHE, dir, sizeof dir)) return NULL;
-    int n = snprintf(buf, size, "%s/expert-popularity/%s.pop", dir, base_name(model));
-    return n > 0 && (size_t)n < size ? buf : NULL;
-}
-
 static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool plan_only, int plan_ctx, int layer_end,
                                uint64_t expert_cache, ds4_error *why)
 {
@@ -102,7 +92,7 @@ static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool pl
         .plan_ctx = plan_ctx,
         .device_memory = memplan_device_memory_override(),
         .expert_cache = expert_cache,
-        .expert_stats = expert_cache ? stats_path(path, stats, sizeof stats) : NULL,
+        .expert_stats = expert_cache ? expert_stats_path(path, stats, sizeof stats) : NULL,
         .load_progress = plan_only ? NULL : progress_load_callback,
         .load_ud = plan_only ? NULL : &p,
     };

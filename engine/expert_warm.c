@@ -39,10 +39,10 @@ int expert_warm_save(expert_cache *c, uint64_t identity, const char *path, ds4_e
     return rc;
 }
 
-int expert_warm_load(expert_cache *c, uint64_t identity, const char *path)
+/* The counts of path into pop (cells of n_layer × n_expert) when the file
+ * is this model's; false otherwise. */
+static bool read_counts(const char *path, uint64_t identity, int nl, int ne, uint32_t *pop)
 {
-    int nl, ne;
-    uint32_t *pop = expert_cache_popularity(c, &nl, &ne);
     size_t cells = (size_t)nl * (size_t)ne, len = 0;
     char *d = file_read_regular(path, &len);
     const uint8_t *b = (const uint8_t *)d;
@@ -52,5 +52,38 @@ int expert_warm_load(expert_cache *c, uint64_t identity, const char *path)
     if (ok)
         for (size_t i = 0; i < cells; i++) pop[i] = get_u32(b + WARM_HEADER + 4 * i);
     free(d);
-    return ok ? 1 : 0;
+    return ok;
+}
+
+int expert_warm_load(expert_cache *c, uint64_t identity, const char *path)
+{
+    int nl, ne;
+    uint32_t *pop = expert_cache_popularity(c, &nl, &ne);
+    return read_counts(path, identity, nl, ne, pop) ? 1 : 0;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int expert_warm_hit_rate(const char *path, uint64_t identity, int n_layer, int n_expert, uint64_t slots, double *rate)
+{
+    size_t cells = (size_t)n_layer * (size_t)n_expert;
+    uint32_t *pop = cells ? malloc(cells * sizeof *pop) : NULL;
+    if (!pop || !read_counts(path, identity, n_layer, n_expert, pop)) {
+        free(pop);
+        return -1;
+    }
+    qsort(pop, cells, sizeof *pop, cmp_desc);
+    double top = 0, all = 0;
+    for (size_t i = 0; i < cells; i++) {
+        all += pop[i];
+        if (i < slots) top += pop[i];
+    }
+    free(pop);
+    if (all <= 0) return -1;
+    *rate = top / all;
+    return 0;
 }

@@ -157,3 +157,40 @@ TEST(stream_plan, a_session_is_planned_where_the_file_does_not_fit)
     CHECK(rc != 0);
     CHECK_CONTAINS(out, "the model does not fit in memory: the non-routed weights (19.3 MiB) and a session");
 }
+
+/* After a run has kept the experts' popularity, --model-info also gives
+ * the hit rate the planned cache would have had on that routing. */
+TEST(stream_plan, model_info_measures_the_hit_rate_on_earlier_routing)
+{
+    const char *path = fixture();
+    const char *cache = test_tmp_path("xdg-cache");
+    const char *stats = test_printf("%s/ds4cl/expert-popularity/experts.gguf.pop", cache);
+    ds4_engine_options eo = { .model_path = path, .backend = DS4_BACKEND_CPU, .threads = 2,
+                              .expert_cache = 16 * MiB, .expert_stats = stats };
+    ds4_error err = { "" };
+    ds4_engine *e = ds4_engine_open(&eo, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    ds4_session *s = ds4_session_open(e, 64, &err);
+    CHECK(s != NULL);
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = (i * 37 + 5) % 311;
+    CHECK_MSG(ds4_session_sync(s, ids, 12, NULL, &err) == DS4_OK, "%s", err.msg);
+    ds4_session_close(s);
+    ds4_engine_close(e); /* writes the popularity */
+    char *out;
+    int rc = test_runf(&out, "XDG_CACHE_HOME=%s DS4CL_MEM_AVAILABLE=1100M %s/ds4cl --model-info -m %s 2>&1", cache,
+                       test_bindir(), path);
+    CHECK_MSG(rc == 0, "%s", out);
+    const char *at = strstr(out, "(the routing of earlier runs)");
+    CHECK_MSG(at != NULL, "%s", out);
+    /* the line starts "  hit rate H": a real share, above the uniform one */
+    const char *line = at;
+    while (line > out && line[-1] != '\n') line--;
+    double h = -1, u = -1;
+    CHECK(sscanf(line, "  hit rate %lf", &h) == 1);
+    const char *uni = strstr(out, "(uniform routing)");
+    const char *ul = uni;
+    while (ul > out && ul[-1] != '\n') ul--;
+    CHECK(sscanf(ul, "  hit rate %lf", &u) == 1);
+    CHECK_MSG(h > u && h <= 1.0, "earlier routing %.2f, uniform %.2f", h, u);
+}
