@@ -224,9 +224,36 @@ static int open_fds(expert_cache *c, ds4_error *err)
  * far ahead), so the whole mapping goes without readahead: the non-routed
  * weights it still reads are brought in beforehand (a warm-up read) or
  * fault in page by page. */
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void advise_mapping(expert_cache *c)
 {
-    madvise((void *)(uintptr_t)gguf_base(c->m->file), gguf_size(c->m->file), MADV_RANDOM);
+    uint8_t *base = (uint8_t *)(uintptr_t)gguf_base(c->m->file);
+    uint64_t size = gguf_size(c->m->file), page = (uint64_t)sysconf(_SC_PAGESIZE);
+    madvise(base, (size_t)size, MADV_RANDOM);
+    /* ... and the other weights are asked for ahead, gap by gap between
+     * the expert tensors, so that they need not fault in page by page */
+    size_t n = (size_t)c->n_layer * 3;
+    uint64_t *r = malloc(2 * n * sizeof *r);
+    if (!r) return;
+    for (int l = 0; l < c->n_layer; l++)
+        for (int p = 0; p < 3; p++) {
+            r[2 * (3 * l + p)] = c->layers[l].off[p];
+            r[2 * (3 * l + p) + 1] = c->layers[l].off[p] + c->layers[l].len[p] * (uint64_t)c->n_expert;
+        }
+    qsort(r, n, 2 * sizeof *r, cmp_u64); /* by start; the ranges do not overlap */
+    uint64_t at = 0;
+    for (size_t i = 0; i <= n; i++) {
+        uint64_t end = i < n ? r[2 * i] : size, lo = (at + page - 1) / page * page, hi = i < n ? end / page * page : end;
+        if (hi > size) hi = size;
+        if (hi > lo) madvise(base + lo, (size_t)(hi - lo), MADV_WILLNEED);
+        if (i < n) at = r[2 * i + 1];
+    }
+    free(r);
 }
 
 static int alloc_slots(expert_cache *c, ds4_error *err)

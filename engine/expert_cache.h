@@ -13,7 +13,8 @@
  *   by posix_fadvise(DONTNEED) on the range so that the page cache does not
  *   keep a second copy ($DS4CL_EXPERT_CACHE_BUFFERED set: always so). The
  *   mapping is advised MADV_RANDOM, so that faults on the other weights do
- *   not read ahead into the experts.
+ *   not read ahead into the experts, and MADV_WILLNEED on the pages between
+ *   the expert tensors, so that the other weights are read ahead anyway.
  * - Requests: expert_cache_begin() takes one layer's routing decision (the
  *   distinct experts a MoE call needs, at most expert_cache_slots() of
  *   them), returns where each expert's rows are, and issues every missing
