@@ -11,8 +11,10 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/expert_setup.h"
 #include "cli/memplan.h"
 #include "cli/model_path.h"
+#include "engine/expert_warm.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
@@ -198,13 +200,59 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds
     }
 }
 
+/* Where the routed experts would be on this machine, and what a token
+ * then costs in reads from the file. */
+static void print_streaming(const ds4cl_options *o, const char *path, uint64_t identity, int n_layer, int n_expert)
+{
+    expert_setup_result xs;
+    bool ok = expert_setup(o, path, 0, true, &xs) == 0;
+    const stream_shape *sh = &xs.shape;
+    if (!ok) {
+        printf("\nrouted experts  no expert cache fits (the numbers are above)\n");
+        return;
+    }
+    if (!xs.plan.streaming) {
+        printf("\nrouted experts  mapped with the rest of the file (it fits in memory)\n");
+        return;
+    }
+    printf("\nrouted experts  read from the file through an expert cache\n");
+    printf("  in memory         the non-routed weights ");
+    print_bytes(sh->resident_bytes);
+    printf(", an expert cache of ");
+    print_bytes(xs.plan.cache_bytes);
+    printf(" (%llu of %llu experts, ", (unsigned long long)xs.plan.slots, (unsigned long long)sh->n_experts);
+    print_bytes(sh->slot_bytes);
+    printf(" each, locked where permitted), the session\n  in the file       the routed experts ");
+    print_bytes(sh->expert_bytes);
+    printf("; a token reads %d per layer: ", sh->min_slots);
+    print_bytes(sh->token_bytes);
+    printf("\n");
+    double rates[] = { stream_uniform_hit_rate(sh, xs.plan.slots), 0.8, 0 };
+    const char *what[] = { "uniform routing", "skewed routing", "the routing of earlier runs" };
+    char stats[4096];
+    int n_rates = 2;
+    if (expert_stats_path(path, stats, sizeof stats) &&
+        expert_warm_hit_rate(stats, identity, n_layer, n_expert, xs.plan.slots, &rates[2]) == 0)
+        n_rates = 3;
+    for (int i = 0; i < n_rates; i++) {
+        uint64_t b = stream_disk_bytes(sh, rates[i]);
+        printf("  hit rate %.2f     (%s) ", rates[i], what[i]);
+        print_bytes(b);
+        printf(" from disk per token");
+        if (b) printf(": at most %.1f t/s at 3 GB/s, %.1f t/s at 7 GB/s", 3e9 / (double)b, 7e9 / (double)b);
+        printf("\n");
+    }
+}
+
 /* --ctx auto: the context a session would get on this machine, and why
  * (the planner's account), as -p and the interactive agent would plan it;
  * 0 after printing the refusal when none fits. */
 static int plan_auto(const ds4cl_options *o, const char *path, char *why, size_t whylen)
 {
+    expert_setup_result xs;
+    if (expert_setup(o, path, 0, true, &xs) != 0) return 0;
     ds4_engine_options eo = { .model_path = path, .backend = o->backend, .device = o->device,
-                              .quant_sim = o->quant_sim, .plan_only = true };
+                              .quant_sim = o->quant_sim, .plan_only = true, .expert_cache = xs.plan.cache_bytes };
     ds4_error err = { { 0 } };
     ds4_engine *e = ds4_engine_open(&eo, &err);
     if (!e) {
@@ -312,6 +360,7 @@ int cmd_model_info(const ds4cl_options *o)
     printf("\n");
     if (o->backend == DS4_BACKEND_OPENCL) print_opencl(&clp, m, n_ctx, o->quant_sim);
     else {
+        print_streaming(o, path, gguf_identity(f), hp->n_layer, hp->n_expert);
         const char *why = "";
         printf("\ncpu experts   %s\n", ds4_cpu_experts_mode(o->quant_sim, &why));
         if (*why) printf("              (%s)\n", why);

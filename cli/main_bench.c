@@ -13,6 +13,7 @@
 #include "cli/bench_replay.h"
 #include "cli/bench_search.h"
 #include "cli/bench_serve.h"
+#include "cli/bench_stream.h"
 #include "cli/bench_tokenizer.h"
 
 #ifdef DS4CL_MPI
@@ -50,6 +51,11 @@ static void help(void)
           "                   [--split-devices D,D]\n"
           "                   CSV: OpenCL with routed experts in host memory (CPU), or the layers split\n"
           "                   over several devices, vs all on one device\n"
+          "       ds4cl-bench --stream-bench -m MODEL [-m MODEL …] [--budgets 10,25,50,100]\n"
+          "                   [--prompt-tokens P] [--warm-tokens W] [--gen-tokens G] [--threads T]\n"
+          "                   CSV: decode with the routed experts read through an expert cache\n"
+          "                   per budget (% of the experts), against the mapped file cold and\n"
+          "                   resident; hit rate, disk bytes per token, read rates\n"
           "       ds4cl-bench --attn-bench [--backend cpu|opencl|both] [--rows LIST] [--ctx LIST] [--f32]\n"
           "                   attention and indexer cost per decode step at long context\n"
           "       mpirun -np N ds4cl-bench --mpi-bench -m MODEL [--prompt-tokens P] [--gen-tokens G] [--reps R]\n"
@@ -78,6 +84,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--serve-bench")) return bench_serve_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--replay-bench")) return bench_replay_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--hybrid-bench")) return bench_hybrid_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--stream-bench")) return bench_stream_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--mpi-bench")) return bench_mpi_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--prompt-file")) return bench_speed_main(argc, argv);

@@ -28,6 +28,8 @@ static void help(void)
           "      --quant q2|q4    routed experts: q2 = IQ2_XXS gate/up + Q2_K down (default),\n"
           "                       q4 = Q4_K\n"
           "      --seed S         weight seed (default 1); the same flags give the same file\n"
+"      --router-skew S  route like real models: each layer prefers a random ranking of\n"
+"                       its experts with Zipf weights (1 + rank)^-S (default 0: none)\n"
           "      --tiny-vocab     byte-level vocabulary: 256 byte tokens, 48 merges, 7 specials\n"
           "      --vocab FILE     a Hugging Face tokenizer.json laid out as the DS4 vocabulary\n"
           "                       (ids 0..127999 from it, DS4 specials at their ids, 129280 tokens)\n"
@@ -58,12 +60,13 @@ enum {
     O_PRESET = 1000, O_QUANT, O_SEED, O_TINY_VOCAB, O_VOCAB, O_NAME, O_RATIOS, O_VERSION,
     O_LAYERS, O_EMBD, O_HEADS, O_HEAD_DIM, O_ROPE_DIM, O_Q_LORA, O_O_LORA, O_OUT_GROUPS,
     O_EXPERTS, O_EXPERTS_USED, O_EXPERT_FF, O_HASH, O_SWA, O_IDX_HEADS, O_IDX_DIM, O_IDX_TOPK,
-    O_HC, O_SINKHORN,
+    O_HC, O_SINKHORN, O_ROUTER_SKEW,
 };
 
 static const struct option longopts[] = {
     { "output", required_argument, 0, 'o' },   { "preset", required_argument, 0, O_PRESET },
     { "quant", required_argument, 0, O_QUANT }, { "seed", required_argument, 0, O_SEED },
+    { "router-skew", required_argument, 0, O_ROUTER_SKEW },
     { "tiny-vocab", no_argument, 0, O_TINY_VOCAB }, { "vocab", required_argument, 0, O_VOCAB },
     { "name", required_argument, 0, O_NAME },   { "ratios", required_argument, 0, O_RATIOS },
     { "quiet", no_argument, 0, 'q' },           { "help", no_argument, 0, 'h' },
@@ -151,6 +154,13 @@ int main(int argc, char **argv)
             char *end;
             s.seed = strtoull(optarg, &end, 0);
             if (!*optarg || *end) return usage_error("--seed wants a number, not '%s'", optarg);
+            break;
+        }
+        case O_ROUTER_SKEW: {
+            char *end;
+            s.router_skew = strtod(optarg, &end);
+            if (!*optarg || *end || !(s.router_skew >= 0 && s.router_skew <= 8))
+                return usage_error("--router-skew wants a number from 0 to 8, not '%s'", optarg);
             break;
         }
         case O_TINY_VOCAB: tiny_vocab = true; break;

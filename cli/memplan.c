@@ -511,7 +511,8 @@ int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char
     ds4_engine_info(e, &info);
     pool pl;
     memplan_policy pol = memplan_default_policy();
-    uint64_t weights = info.weights_bytes;
+    /* with an expert cache, the routed experts take its budget, not their size */
+    uint64_t weights = info.weights_bytes - (info.expert_cache_bytes ? info.expert_bytes - info.expert_cache_bytes : 0);
     ds4_placement place;
     if (backend == DS4_BACKEND_OPENCL && ds4_engine_placement(e, &place) == 0 && !place.shares_host_memory &&
         place.device_memory) {

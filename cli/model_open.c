@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "cli/expert_setup.h"
 #include "cli/memplan.h"
 #include "cli/model_path.h"
 #include "cli/page_warm.h"
@@ -71,8 +72,9 @@ static bool plan_ctx(ds4_engine *e, const ds4cl_options *o, int default_ctx, int
 }
 
 static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool plan_only, int plan_ctx, int layer_end,
-                               ds4_error *why)
+                               uint64_t expert_cache, ds4_error *why)
 {
+    char stats[4096];
     progress p;
     if (!plan_only) progress_start(&p, "loading model", PROGRESS_QUIET);
     ds4_engine_options eo = {
@@ -89,6 +91,8 @@ static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool pl
         .stream_experts = o->stream_experts,
         .plan_ctx = plan_ctx,
         .device_memory = memplan_device_memory_override(),
+        .expert_cache = expert_cache,
+        .expert_stats = expert_cache ? expert_stats_path(path, stats, sizeof stats) : NULL,
         .load_progress = plan_only ? NULL : progress_load_callback,
         .load_ud = plan_only ? NULL : &p,
     };
@@ -113,6 +117,8 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     /* the steps that print more than a line say what and where to look */
     if (why) ds4_error_set(why, "the model could not be opened (the reason is on stderr)");
     bool scripted = o->backend == DS4_BACKEND_SCRIPT;
+    expert_setup_result xs;
+    memset(&xs, 0, sizeof xs);
     char buf[PATH_MAX];
     const char *path = o->model_path;
     if (!scripted || path) {
@@ -122,7 +128,11 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
             return NULL;
         }
         /* a split job holds only part of the weights here */
-        if (!scripted && SPLIT_RANKS() == 1 && memplan_precheck_file(path, o->backend) != 0) {
+        /* the CPU backend streams the routed experts when the file does not fit */
+        int rc = scripted || SPLIT_RANKS() > 1 ? 0
+               : o->backend == DS4_BACKEND_CPU ? expert_setup(o, path, default_ctx, false, &xs)
+               : memplan_precheck_file(path, o->backend);
+        if (rc != 0) {
             if (why) ds4_error_set(why, "the model's weights do not fit in memory (the numbers are on stderr)");
             return NULL;
         }
@@ -133,7 +143,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     int layer_end = 0;
 #ifdef DS4CL_MPI
     if (!scripted && SPLIT_RANKS() > 1) {
-        ds4_engine *pe = open_engine(o, path, true, 0, 0, why);
+        ds4_engine *pe = open_engine(o, path, true, 0, 0, 0, why);
         if (!pe) return NULL;
         ds4_error err = { "" };
         int rc = dmpi_plan(pe, &layer_end, &err);
@@ -147,7 +157,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     /* Opening for OpenCL uploads the weights: the plan is made on an
      * engine opened without them, so that a refusal costs no upload. */
     if (o->backend == DS4_BACKEND_OPENCL) {
-        ds4_engine *plan = open_engine(o, path, true, o->ctx > 0 ? o->ctx : default_ctx, layer_end, why);
+        ds4_engine *plan = open_engine(o, path, true, o->ctx > 0 ? o->ctx : default_ctx, layer_end, 0, why);
         if (!plan) return NULL;
         bool ok = plan_ctx(plan, o, default_ctx, n_ctx, exit_code, check, why);
         ds4_engine_close(plan);
@@ -155,7 +165,8 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     }
     double t0 = base_now_ms();
     /* an OpenCL engine places the model for the context just decided */
-    ds4_engine *e = open_engine(o, path, false, o->backend == DS4_BACKEND_OPENCL ? *n_ctx : 0, layer_end, why);
+    ds4_engine *e = open_engine(o, path, false, o->backend == DS4_BACKEND_OPENCL ? *n_ctx : 0, layer_end,
+                                xs.plan.cache_bytes, why);
     if (!e) return NULL;
 #ifdef DS4CL_MPI
     if (!scripted) {
@@ -183,6 +194,13 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     ds4_model_info info;
     memset(&info, 0, sizeof info);
     ds4_engine_info(e, &info);
+    if (xs.plan.streaming) {
+        /* reading the whole file would fill the page cache with the experts
+         * the cache exists to keep out of memory: the other weights come in
+         * as they are first used */
+        progress_print_loaded(info.name[0] ? info.name : base_name(path), t0);
+        return e;
+    }
     progress p;
     progress_start(&p, "reading weights", PROGRESS_QUIET);
     page_warm_stats ws;

@@ -9,13 +9,15 @@
  *
  * Steps: -m or the default model (model_path_resolve: explains how to
  * download one when there is none); the weights against the backend's
- * memory before anything is read (memplan_precheck_file); ds4_engine_open
+ * memory before anything is read (memplan_precheck_file; for the CPU
+ * backend expert_setup, which streams the routed experts through an
+ * expert cache when the file does not fit); ds4_engine_open
  * with a progress line on a terminal; the context from --ctx N / auto /
- * the default (memplan_session_ctx), refused with the numbers when it
- * cannot fit, or below the caller's least (the agent's system prompt must
+ * the default (memplan_session_ctx, counting the expert cache instead of
+ * the experts), refused with the numbers when it cannot fit, or below the caller's least (the agent's system prompt must
  * fit in it), still before any weight is read or uploaded —
  * OpenCL plans on an engine opened without weights first; the weights
- * read into memory (page_warm) with a progress
+ * read into memory (page_warm; not when the experts stream) with a progress
  * line on a terminal; "loaded NAME in X s". The scripted test engine skips
  * the memory steps, the reading and the load report.
  */

@@ -21,6 +21,7 @@ enum {
     OPT_RULES, OPT_NO_SANDBOX, OPT_NO_PROMPT_CACHE, OPT_TRACE, OPT_RESUME, OPT_CONTINUE, OPT_SESSION,
     OPT_CDP_URL, OPT_BROWSER, OPT_SEARCH_URL, OPT_SYSTEM, OPT_DIR, OPT_TOKEN,
     OPT_NO_COLOR, OPT_MAX_TOOL_ROUNDS, OPT_CPU_MOE, OPT_N_CPU_MOE, OPT_SPLIT, OPT_STREAM_EXPERTS,
+    OPT_EXPERT_CACHE,
 };
 
 static const struct option long_opts[] = {
@@ -40,6 +41,7 @@ static const struct option long_opts[] = {
     { "cpu-moe", no_argument, 0, OPT_CPU_MOE },
     { "split", required_argument, 0, OPT_SPLIT },
     { "stream-experts", required_argument, 0, OPT_STREAM_EXPERTS },
+    { "expert-cache", required_argument, 0, OPT_EXPERT_CACHE },
     { "n-cpu-moe", required_argument, 0, OPT_N_CPU_MOE },
     { "engine", required_argument, 0, OPT_ENGINE },
     { "quant-sim", required_argument, 0, OPT_QUANT_SIM },
@@ -101,6 +103,9 @@ void options_print_help(void)
 "                          default: as many as the device cannot hold)\n"
 "      --stream-experts N  OpenCL: prefill chunks of N tokens or more compute those experts\n"
 "                          on the device, copying each layer's there (default 0: never)\n"
+"      --expert-cache SIZE|auto|off  CPU: read the routed experts from the file through\n"
+"                          a cache of SIZE (e.g. 12G) in memory; auto (default, or\n"
+"                          $DS4CL_EXPERT_CACHE): only when the file does not fit\n"
 "      --engine script:FILE  scripted test engine (JSON Lines replies)\n"
 "      --quant-sim full|f16kv|none  rounding simulations (diagnostics)\n"
 "\n"
@@ -236,6 +241,13 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
             if (!parse_int(optarg, 0, 1 << 20, &iv)) return usage_error("--stream-experts wants a token count ≥ 0, not '%s'", optarg);
             o->stream_experts = (int)iv;
             break;
+        case OPT_EXPERT_CACHE: {
+            uint64_t v;
+            if (strcmp(optarg, "auto") && strcmp(optarg, "off") && (memplan_parse_size(optarg, &v) != 0 || !v))
+                return usage_error("--expert-cache wants a size such as 12G, auto or off, not '%s'", optarg);
+            o->expert_cache = optarg;
+            break;
+        }
         case OPT_N_CPU_MOE:
             if (!parse_int(optarg, 0, INT_MAX, &iv)) return usage_error("--n-cpu-moe wants a number ≥ 0, not '%s'", optarg);
             o->host_expert_layers = iv == 0 ? DS4_EXPERTS_ON_DEVICE : (int)iv;

@@ -39,6 +39,7 @@ typedef struct {
     int host_expert_layers;     /* --cpu-moe / --n-cpu-moe (ds4_engine_options) */
     const char *split;          /* --split (ds4_engine_options) */
     int stream_experts;         /* --stream-experts (ds4_engine_options) */
+    const char *expert_cache;   /* --expert-cache SIZE|auto|off; NULL: $DS4CL_EXPERT_CACHE, else auto */
     ds4_quant_sim quant_sim;    /* --quant-sim */
 
     /* text input */

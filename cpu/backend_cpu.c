@@ -2,6 +2,7 @@
  * of cpu_ops.c. */
 #include "engine/backend.h"
 #include "cpu/cpu_ops.h"
+#include "engine/expert_warm.h"
 #include "engine/forward.h"
 
 #include <stdio.h>
@@ -11,6 +12,19 @@
 #include "cpu/cpu_kernels.h"
 #include "cpu/qk.h"
 
+static void preload_progress(void *ud, double f)
+{
+    const ds4_engine *e = ud;
+    e->opt.load_progress(e->opt.load_ud, f, "preloading popular experts");
+}
+
+/* The experts the previous runs used most, back in the cache. */
+static int warm_start(const ds4_engine *e, expert_cache *ec, ds4_error *err)
+{
+    if (!e->opt.expert_stats || !expert_warm_load(ec, e->identity, e->opt.expert_stats)) return 0;
+    return expert_cache_preload(ec, e->opt.load_progress ? preload_progress : NULL, (void *)e, err) < 0 ? -1 : 0;
+}
+
 /* An ops context over e's model: the backend's own, or one that computes
  * parts another backend's placement keeps in host memory. */
 static int cpu_ops_for(const ds4_engine *e, const ds4_ops **ops, void **ctx, void (**free_ctx)(void *), ds4_error *err)
@@ -18,6 +32,13 @@ static int cpu_ops_for(const ds4_engine *e, const ds4_ops **ops, void **ctx, voi
     *ctx = cpu_ops_new(e->model, e->opt.threads, err);
     if (!*ctx) return -1;
     cpu_ops_set_expert_arith(*ctx, cpu_expert_arith_for(e->opt.quant_sim));
+    if (e->opt.expert_cache && !e->opt.plan_only) {
+        expert_cache *ec = expert_cache_open(e->model_path, e->model, e->opt.expert_cache, err);
+        if (!ec || cpu_ops_set_expert_cache(*ctx, ec, err) || warm_start(e, ec, err)) {
+            cpu_ops_free(*ctx);
+            return -1;
+        }
+    }
     *ops = &cpu_ops;
     *free_ctx = cpu_ops_free;
     return 0;
@@ -34,6 +55,11 @@ static int cpu_open(ds4_engine *e, ds4_error *err)
 
 static void cpu_close(ds4_engine *e)
 {
+    expert_cache *ec = e->impl ? cpu_ops_expert_cache(fwd_ops_ctx(e->impl)) : NULL;
+    ds4_error err = { "" };
+    /* the popularity for the next start; a failure costs only its warmth */
+    if (ec && e->opt.expert_stats && expert_warm_save(ec, e->identity, e->opt.expert_stats, &err) != 0)
+        fprintf(stderr, "ds4cl: cannot keep the experts' popularity: %s\n", err.msg);
     fwd_backend_close(e, cpu_ops_free);
 }
 
@@ -49,6 +75,11 @@ const char *ds4_cpu_experts_mode(ds4_quant_sim q, const char **note)
 {
     if (note) *note = qk_level_error();
     return cpu_expert_arith_name(cpu_expert_arith_for(q));
+}
+
+static const expert_cache *cpu_expert_cache(const ds4_engine *e)
+{
+    return e->impl ? cpu_ops_expert_cache(fwd_ops_ctx(e->impl)) : NULL;
 }
 
 static uint64_t cpu_session_bytes(const ds4_engine *e, int n_ctx)
@@ -88,5 +119,6 @@ const ds4_backend_ops ds4_backend_cpu = {
     .describe = cpu_describe,
     .session_bytes = cpu_session_bytes,
     .ops_new = cpu_ops_for,
+    .expert_cache = cpu_expert_cache,
     FWD_BACKEND_SESSION_OPS,
 };

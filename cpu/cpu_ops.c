@@ -1,6 +1,7 @@
 /* cpu_ops.c — ds4_ops on the host: buffers, embedding, hyper-connections,
- * norms, products, RoPE, rounding simulations and the MoE. The compressed
- * attention ops (compressor, indexer, attention) are in cpu_attn.c.
+ * norms, products, RoPE, rounding simulations and the router. The
+ * compressed attention ops (compressor, indexer, attention) are in
+ * cpu_attn.c, the routed experts in cpu_moe.c.
  *
  * Every op is one or more parallel loops whose tasks each produce a
  * disjoint part of the output with a fixed arithmetic, so the bits do not
@@ -111,6 +112,9 @@ void cpu_ops_free(void *ctx)
     cpu_ctx *c = ctx;
     if (!c) return;
     if (c->tp) tp_free(c->tp);
+    expert_cache_close(c->ec);
+    free(c->ec_rows);
+    free(c->ec_hit);
     for (int i = 0; c->tscr && i < c->nt; i++) free(c->tscr[i]);
     free(c->tscr);
     for (int i = 0; i < CPU_SCR_SLOTS; i++) free(c->scr[i]);
@@ -118,6 +122,29 @@ void cpu_ops_free(void *ctx)
 }
 
 int cpu_ops_threads(void *ctx) { return ((cpu_ctx *)ctx)->nt; }
+
+int cpu_ops_set_expert_cache(void *ctx, expert_cache *ec, ds4_error *err)
+{
+    cpu_ctx *c = ctx;
+    size_t E = (size_t)c->hp->n_expert;
+    expert_rows *rows = calloc(E, sizeof *rows);
+    bool *hit = calloc(E, sizeof *hit);
+    if (!rows || !hit) {
+        free(rows);
+        free(hit);
+        expert_cache_close(ec);
+        return ds4_error_set(err, "out of memory");
+    }
+    expert_cache_close(c->ec);
+    free(c->ec_rows);
+    free(c->ec_hit);
+    c->ec = ec;
+    c->ec_rows = rows;
+    c->ec_hit = hit;
+    return 0;
+}
+
+expert_cache *cpu_ops_expert_cache(void *ctx) { return ((cpu_ctx *)ctx)->ec; }
 
 uint64_t cpu_ops_scratch_bytes(void *ctx)
 {
@@ -169,7 +196,7 @@ static void cpu_release(void *ctx, ds4_buf *b)
     free(b);
 }
 
-static int range_ok(cpu_ctx *c, ds4_buf *b, size_t off, size_t n)
+int cpu_range_ok(cpu_ctx *c, ds4_buf *b, size_t off, size_t n)
 {
     if (!b || off > b->n || n > b->n - off)
         return cpu_fail(c, "buffer access [%zu, +%zu) outside a buffer of %zu bytes", off, n, b ? b->n : 0);
@@ -178,14 +205,14 @@ static int range_ok(cpu_ctx *c, ds4_buf *b, size_t off, size_t n)
 
 static int cpu_write(void *ctx, ds4_buf *dst, size_t off, const void *src, size_t n)
 {
-    if (range_ok(ctx, dst, off, n)) return -1;
+    if (cpu_range_ok(ctx, dst, off, n)) return -1;
     memcpy(dst->p + off, src, n);
     return 0;
 }
 
 static int cpu_read(void *ctx, ds4_buf *src, size_t off, void *dst, size_t n)
 {
-    if (range_ok(ctx, src, off, n)) return -1;
+    if (cpu_range_ok(ctx, src, off, n)) return -1;
     memcpy(dst, src->p + off, n);
     return 0;
 }
@@ -198,7 +225,7 @@ static void *cpu_host(void *ctx, ds4_buf *b)
 
 static int cpu_copy(void *ctx, ds4_buf *dst, size_t doff, ds4_buf *src, size_t soff, size_t n)
 {
-    if (range_ok(ctx, dst, doff, n) || range_ok(ctx, src, soff, n)) return -1;
+    if (cpu_range_ok(ctx, dst, doff, n) || cpu_range_ok(ctx, src, soff, n)) return -1;
     memmove(dst->p + doff, src->p + soff, n);
     return 0;
 }
@@ -258,8 +285,8 @@ static int cpu_matmul(void *ctx, const ds4_tensor *W, ds4_buf *xb, int T, int n_
 {
     cpu_ctx *c = ctx;
     int64_t in = W->ne[0], out = W->ne[1];
-    if (range_ok(c, xb, 0, (size_t)T * (size_t)n_groups * (size_t)in * 4) ||
-        range_ok(c, yb, 0, (size_t)T * (size_t)out * 4))
+    if (cpu_range_ok(c, xb, 0, (size_t)T * (size_t)n_groups * (size_t)in * 4) ||
+        cpu_range_ok(c, yb, 0, (size_t)T * (size_t)out * 4))
         return -1;
     const float **x = (const float **)(void *)cpu_scratch(c, CPU_SCR_PTRS, (size_t)(n_groups + 1) * (size_t)T * 2);
     if (!x) return cpu_fail(c, "out of memory");
@@ -279,7 +306,7 @@ static int cpu_embed(void *ctx, const ds4_tensor *table, ds4_buf *tokens, int T,
     cpu_ctx *c = ctx;
     const ds4_hparams *hp = c->hp;
     int64_t D = table->ne[0], V = table->ne[1];
-    if (range_ok(c, tokens, 0, (size_t)T * 4) || range_ok(c, S, 0, (size_t)T * (size_t)hp->n_hc * (size_t)D * 4))
+    if (cpu_range_ok(c, tokens, 0, (size_t)T * 4) || cpu_range_ok(c, S, 0, (size_t)T * (size_t)hp->n_hc * (size_t)D * 4))
         return -1;
     const int32_t *ids = (const int32_t *)(void *)tokens->p;
     float *s = (float *)(void *)S->p;
@@ -294,14 +321,6 @@ static int cpu_embed(void *ctx, const ds4_tensor *table, ds4_buf *tokens, int T,
 
 static float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-static float sigmoid_stable(float z)
-{
-    if (z >= 0.0f) return 1.0f / (1.0f + expf(-z));
-    float e = expf(z);
-    return e / (1.0f + e);
-}
-
-static float silu(float z) { return z * sigmoid_stable(z); }
 
 /* r = 1/sqrt(mean(x²) + eps) with Σx² in double. */
 static float rms_scale(const float *x, int64_t n, float eps)
@@ -373,7 +392,7 @@ static void hc_mix_task(void *arg, int64_t t, int worker)
     float pre[64];
     /* the reference's output head uses the two-sided sigmoid, the HC sites the plain one */
     for (int i = 0; i < nh; i++)
-        pre[i] = (j->post ? sigmoidf(mix[i] * scale[0] + base[i]) : sigmoid_stable(mix[i] * scale[0] + base[i])) +
+        pre[i] = (j->post ? sigmoidf(mix[i] * scale[0] + base[i]) : cpu_sigmoid_stable(mix[i] * scale[0] + base[i])) +
                  hp->hc_eps;
     float *x = j->x + t * D;
     for (int64_t d = 0; d < D; d++) {
@@ -394,9 +413,9 @@ static int hc_common(cpu_ctx *c, const ds4_hc_site *w, ds4_buf *Sb, int T, ds4_b
     const ds4_hparams *hp = c->hp;
     int nh = hp->n_hc;
     hc_job j = { .c = c, .w = w, .mix_n = (int)w->fn->ne[1] };
-    if (range_ok(c, Sb, 0, (size_t)T * (size_t)hp->hc_dim * 4) || range_ok(c, xb, 0, (size_t)T * (size_t)hp->n_embd * 4) ||
-        (postb && (range_ok(c, postb, 0, (size_t)T * (size_t)nh * 4) ||
-                   range_ok(c, combb, 0, (size_t)T * (size_t)nh * (size_t)nh * 4))))
+    if (cpu_range_ok(c, Sb, 0, (size_t)T * (size_t)hp->hc_dim * 4) || cpu_range_ok(c, xb, 0, (size_t)T * (size_t)hp->n_embd * 4) ||
+        (postb && (cpu_range_ok(c, postb, 0, (size_t)T * (size_t)nh * 4) ||
+                   cpu_range_ok(c, combb, 0, (size_t)T * (size_t)nh * (size_t)nh * 4))))
         return -1;
     if (nh > 64) return cpu_fail(c, "hyper-connection count %d is too large", nh);
     j.S = (const float *)(void *)Sb->p;
@@ -458,9 +477,9 @@ static int cpu_hc_post(void *ctx, ds4_buf *S_in, ds4_buf *F, ds4_buf *post, ds4_
     cpu_ctx *c = ctx;
     const ds4_hparams *hp = c->hp;
     size_t hs = (size_t)T * (size_t)hp->hc_dim * 4;
-    if (range_ok(c, S_in, 0, hs) || range_ok(c, S_out, 0, hs) || range_ok(c, F, 0, (size_t)T * (size_t)hp->n_embd * 4) ||
-        range_ok(c, post, 0, (size_t)T * (size_t)hp->n_hc * 4) ||
-        range_ok(c, comb, 0, (size_t)T * (size_t)hp->n_hc * (size_t)hp->n_hc * 4))
+    if (cpu_range_ok(c, S_in, 0, hs) || cpu_range_ok(c, S_out, 0, hs) || cpu_range_ok(c, F, 0, (size_t)T * (size_t)hp->n_embd * 4) ||
+        cpu_range_ok(c, post, 0, (size_t)T * (size_t)hp->n_hc * 4) ||
+        cpu_range_ok(c, comb, 0, (size_t)T * (size_t)hp->n_hc * (size_t)hp->n_hc * 4))
         return -1;
     if (S_in->p == S_out->p) return cpu_fail(c, "hc_post: output aliases input");
     hcpost_job j = { hp, (const float *)(void *)S_in->p, (const float *)(void *)F->p, (const float *)(void *)post->p,
@@ -495,7 +514,7 @@ static int cpu_rmsnorm(void *ctx, ds4_buf *x, const ds4_tensor *w, int64_t n_row
 {
     cpu_ctx *c = ctx;
     size_t bytes = (size_t)n_rows * (size_t)n * 4;
-    if (range_ok(c, x, 0, bytes) || range_ok(c, y, 0, bytes)) return -1;
+    if (cpu_range_ok(c, x, 0, bytes) || cpu_range_ok(c, y, 0, bytes)) return -1;
     if (w && (w->type != GGML_TYPE_F32 || w->ne[0] != n)) return cpu_fail(c, "rmsnorm: weight is not F32 [%d]", n);
     norm_job j = { (const float *)(void *)x->p, w ? (const float *)w->data : NULL, (float *)(void *)y->p, n,
                    c->hp->rms_eps };
@@ -522,7 +541,7 @@ static void swiglu_task(void *arg, int64_t task, int worker)
             g = g > c ? c : g;
             u = u > c ? c : u < -c ? -c : u;
         }
-        j->y[i] = silu(g) * u;
+        j->y[i] = cpu_silu(g) * u;
     }
 }
 
@@ -540,7 +559,7 @@ static int cpu_swiglu(void *ctx, ds4_buf *g, ds4_buf *u, int T, int n, float cla
 {
     cpu_ctx *c = ctx;
     int64_t total = (int64_t)T * n;
-    if (range_ok(c, g, 0, (size_t)total * 4) || range_ok(c, u, 0, (size_t)total * 4) || range_ok(c, mid, 0, (size_t)total * 4))
+    if (cpu_range_ok(c, g, 0, (size_t)total * 4) || cpu_range_ok(c, u, 0, (size_t)total * 4) || cpu_range_ok(c, mid, 0, (size_t)total * 4))
         return -1;
     ew_job j = { (const float *)(void *)g->p, (const float *)(void *)u->p, (float *)(void *)mid->p, total,
                  ew_block(total), clamp };
@@ -551,7 +570,7 @@ static int cpu_swiglu(void *ctx, ds4_buf *g, ds4_buf *u, int T, int n, float cla
 static int cpu_add(void *ctx, ds4_buf *a, ds4_buf *b, int64_t n, ds4_buf *y)
 {
     cpu_ctx *c = ctx;
-    if (range_ok(c, a, 0, (size_t)n * 4) || range_ok(c, b, 0, (size_t)n * 4) || range_ok(c, y, 0, (size_t)n * 4)) return -1;
+    if (cpu_range_ok(c, a, 0, (size_t)n * 4) || cpu_range_ok(c, b, 0, (size_t)n * 4) || cpu_range_ok(c, y, 0, (size_t)n * 4)) return -1;
     ew_job j = { (const float *)(void *)a->p, (const float *)(void *)b->p, (float *)(void *)y->p, n, ew_block(n), 0 };
     tp_run(c->tp, (n + j.block - 1) / j.block, add_task, &j);
     return 0;
@@ -587,7 +606,7 @@ static int cpu_rope(void *ctx, ds4_buf *x, int64_t n_rows, int n_heads, int dim,
                     int pos_step, int inverse)
 {
     cpu_ctx *c = ctx;
-    if (range_ok(c, x, 0, (size_t)n_rows * (size_t)n_heads * (size_t)dim * 4)) return -1;
+    if (cpu_range_ok(c, x, 0, (size_t)n_rows * (size_t)n_heads * (size_t)dim * 4)) return -1;
     if (rope->n_rot > dim || rope->n_rot > 1024 || rope->n_rot % 2)
         return cpu_fail(c, "rope: %d rotated dims of %d", rope->n_rot, dim);
     rope_job j = { (float *)(void *)x->p, n_heads, dim, pos_step, inverse, rope, pos0 };
@@ -619,7 +638,7 @@ static void sim_task(void *arg, int64_t r, int worker)
 static int cpu_sim(void *ctx, ds4_buf *x, int64_t n_rows, int dim, ds4_sim kind)
 {
     cpu_ctx *c = ctx;
-    if (range_ok(c, x, 0, (size_t)n_rows * (size_t)dim * 4)) return -1;
+    if (cpu_range_ok(c, x, 0, (size_t)n_rows * (size_t)dim * 4)) return -1;
     if (kind != DS4_SIM_FP8_NOPE && (dim & (dim - 1))) return cpu_fail(c, "Hadamard rotation of %d dims (not a power of two)", dim);
     if (kind == DS4_SIM_FP8_NOPE && c->hp->n_nope > dim) return cpu_fail(c, "fp8 simulation of %d dims in rows of %d", c->hp->n_nope, dim);
     sim_job j = { (float *)(void *)x->p, dim, c->hp->n_nope, kind };
@@ -632,12 +651,12 @@ static int cpu_store_rows(void *ctx, ds4_buf *src, int64_t n_rows, int dim, ds4_
 {
     cpu_ctx *c = ctx;
     size_t es = ct == DS4_CACHE_F16 ? 2 : 4;
-    if (range_ok(c, src, 0, (size_t)n_rows * (size_t)dim * 4)) return -1;
+    if (cpu_range_ok(c, src, 0, (size_t)n_rows * (size_t)dim * 4)) return -1;
     const float *s = (const float *)(void *)src->p;
     for (int64_t i = 0; i < n_rows; i++) {
         int64_t slot = ring_rows > 0 ? (row0 + i) % ring_rows : row0 + i;
         size_t off = (size_t)slot * (size_t)dim * es;
-        if (range_ok(c, dst, off, (size_t)dim * es)) return -1;
+        if (cpu_range_ok(c, dst, off, (size_t)dim * es)) return -1;
         if (ct == DS4_CACHE_F16)
             cpu_f32_to_f16((uint16_t *)(void *)(dst->p + off), s + i * dim, dim);
         else
@@ -703,8 +722,8 @@ static int cpu_router(void *ctx, ds4_buf *logits, const ds4_tensor *bias, const 
     const ds4_hparams *hp = c->hp;
     int E = hp->n_expert, k = hp->n_expert_used;
     if (E > 4096) return cpu_fail(c, "router: %d experts is more than this backend handles", E);
-    if (range_ok(c, logits, 0, (size_t)T * (size_t)E * 4) || range_ok(c, sel, 0, (size_t)T * (size_t)k * 4) ||
-        range_ok(c, weights, 0, (size_t)T * (size_t)k * 4) || (tid2eid && range_ok(c, tokens, 0, (size_t)T * 4)))
+    if (cpu_range_ok(c, logits, 0, (size_t)T * (size_t)E * 4) || cpu_range_ok(c, sel, 0, (size_t)T * (size_t)k * 4) ||
+        cpu_range_ok(c, weights, 0, (size_t)T * (size_t)k * 4) || (tid2eid && cpu_range_ok(c, tokens, 0, (size_t)T * 4)))
         return -1;
     router_job j = { c, (const float *)(void *)logits->p, bias ? (const float *)bias->data : NULL,
                      tid2eid ? (const int32_t *)tid2eid->data : NULL, tokens ? (const int32_t *)(void *)tokens->p : NULL,
@@ -716,195 +735,10 @@ static int cpu_router(void *ctx, ds4_buf *logits, const ds4_tensor *bias, const 
     return 0;
 }
 
-/* MoE: the (token, slot) pairs are grouped by expert so each expert's rows
- * are read once for all its tokens. Tasks are ordered slice-major
- * (task = slice·n_active + expert) so the static split gives every thread
- * a share of every expert. */
-typedef struct {
-    cpu_ctx *c;
-    const ds4_tensor *gate, *up, *down;
-    int n_active, n_slices;
-    const int32_t *active;  /* expert ids with tokens */
-    const int32_t *offset;  /* first pair of active[i] in `order` */
-    const int32_t *order;   /* pair ids (t·k + i) grouped by expert */
-    const float *x, *w;
-    float *g, *u, *mid, *ys, *y;
-    const float **xp;
-    float **yp;
-    const block_q8_K **ap; /* per pair, in `order`: its Q8_K activations (integer products only) */
-    block_q8_K *qa;        /* the quantized activations: per token (gate, up) or per pair (down) */
-    bool q8k_gateup, q8k_down;
-    int64_t D, F, block;
-    int k;
-    float clamp;
-} moe_job;
-
-static void moe_gateup_task(void *arg, int64_t task, int worker)
-{
-    moe_job *j = arg;
-    int a = (int)(task % j->n_active);
-    int64_t s = task / j->n_active;
-    int e = j->active[a], n = j->offset[a + 1] - j->offset[a];
-    int64_t r0 = s * j->block, r1 = r0 + j->block < j->F ? r0 + j->block : j->F;
-    if (r0 >= r1) return;
-    const float **xp = j->xp + j->offset[a];
-    float **yp = j->yp + j->offset[a];
-    cpu_weight wg = cpu_weight_of(j->gate, e), wu = cpu_weight_of(j->up, e);
-    /* yp holds g pointers in the first half of the pair array, u in the second */
-    if (j->q8k_gateup) {
-        const block_q8_K *const *ap = j->ap + j->offset[a];
-        qk_rows(qk_level_active(), wg.type, wg.data, wg.row_bytes, wg.n, r0, r1, n, ap, yp);
-        qk_rows(qk_level_active(), wu.type, wu.data, wu.row_bytes, wu.n, r0, r1, n, ap, yp + j->offset[j->n_active]);
-        return;
-    }
-    cpu_mm_rows(&wg, r0, r1, n, xp, yp, j->c->tscr[worker]);
-    cpu_mm_rows(&wu, r0, r1, n, xp, yp + j->offset[j->n_active], j->c->tscr[worker]);
-}
-
-static void moe_mid_task(void *arg, int64_t pair, int worker)
-{
-    (void)worker;
-    moe_job *j = arg;
-    const float *g = j->g + pair * j->F, *u = j->u + pair * j->F;
-    float *m = j->mid + pair * j->F, w = j->w[pair], c = j->clamp;
-    for (int64_t i = 0; i < j->F; i++) {
-        float gv = g[i], uv = u[i];
-        if (c > 1e-6f) {
-            gv = gv > c ? c : gv;
-            uv = uv > c ? c : uv < -c ? -c : uv;
-        }
-        m[i] = silu(gv) * uv * w;
-    }
-    if (j->q8k_down) quant_act_q8_K(m, j->F, j->qa + pair * (j->F / QK_K));
-}
-
-static void moe_quant_task(void *arg, int64_t t, int worker)
-{
-    (void)worker;
-    moe_job *j = arg;
-    quant_act_q8_K(j->x + t * j->D, j->D, j->qa + t * (j->D / QK_K));
-}
-
-static void moe_down_task(void *arg, int64_t task, int worker)
-{
-    moe_job *j = arg;
-    int a = (int)(task % j->n_active);
-    int64_t s = task / j->n_active;
-    int e = j->active[a], n = j->offset[a + 1] - j->offset[a];
-    int64_t r0 = s * j->block, r1 = r0 + j->block < j->D ? r0 + j->block : j->D;
-    if (r0 >= r1) return;
-    cpu_weight wd = cpu_weight_of(j->down, e);
-    if (j->q8k_down) {
-        qk_rows(qk_level_active(), wd.type, wd.data, wd.row_bytes, wd.n, r0, r1, n, j->ap + j->offset[a],
-                j->yp + j->offset[a]);
-        return;
-    }
-    cpu_mm_rows(&wd, r0, r1, n, j->xp + j->offset[a], j->yp + j->offset[a], j->c->tscr[worker]);
-}
-
-static void moe_sum_task(void *arg, int64_t task, int worker)
-{
-    (void)worker;
-    moe_job *j = arg;
-    /* tasks: token × column block */
-    int64_t nb = (j->D + 255) / 256, t = task / nb, d0 = task % nb * 256, d1 = d0 + 256 < j->D ? d0 + 256 : j->D;
-    float *y = j->y + t * j->D;
-    for (int64_t d = d0; d < d1; d++) {
-        float acc = j->ys[(t * j->k) * j->D + d];
-        for (int i = 1; i < j->k; i++) acc += j->ys[(t * j->k + i) * j->D + d];
-        y[d] = acc;
-    }
-}
-
-/* Floats of scratch for the quantized activations: T tokens of D inputs
- * (gate, up), then T·k pairs of F (down), one after the other. */
-static size_t moe_act_floats(int64_t T, int64_t k, int64_t D, int64_t F)
-{
-    int64_t blocks = T * (D / QK_K) > T * k * (F / QK_K) ? T * (D / QK_K) : T * k * (F / QK_K);
-    return ((size_t)blocks * sizeof(block_q8_K) + 3) / 4;
-}
-
-static int cpu_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, const ds4_tensor *down, ds4_buf *xb,
-                   ds4_buf *selb, ds4_buf *wb, int T, float clamp, ds4_buf *yb)
-{
-    cpu_ctx *c = ctx;
-    const ds4_hparams *hp = c->hp;
-    int k = hp->n_expert_used, E = hp->n_expert;
-    int64_t D = gate->ne[0], F = gate->ne[1], P = (int64_t)T * k;
-    if (range_ok(c, xb, 0, (size_t)T * (size_t)D * 4) || range_ok(c, yb, 0, (size_t)T * (size_t)D * 4) ||
-        range_ok(c, selb, 0, (size_t)P * 4) || range_ok(c, wb, 0, (size_t)P * 4))
-        return -1;
-    const int32_t *sel = (const int32_t *)(void *)selb->p;
-    for (int64_t i = 0; i < P; i++)
-        if (sel[i] < 0 || sel[i] >= E) return cpu_fail(c, "moe: expert id %d outside 0..%d", sel[i], E - 1);
-
-    int32_t *ints = (int32_t *)(void *)cpu_scratch(c, CPU_SCR_INTS, (size_t)(3 * E + 2 + P));
-    float *g = cpu_scratch(c, CPU_SCR_A, (size_t)(3 * P * F));
-    float *ys = cpu_scratch(c, CPU_SCR_B, (size_t)(P * D));
-    const float **xp = (const float **)(void *)cpu_scratch(c, CPU_SCR_PTRS, (size_t)(4 * P) * 2);
-    bool q8k_gateup = c->q8k_experts && qk_supports(gate->type, D) && qk_supports(up->type, D);
-    bool q8k_down = c->q8k_experts && qk_supports(down->type, F);
-    block_q8_K *qa = NULL;
-    if (q8k_gateup || q8k_down) qa = (block_q8_K *)(void *)cpu_scratch(c, CPU_SCR_C, moe_act_floats(T, k, D, F));
-    if (!ints || !g || !ys || !xp || ((q8k_gateup || q8k_down) && !qa))
-        return cpu_fail(c, "out of memory (MoE scratch for %d tokens)", T);
-    int32_t *count = ints, *active = ints + E, *offset = ints + 2 * E, *order = ints + 3 * E + 2;
-    memset(count, 0, (size_t)E * 4);
-    for (int64_t i = 0; i < P; i++) count[sel[i]]++;
-    int na = 0;
-    offset[0] = 0;
-    for (int e = 0; e < E; e++)
-        if (count[e]) {
-            active[na] = e;
-            offset[na + 1] = offset[na] + count[e];
-            count[e] = offset[na]; /* fill cursor */
-            na++;
-        }
-    for (int64_t i = 0; i < P; i++) order[count[sel[i]]++] = (int32_t)i;
-
-    moe_job j = { .c = c, .gate = gate, .up = up, .down = down, .n_active = na, .active = active, .offset = offset,
-                  .order = order, .x = (const float *)(void *)xb->p, .w = (const float *)(void *)wb->p, .g = g,
-                  .u = g + P * F, .mid = g + 2 * P * F, .ys = ys, .y = (float *)(void *)yb->p, .D = D, .F = F,
-                  .k = k, .clamp = clamp, .qa = qa, .q8k_gateup = q8k_gateup, .q8k_down = q8k_down };
-    float **yp = (float **)(xp + P);
-    j.xp = xp;
-    j.yp = yp;
-    j.ap = (const block_q8_K **)(void *)(yp + 2 * P);
-    size_t tsz = cpu_mm_scratch_floats(D > F ? D : F);
-    if (cpu_thread_scratch(c, tsz)) return -1;
-
-    /* gate and up: x rows in, g and u rows out (yp[0..P) g, yp[P..2P) u) */
-    for (int64_t q = 0; q < P; q++) {
-        int32_t pid = order[q];
-        xp[q] = j.x + (pid / k) * D;
-        yp[q] = j.g + (int64_t)pid * F;
-        yp[P + q] = j.u + (int64_t)pid * F;
-        j.ap[q] = qa ? qa + (pid / k) * (D / QK_K) : NULL; /* activations quantized in Q8K mode only */
-    }
-    if (q8k_gateup) tp_run(c->tp, T, moe_quant_task, &j);
-    j.block = cpu_row_block(c, F, 2);
-    j.n_slices = (int)((F + j.block - 1) / j.block);
-    tp_run(c->tp, (int64_t)j.n_slices * na, moe_gateup_task, &j);
-    tp_run(c->tp, P, moe_mid_task, &j);
-
-    /* down: mid rows in, per-pair outputs out */
-    for (int64_t q = 0; q < P; q++) {
-        int32_t pid = order[q];
-        xp[q] = j.mid + (int64_t)pid * F;
-        yp[q] = ys + (int64_t)pid * D;
-        j.ap[q] = qa ? qa + (int64_t)pid * (F / QK_K) : NULL;
-    }
-    j.block = cpu_row_block(c, D, 2);
-    j.n_slices = (int)((D + j.block - 1) / j.block);
-    tp_run(c->tp, (int64_t)j.n_slices * na, moe_down_task, &j);
-    tp_run(c->tp, (int64_t)T * ((D + 255) / 256), moe_sum_task, &j);
-    return 0;
-}
-
 static int cpu_argmax(void *ctx, ds4_buf *x, int64_t n, ds4_buf *out)
 {
     cpu_ctx *c = ctx;
-    if (n < 1 || range_ok(c, x, 0, (size_t)n * 4) || range_ok(c, out, 0, 4)) return -1;
+    if (n < 1 || cpu_range_ok(c, x, 0, (size_t)n * 4) || cpu_range_ok(c, out, 0, 4)) return -1;
     const float *v = (const float *)(void *)x->p;
     int32_t best = 0;
     for (int64_t i = 1; i < n; i++)
@@ -965,10 +799,10 @@ uint64_t cpu_ops_scratch_estimate(const ds4_model *m, int T, int n_ctx, int thre
     if (t * max_vis > a) a = t * max_vis;
     uint64_t b = t * (uint64_t)hp->mix_hc > P * D ? t * (uint64_t)hp->mix_hc : P * D;
     uint64_t c = t * 2 * hd;
-    uint64_t qa = moe_act_floats((int64_t)t, hp->n_expert_used, (int64_t)D, (int64_t)F);
+    uint64_t qa = cpu_moe_act_floats((int64_t)t, hp->n_expert_used, (int64_t)D, (int64_t)F);
     if (qa > c) c = qa;
     uint64_t ptrs = 8 * P > (uint64_t)(hp->n_out_group + 1) * t * 2 ? 8 * P : (uint64_t)(hp->n_out_group + 1) * t * 2;
-    uint64_t ints = 3 * (uint64_t)hp->n_expert + 2 + P;
+    uint64_t ints = 4 * (uint64_t)hp->n_expert + 2 + P;
     uint64_t n_in = (uint64_t)hp->hc_dim;
     uint64_t widths[] = { D, (uint64_t)hp->q_lora, (uint64_t)hp->group_dim, (uint64_t)hp->n_out_group * hp->o_lora,
                           F, (uint64_t)hp->shared_ff };

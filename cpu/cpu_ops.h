@@ -5,6 +5,7 @@
 #ifndef DS4CL_CPU_OPS_H
 #define DS4CL_CPU_OPS_H
 
+#include "engine/expert_cache.h"
 #include "engine/ops.h"
 
 extern const ds4_ops cpu_ops;
@@ -14,6 +15,10 @@ extern const ds4_ops cpu_ops;
 void *cpu_ops_new(const ds4_model *m, int threads, ds4_error *err);
 void cpu_ops_free(void *ctx);
 int cpu_ops_threads(void *ctx);
+/* Routes the MoE's expert rows through ec (which the context then owns
+ * and closes) instead of the mapping. On failure ec is closed. */
+int cpu_ops_set_expert_cache(void *ctx, expert_cache *ec, ds4_error *err);
+expert_cache *cpu_ops_expert_cache(void *ctx); /* NULL when none */
 /* How the routed experts are multiplied. Exact f32 products by default;
  * with Q8K, each token's (or expert pair's) activations are quantized per
  * 256 to 8 bits (Q8_K, as ds4's own CPU path does) and IQ2_XXS / Q2_K

@@ -25,6 +25,7 @@ struct ds4_engine {
     char *script_path;
     char *device;
     char *split;
+    char *expert_stats;
     gguf_file *gguf;
     ds4_tokenizer *tok;
     ds4_model *model;         /* NULL for backends that need no weights */
@@ -52,6 +53,10 @@ struct ds4_backend_ops {
      * backend computes routed experts kept in host memory). */
     int (*ops_new)(const ds4_engine *e, const struct ds4_ops **ops, void **ctx, void (**free_ctx)(void *),
                    ds4_error *err);
+
+    /* Optional: the expert cache its routed experts go through, or NULL
+     * (engine/expert_cache.h). */
+    const struct expert_cache *(*expert_cache)(const ds4_engine *e);
 
     void *(*state_new)(ds4_engine *e, int n_ctx, ds4_error *err);
     void (*state_free)(void *st);

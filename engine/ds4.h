@@ -95,6 +95,16 @@ typedef struct {
      * placement then keeps room for one layer's experts on each device
      * that has host layers. */
     int stream_experts;
+    /* Bytes of host memory for a cache of routed experts read from the
+     * model file on demand (engine/expert_cache.h) instead of through the
+     * mapping, for machines whose memory is smaller than the file; 0:
+     * none. CPU backend, and the experts a placement keeps on the host. */
+    uint64_t expert_cache;
+    /* With an expert cache: a file that keeps the experts' popularity
+     * between runs (engine/expert_warm.h). Read at open, when it is this
+     * model's, to preload the most popular experts (load_progress reports
+     * it); written at close. NULL: none. */
+    const char *expert_stats;
     /* Optional load progress (0..1) with a short label; may be NULL. */
     void (*load_progress)(void *ud, double fraction, const char *what);
     void *load_ud;
@@ -115,6 +125,8 @@ typedef struct {
     char name[128];                /* general.name or file base name */
     uint64_t identity;             /* hash of shape + tensor table; snapshots carry it */
     uint64_t weights_bytes;        /* bytes of tensor data */
+    uint64_t expert_bytes;         /* … of which routed experts */
+    uint64_t expert_cache_bytes;   /* the expert cache's budget (0: the experts are mapped) */
     const char *backend_name;      /* "cpu", "opencl", "script" */
     char device_name[128];         /* e.g. "cpu (2 threads)" or the OpenCL device */
 } ds4_model_info;

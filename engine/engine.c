@@ -1,6 +1,7 @@
 /* engine.c — opening a model on a backend: GGUF, tokenizer, weights
  * binding, then the backend itself. */
 #include "engine/backend.h"
+#include "engine/expert_cache.h"
 #include "engine/tokenizer.h"
 
 #include <stdio.h>
@@ -48,6 +49,8 @@ ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
     e->script_path = xstrdup(opt->script_path);
     e->device = xstrdup(opt->device);
     e->split = xstrdup(opt->split);
+    e->expert_stats = xstrdup(opt->expert_stats);
+    e->opt.expert_stats = e->expert_stats;
     e->opt.model_path = e->model_path;
     e->opt.script_path = e->script_path;
     e->opt.device = e->device;
@@ -85,6 +88,7 @@ void ds4_engine_close(ds4_engine *e)
     free(e->script_path);
     free(e->device);
     free(e->split);
+    free(e->expert_stats);
     free(e);
 }
 
@@ -101,7 +105,11 @@ int ds4_engine_placement(const ds4_engine *e, ds4_placement *out)
 void ds4_engine_info(const ds4_engine *e, ds4_model_info *out)
 {
     memset(out, 0, sizeof *out);
-    if (e->model) model_describe(e->model, out);
+    if (e->model) {
+        model_describe(e->model, out);
+        out->expert_bytes = expert_cache_expert_bytes(e->model);
+        out->expert_cache_bytes = e->opt.expert_cache;
+    }
     out->n_vocab = e->n_vocab;
     out->identity = e->identity;
     out->backend_name = e->ops->name;

@@ -153,3 +153,29 @@ TEST(bench, hybrid_bench_rows_and_their_breakdown)
                  &f[6], &f[7], &f[8], &f[9], &f[10]) == 11);
     CHECK_EQ_INT((long)f[10], 4 * 256 * 4 + 4); /* n_hc × n_embd floats and a token id */
 }
+
+/* --stream-bench: the mapped rows and one row per cache budget, each with
+ * the cache's hit rate and read rate; a budget of every expert misses
+ * only on first use. */
+TEST(bench, stream_bench_rows_per_budget)
+{
+    const char *model = test_golden_path("A/model.gguf");
+    if (!model) SKIP("the golden tiny model is not available");
+    char *out;
+    int rc = test_runf(&out, "%s/ds4cl-bench --stream-bench -m %s --budgets 25,100 --prompt-tokens 3 --gen-tokens 4 "
+                             "--threads 2 2>&1",
+                       test_bindir(), model);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_CONTAINS(out, "model,row,budget_pct,cache_bytes,prefill_tps,decode_tps,hit_rate,disk_bytes_per_token,"
+                        "read_gbps_while_missing,disk_seq_gbps\n");
+    CHECK_CONTAINS(out, "\nmodel.gguf,mapped-cold,,,");
+    CHECK_CONTAINS(out, "\nmodel.gguf,resident,,,");
+    const char *q = strstr(out, "\nmodel.gguf,cache-25%,25,");
+    const char *all = strstr(out, "\nmodel.gguf,cache-100%,100,");
+    CHECK(q && all);
+    double c, ptps, dtps, hq, ha;
+    CHECK(sscanf(q, "\nmodel.gguf,cache-25%%,25,%lf,%lf,%lf,%lf,", &c, &ptps, &dtps, &hq) == 4);
+    CHECK(c > 0 && dtps > 0 && hq >= 0 && hq < 1);
+    CHECK(sscanf(all, "\nmodel.gguf,cache-100%%,100,%lf,%lf,%lf,%lf,", &c, &ptps, &dtps, &ha) == 4);
+    CHECK_MSG(ha > hq, "every expert cached hits %.3f, a quarter %.3f", ha, hq);
+}

@@ -176,6 +176,7 @@ typedef enum {
     G_NORMAL,  /* N(a, b²) */
     G_UNIFORM, /* U(a, b) */
     G_TID2EID, /* distinct expert ids per token */
+    G_ROUTER_BIAS, /* U(a, b) − skew·ln(1 + rank) for a random ranking of the experts */
 } gen_kind;
 
 typedef struct {
@@ -269,7 +270,8 @@ static int build_plan(const mk_spec *s, int64_t n_vocab, plan *pl)
              V(F32, G_NORMAL, 0.3f, 0.9f, mix, "blk.%d.hc_ffn_base.weight") &&
              V(F32, G_UNIFORM, 0.7f, 1.3f, D, "blk.%d.ffn_norm.weight") &&
              M(F16, 2.0f, D, E, "blk.%d.ffn_gate_inp.weight");
-        if (ok && !hash) ok = V(F32, G_UNIFORM, -0.35f, 0.65f, E, "blk.%d.exp_probs_b.bias") != NULL;
+        if (ok && !hash)
+            ok = V(F32, s->router_skew > 0 ? G_ROUTER_BIAS : G_UNIFORM, -0.35f, 0.65f, E, "blk.%d.exp_probs_b.bias") != NULL;
         plan_t *t;
         ok = ok && (t = add(p, s->gate_type, G_DENSE, 1.0f, 0, 3, D, F, E, "blk.%d.ffn_gate_exps.weight", l)) &&
              (t->hot_rows = true) && (t = add(p, s->up_type, G_DENSE, 1.0f, 0, 3, D, F, E, "blk.%d.ffn_up_exps.weight", l)) &&
@@ -287,6 +289,17 @@ static int build_plan(const mk_spec *s, int64_t n_vocab, plan *pl)
          V(F32, G_UNIFORM, 0.5f, 0.5f, 1, "output_hc_scale.weight") &&
          V(F32, G_UNIFORM, 0.7f, 1.3f, D, "output_norm.weight") &&
          M(Q8, 2.5f, D, (uint64_t)n_vocab, "output.weight");
+    if (ok && s->experts_last) {
+        /* stable: the routed experts after everything else, in their order */
+        plan_t *tmp = malloc(p->n * sizeof *tmp);
+        if (!tmp) return -1;
+        size_t n = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t i = 0; i < p->n; i++)
+                if ((strstr(p->t[i].name, "_exps.") != NULL) == (pass == 1)) tmp[n++] = p->t[i];
+        memcpy(p->t, tmp, p->n * sizeof *tmp);
+        free(tmp);
+    }
     return ok ? 0 : -1;
 }
 
@@ -377,6 +390,42 @@ static int emit(sink *k, const void *data, size_t n, ds4_error *err)
     return 0;
 }
 
+/* A random ranking of the n experts (perm[rank] = expert). */
+static void shuffle(rng *r, int32_t *perm, int n)
+{
+    for (int e = 0; e < n; e++) perm[e] = e;
+    for (int j = 0; j + 1 < n; j++) {
+        int pick = j + (int)(rnext(r) % (uint64_t)(n - j));
+        int32_t tmp = perm[j];
+        perm[j] = perm[pick];
+        perm[pick] = tmp;
+    }
+}
+
+/* k distinct experts drawn with weights (1 + rank)^−skew over a random
+ * ranking (cdf: n cumulative weights, filled once per tensor). */
+static void zipf_pick(rng *r, const int32_t *rank_of, const double *cdf, int n, int k, float *out)
+{
+    for (int j = 0; j < k; j++) {
+        for (;;) {
+            double u = runif(r) * cdf[n - 1];
+            int lo = 0, hi = n - 1;
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (cdf[mid] < u) lo = mid + 1;
+                else hi = mid;
+            }
+            float e = (float)rank_of[lo];
+            bool dup = false;
+            for (int i = 0; i < j; i++) dup |= out[i] == e;
+            if (!dup) {
+                out[j] = e;
+                break;
+            }
+        }
+    }
+}
+
 static int gen_tensor(const mk_spec *s, const plan_t *t, sink *k, ds4_error *err)
 {
     rng r;
@@ -397,6 +446,14 @@ static int gen_tensor(const mk_spec *s, const plan_t *t, sink *k, ds4_error *err
     }
     int rc = 0;
     float std = t->gen == G_DENSE ? t->a / sqrtf((float)in) : 0.0f;
+    /* a skewed router: one random ranking of the experts per tensor */
+    int32_t ranking[4096];
+    double cdf[4096];
+    bool skew = s->router_skew > 0 && (t->gen == G_ROUTER_BIAS || t->gen == G_TID2EID) && s->n_expert <= 4096;
+    if (skew) {
+        shuffle(&r, ranking, s->n_expert);
+        for (int i = 0; i < s->n_expert; i++) cdf[i] = (i ? cdf[i - 1] : 0) + pow(1.0 + i, -s->router_skew);
+    }
     for (uint64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows) {
         uint64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows;
         for (uint64_t i = 0; i < nr; i++) {
@@ -406,7 +463,9 @@ static int gen_tensor(const mk_spec *s, const plan_t *t, sink *k, ds4_error *err
                 random_blocks(&r, t->type, dst, rb / quant_type(t->type)->block_bytes, std * row_scale(t, row_i));
                 continue;
             }
-            if (t->gen == G_TID2EID) {
+            if (t->gen == G_TID2EID && skew) {
+                zipf_pick(&r, ranking, cdf, s->n_expert, (int)in, row);
+            } else if (t->gen == G_TID2EID) {
                 for (int e = 0; e < s->n_expert; e++) perm[e] = e;
                 for (uint64_t j = 0; j < in; j++) {
                     uint64_t pick = j + rnext(&r) % ((uint64_t)s->n_expert - j);
@@ -422,9 +481,13 @@ static int gen_tensor(const mk_spec *s, const plan_t *t, sink *k, ds4_error *err
                     case G_DENSE: row[j] = rgauss(&r) * std * rs; break;
                     case G_NORMAL: row[j] = t->a + t->b * rgauss(&r); break;
                     case G_UNIFORM: row[j] = t->a + (t->b - t->a) * runif(&r); break;
+                    case G_ROUTER_BIAS: row[j] = t->a + (t->b - t->a) * runif(&r); break;
                     default: break;
                     }
                 }
+                /* the bias falls with the rank as a Zipf weight's logarithm does */
+                for (int i = 0; skew && t->gen == G_ROUTER_BIAS && i < s->n_expert; i++)
+                    row[ranking[i]] -= (float)(s->router_skew * 0.5 * log(1.0 + i));
             }
             quant_quantize_row(t->type, row, (int64_t)in, dst);
         }

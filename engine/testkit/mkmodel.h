@@ -41,6 +41,12 @@ typedef struct {
     /* routed expert types (gate and up share one in valid files) */
     uint32_t gate_type, up_type, down_type;
     uint64_t seed;
+    /* Router skew (0: none): each layer ranks its experts at random and
+     * prefers the first, a token-routed layer drawing its k experts with
+     * Zipf weights (1 + rank)^−skew, a scored layer biasing expert scores
+     * by −skew/2 · ln(1 + rank): routing like real models', where a few
+     * experts take much of the traffic. */
+    double router_skew;
     mk_vocab_kind vocab;
     const char *vocab_path;
     const char *name;          /* general.name */
@@ -48,6 +54,9 @@ typedef struct {
     const char *omit_tensor;
     const char *retype_tensor;
     uint32_t retype_to;
+    /* Layout: the routed experts after every other tensor (so that cutting
+     * the file's end takes experts only). */
+    bool experts_last;
 } mk_spec;
 
 /* The golden tiny shape: 6 layers (ratios 0,0,4,128,4,128), 256 wide,
