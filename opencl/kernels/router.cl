@@ -3,10 +3,38 @@
  * table's row for the token) and their weights, in the CPU backend's
  * order of operations. */
 
+/* log(u) for u ≥ 1, without the library's log: libclc's log and log1p
+ * read lookup tables, which a driver may reach through a hidden kernel
+ * argument read where they are used, here inside the expert loop (Mesa's
+ * llvmpipe then warns that it treats that read as uniform). u = m·2^e
+ * with m in [√½, √2), log m = 2·atanh(s), s = (m − 1)/(m + 1), |s| ≤
+ * 0.172: the series to s¹¹ is exact to f32's precision. */
+inline float log_ge1(float u)
+{
+    int bits = as_int(u), e = ((bits >> 23) & 255) - 127;
+    float m = as_float((bits & 0x007fffff) | 0x3f800000);
+    if (m > 1.41421356f) {
+        m *= 0.5f;
+        e += 1;
+    }
+    float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;
+    float p = s2 * (1.0f / 3.0f + s2 * (1.0f / 5.0f + s2 * (1.0f / 7.0f + s2 * (1.0f / 9.0f + s2 * (1.0f / 11.0f)))));
+    /* ln 2 in two parts, so that e·ln 2 keeps f32's precision up to e = 29 */
+    return (float)e * 0.693145751953125f + ((float)e * 1.428606820e-06f + (2.0f * s + 2.0f * s * p));
+}
+
+/* log(1 + x) for x > 0: log(1 + x) rounded, rescaled by x / ((1 + x) − 1)
+ * to undo the rounding of 1 + x (Goldberg's identity). */
+inline float log1p_pos(float x)
+{
+    float u = 1.0f + x;
+    return u == 1.0f ? x : log_ge1(u) * (x / (u - 1.0f));
+}
+
 /* sqrt(softplus(z)), with the CPU backend's cut-offs. */
 inline float router_prob(float z)
 {
-    float sp = z > 20.0f ? z : z < -20.0f ? exp(z) : log1p(exp(z));
+    float sp = z > 20.0f ? z : z < -20.0f ? exp(z) : log1p_pos(exp(z));
     return sqrt(sp);
 }
 
