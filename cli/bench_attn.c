@@ -21,6 +21,7 @@
  * (attention: 4·heads·dim per row; indexer: 2·heads·dim). */
 #include "cli/bench_attn.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,35 +186,23 @@ static void usage(void)
           stderr);
 }
 
-static int parse_list(const char *s, int64_t *out, int max)
-{
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || v < 4) return -1;
-        out[n++] = v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n;
-}
-
 int bench_attn(int argc, char **argv)
 {
     const char *backend = "both";
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 5;
     bool f16 = true;
-    int64_t rows[16] = { 4096, 16384, 65536 }, ctxs[16] = { 16384, 65536 };
+    long rows[16] = { 4096, 16384, 65536 }, ctxs[16] = { 16384, 65536 };
     int n_rows = 3, n_ctx = 2;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--backend") && v) backend = argv[++i];
-        else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--f32")) f16 = false;
-        else if (!strcmp(a, "--rows") && v) n_rows = parse_list(argv[++i], rows, 16);
-        else if (!strcmp(a, "--ctx") && v) n_ctx = parse_list(argv[++i], ctxs, 16);
+        else if (!strcmp(a, "--threads") && v) {
+            if (num_parse_int(argv[++i], 1, 1024, &threads, NULL)) threads = 0; /* refused below */
+        } else if (!strcmp(a, "--reps") && v) {
+            if (num_parse_int(argv[++i], 1, 100000, &reps, NULL)) reps = 0; /* refused below */
+        } else if (!strcmp(a, "--f32")) f16 = false;
+        else if (!strcmp(a, "--rows") && v) n_rows = num_parse_list(argv[++i], 4, LONG_MAX, rows, 16, NULL);
+        else if (!strcmp(a, "--ctx") && v) n_ctx = num_parse_list(argv[++i], 4, LONG_MAX, ctxs, 16, NULL);
         else {
             fprintf(stderr, "ds4cl-bench: --attn-bench: unknown or incomplete option '%s'\n", a);
             usage();

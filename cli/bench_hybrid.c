@@ -72,11 +72,12 @@ static int parse(int argc, char **argv, hyb_opts *o)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "--device")) o->device = v;
         else if (!strcmp(a, "--split-devices")) o->devices = v;
-        else if (!strcmp(a, "--threads")) o->threads = atoi(v);
+        else if (!strcmp(a, "--threads") && num_parse_int(v, 0, 1024, &o->threads, NULL)) {
+            fprintf(stderr, "ds4cl-bench: --threads wants 0..1024, not '%s'\n", v);
+            return -1;
+        } else if (!strcmp(a, "--threads")) continue;
         else if (num) {
-            char *end;
-            *num = strtol(v, &end, 10);
-            if (*end || *num < 1 || *num > 100000) {
+            if (num_parse_long(v, 1, 100000, num, NULL)) {
                 fprintf(stderr, "ds4cl-bench: %s wants 1..100000, not '%s'\n", a, v);
                 return -1;
             }

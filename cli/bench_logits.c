@@ -44,27 +44,12 @@ static int usage(const char *fmt, const char *arg)
 
 static int parse_ids(const char *s, ds4_tokens *out)
 {
-    while (*s) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (end == s || errno || v < 0 || v > INT32_MAX) return -1;
-        ds4_tokens_push(out, (int32_t)v);
-        s = end;
-        if (*s == ',') s++;
-        else if (*s) return -1;
-    }
-    return out->n ? 0 : -1;
-}
-
-static int parse_count(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
+    size_t cap = strlen(s) / 2 + 1; /* an id and its comma take two bytes at least */
+    long *v = xmalloc(cap * sizeof *v);
+    int n = num_parse_list(s, 0, INT32_MAX, v, (int)(cap < INT32_MAX ? cap : INT32_MAX), NULL);
+    for (int i = 0; i < n; i++) ds4_tokens_push(out, (int32_t)v[i]);
+    free(v);
+    return n > 0 ? 0 : -1;
 }
 
 static int parse(int argc, char **argv, logits_opts *o)
@@ -83,12 +68,12 @@ static int parse(int argc, char **argv, logits_opts *o)
             if (parse_ids(v, &o->feed)) return usage("--feed wants comma-separated ids, not '%s'", v);
             o->have_feed = true;
         } else if (!strcmp(a, "--decode")) {
-            if (parse_count(v, 0, 1 << 24, &o->decode)) return usage("--decode wants a count, not '%s'", v);
+            if (num_parse_int(v, 0, 1 << 24, &o->decode, NULL)) return usage("--decode wants a count, not '%s'", v);
             o->have_decode = true;
         } else if (!strcmp(a, "--threads")) {
-            if (parse_count(v, 1, 1024, &o->threads)) return usage("--threads wants 1..1024, not '%s'", v);
+            if (num_parse_int(v, 1, 1024, &o->threads, NULL)) return usage("--threads wants 1..1024, not '%s'", v);
         } else if (!strcmp(a, "--chunk")) {
-            if (parse_count(v, 1, 1 << 20, &o->chunk)) return usage("--chunk wants a token count, not '%s'", v);
+            if (num_parse_int(v, 1, 1 << 20, &o->chunk, NULL)) return usage("--chunk wants a token count, not '%s'", v);
         } else if (!strcmp(a, "--backend")) {
             if (!strcmp(v, "cpu")) o->backend = DS4_BACKEND_CPU;
             else if (!strcmp(v, "opencl")) o->backend = DS4_BACKEND_OPENCL;

@@ -34,16 +34,6 @@ static int usage(const char *what)
     return 2;
 }
 
-static int count(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 static int parse(int argc, char **argv, mb_opts *o)
 {
     for (int i = 1; i < argc; i++) {
@@ -53,10 +43,10 @@ static int parse(int argc, char **argv, mb_opts *o)
         i++;
         int bad = 0;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--prompt-tokens")) bad = count(v, 1, 1 << 20, &o->prompt);
-        else if (!strcmp(a, "--gen-tokens")) bad = count(v, 1, 1 << 20, &o->gen);
-        else if (!strcmp(a, "--reps")) bad = count(v, 1, 100, &o->reps);
-        else if (!strcmp(a, "--threads")) bad = count(v, 1, 1024, &o->threads);
+        else if (!strcmp(a, "--prompt-tokens")) bad = num_parse_int(v, 1, 1 << 20, &o->prompt, NULL);
+        else if (!strcmp(a, "--gen-tokens")) bad = num_parse_int(v, 1, 1 << 20, &o->gen, NULL);
+        else if (!strcmp(a, "--reps")) bad = num_parse_int(v, 1, 100, &o->reps, NULL);
+        else if (!strcmp(a, "--threads")) bad = num_parse_int(v, 1, 1024, &o->threads, NULL);
         else if (!strcmp(a, "--backend")) {
             if (!strcmp(v, "cpu")) o->backend = DS4_BACKEND_CPU;
             else if (!strcmp(v, "opencl")) o->backend = DS4_BACKEND_OPENCL;

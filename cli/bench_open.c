@@ -89,13 +89,10 @@ int bench_open_main(int argc, char **argv)
         if (!strcmp(argv[i], "--open-bench")) continue;
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 1000) {
+            if (num_parse_int(argv[++i], 1, 1000, &runs, NULL)) {
                 fprintf(stderr, "ds4cl-bench: --runs wants a count from 1 to 1000, not '%s'\n", argv[i]);
                 return usage();
             }
-            runs = (int)v;
         } else {
             fprintf(stderr, "ds4cl-bench: unexpected argument '%s' for --open-bench\n", argv[i]);
             return usage();

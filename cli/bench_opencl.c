@@ -557,15 +557,25 @@ int bench_opencl(int argc, char **argv)
             return 2;
         }
         i++;
+        ds4_error err = { "" };
+        uint64_t mb = 0;
+        int bad = 0;
         if (!strcmp(a, "--device")) o.device = v;
-        else if (!strcmp(a, "--reps")) o.reps = atoi(v);
-        else if (!strcmp(a, "--prefill-t")) o.prefill_t = atoi(v);
-        else if (!strcmp(a, "--experts")) o.experts = atoi(v);
-        else if (!strcmp(a, "--rotate-mb")) o.rotate_bytes = (size_t)strtoull(v, NULL, 10) << 20;
-        else if (!strcmp(a, "--roof-mb")) o.roof_bytes = (size_t)strtoull(v, NULL, 10) << 20;
         else if (!strcmp(a, "--only")) o.only = v;
-        else {
+        else if (!strcmp(a, "--reps")) bad = num_parse_int(v, 1, 63, &o.reps, &err);
+        else if (!strcmp(a, "--prefill-t")) bad = num_parse_int(v, 2, 1 << 20, &o.prefill_t, &err);
+        else if (!strcmp(a, "--experts")) bad = num_parse_int(v, 1, 4096, &o.experts, &err);
+        else if (!strcmp(a, "--rotate-mb") && !(bad = num_parse_u64(v, 1, 1 << 20, &mb, &err)))
+            o.rotate_bytes = (size_t)mb << 20;
+        else if (!strcmp(a, "--roof-mb") && !(bad = num_parse_u64(v, 64, 1 << 20, &mb, &err)))
+            o.roof_bytes = (size_t)mb << 20;
+        else if (!bad) {
             fprintf(stderr, "ds4cl-bench: --cl-bench: unknown option '%s'\n", a);
+            usage();
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "ds4cl-bench: --cl-bench: %s: %s\n", a, err.msg);
             usage();
             return 2;
         }

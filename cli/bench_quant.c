@@ -219,10 +219,18 @@ int bench_quant(int argc, char **argv)
     bool qk_only = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--mb") && v) mb = (size_t)strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--n") && v) n = strtoll(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
+        long num = 0;
+        bool is_num = v && (!strcmp(a, "--mb") || !strcmp(a, "--n") || !strcmp(a, "--threads") || !strcmp(a, "--reps"));
+        ds4_error err = { "" };
+        if (is_num && num_parse_long(argv[++i], 1, 1L << 30, &num, &err)) {
+            fprintf(stderr, "ds4cl-bench: --quant-bench: %s: %s\n", a, err.msg);
+            usage();
+            return 2;
+        }
+        if (!strcmp(a, "--mb") && is_num) mb = (size_t)num;
+        else if (!strcmp(a, "--n") && is_num) n = num;
+        else if (!strcmp(a, "--threads") && is_num) threads = (int)num;
+        else if (!strcmp(a, "--reps") && is_num) reps = (int)num;
         else if (!strcmp(a, "--types") && v) types_arg = argv[++i];
         else if (!strcmp(a, "--levels") && v) levels = argv[++i];
         else if (!strcmp(a, "--ggml") && v) ggml = argv[++i];

@@ -29,6 +29,7 @@
 
 #include <arpa/inet.h>
 #include <json-c/json.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -523,9 +524,7 @@ int bench_replay_main(int argc, char **argv)
         else known = false;
         for (size_t k = 0; !known && k < sizeof nums / sizeof nums[0]; k++)
             if (!strcmp(a, nums[k].flag)) {
-                char *end;
-                *nums[k].v = strtol(v, &end, 10);
-                if (*end || *nums[k].v < nums[k].min) return usage();
+                if (num_parse_long(v, nums[k].min, LONG_MAX, nums[k].v, NULL)) return usage();
                 known = true;
             }
         if (!known) return usage();
@@ -553,12 +552,11 @@ int bench_replay_main(int argc, char **argv)
     if (!e) fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
     else printf("parallel,header,request,conversation,turn,prompt_tokens,prefilled_tokens,cached_tokens,cached_pct\n");
     /* every --parallel with every --header */
-    for (const char *pl = parallel; e && !rc && *pl;) {
-        long np = strtol(pl, NULL, 10);
-        if (np < 1 || np > 16) {
-            rc = usage();
-            break;
-        }
+    long nps[16];
+    int n_np = num_parse_list(parallel, 1, 16, nps, 16, NULL);
+    if (n_np < 0) rc = usage();
+    for (int pi = 0; e && !rc && pi < n_np; pi++) {
+        long np = nps[pi];
         for (const char *h = headers; !rc && *h;) {
             size_t len = strcspn(h, ",");
             char name[16];
@@ -567,8 +565,6 @@ int bench_replay_main(int argc, char **argv)
             else rc = one_run(e, &p, np, name, dir);
             h += len + (h[len] == ',');
         }
-        pl += strcspn(pl, ",");
-        pl += *pl == ',';
     }
     ds4_engine_close(e);
     rm_rf(dir);

@@ -140,8 +140,9 @@ int bench_search_main(int argc, char **argv)
     size_t nq = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--search-bench") && i + 1 < argc) dir = argv[++i];
-        else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--query") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
+            if (num_parse_int(argv[++i], 1, 100000, &runs, NULL)) runs = 0; /* refused below */
+        } else if (!strcmp(argv[i], "--query") && i + 1 < argc) {
             const char *t = argv[++i];
             query q = { Q_LITERAL, t };
             if (!strncmp(t, "literal:", 8)) q.text = t + 8;

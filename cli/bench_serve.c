@@ -181,12 +181,15 @@ int bench_serve_main(int argc, char **argv)
         if (!v) return usage();
         if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "--prompt-file")) prompt_file = v;
-        else if (!strcmp(a, "--prompt-bytes")) bytes = atol(v);
-        else if (!strcmp(a, "--gen-tokens")) gen = atol(v);
-        else if (!strcmp(a, "--runs")) runs = atol(v);
-        else if (!strcmp(a, "--threads")) threads = atol(v);
-        else if (!strcmp(a, "--ctx")) ctx = atol(v);
-        else return usage();
+        else {
+            long *num = !strcmp(a, "--prompt-bytes") ? &bytes
+                        : !strcmp(a, "--gen-tokens") ? &gen
+                        : !strcmp(a, "--runs")       ? &runs
+                        : !strcmp(a, "--threads")    ? &threads
+                        : !strcmp(a, "--ctx")        ? &ctx
+                                                     : NULL;
+            if (!num || num_parse_long(v, 0, 1L << 30, num, NULL)) return usage();
+        }
         i++;
     }
     if (!model || !prompt_file || bytes < 1 || gen < 2 || runs < 1 || ctx < 64) return usage();

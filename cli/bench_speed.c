@@ -66,16 +66,6 @@ static int usage(const char *fmt, const char *arg)
     return 2;
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse(int argc, char **argv, speed_opts *o)
 {
     for (int i = 1; i < argc; i++) {
@@ -90,17 +80,17 @@ static int parse(int argc, char **argv, speed_opts *o)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "--prompt-file")) o->prompt_file = v;
         else if (!strcmp(a, "--ctx-start")) {
-            if (parse_long(v, 1, 1L << 24, &o->ctx_start)) return usage("--ctx-start wants a token count, not '%s'", v);
+            if (num_parse_long(v, 1, 1L << 24, &o->ctx_start, NULL)) return usage("--ctx-start wants a token count, not '%s'", v);
         } else if (!strcmp(a, "--ctx-max")) {
-            if (parse_long(v, 1, 1L << 24, &o->ctx_max)) return usage("--ctx-max wants a token count, not '%s'", v);
+            if (num_parse_long(v, 1, 1L << 24, &o->ctx_max, NULL)) return usage("--ctx-max wants a token count, not '%s'", v);
         } else if (!strcmp(a, "--step")) {
-            if (parse_long(v, 1, 1L << 24, &o->step)) return usage("--step wants a token count, not '%s'", v);
+            if (num_parse_long(v, 1, 1L << 24, &o->step, NULL)) return usage("--step wants a token count, not '%s'", v);
         } else if (!strcmp(a, "--gen-tokens")) {
-            if (parse_long(v, 0, 1L << 20, &o->gen)) return usage("--gen-tokens wants a token count, not '%s'", v);
+            if (num_parse_long(v, 0, 1L << 20, &o->gen, NULL)) return usage("--gen-tokens wants a token count, not '%s'", v);
         } else if (!strcmp(a, "--chunk")) {
-            if (parse_long(v, 1, 1L << 16, &o->chunk)) return usage("--chunk wants a token count, not '%s'", v);
+            if (num_parse_long(v, 1, 1L << 16, &o->chunk, NULL)) return usage("--chunk wants a token count, not '%s'", v);
         } else if (!strcmp(a, "--threads")) {
-            if (parse_long(v, 1, 1024, &n)) return usage("--threads wants 1..1024, not '%s'", v);
+            if (num_parse_long(v, 1, 1024, &n, NULL)) return usage("--threads wants 1..1024, not '%s'", v);
             o->threads = (int)n;
         } else if (!strcmp(a, "--backend")) {
             if (!strcmp(v, "cpu")) o->backend = DS4_BACKEND_CPU;

@@ -50,8 +50,9 @@ int bench_tokenizer_main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer-bench") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
-        else {
+        else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
+            if (num_parse_int(argv[++i], 1, 100000, &runs, NULL)) runs = 0; /* refused below */
+        } else {
             fprintf(stderr, "ds4cl-bench: unexpected argument '%s' for --tokenizer-bench\n", argv[i]);
             return usage();
         }

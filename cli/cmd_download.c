@@ -29,14 +29,13 @@ static int env_int(const char *name, int dflt, int min, int max)
 {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (errno || *end || n < min || n > max) {
-        fprintf(stderr, "ds4cl: ignoring %s=%s (want %d..%d)\n", name, v, min, max);
+    int n;
+    ds4_error err = { "" };
+    if (num_parse_int(v, min, max, &n, &err)) {
+        fprintf(stderr, "ds4cl: ignoring %s: %s\n", name, err.msg);
         return dflt;
     }
-    return (int)n;
+    return n;
 }
 
 static bool host_is(const char *url, const char *host)

@@ -70,6 +70,11 @@ TEST(cli, bad_values_are_usage_errors)
         { "--threads two -p x", "--threads" },
         { "--max-tool-rounds 0 -p x", "--max-tool-rounds" },
         { "--max-tool-rounds many -p x", "--max-tool-rounds" },
+        /* the number is the whole value: no blanks around it */
+        { "--threads ' 4' -p x", "--threads" },
+        { "--top-k '3 ' -p x", "--top-k" },
+        { "--temp ' 0.5' -p x", "--temp" },
+        { "--seed ' 7' -p x", "--seed" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out;
