@@ -24,7 +24,7 @@ CC        ?= cc
 PKG_CONFIG ?= pkg-config
 PKGS      := ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto libmicrohttpd
 
-MODULES   := base engine engine/testkit cpu opencl agent tools ui sessions prompts serve cli
+MODULES   := base res engine engine/testkit cpu opencl dsml agent tools ui sessions prompts serve cli
 
 ifeq ($(SAN),1)
   VARIANT   := san

@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "agent/agent.h"
-#include "agent/dsml.h"
+#include "dsml/dsml.h"
 #include "base/base.h"
 
 /* One piece of the transcript, for the turn log and compaction. */

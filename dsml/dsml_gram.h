@@ -1,5 +1,5 @@
 /* dsml_gram.h — the DSML byte automaton shared by the parser (dsml.c) and
- * the structural mask (dsml_mask.c); internal to agent/.
+ * the structural mask (dsml_mask.c); internal to dsml/.
  *
  * The state is plain data of fixed size so the mask can copy it and try a
  * token's bytes on the copy. The parser runs it lenient (strict = 0) but it
@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agent/dsml.h"
+#include "dsml/dsml.h"
 
 #define DSML_D "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c" /* ｜DSML｜ */
 #define DSML_D_LEN 10

@@ -1,5 +1,7 @@
-/* embedded.h — files compiled into the binary (OpenCL kernels, prompt texts).
- * The tables are generated at build time by build-aux/embed.sh. */
+/* embedded.h — files compiled into the binary (OpenCL kernels, prompt texts),
+ * a neutral place that the modules using them (opencl/, prompts/) both
+ * depend on. The tables are generated at build time by build-aux/embed.sh
+ * into build/gen/ (the Makefile's GEN_SRCS). */
 #ifndef DS4CL_EMBEDDED_H
 #define DS4CL_EMBEDDED_H
 #include <stddef.h>

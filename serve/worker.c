@@ -30,7 +30,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent/dsml.h"
+#include "dsml/dsml.h"
 #include "engine/unicode.h"
 #include "serve/serve_internal.h"
 
