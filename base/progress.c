@@ -1,5 +1,5 @@
 /* progress.c — stderr progress lines for downloads and model loading. */
-#include "cli/progress.h"
+#include "base/progress.h"
 
 #include <math.h>
 #include <string.h>

@@ -19,7 +19,7 @@
  * per call (CPU time of all the process's threads, steadier on a shared
  * machine), GB/s of cache rows read and GFLOP/s by the wall clock
  * (attention: 4·heads·dim per row; indexer: 2·heads·dim). */
-#include "cli/bench_attn.h"
+#include "bench/bench_attn.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -26,7 +26,7 @@
  *
  * With PoCL, device and host are the same cores: then the ratio measures
  * what the hybrid schedule costs (hand-overs, waits), not what a GPU gains. */
-#include "cli/bench_hybrid.h"
+#include "bench/bench_hybrid.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * computes only what the snapshot lacks); --save-session writes one after
  * the last row. Under mpirun (an MPI build) the model is split over the
  * job's ranks. */
-#include "cli/bench_engine.h"
+#include "bench/bench_engine.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * best run of each counts. On one machine the ranks share the cores and
  * only one rank computes at a time, so the ratio is the split's own cost:
  * the hand-overs and the waits for messages. */
-#include "cli/bench_mpi.h"
+#include "bench/bench_mpi.h"
 
 #include <errno.h>
 #include <stdio.h>

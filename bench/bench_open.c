@@ -9,7 +9,7 @@
  * so it pays for the reads from disk that the stages make; "warm" runs
  * find them cached. Opening never reads the tensor data itself (it is
  * mapped), so the times depend on the metadata, not on the weights' size. */
-#include "cli/bench_open.h"
+#include "bench/bench_open.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -13,7 +13,7 @@
  * kernels/bench.cl instead of an op: the exp_gate shape in ds4's integer
  * arithmetic, to show what that numerics would buy.
  */
-#include "cli/bench_opencl.h"
+#include "bench/bench_opencl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "base/base.h"
-#include "cli/bench_quant.h"
+#include "bench/bench_quant.h"
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "opencl/cl_ops.h"

@@ -1,5 +1,5 @@
 /* bench_peak.c — the compute-peak probes of bench_peak.h. */
-#include "cli/bench_peak.h"
+#include "bench/bench_peak.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * (engine/qk.h) per SIMD level, at the routed experts' shapes and at the
  * shape ggml's test-backend-ops times, next to the same-run read ceiling
  * and, when given its path, ggml's own figures measured in the same run. */
-#include "cli/bench_qk.h"
+#include "bench/bench_qk.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "cli/bench_quant.h"
+#include "bench/bench_quant.h"
 #include "cpu/qk.h"
 #include "engine/quant.h"
 

@@ -4,7 +4,7 @@
  * multi-threaded, next to a plain streaming read of the same size in the
  * same process. Decode is memory-bound, so "GB/s of weights" against that
  * ceiling is the figure of merit. */
-#include "cli/bench_quant.h"
+#include "bench/bench_quant.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -17,7 +17,7 @@
 #endif
 
 #include "base/base.h"
-#include "cli/bench_qk.h"
+#include "bench/bench_qk.h"
 #include "cpu/cpu_kernels.h"
 #include "engine/quant.h"
 

@@ -25,7 +25,7 @@
  * The prompt tokens of a request are counted apart by /count_tokens, so
  * that prefilled + cached = prompt is a check of the server's accounting,
  * not its definition. Only counts are reported: time is not the point. */
-#include "cli/bench_replay.h"
+#include "bench/bench_replay.h"
 
 #include <arpa/inet.h>
 #include <json-c/json.h>

@@ -12,7 +12,7 @@
  * those both read the same bytes. CSV on stdout:
  *   query,kind,tool_matches,grep_matches,tool_ms,grep_ms,tool_cpu_ms,grep_cpu_ms,tool_vs_grep
  * tool_vs_grep = tool_cpu_ms / grep_cpu_ms (below 1: the tool is faster). */
-#include "cli/bench_search.h"
+#include "bench/bench_search.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -12,7 +12,7 @@
  * best of each is kept. Beside the
  * wall-clock figures, the process CPU time of each: on a shared machine
  * the load stretches wall time, not the CPU time the work takes. */
-#include "cli/bench_serve.h"
+#include "bench/bench_serve.h"
 
 #include <arpa/inet.h>
 #include <json-c/json.h>

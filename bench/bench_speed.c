@@ -29,7 +29,7 @@
  * --cl-profile (OpenCL) times every launch on the device and prints, on
  * stderr, the kernels of each frontier's prefill and of its decode steps
  * (per step) summed per kernel and global size, next to the wall time. */
-#include "cli/bench_engine.h"
+#include "bench/bench_engine.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -37,8 +37,8 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "cli/bench_peak.h"
-#include "cli/bench_quant.h"
+#include "bench/bench_peak.h"
+#include "bench/bench_quant.h"
 #include "cli/page_warm.h"
 #include "engine/backend.h"
 #include "engine/ds4.h"

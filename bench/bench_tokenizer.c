@@ -5,7 +5,7 @@
  * (impl,bytes,tokens,first_s,best_s,best_mb_per_s) and whether the two id
  * sequences are equal (comparable when the model carries the DeepSeek
  * vocabulary). */
-#include "cli/bench_tokenizer.h"
+#include "bench/bench_tokenizer.h"
 
 #include <errno.h>
 #include <stdio.h>

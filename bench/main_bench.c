@@ -3,17 +3,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/bench_attn.h"
-#include "cli/bench_engine.h"
-#include "cli/bench_hybrid.h"
-#include "cli/bench_mpi.h"
-#include "cli/bench_opencl.h"
-#include "cli/bench_open.h"
-#include "cli/bench_quant.h"
-#include "cli/bench_replay.h"
-#include "cli/bench_search.h"
-#include "cli/bench_serve.h"
-#include "cli/bench_tokenizer.h"
+#include "bench/bench_attn.h"
+#include "bench/bench_engine.h"
+#include "bench/bench_hybrid.h"
+#include "bench/bench_mpi.h"
+#include "bench/bench_opencl.h"
+#include "bench/bench_open.h"
+#include "bench/bench_quant.h"
+#include "bench/bench_replay.h"
+#include "bench/bench_search.h"
+#include "bench/bench_serve.h"
+#include "bench/bench_tokenizer.h"
 
 #ifdef DS4CL_MPI
 #include "mpi/dmpi.h"

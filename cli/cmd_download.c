@@ -11,9 +11,9 @@
 
 #include "base/base.h"
 #include "cli/commands.h"
-#include "cli/download.h"
+#include "download/download.h"
 #include "cli/model_path.h"
-#include "cli/progress.h"
+#include "base/progress.h"
 
 #define DEFAULT_TARGET "q2-imatrix"
 

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "base/base.h"
-#include "cli/progress.h"
+#include "base/progress.h"
 
 #define UNLIMITED_CGROUP (1ull << 60)
 

@@ -1,5 +1,5 @@
 /* download.c — resumable, verified model downloads over libcurl. */
-#include "cli/download.h"
+#include "download/download.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "cli/progress.h"
+#include "base/progress.h"
 
 /* File names as published in the repository (ds4's download script uses
  * the same ones). The imatrix files are the preferred quantizations. */
