@@ -1,8 +1,8 @@
-/* agent_internal.h — the agent's state shared by the files of agent/
+/* agent_impl.h — the agent's state shared by the files of agent/
  * (agent.c: API, thread, events; turn.c: the turn loop; compact.c:
  * compaction; prompt.c: the system prompt; trace.c: --trace). */
-#ifndef DS4CL_AGENT_INTERNAL_H
-#define DS4CL_AGENT_INTERNAL_H
+#ifndef DS4CL_AGENT_IMPL_H
+#define DS4CL_AGENT_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,4 +1,4 @@
-/* serve.c — a rank > 0 of the layer split: opens the model rank 0 names,
+/* rank.c — a rank > 0 of the layer split: opens the model rank 0 names,
  * runs its layer range for every session rank 0 opens, and answers rank
  * 0's commands until it says quit (dmpi_impl.h has the messages). */
 #include "mpi/dmpi_impl.h"

@@ -1,10 +1,10 @@
-/* serve_internal.h — what the files of serve/ share (request.c: parsing;
+/* serve_impl.h — what the files of serve/ share (request.c: parsing;
  * render.c: prompts as tokens and the reply memory; worker.c: the engine
  * thread; cache.c: snapshot files; reply_*.c: the APIs' output shapes;
  * http.c: the daemon and the routes; http_door.c, with its own header:
  * accepting, the connection limit and the request head's check). */
-#ifndef DS4CL_SERVE_INTERNAL_H
-#define DS4CL_SERVE_INTERNAL_H
+#ifndef DS4CL_SERVE_IMPL_H
+#define DS4CL_SERVE_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>

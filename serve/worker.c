@@ -32,7 +32,7 @@
 
 #include "dsml/dsml.h"
 #include "engine/unicode.h"
-#include "serve/serve_internal.h"
+#include "serve/serve_impl.h"
 
 #define MAX_SLOTS 16
 

@@ -1,8 +1,8 @@
-/* sessions_internal.h — shared by the files of sessions/ (store.c: the
+/* store_impl.h — shared by the files of sessions/ (store.c: the
  * directory of sessions, metadata, locks, the budget; session.c: one open
  * session and its hooks; switch.c: restarting the agent on another). */
-#ifndef DS4CL_SESSIONS_INTERNAL_H
-#define DS4CL_SESSIONS_INTERNAL_H
+#ifndef DS4CL_SESSIONS_STORE_IMPL_H
+#define DS4CL_SESSIONS_STORE_IMPL_H
 
 #include <limits.h>
 
