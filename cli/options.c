@@ -73,6 +73,11 @@ static const struct option long_opts[] = {
     { 0, 0, 0, 0 },
 };
 
+const char *options_long_name(size_t i)
+{
+    return i < sizeof long_opts / sizeof long_opts[0] ? long_opts[i].name : NULL;
+}
+
 void options_print_help(void)
 {
     fputs(

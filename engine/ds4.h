@@ -1,7 +1,12 @@
 /* ds4.h — the engine's public API.
  *
- * Everything outside engine/ and opencl/ talks to the model through this
- * header only: open a DS4 GGUF on a backend, tokenize and render chat
+ * The folders above the engine (cli/, serve/, agent/, dsml/, sessions/,
+ * ui/, tools/) talk to the model through this header only; the backends
+ * (cpu/, opencl/) and the MPI layer split (mpi/) plug in below it through
+ * engine/backend.h and engine/ops.h, and tests and bench/ may look inside.
+ * build-aux/arrows.sh checks this on every `make test` and lists the few
+ * includes that still break it. Here: open a DS4 GGUF on a backend,
+ * tokenize and render chat
  * transcripts, keep a session whose KV state equals a token prefix, read
  * logits, sample, and save/restore session snapshots. No tensor, quant block
  * or kernel is visible here.
