@@ -2,7 +2,7 @@
  * bytes that may still turn out to be markup, and assembles tool calls
  * into JSON argument objects (json-c); and the gathering of its reasoning
  * and text a token at a time for the front ends that stream them. */
-#include "dsml/dsml_gram.h"
+#include "dsml/dsml_gram_impl.h"
 #include "base/base.h"
 #include "engine/unicode.h"
 

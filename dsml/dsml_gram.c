@@ -1,6 +1,6 @@
 /* dsml_gram.c — tool schemas as name tables, and the DSML byte automaton
- * (see dsml_gram.h for why it is plain data). */
-#include "dsml/dsml_gram.h"
+ * (see dsml_gram_impl.h for why it is plain data). */
+#include "dsml/dsml_gram_impl.h"
 
 #include "base/base.h"
 

@@ -1,4 +1,4 @@
-/* dsml_gram.h — the DSML byte automaton shared by the parser (dsml.c) and
+/* dsml_gram_impl.h — the DSML byte automaton shared by the parser (dsml.c) and
  * the structural mask (dsml_mask.c); internal to dsml/.
  *
  * The state is plain data of fixed size so the mask can copy it and try a
@@ -8,8 +8,8 @@
  * lenient input leaves the strict language, `dev` is set and the mask
  * stands aside until the next invoke.
  */
-#ifndef DS4CL_DSML_GRAM_H
-#define DS4CL_DSML_GRAM_H
+#ifndef DS4CL_DSML_GRAM_IMPL_H
+#define DS4CL_DSML_GRAM_IMPL_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -8,7 +8,7 @@
  * Structural states repeat from call to call (the same tag, the same tool
  * name prefix), so allowed sets are cached by automaton state.
  */
-#include "dsml/dsml_gram.h"
+#include "dsml/dsml_gram_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
