@@ -2,9 +2,10 @@
 #
 # Every module directory contributes its *.c files to the library objects
 # that all programs and the tests link in full (a missing function is a
-# link error); cli/main_*.c are the three program entry points and
-# cli/bench_*.c are linked into ds4cl-bench only; tests/ holds the test
-# runner and one test file per area. New files are picked up automatically.
+# link error); cli/main_ds4cl.c and cli/main_mkmodel.c are two program
+# entry points, bench/ holds the third program (ds4cl-bench: main_bench.c
+# and the benchmarks, linked into it only); tests/ holds the test runner
+# and one test file per area. New files are picked up automatically.
 #
 #   make            build ds4cl, ds4cl-bench, ds4cl-mkmodel in the repo root
 #   make test       build and run the test suite (T=pattern filters, J=jobs)
@@ -24,7 +25,7 @@ CC        ?= cc
 PKG_CONFIG ?= pkg-config
 PKGS      := ncursesw libcurl libwebsockets json-c OpenCL libpcre2-8 libcrypto libmicrohttpd
 
-MODULES   := base engine engine/testkit cpu opencl agent tools ui sessions prompts serve cli
+MODULES   := base res engine engine/testkit cpu opencl dsml agent tools ui sessions prompts serve download cli
 
 ifeq ($(SAN),1)
   VARIANT   := san
@@ -88,23 +89,24 @@ CL_SRCS     := $(sort $(wildcard opencl/kernels/*.cl))
 PROMPT_SRCS := $(sort $(wildcard prompts/*.txt))
 GEN_SRCS    := $(GENDIR)/clrt_sources.c $(GENDIR)/prompt_texts.c
 
-# cli/main_*.c are the program entry points; cli/bench_*.c belong to
-# ds4cl-bench alone; every other .c is library code that every program and
+# The main_*.c are the program entry points; bench/ belongs to ds4cl-bench
+# alone; every other .c of MODULES is library code that every program and
 # the tests link.
-MAIN_SRCS  := cli/main_ds4cl.c cli/main_bench.c cli/main_mkmodel.c
-BENCH_SRCS := $(sort $(wildcard cli/bench_*.c))
+MAIN_SRCS  := cli/main_ds4cl.c bench/main_bench.c cli/main_mkmodel.c
+BENCH_SRCS := $(filter-out bench/main_bench.c,$(sort $(wildcard bench/*.c)))
 LIB_SRCS   := $(filter-out $(MAIN_SRCS) $(BENCH_SRCS),$(sort $(foreach m,$(MODULES),$(wildcard $(m)/*.c))))
 LIB_OBJS   := $(patsubst %.c,$(OBJDIR)/%.o,$(LIB_SRCS)) \
               $(patsubst $(GENDIR)/%.c,$(OBJDIR)/gen/%.o,$(GEN_SRCS))
 BENCH_OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(BENCH_SRCS))
 
-# The integer 2-bit kernels of each x86 SIMD level (*/qk_avx*.c), and the
-# 256-bit row decoders (cpu/quant_x256.c), name their instructions per
+# The integer 2-bit kernels of each x86 SIMD level (*/qk_avx*.c), the
+# f32-activation kernels of each width (cpu/quant_f32_x*.c) and the 256-bit
+# row decoders (cpu/quant_x256.c), name their instructions per
 # function and run only where CPUID (or the build's own target) says they
 # may, so they are built for the x86-64 baseline whatever ARCHFLAGS says: a
 # -march=native must not let the compiler use, in a level's code, an
 # instruction of a higher level.
-QK_LEVEL_SRCS := $(filter %/qk_avx2.c %/qk_avx2vnni.c %/qk_avx2vnni_evex.c %/qk_avx512.c %/qk_avx512vbmi.c %/quant_x256.c,$(LIB_SRCS))
+QK_LEVEL_SRCS := $(filter %/qk_avx2.c %/qk_avx2vnni.c %/qk_avx2vnni_evex.c %/qk_avx512.c %/qk_avx512vbmi.c %/quant_x256.c %/quant_f32_x256.c %/quant_f32_x512.c,$(LIB_SRCS))
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine 2>/dev/null)),)
 $(patsubst %.c,$(OBJDIR)/%.o,$(QK_LEVEL_SRCS)): override ARCHFLAGS := -march=x86-64 -mtune=generic
 endif
@@ -197,7 +199,7 @@ $(BINDIR)/ds4cl: $(OBJDIR)/cli/main_ds4cl.o $(LIB_OBJS) $(FLAVOR_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $(filter %.o,$^) $(LDLIBS)
 
-$(BINDIR)/ds4cl-bench: $(OBJDIR)/cli/main_bench.o $(BENCH_OBJS) $(LIB_OBJS) $(FLAVOR_STAMP)
+$(BINDIR)/ds4cl-bench: $(OBJDIR)/bench/main_bench.o $(BENCH_OBJS) $(LIB_OBJS) $(FLAVOR_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $(filter %.o,$^) $(LDLIBS)
 

@@ -1,7 +1,7 @@
 /* agent.c — the front-end contract: starting and stopping the worker
  * thread, submissions, requests, events, status, confirmations; the turn
  * log and the worker's main loop. */
-#include "agent/agent_internal.h"
+#include "agent/agent_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
  * starts at a user turn. The state before is kept for /uncompact, and a
  * compaction that fails or is interrupted leaves the conversation as it
  * was. */
-#include "agent/agent_internal.h"
+#include "agent/agent_impl.h"
 
 #include <stdlib.h>
 #include <string.h>

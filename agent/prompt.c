@@ -11,7 +11,7 @@
  * plain text: a directory name, a project file or a user flag can never
  * produce a control token.
  */
-#include "agent/agent_internal.h"
+#include "agent/agent_impl.h"
 #include "prompts/prompts.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
  * journal could not take the result): each call gets one now, saying the
  * call may or may not have taken effect, and for write and edit what the
  * file holds now, so the model checks instead of assuming either way. */
-#include "agent/agent_internal.h"
+#include "agent/agent_impl.h"
 
 #include <errno.h>
 #include <json-c/json.h>

@@ -2,7 +2,7 @@
  * results and state changes, one line each, flushed per line, every line
  * starting with the local time to the millisecond. Text is escaped so a
  * line is always one line: \\ \n \r \t \" and other control bytes as \xNN. */
-#include "agent/agent_internal.h"
+#include "agent/agent_impl.h"
 
 #include <errno.h>
 #include <stdarg.h>

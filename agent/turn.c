@@ -2,7 +2,7 @@
  * greedy decoding and the DSML mask, run the calls through the tools,
  * feed the results back, repeat until a plain answer, an interruption, a
  * limit or an error. */
-#include "agent/agent_internal.h"
+#include "agent/agent_impl.h"
 
 #include <errno.h>
 #include <math.h>

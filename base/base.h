@@ -1,6 +1,7 @@
 /* base.h — the few helpers every module needs and none should write twice:
  * the error convention, allocation, little-endian fields, a growable
- * string buffer, byte counts for people, whole-file reads, atomic file
+ * string buffer, byte counts for people, numbers read from text (the one
+ * strict parser), whole-file reads, atomic file
  * replacement, mkdir -p, the XDG directories of ds4cl, and a clock. */
 #ifndef DS4CL_BASE_H
 #define DS4CL_BASE_H
@@ -68,6 +69,28 @@ const char *sb_str(const strbuf *b);      /* "" when empty */
 
 /* A byte count for people: "512 B", "1.50 KiB", "12.3 MiB", "140 GiB". */
 const char *format_bytes(char *buf, size_t n, uint64_t bytes);
+
+/* ---- numbers read from text -------------------------------------------------
+ * The one parser for numbers people type (flags, environment variables,
+ * list items). Strict: the whole string is the number (no blanks around
+ * it, no trailing text, not empty), it fits its type and lies in [lo, hi].
+ * Each returns 0, or -1 with err saying why in words that name the text
+ * ("'12x' is not a whole number", "'0' is not in 1..100"); the caller
+ * prefixes the flag. *out is written only on success. */
+int num_parse_long(const char *s, long lo, long hi, long *out, ds4_error *err);
+int num_parse_int(const char *s, int lo, int hi, int *out, ds4_error *err);
+/* Unsigned: a leading '-' is refused (strtoull would wrap it around). */
+int num_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, ds4_error *err);
+/* Decimal or exponent notation; nan and inf are refused. */
+int num_parse_double(const char *s, double lo, double hi, double *out, ds4_error *err);
+/* A byte count: a number (fractions allowed) and an optional unit K, M, G,
+ * T or P (powers of 1024; "G", "GB", "GiB" alike, any case), a blank
+ * allowed between them: "123", "64G", "1.5T", "512MiB", "8 kB". */
+int num_parse_size(const char *s, uint64_t *out, ds4_error *err);
+/* A comma-separated list of whole numbers, each in [lo, hi], at most max
+ * of them: their count (at least 1), or -1 with err (an empty item, a bad
+ * one, or too many). */
+int num_parse_list(const char *s, long lo, long hi, long *out, int max, ds4_error *err);
 
 /* ---- files ---------------------------------------------------------------- */
 

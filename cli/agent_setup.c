@@ -38,11 +38,9 @@ void agent_setup_config(agent_config *cfg, const ds4cl_options *o, ds4_engine *e
 int agent_setup_confirm_timeout_ms(void)
 {
     const char *v = getenv("DS4CL_CONFIRM_TIMEOUT");
-    if (v && *v) {
-        char *end;
-        double s = strtod(v, &end);
-        if (end != v && !*end && s > 0 && s <= 86400) return (int)(s * 1000);
-    }
+    double s;
+    /* 0 (no timeout) for anything else, as for an unset variable */
+    if (v && *v && !num_parse_double(v, 0, 86400, &s, NULL) && s > 0) return (int)(s * 1000);
     return 0;
 }
 

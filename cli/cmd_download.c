@@ -11,9 +11,9 @@
 
 #include "base/base.h"
 #include "cli/commands.h"
-#include "cli/download.h"
+#include "download/download.h"
 #include "cli/model_path.h"
-#include "cli/progress.h"
+#include "base/progress.h"
 
 #define DEFAULT_TARGET "q2-imatrix"
 
@@ -29,14 +29,13 @@ static int env_int(const char *name, int dflt, int min, int max)
 {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (errno || *end || n < min || n > max) {
-        fprintf(stderr, "ds4cl: ignoring %s=%s (want %d..%d)\n", name, v, min, max);
+    int n;
+    ds4_error err = { "" };
+    if (num_parse_int(v, min, max, &n, &err)) {
+        fprintf(stderr, "ds4cl: ignoring %s: %s\n", name, err.msg);
         return dflt;
     }
-    return (int)n;
+    return n;
 }
 
 static bool host_is(const char *url, const char *host)

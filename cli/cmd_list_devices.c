@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/progress.h"
+#include "base/progress.h"
 
 int cmd_list_devices(const ds4cl_options *o)
 {

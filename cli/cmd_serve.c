@@ -53,16 +53,6 @@ static void serve_help(void)
           stdout);
 }
 
-static bool num(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
-    *out = v;
-    return true;
-}
-
 typedef struct {
     serve_config cfg;
     bool no_cache;
@@ -101,13 +91,13 @@ static int take_flag(int argc, char **argv, int *i, serve_flags *f)
     else if (!strcmp(name, "--api-key")) c->api_key = val;
     else if (!strcmp(name, "--model-id")) c->model_id = val;
     else if (!strcmp(name, "--cache-dir")) f->cache_dir = val;
-    else if (!strcmp(name, "--port") && num(val, 0, 65535, &v)) c->port = (int)v;
-    else if (!strcmp(name, "--max-body") && num(val, 1024, 1e12, &v)) c->max_body = (size_t)v;
-    else if (!strcmp(name, "--timeout") && num(val, 1, 86400, &v)) c->timeout_s = (int)v;
-    else if (!strcmp(name, "--max-connections") && num(val, 1, 100000, &v)) c->max_connections = (int)v;
-    else if (!strcmp(name, "--keepalive") && num(val, 0.01, 3600, &v)) c->keepalive_s = v;
-    else if (!strcmp(name, "--cache-max") && num(val, 1, 1e9, &v)) c->cache_max_bytes = (uint64_t)(v * 1048576.0);
-    else if (!strcmp(name, "--parallel") && num(val, 1, 16, &v) && v == (int)v) c->parallel = (int)v;
+    else if (!strcmp(name, "--port") && !num_parse_double(val, 0, 65535, &v, NULL)) c->port = (int)v;
+    else if (!strcmp(name, "--max-body") && !num_parse_double(val, 1024, 1e12, &v, NULL)) c->max_body = (size_t)v;
+    else if (!strcmp(name, "--timeout") && !num_parse_double(val, 1, 86400, &v, NULL)) c->timeout_s = (int)v;
+    else if (!strcmp(name, "--max-connections") && !num_parse_double(val, 1, 100000, &v, NULL)) c->max_connections = (int)v;
+    else if (!strcmp(name, "--keepalive") && !num_parse_double(val, 0.01, 3600, &v, NULL)) c->keepalive_s = v;
+    else if (!strcmp(name, "--cache-max") && !num_parse_double(val, 1, 1e9, &v, NULL)) c->cache_max_bytes = (uint64_t)(v * 1048576.0);
+    else if (!strcmp(name, "--parallel") && !num_parse_double(val, 1, 16, &v, NULL) && v == (int)v) c->parallel = (int)v;
     else {
         fprintf(stderr, "ds4cl serve: %s: '%s' is not a valid value\n", name, val);
         return -1;

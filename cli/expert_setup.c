@@ -18,7 +18,7 @@ static const char *setting(const ds4cl_options *o)
     const char *env = getenv("DS4CL_EXPERT_CACHE");
     uint64_t v;
     if (!env || !*env) return "auto";
-    if (!strcmp(env, "auto") || !strcmp(env, "off") || (memplan_parse_size(env, &v) == 0 && v)) return env;
+    if (!strcmp(env, "auto") || !strcmp(env, "off") || (num_parse_size(env, &v, NULL) == 0 && v)) return env;
     fprintf(stderr, "ds4cl: ignoring DS4CL_EXPERT_CACHE=%s (want a size such as 12G, auto or off)\n", env);
     return "auto";
 }
@@ -52,7 +52,7 @@ int expert_setup(const ds4cl_options *o, const char *path, int least_ctx, bool q
     if (!strcmp(set, "off")) return memplan_precheck_file(path, o->backend);
     uint64_t want = 0;
     bool force = strcmp(set, "auto") != 0;
-    if (force) memplan_parse_size(set, &want);
+    if (force) num_parse_size(set, &want, NULL);
     memplan_policy pol = memplan_default_policy();
     /* the smallest session decides a refusal; the wanted one the budget */
     int n_ctx = o->ctx > 0 ? o->ctx : pol.min_ctx, want_ctx = o->ctx > 0 ? o->ctx : least_ctx > n_ctx ? least_ctx : n_ctx;

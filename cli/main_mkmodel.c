@@ -90,25 +90,12 @@ static int usage_error(const char *fmt, const char *arg)
     return 2;
 }
 
-static bool parse_count(const char *s, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == 0 || *end || v < 0 || v > INT_MAX) return false;
-    *out = (int)v;
-    return true;
-}
-
 static int parse_ratios(const char *s, mk_spec *spec, int *n)
 {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", s);
-    *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n >= MK_MAX_LAYERS || !parse_count(tok, &spec->ratios[*n])) return -1;
-        (*n)++;
-    }
-    return *n ? 0 : -1;
+    long v[MK_MAX_LAYERS];
+    *n = num_parse_list(s, 0, INT_MAX, v, MK_MAX_LAYERS, NULL);
+    for (int i = 0; i < *n; i++) spec->ratios[i] = (int)v[i];
+    return *n > 0 ? 0 : -1;
 }
 
 static void progress(void *ud, double f)
@@ -151,9 +138,8 @@ int main(int argc, char **argv)
             if (mk_set_quant(&s, optarg)) return usage_error("--quant wants q2 or q4, not '%s'", optarg);
             break;
         case O_SEED: {
-            char *end;
-            s.seed = strtoull(optarg, &end, 0);
-            if (!*optarg || *end) return usage_error("--seed wants a number, not '%s'", optarg);
+            if (num_parse_u64(optarg, 0, UINT64_MAX, &s.seed, NULL))
+                return usage_error("--seed wants a number, not '%s'", optarg);
             break;
         }
         case O_ROUTER_SKEW: {
@@ -187,7 +173,7 @@ int main(int argc, char **argv)
         case O_SINKHORN: field = &s.hc_sinkhorn_iters; break;
         default: fputs("Try 'ds4cl-mkmodel --help'.\n", stderr); return 2;
         }
-        if (field && !parse_count(optarg, field))
+        if (field && num_parse_int(optarg, 0, INT_MAX, field, NULL))
             return usage_error("%s wants a non-negative integer", argv[optind - 2]);
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);

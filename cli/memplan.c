@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "base/base.h"
-#include "cli/progress.h"
+#include "base/progress.h"
 
 #define UNLIMITED_CGROUP (1ull << 60)
 
@@ -127,34 +127,6 @@ void memplan_auto(const memplan_input *in, const memplan_policy *pol, int cap, m
 }
 
 /* ---- detection ----------------------------------------------------------- */
-
-int memplan_parse_size(const char *s, uint64_t *out)
-{
-    if (!s) return -1;
-    while (isspace((unsigned char)*s)) s++;
-    if (!isdigit((unsigned char)*s)) return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || !(v >= 0)) return -1;
-    while (isspace((unsigned char)*end)) end++;
-    double mult = 1;
-    static const char units[] = "KMGTP";
-    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-    if (u) {
-        mult = pow(1024.0, (double)(u - units + 1));
-        end++;
-        if (*end == 'i' || *end == 'I') end++;
-        if (*end == 'B' || *end == 'b') end++;
-    } else if (*end == 'B' || *end == 'b') {
-        end++;
-    }
-    if (*end) return -1;
-    double bytes = v * mult;
-    if (bytes > 1.8e19) return -1;
-    *out = (uint64_t)bytes;
-    return 0;
-}
 
 int memplan_parse_meminfo(const char *text, const char *key, uint64_t *out)
 {
@@ -277,7 +249,7 @@ int memplan_host_available(uint64_t *bytes, char *source, size_t source_n)
 {
     const char *env = getenv("DS4CL_MEM_AVAILABLE");
     if (env && *env) {
-        if (memplan_parse_size(env, bytes) == 0) {
+        if (num_parse_size(env, bytes, NULL) == 0) {
             snprintf(source, source_n, "DS4CL_MEM_AVAILABLE");
             return 0;
         }
@@ -308,7 +280,7 @@ int memplan_env_check(ds4_error *err)
         const char *env = getenv(vars[i]);
         uint64_t v;
         if (!env || !*env) continue;
-        bool size = memplan_parse_size(env, &v) == 0;
+        bool size = num_parse_size(env, &v, NULL) == 0;
         if (!size || v == 0)
             return ds4_error_set(err, "%s=%s %s: give bytes or a size such as 64G or 512M (or unset it to use the "
                                       "memory detected)", vars[i], env,
@@ -321,7 +293,7 @@ uint64_t memplan_device_memory_override(void)
 {
     const char *env = getenv("DS4CL_DEVICE_MEM");
     uint64_t v;
-    if (env && *env && memplan_parse_size(env, &v) == 0) return v;
+    if (env && *env && num_parse_size(env, &v, NULL) == 0) return v;
     return 0;
 }
 

@@ -100,9 +100,6 @@ int memplan_largest_ctx(const memplan_input *in, uint64_t budget, int lo, int hi
 
 /* ---- memory detection ------------------------------------------------- */
 
-/* "123", "64G", "1.5T", "512MiB" → bytes (binary units). -1 when malformed. */
-int memplan_parse_size(const char *s, uint64_t *out);
-
 /* Value of KEY ("MemAvailable") in /proc/meminfo text, in bytes; -1 when absent. */
 int memplan_parse_meminfo(const char *text, const char *key, uint64_t *out);
 

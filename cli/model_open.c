@@ -11,7 +11,7 @@
 #include "cli/memplan.h"
 #include "cli/model_path.h"
 #include "cli/page_warm.h"
-#include "cli/progress.h"
+#include "base/progress.h"
 
 #ifdef DS4CL_MPI
 #include "mpi/dmpi.h"

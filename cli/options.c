@@ -1,7 +1,6 @@
 /* options.c — ds4cl's flag table, parser and help text. */
 #include "cli/options.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -75,6 +74,11 @@ static const struct option long_opts[] = {
     { "no-color", no_argument, 0, OPT_NO_COLOR },
     { 0, 0, 0, 0 },
 };
+
+const char *options_long_name(size_t i)
+{
+    return i < sizeof long_opts / sizeof long_opts[0] ? long_opts[i].name : NULL;
+}
 
 void options_print_help(void)
 {
@@ -168,24 +172,12 @@ static int ctx_error(const char *fmt, ...)
     return 2;
 }
 
-static bool parse_int(const char *s, long min, long max, long *out)
+/* A --ctx that is a whole number, only too large (so the message names
+ * the limit rather than the syntax). */
+static bool beyond_ctx_limit(const char *s)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_float(const char *s, double min, double max, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= min && v <= max)) return false;
-    *out = v;
-    return true;
+    size_t digits = strspn(s, "0123456789");
+    return digits && !s[digits] && strspn(s, "0") < digits;
 }
 
 int options_parse(int argc, char **argv, ds4cl_options *o)
@@ -216,8 +208,8 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
         case 'm': o->model_path = optarg; break;
         case OPT_CTX:
             if (!strcmp(optarg, "auto")) o->ctx = -1;
-            else if (parse_int(optarg, 1, MEMPLAN_MAX_CTX, &iv)) o->ctx = (int)iv; /* the least: below */
-            else if (parse_int(optarg, 1, LONG_MAX, &iv) || (errno == ERANGE && *optarg != '-'))
+            else if (!num_parse_long(optarg, 1, MEMPLAN_MAX_CTX, &iv, NULL)) o->ctx = (int)iv; /* the least: below */
+            else if (beyond_ctx_limit(optarg))
                 return ctx_error("--ctx %s is beyond the model's limit: ds4cl takes at most %d tokens", optarg,
                                  MEMPLAN_MAX_CTX);
             else return usage_error("--ctx wants a number of tokens or 'auto', not '%s'", optarg);
@@ -238,22 +230,22 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
         case OPT_CPU_MOE: o->host_expert_layers = INT_MAX; break;
         case OPT_SPLIT: o->split = optarg; break;
         case OPT_STREAM_EXPERTS:
-            if (!parse_int(optarg, 0, 1 << 20, &iv)) return usage_error("--stream-experts wants a token count ≥ 0, not '%s'", optarg);
+            if (num_parse_long(optarg, 0, 1 << 20, &iv, NULL)) return usage_error("--stream-experts wants a token count ≥ 0, not '%s'", optarg);
             o->stream_experts = (int)iv;
             break;
         case OPT_EXPERT_CACHE: {
             uint64_t v;
-            if (strcmp(optarg, "auto") && strcmp(optarg, "off") && (memplan_parse_size(optarg, &v) != 0 || !v))
+            if (strcmp(optarg, "auto") && strcmp(optarg, "off") && (num_parse_size(optarg, &v, NULL) != 0 || !v))
                 return usage_error("--expert-cache wants a size such as 12G, auto or off, not '%s'", optarg);
             o->expert_cache = optarg;
             break;
         }
         case OPT_N_CPU_MOE:
-            if (!parse_int(optarg, 0, INT_MAX, &iv)) return usage_error("--n-cpu-moe wants a number ≥ 0, not '%s'", optarg);
+            if (num_parse_long(optarg, 0, INT_MAX, &iv, NULL)) return usage_error("--n-cpu-moe wants a number ≥ 0, not '%s'", optarg);
             o->host_expert_layers = iv == 0 ? DS4_EXPERTS_ON_DEVICE : (int)iv;
             break;
         case OPT_THREADS:
-            if (!parse_int(optarg, 1, 1024, &iv)) return usage_error("--threads wants 1..1024, not '%s'", optarg);
+            if (num_parse_long(optarg, 1, 1024, &iv, NULL)) return usage_error("--threads wants 1..1024, not '%s'", optarg);
             o->threads = (int)iv;
             break;
         case OPT_ENGINE:
@@ -281,31 +273,28 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
             else return usage_error("--output-format wants text, json or stream-json, not '%s'", optarg);
             break;
         case 'n':
-            if (!parse_int(optarg, 1, INT_MAX, &iv)) return usage_error("--max-tokens wants a positive number, not '%s'", optarg);
+            if (num_parse_long(optarg, 1, INT_MAX, &iv, NULL)) return usage_error("--max-tokens wants a positive number, not '%s'", optarg);
             o->max_tokens = (int)iv;
             break;
         case OPT_TEMP:
-            if (!parse_float(optarg, 0, 100, &fv)) return usage_error("--temp wants 0..100, not '%s'", optarg);
+            if (num_parse_double(optarg, 0, 100, &fv, NULL)) return usage_error("--temp wants 0..100, not '%s'", optarg);
             o->sampling.temperature = (float)fv;
             break;
         case OPT_TOP_P:
-            if (!parse_float(optarg, 0, 1, &fv)) return usage_error("--top-p wants 0..1, not '%s'", optarg);
+            if (num_parse_double(optarg, 0, 1, &fv, NULL)) return usage_error("--top-p wants 0..1, not '%s'", optarg);
             o->sampling.top_p = (float)fv;
             break;
         case OPT_TOP_K:
-            if (!parse_int(optarg, 0, INT_MAX, &iv)) return usage_error("--top-k wants a number ≥ 0, not '%s'", optarg);
+            if (num_parse_long(optarg, 0, INT_MAX, &iv, NULL)) return usage_error("--top-k wants a number ≥ 0, not '%s'", optarg);
             o->sampling.top_k = (int)iv;
             break;
         case OPT_MIN_P:
-            if (!parse_float(optarg, 0, 1, &fv)) return usage_error("--min-p wants 0..1, not '%s'", optarg);
+            if (num_parse_double(optarg, 0, 1, &fv, NULL)) return usage_error("--min-p wants 0..1, not '%s'", optarg);
             o->sampling.min_p = (float)fv;
             break;
         case OPT_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(optarg, &end, 10);
-            /* strtoull takes "-1" as a huge number */
-            if (errno || end == optarg || *end || strchr(optarg, '-'))
+            uint64_t s;
+            if (num_parse_u64(optarg, 0, UINT64_MAX, &s, NULL))
                 return usage_error("--seed wants a number 0..18446744073709551615, not '%s'", optarg);
             o->sampling.seed = s;
             o->seed_given = true;
@@ -336,7 +325,7 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
         case OPT_NO_SANDBOX: o->no_sandbox = true; break;
         case OPT_TRACE: o->trace_path = optarg; break;
         case OPT_MAX_TOOL_ROUNDS:
-            if (!parse_int(optarg, 1, 100000, &iv)) return usage_error("--max-tool-rounds wants a positive number, not '%s'", optarg);
+            if (num_parse_long(optarg, 1, 100000, &iv, NULL)) return usage_error("--max-tool-rounds wants a positive number, not '%s'", optarg);
             o->max_tool_rounds = (int)iv;
             break;
         case OPT_RESUME:

@@ -1,7 +1,10 @@
 /* options.h — the command line of `ds4cl`, parsed once into one struct.
  *
- * Every flag of every mode lives in the table in options.c, so the help
- * text, the parser and the struct never disagree. Modes (model info, token
+ * Every flag of every mode is one entry of the parser's table in
+ * options.c and one field of the struct below. The help text is written
+ * by hand beside the table (its grouping and wording are for people); a
+ * test (cli.help_names_every_option) checks that it names every option the
+ * parser accepts, through options_long_name. Modes (model info, token
  * dump, device list, download, non-interactive prompt, interactive UI) are
  * separate commands in cli/cmd_*.c that receive the parsed options.
  */
@@ -90,5 +93,9 @@ typedef struct {
 int options_parse(int argc, char **argv, ds4cl_options *o);
 
 void options_print_help(void);
+
+/* The i-th long option the parser accepts ("model", "ctx", …, without the
+ * dashes); NULL past the last. */
+const char *options_long_name(size_t i);
 
 #endif

@@ -7,7 +7,7 @@
  * per sign bit). Built for the x86-64 baseline with a target attribute, so
  * that a test can compare it with the scalar decoders on any CPU that has
  * these instructions, whatever the build's -march. */
-#include "engine/quant_impl.h"
+#include "cpu/quant_f32_impl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -1,10 +1,14 @@
 /* ds4.h — the engine's public API.
  *
- * Everything outside engine/ and opencl/ talks to the model through this
- * header only: open a DS4 GGUF on a backend, tokenize and render chat
- * transcripts, keep a session whose KV state equals a token prefix, read
- * logits, sample, and save/restore session snapshots. No tensor, quant block
- * or kernel is visible here.
+ * The folders above the engine (cli/, serve/, agent/, dsml/, sessions/,
+ * ui/, tools/) talk to the model through this header only; the backends
+ * (cpu/, opencl/) and the MPI layer split (mpi/) plug in below it through
+ * engine/backend.h and engine/ops.h, and tests and bench/ may look inside.
+ * build-aux/arrows.sh checks this on every `make test` and lists the few
+ * includes that still break it. Here: open a DS4 GGUF on a backend,
+ * tokenize and render chat transcripts, keep a session whose KV state
+ * equals a token prefix, read logits, sample, and save/restore session
+ * snapshots. No tensor, quant block or kernel is visible here.
  *
  * Conventions: functions that can fail take a `ds4_error *` (may be NULL)
  * and return NULL / -1 / DS4_ERROR on failure with a human-readable message

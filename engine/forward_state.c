@@ -98,7 +98,7 @@ int64_t fwd_front_rows(const fwd_state *st, int R)
  * the byte total over all backends (per backend into per[] when not
  * NULL), or 0 when an allocation failed. Activations get a copy on every
  * backend of the placement, a layer's state one on its attention's. */
-static uint64_t plan(fwd_state *st, bool alloc, uint64_t *per)
+static uint64_t size_buffers(fwd_state *st, bool alloc, uint64_t *per)
 {
     fwd_engine *f = st->f;
     const ds4_hparams *hp = f->hp;
@@ -205,7 +205,7 @@ static uint64_t count_bytes(const fwd_engine *f, int n_ctx, uint64_t *per)
     init_shape(&st, (fwd_engine *)f, n_ctx < 1 ? 1 : n_ctx);
     st.L = L;
     st.place = f->place;
-    uint64_t b = plan(&st, false, per);
+    uint64_t b = size_buffers(&st, false, per);
     free(L);
     return b;
 }
@@ -277,7 +277,7 @@ void *fwd_backend_state_new(ds4_engine *e, int n_ctx, ds4_error *err)
     st->L = calloc((size_t)f->hp->n_layer, sizeof *st->L);
     st->place = malloc((size_t)f->hp->n_layer * sizeof *st->place);
     if (st->place) memcpy(st->place, f->place, (size_t)f->hp->n_layer * sizeof *st->place);
-    if (!st->L || !st->place || plan(st, true, NULL) == 0) {
+    if (!st->L || !st->place || size_buffers(st, true, NULL) == 0) {
         ds4_error_set(err, "out of memory for a session of %d tokens (%.1f MiB of %s buffers)", n_ctx,
                       (double)fwd_session_buffers_bytes(f, n_ctx) / 1048576.0, f->be.be[0].ops->name);
         release_all(st);

@@ -7,10 +7,12 @@
  *
  * Two families of products:
  *  - f32 activations (quant_dot, quant_matvec): exactly dequant(W)·x in f32,
- *    any summation order. This is the engine's reference numerics. The
- *    kernels are vectorised (AVX-512 / AVX2+F16C+FMA when the build targets
- *    them) and agree with the portable scalar versions (quant_*_scalar)
- *    within f32 rounding.
+ *    any summation order. The engine's reference numerics are the portable
+ *    scalar versions here (quant_*_scalar). The entry points without
+ *    _scalar are the CPU backend's (cpu/quant_f32.c): vectorised with the
+ *    widest SIMD level the CPU runs, picked at run time (cpu/qk.h: CPUID or
+ *    DS4CL_SIMD), and within f32 rounding of the scalar versions (the
+ *    decoders bit for bit). Nothing in engine/ calls them.
  *  - quantized activations (quant_act_*, quant_dot_act, quant_matvec_act):
  *    the reference CPU arithmetic (doc/model.md §12.3): Q8_0 weights against per-32 int8 blocks
  *    with an f32 scale, K-quant/IQ2 weights against Q8_K blocks of 256, with
@@ -127,7 +129,8 @@ void quant_matmul(uint32_t type, const void *w, size_t row_bytes, const float *x
 float quant_dot_scalar(uint32_t type, const void *row, const float *x, int64_t n);
 void quant_dequant_row_scalar(uint32_t type, const void *row, float *y, int64_t n);
 
-/* "avx512", "avx2" or "scalar": what quant_dot/quant_matvec run on. */
+/* "avx512", "avx2" or "scalar": what quant_dot/quant_matvec run on (the
+ * run-time level, cpu/qk.h). */
 const char *quant_simd_name(void);
 
 /* ---- quantized-activation kernels (ds4's integer arithmetic) ------------- */

@@ -1,5 +1,5 @@
 /* dmpi_impl.h — what the two sides of the layer split (front.c on rank 0,
- * serve.c on the others) share: the messages, and a transport in which
+ * rank.c on the others) share: the messages, and a transport in which
  * every wait has a deadline (link.c).
  *
  * Messages: a command (dmpi_cmd, tag CMD) optionally followed by one data

@@ -422,7 +422,7 @@ static int choose_ranges(const ds4_engine *e, double *mem, ds4_error *err)
 /* Greets the ranks, chooses the ranges and sends every rank > 0 its own
  * (it then opens the model for those layers). The split's description
  * goes to g.split. */
-static int plan_split(const ds4_engine *e, ds4_error *err)
+static int assign_ranges(const ds4_engine *e, ds4_error *err)
 {
     g.f = fwd_of(e);
     if (!g.f || !e->model) return ds4_error_set(err, "the layer split needs a backend with the layered forward pass");
@@ -456,7 +456,7 @@ int dmpi_plan(const ds4_engine *e, int *layer_end, ds4_error *err)
     *layer_end = 0;
     if (!dmpi_started() || dmpi_size() < 2) return 0;
     if (g.planned) return ds4_error_set(err, "an MPI job splits one model only");
-    if (plan_split(e, err)) return -1;
+    if (assign_ranges(e, err)) return -1;
     g.f = NULL; /* e was for planning; dmpi_attach takes the engine that runs */
     *layer_end = g.bound[1];
     return 0;
@@ -466,7 +466,7 @@ int dmpi_attach(ds4_engine *e, ds4_error *err)
 {
     if (!dmpi_started() || dmpi_size() < 2) return 0;
     if (g.attached) return ds4_error_set(err, "an MPI job splits one model only");
-    if (!g.planned && plan_split(e, err)) return -1;
+    if (!g.planned && assign_ranges(e, err)) return -1;
     g.f = fwd_of(e);
     if (!g.f || !e->model) return ds4_error_set(err, "the layer split needs a backend with the layered forward pass");
     int rc = fwd_set_layers(g.f, 0, g.bound[1], err);

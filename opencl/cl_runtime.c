@@ -12,7 +12,7 @@
 #include <openssl/evp.h>
 
 #include "base/base.h"
-#include "prompts/embedded.h"
+#include "res/embedded.h"
 
 #ifndef CL_PLATFORM_NOT_FOUND_KHR
 #define CL_PLATFORM_NOT_FOUND_KHR -1001

@@ -124,7 +124,7 @@ typedef struct {
     const char *device;    /* selection (rule above) */
     const char *cache_dir; /* program cache root instead of the XDG cache
                               dir ("<dir>/ds4cl/cl"); "" disables the cache */
-    const struct embedded_file *sources; /* programs (prompts/embedded.h);
+    const struct embedded_file *sources; /* programs (res/embedded.h);
                                             NULL = the built-in clrt_sources */
 } clrt_options;
 

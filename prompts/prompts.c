@@ -1,15 +1,7 @@
-/* prompts.c — lookup of the embedded prompt texts and other embedded files. */
+/* prompts.c — lookup of the embedded prompt texts. */
 #include "prompts/prompts.h"
-#include "prompts/embedded.h"
 
-#include <string.h>
-
-const struct embedded_file *embedded_find(const struct embedded_file *table, const char *name)
-{
-    for (const struct embedded_file *f = table; f->name; f++)
-        if (strcmp(f->name, name) == 0) return f;
-    return NULL;
-}
+#include "res/embedded.h"
 
 const char *prompt_text(const char *name, size_t *len)
 {

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "serve/serve_internal.h"
+#include "serve/serve_impl.h"
 
 #define TOK_MAGIC 0x31534b4f544c4344ull /* "DCLTOKS1" */
 

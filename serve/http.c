@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "serve/http_door.h"
-#include "serve/serve_internal.h"
+#include "serve/serve_impl.h"
 
 #define DEFAULT_MAX_BODY (32u << 20)
 #define DEFAULT_TIMEOUT_S 60

@@ -22,7 +22,7 @@
 
 #include <microhttpd.h>
 
-#include "serve/serve_internal.h"
+#include "serve/serve_impl.h"
 
 typedef struct sv_door sv_door;
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/serve_internal.h"
+#include "serve/serve_impl.h"
 
 sv_job *sv_job_new(serve_request *req, const sv_writer *w, const char *model)
 {

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/serve_internal.h"
+#include "serve/serve_impl.h"
 
 #define MEMO_MAX 1024
 #define MEMO_MAGIC 0x31534d454d534453ull /* "DSSMEMS1" */

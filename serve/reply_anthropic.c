@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "serve/serve_internal.h"
+#include "serve/serve_impl.h"
 
 typedef struct json_object jo;
 

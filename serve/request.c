@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/serve_internal.h"
+#include "serve/serve_impl.h"
 
 typedef struct json_object jo;
 

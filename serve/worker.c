@@ -30,9 +30,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent/dsml.h"
+#include "dsml/dsml.h"
 #include "engine/unicode.h"
-#include "serve/serve_internal.h"
+#include "serve/serve_impl.h"
 
 #define MAX_SLOTS 16
 

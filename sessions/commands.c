@@ -1,7 +1,7 @@
 /* commands.c — /sessions, /switch, /new, /fork and /delete, for whatever
  * command table the front end keeps: parse the argument, do it, say what
  * happened in a short markdown message. */
-#include "sessions/sessions_internal.h"
+#include "sessions/store_impl.h"
 
 #include <ctype.h>
 #include <stdarg.h>

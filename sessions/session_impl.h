@@ -8,7 +8,7 @@
 
 #include <pthread.h>
 
-#include "sessions/sessions_internal.h"
+#include "sessions/store_impl.h"
 
 typedef struct {
     agent_turn_kind kind;

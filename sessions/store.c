@@ -1,6 +1,6 @@
 /* store.c — the directory of sessions: locations, IDs, locks, metadata,
  * listing, deletion and the snapshot budget. */
-#include "sessions/sessions_internal.h"
+#include "sessions/store_impl.h"
 
 #include <ctype.h>
 #include <dirent.h>

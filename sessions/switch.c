@@ -2,7 +2,7 @@
  * /new and /fork stop the agent and start another on the same engine
  * with the other session's resume data, so a valid snapshot makes the
  * move instant and the model is never loaded twice. */
-#include "sessions/sessions_internal.h"
+#include "sessions/store_impl.h"
 
 #include <string.h>
 

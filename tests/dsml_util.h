@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agent/dsml.h"
+#include "dsml/dsml.h"
 #include "base/base.h"
 
 #define D "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"

@@ -13,7 +13,7 @@
 #include "cpu/cpu_ops.h"
 #include "engine/quant.h"
 #include "opencl/cl_runtime.h"
-#include "prompts/embedded.h"
+#include "res/embedded.h"
 #include "tests/test.h"
 
 const char *oclt_cache_dir(void)

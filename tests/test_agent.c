@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/dsml.h"
+#include "dsml/dsml.h"
 #include "tests/agent_util.h"
 #include "tests/test.h"
 #include "tests/tools_util.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sessions/sessions_internal.h"
+#include "sessions/store_impl.h"
 #include "tests/agent_util.h"
 #include "tests/sessions_util.h"
 #include "tests/test.h"

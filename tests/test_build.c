@@ -1,5 +1,6 @@
 /* The Makefile as users drive it: `make test` fails when a test fails, and
- * `make install` puts the programs and the man page under DESTDIR/PREFIX.
+ * `make install` puts the programs and the man page under DESTDIR/PREFIX;
+ * and the folders' arrows (build-aux/arrows.sh) point down.
  * Each runs a nested make on the variant under test (the one already
  * built), so nothing is compiled here. */
 #include "tests/test.h"
@@ -80,4 +81,45 @@ TEST(build, make_install_honours_destdir_and_prefix)
     CHECK_EQ_INT(rc, 0);
     CHECK_STR_EQ(out, "./usr/bin/ds4cl\n./usr/bin/ds4cl-bench\n./usr/bin/ds4cl-mkmodel\n"
                       "./usr/share/man/man1/ds4cl.1\n");
+}
+
+/* The include and call arrows of doc/architecture.md, over the sources and
+ * the objects of the variant under test. */
+TEST(build, arrows_point_down)
+{
+    const char *v = getenv("DS4CL_VARIANT"), *a = getenv("DS4CL_ARCH"), *m = getenv("DS4CL_MPI_BUILD");
+    const char *objdir = test_printf("%s/build/%s%s%s%s", test_root(), v && *v ? v : "rel", a && *a ? "-" : "",
+                                     a && *a ? a : "", m && !strcmp(m, "mpi") ? "-mpi" : "");
+    char *out;
+    int rc = test_runf(&out, "sh '%s/build-aux/arrows.sh' '%s'", test_root(), objdir);
+    CHECK_MSG(rc == 0, "%s", out);
+    CHECK_CONTAINS(out, "arrows point down");
+}
+
+/* The checker itself: a tree with a wrong arrow of each kind fails, and
+ * names each one. */
+TEST(build, arrows_check_names_each_wrong_arrow)
+{
+    const char *root = test_tmp_path("tree");
+    const char *files[][2] = {
+        { "serve/worker.c", "#include \"agent/agent.h\"\n" },
+        { "engine/quant.c", "#include \"cpu/qk.h\"\n" },
+        { "opencl/cl_runtime.c", "#include \"prompts/embedded.h\"\n" },
+        { "cli/cmd_x.c", "#include \"engine/ds4.h\"\n#include \"opencl/cl_ops.h\"\n" },
+        { "agent/turn.c", "#include \"engine/ops.h\"\n" },
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *path = test_printf("%s/%s", root, files[i][0]);
+        CHECK(test_runf(NULL, "mkdir -p \"$(dirname '%s')\"", path) == 0);
+        test_write_file(path, files[i][1], strlen(files[i][1]));
+    }
+    char *out;
+    int rc = test_runf(&out, "ARROWS_ROOT='%s' sh '%s/build-aux/arrows.sh'", root, test_root());
+    CHECK_MSG(rc != 0, "the check passed a tree with wrong arrows:\n%s", out);
+    CHECK_CONTAINS(out, "serve/worker.c -> agent/agent.h");
+    CHECK_CONTAINS(out, "engine/quant.c -> cpu/qk.h");
+    CHECK_CONTAINS(out, "opencl/cl_runtime.c -> prompts/embedded.h");
+    CHECK_CONTAINS(out, "cli/cmd_x.c -> opencl/cl_ops.h");
+    CHECK_CONTAINS(out, "agent/turn.c -> engine/ops.h");
+    CHECK(!strstr(out, "-> engine/ds4.h"));
 }

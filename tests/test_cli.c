@@ -1,9 +1,11 @@
 /* The three programs answer --help and --version and reject unknown flags
  * with exit status 2 and a message naming the flag. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/agent_setup.h"
+#include "cli/options.h"
 #include "tests/test.h"
 
 static const char *const programs[] = { "ds4cl", "ds4cl-bench", "ds4cl-mkmodel" };
@@ -20,6 +22,25 @@ TEST(cli, help_and_version)
         CHECK_CONTAINS(out, programs[i]);
         CHECK_CONTAINS(out, DS4CL_VERSION);
     }
+}
+
+/* The help is written by hand: every option the parser takes must be in
+ * it, as "--NAME" standing alone. */
+TEST(cli, help_names_every_option)
+{
+    char *out;
+    CHECK_EQ_INT(test_runf(&out, "'%s/ds4cl' --help", test_bindir()), 0);
+    size_t n = 0;
+    for (const char *name; (name = options_long_name(n)); n++) {
+        const char *flag = test_printf("--%s", name);
+        bool found = false;
+        for (const char *p = out; !found && (p = strstr(p, flag)); p += strlen(flag)) {
+            char next = p[strlen(flag)];
+            found = !(next == '-' || (next >= 'a' && next <= 'z'));
+        }
+        CHECK_MSG(found, "ds4cl --help does not name %s", flag);
+    }
+    CHECK(n > 40);
 }
 
 TEST(cli, unknown_flag_is_a_usage_error)
@@ -70,6 +91,11 @@ TEST(cli, bad_values_are_usage_errors)
         { "--threads two -p x", "--threads" },
         { "--max-tool-rounds 0 -p x", "--max-tool-rounds" },
         { "--max-tool-rounds many -p x", "--max-tool-rounds" },
+        /* the number is the whole value: no blanks around it */
+        { "--threads ' 4' -p x", "--threads" },
+        { "--top-k '3 ' -p x", "--top-k" },
+        { "--temp ' 0.5' -p x", "--temp" },
+        { "--seed ' 7' -p x", "--seed" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out;

@@ -8,7 +8,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "engine/quant.h"
-#include "engine/quant_impl.h"
+#include "cpu/quant_f32_impl.h"
 #include "cpu/threadpool.h"
 #include "tests/test.h"
 

@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "cli/download.h"
+#include "download/download.h"
 #include "cli/model_path.h"
-#include "cli/progress.h"
+#include "base/progress.h"
 #include "tests/dl_util.h"
 #include "tests/test.h"
 

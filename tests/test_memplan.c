@@ -304,26 +304,6 @@ TEST(memplan_state, planner_over_the_formula)
 
 /* ---- detection -------------------------------------------------------------- */
 
-TEST(memplan_detect, sizes)
-{
-    uint64_t v;
-    CHECK_EQ_INT(memplan_parse_size("123", &v), 0);
-    CHECK_EQ_INT(v, 123);
-    CHECK_EQ_INT(memplan_parse_size("64G", &v), 0);
-    CHECK_EQ_INT(v, 64 * GiB);
-    CHECK_EQ_INT(memplan_parse_size("1.5T", &v), 0);
-    CHECK_EQ_INT(v, 1536 * GiB);
-    CHECK_EQ_INT(memplan_parse_size("512MiB", &v), 0);
-    CHECK_EQ_INT(v, 512ull << 20);
-    CHECK_EQ_INT(memplan_parse_size("8 kB", &v), 0);
-    CHECK_EQ_INT(v, 8192);
-    CHECK_EQ_INT(memplan_parse_size("", &v), -1);
-    CHECK_EQ_INT(memplan_parse_size("lots", &v), -1);
-    CHECK_EQ_INT(memplan_parse_size("12Q", &v), -1);
-    CHECK_EQ_INT(memplan_parse_size("-5", &v), -1);
-    CHECK_EQ_INT(memplan_parse_size("5G extra", &v), -1);
-}
-
 TEST(memplan_detect, meminfo)
 {
     const char *text = "MemTotal:       32768000 kB\nMemFree:         1000000 kB\n"

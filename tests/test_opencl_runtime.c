@@ -14,7 +14,7 @@
 #include "engine/quant.h"
 #include "opencl/cl_ops.h"
 #include "opencl/cl_runtime.h"
-#include "prompts/embedded.h"
+#include "res/embedded.h"
 #include "tests/fwd_util.h"
 #include "tests/opencl_util.h"
 #include "tests/test.h"

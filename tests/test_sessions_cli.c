@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sessions/sessions_internal.h"
+#include "sessions/store_impl.h"
 #include "tests/sessions_util.h"
 #include "tests/test.h"
 

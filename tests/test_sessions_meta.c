@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sessions/sessions_internal.h"
+#include "sessions/store_impl.h"
 #include "tests/test.h"
 
 static int parse(const char *text, session_meta *m) { return session_meta_parse(text, strlen(text), m); }

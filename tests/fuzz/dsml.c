@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/dsml.h"
+#include "dsml/dsml.h"
 
 #define D "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"
 

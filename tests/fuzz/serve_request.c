@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/serve_internal.h"
+#include "serve/serve_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "sessions/journal.h"
-#include "sessions/sessions_internal.h"
+#include "sessions/store_impl.h"
 
 static uint32_t rd32(const uint8_t *p)
 {

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sessions/sessions_internal.h"
+#include "sessions/store_impl.h"
 
 static char g_dir[256];
 
