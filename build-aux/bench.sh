@@ -5,7 +5,8 @@
 # On a generated flash-width model (DeepSeek V4 Flash widths, 2 layers,
 # random weights), cached in build/bench/: engine speed, the time to open
 # the model, and the tokenizer against the npm reference. Environment:
-#   BENCH_SUITES     which of "speed open tokenizer serve replay placement mpi" to run
+#   BENCH_SUITES     which of "speed open tokenizer serve replay placement mpi
+#                    llamacpp" to run
 #                    (default all; mpi needs an MPI build and mpirun, else it says so)
 #   BENCH_HYBRID_PREFILL  prompt tokens of the placement suite (default 256)
 #   BENCH_SERVE_BYTES  prompt bytes of the serve suite (default 2000)
@@ -14,6 +15,11 @@
 #   BENCH_THREADS    CPU threads (default: all cores)
 #   BENCH_CTX_START, BENCH_CTX_MAX, BENCH_STEP, BENCH_GEN   the sweep
 #                    (defaults 512, 2048, 512, 16)
+#   BENCH_LLAMACPP_THREADS  thread counts of the llamacpp suite (default
+#                    BENCH_THREADS, else all cores); BENCH_LLAMACPP_ROUNDS
+#                    (3), BENCH_LLAMACPP_PREFILL (512), BENCH_LLAMACPP_GEN (32),
+#                    BENCH_LLAMACPP_EXPERTS: our expert arithmetics (default
+#                    "q8k"; "q8k f32" adds exact-product rows)
 set -eu
 bin=${1:-.}
 dir=build/bench
@@ -37,7 +43,7 @@ if [ -z "${BENCH_BACKENDS:-}" ]; then
     BENCH_BACKENDS=cpu
     if "$bin/ds4cl" --list-devices > /dev/null 2>&1; then BENCH_BACKENDS="cpu opencl"; fi
 fi
-for suite in ${BENCH_SUITES:-speed open tokenizer serve replay placement mpi}; do
+for suite in ${BENCH_SUITES:-speed open tokenizer serve replay placement mpi llamacpp}; do
     case $suite in
     speed)
         echo "# speed"
@@ -101,8 +107,14 @@ for suite in ${BENCH_SUITES:-speed open tokenizer serve replay placement mpi}; d
             cat "$dir/mpi.csv"
         fi
         ;;
+    llamacpp)
+        echo "# llamacpp"
+        BENCH_LLAMACPP_THREADS="${BENCH_LLAMACPP_THREADS:-${BENCH_THREADS:-$(nproc)}}" \
+            build-aux/bench_llamacpp.sh "$bin" "$prompt" > "$dir/llamacpp.csv"
+        cat "$dir/llamacpp.csv"
+        ;;
     *)
-        echo "bench: unknown suite '$suite' (speed, open, tokenizer, serve, replay, placement, mpi)" >&2
+        echo "bench: unknown suite '$suite' (speed, open, tokenizer, serve, replay, placement, mpi, llamacpp)" >&2
         exit 2
         ;;
     esac

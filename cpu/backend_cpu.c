@@ -67,13 +67,13 @@ static void cpu_describe(const ds4_engine *e, ds4_model_info *info)
 {
     int n = cpu_ops_threads(fwd_ops_ctx(e->impl));
     bool q8k = cpu_expert_arith_for(e->opt.quant_sim) == CPU_EXPERTS_Q8K;
-    snprintf(info->device_name, sizeof info->device_name, "cpu (%d thread%s, %s%s%s)", n, n == 1 ? "" : "s",
-             cpu_kernels_isa(), q8k ? ", experts Q8_K " : "", q8k ? qk_level_name(qk_level_active()) : "");
+    snprintf(info->device_name, sizeof info->device_name, "cpu (%d thread%s, %s, experts %s%s)", n, n == 1 ? "" : "s",
+             cpu_kernels_isa(), q8k ? "Q8_K " : "exact f32", q8k ? qk_level_name(qk_level_active()) : "");
 }
 
 const char *ds4_cpu_experts_mode(ds4_quant_sim q, const char **note)
 {
-    if (note) *note = qk_level_error();
+    if (note) *note = *cpu_expert_arith_error() ? cpu_expert_arith_error() : qk_level_error();
     return cpu_expert_arith_name(cpu_expert_arith_for(q));
 }
 

@@ -89,8 +89,20 @@ void *cpu_ops_new(const ds4_model *m, int threads, ds4_error *err)
 
 cpu_expert_arith cpu_expert_arith_for(ds4_quant_sim qsim)
 {
+    /* The diagnostic numerics compare against f32 references to 1e-3 or
+     * better, which 8-bit activations cannot meet. */
+    if (qsim != DS4_QSIM_FULL) return CPU_EXPERTS_F32;
     const char *env = getenv("DS4CL_EXPERTS");
-    return qsim == DS4_QSIM_FULL && env && !strcmp(env, "q8k") ? CPU_EXPERTS_Q8K : CPU_EXPERTS_F32;
+    return env && !strcmp(env, "f32") ? CPU_EXPERTS_F32 : CPU_EXPERTS_Q8K;
+}
+
+const char *cpu_expert_arith_error(void)
+{
+    const char *env = getenv("DS4CL_EXPERTS");
+    static char msg[160];
+    if (!env || !*env || !strcmp(env, "f32") || !strcmp(env, "q8k")) return "";
+    snprintf(msg, sizeof msg, "DS4CL_EXPERTS=%.60s is not an arithmetic (q8k or f32): q8k is used", env);
+    return msg;
 }
 
 void cpu_ops_set_expert_arith(void *ctx, cpu_expert_arith a)

@@ -231,10 +231,12 @@ typedef struct {
  * platform, a backend without devices). */
 int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *n, int *selected, ds4_error *err);
 
-/* How the CPU backend multiplies the routed experts under numerics mode q:
- * a line naming the arithmetic (exact f32, or 8-bit activations and the
- * SIMD level of their kernels). *note, when not NULL, gets why a SIMD
- * level asked for (DS4CL_SIMD) is not used, or "". */
+/* How the CPU backend multiplies the routed experts under numerics mode q
+ * (8-bit activations under the release numerics unless DS4CL_EXPERTS=f32;
+ * exact f32 under the others): a line naming the arithmetic and, for 8-bit
+ * activations, the SIMD level of their kernels. *note, when not NULL, gets
+ * why DS4CL_EXPERTS or a SIMD level asked for (DS4CL_SIMD) is not
+ * followed, or "". */
 const char *ds4_cpu_experts_mode(ds4_quant_sim q, const char **note);
 
 /* Bytes a session of n_ctx tokens needs on this engine's backend (KV,

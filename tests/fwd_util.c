@@ -270,6 +270,22 @@ void fwd_compare(const float *mine, const float *ref, size_t rows, int V, double
     st->p90 = rel[(size_t)(0.9 * (double)rows)];
 }
 
+void fwd_check_release_tier(const fwd_stats *st, const char *what)
+{
+    CHECK_MSG(st->median <= 5e-2, "%s: median rel %.3g (release tier: <= 0.05)", what, st->median);
+    CHECK_MSG(st->p90 <= 0.15, "%s: 90th percentile rel %.3g (release tier: <= 0.15)", what, st->p90);
+    CHECK_MSG(st->argmax_equal * 10 >= st->n * 9, "%s: argmax agreement %d/%d (release tier: >= 90 %%)", what,
+              st->argmax_equal, st->n);
+}
+
+void fwd_check_8bit_tier(const fwd_stats *st, const char *what)
+{
+    CHECK_MSG(st->median <= 0.11, "%s: median rel %.3g (8-bit tier: <= 0.11)", what, st->median);
+    CHECK_MSG(st->p90 <= 0.22, "%s: 90th percentile rel %.3g (8-bit tier: <= 0.22)", what, st->p90);
+    CHECK_MSG(st->argmax_equal * 100 >= st->n * 78, "%s: argmax agreement %d/%d (8-bit tier: >= 78 %%)", what,
+              st->argmax_equal, st->n);
+}
+
 void fwd_random_ids(ds4_tokens *out, size_t n, int n_vocab, uint32_t seed)
 {
     uint32_t x = seed ? seed : 1;

@@ -72,6 +72,18 @@ typedef struct {
  * counted separately. */
 void fwd_compare(const float *mine, const float *ref, size_t rows, int n_vocab, double near_tie, fwd_stats *st);
 
+/* The statistical tiers against golden A-f32 (release numerics, f32
+ * activations; ../shared/golden/README.md), teacher-forced over every
+ * position; each fails the calling test with `what` and the figure missed.
+ * Release tier (f32 activations): median rel <= 0.05, p90 <= 0.15, argmax
+ * agreement >= 90 %. 8-bit activation tier (activations quantized to 8
+ * bits before integer dots, the default CPU expert arithmetic): median
+ * <= 0.11, p90 <= 0.22, argmax >= 78 %, a bound the reference engine's own
+ * 8-bit numerics (golden A: 0.141 / 0.294 / 70.8 % against A-f32) miss and
+ * exact f32 products (0.012 / 0.053 / 95 %) meet with room. */
+void fwd_check_release_tier(const fwd_stats *st, const char *what);
+void fwd_check_8bit_tier(const fwd_stats *st, const char *what);
+
 int32_t fwd_argmax(const float *v, int n);
 
 /* A sequence of n pseudo-random token ids below n_vocab (deterministic). */

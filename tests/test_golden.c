@@ -63,7 +63,12 @@ TEST(golden_nosim, prefill_then_decode_matches_logits_rows)
 {
     golden_set g;
     golden_load(&g, "A-f32-nosim", "logits.f32", false);
+    setenv("DS4CL_EXPERTS", "q8k", 1);
     ds4_engine *e = fwd_test_engine(DS4_QSIM_NONE, 1);
+    /* the tight tier's numerics multiply the experts exactly, whatever is asked */
+    ds4_model_info info;
+    ds4_engine_info(e, &info);
+    CHECK_CONTAINS(info.device_name, "experts exact f32");
     ds4_error err = { "" };
     ds4_session *s = ds4_session_open(e, (int)g.all.n, &err);
     CHECK(s != NULL);
@@ -99,17 +104,39 @@ TEST(golden_f16kv, teacher_forced_logits_within_the_f16_cache_tolerance)
     golden_free(&g);
 }
 
+/* The release tier was written for f32 activations: exact expert
+ * products asked for (DS4CL_EXPERTS=f32). */
 TEST(golden_full, release_numerics_agree_statistically)
 {
     golden_set g;
     golden_load(&g, "A-f32", "prefix_logits.f32", false);
+    setenv("DS4CL_EXPERTS", "f32", 1);
     float *mine = run_teacher_forced(&g, DS4_QSIM_FULL, NULL);
     fwd_stats st;
     fwd_compare(mine, g.ref, g.n_rows, g.n_vocab, 0, &st);
-    report("A-f32 full", &st);
-    CHECK_MSG(st.median <= 5e-2, "median rel %.3g", st.median);
-    CHECK_MSG(st.p90 <= 0.15, "90th percentile rel %.3g", st.p90);
-    CHECK_MSG(st.argmax_equal * 10 >= st.n * 9, "argmax agreement %d/%d", st.argmax_equal, st.n);
+    report("A-f32 full, exact experts", &st);
+    fwd_check_release_tier(&st, "exact experts");
+    golden_free(&g);
+}
+
+/* What ds4cl runs unless told otherwise: the routed experts by integer
+ * dots against 8-bit activations, judged by the 8-bit tier. */
+TEST(golden_full, default_8bit_experts_meet_the_8bit_tier)
+{
+    golden_set g;
+    golden_load(&g, "A-f32", "prefix_logits.f32", false);
+    unsetenv("DS4CL_EXPERTS");
+    ds4_engine *e = fwd_test_engine(DS4_QSIM_FULL, 1);
+    ds4_model_info info;
+    ds4_engine_info(e, &info);
+    CHECK_CONTAINS(info.device_name, "experts Q8_K");
+    float *mine = test_alloc(g.all.n * (size_t)g.n_vocab * 4);
+    fwd_teacher_force(e, &g.all, mine, NULL);
+    ds4_engine_close(e);
+    fwd_stats st;
+    fwd_compare(mine, g.ref, g.n_rows, g.n_vocab, 0, &st);
+    report("A-f32 full, default (8-bit) experts", &st);
+    fwd_check_8bit_tier(&st, "default experts");
     golden_free(&g);
 }
 
@@ -176,8 +203,11 @@ TEST(golden_bench, speed_sweep_writes_one_csv_row_per_frontier)
                        &v[6], &v[7], &v[8], &v[9], &v[10]);
         CHECK_EQ_INT(n, 11);
         CHECK(v[1] > 0 && v[2] > 0 && v[5] > 0 && v[8] > 0 && v[9] > 0);
-        CHECK(fabs(v[7] - 100 * v[4] / v[5]) < 0.1 + 1e-3 * v[7]);
-        CHECK(fabs(v[10] - 100 * v[8] / v[9]) < 0.1 + 1e-3 * v[10]);
+        /* the rates are printed to 2 decimals and the percentages from
+         * the unrounded rates: on a busy machine a rate near 0.1 moves the
+         * percentage by several tenths */
+        CHECK(fabs(v[7] - 100 * v[4] / v[5]) < 0.1 + 1e-3 * v[7] + 100 * 0.005 / v[5] * (1 + v[7] / 100));
+        CHECK(fabs(v[10] - 100 * v[8] / v[9]) < 0.1 + 1e-3 * v[10] + 100 * 0.005 / v[9] * (1 + v[10] / 100));
         const char *eol = strchr(p + 1, '\n');
         CHECK(eol && eol[-1] == ',');
     }

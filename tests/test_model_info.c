@@ -30,19 +30,32 @@ TEST(model_info, golden_model)
     rc = test_runf(&out, "%s/ds4cl --model-info -m %s", test_bindir(), path);
     CHECK_EQ_INT(rc, 0);
     CHECK_CONTAINS(out, "memory for 32768 tokens");
-    /* the CPU backend's routed-expert arithmetic: exact f32 unless asked */
-    CHECK_CONTAINS(out, "cpu experts   exact f32 products");
+    /* the CPU backend's routed-expert arithmetic: 8-bit activations under
+     * the release numerics unless DS4CL_EXPERTS=f32 asks for exact products */
+    CHECK_CONTAINS(out, "cpu experts   IQ2_XXS and Q2_K rows by integer dots with 8-bit activations (Q8_K)");
     rc = test_runf(&out, "env DS4CL_EXPERTS=q8k %s/ds4cl --model-info -m %s", test_bindir(), path);
     CHECK_EQ_INT(rc, 0);
     CHECK_CONTAINS(out, "cpu experts   IQ2_XXS and Q2_K rows by integer dots with 8-bit activations (Q8_K)");
-    rc = test_runf(&out, "env DS4CL_EXPERTS=q8k %s/ds4cl --model-info -m %s --quant-sim none", test_bindir(), path);
+    rc = test_runf(&out, "env DS4CL_EXPERTS=f32 %s/ds4cl --model-info -m %s", test_bindir(), path);
     CHECK_EQ_INT(rc, 0);
     CHECK_CONTAINS(out, "cpu experts   exact f32 products");
+    /* the diagnostic numerics are exact whatever is asked */
+    rc = test_runf(&out, "%s/ds4cl --model-info -m %s --quant-sim none", test_bindir(), path);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, "cpu experts   exact f32 products");
+    rc = test_runf(&out, "env DS4CL_EXPERTS=q8k %s/ds4cl --model-info -m %s --quant-sim f16kv", test_bindir(), path);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, "cpu experts   exact f32 products");
+    /* a value that names no arithmetic is said, not silently taken */
+    rc = test_runf(&out, "env DS4CL_EXPERTS=exact %s/ds4cl --model-info -m %s", test_bindir(), path);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(out, "(Q8_K)");
+    CHECK_CONTAINS(out, "DS4CL_EXPERTS=exact is not an arithmetic (q8k or f32): q8k is used");
     /* DS4CL_SIMD picks the kernels' level; one this CPU lacks, or no level, is refused */
-    rc = test_runf(&out, "env DS4CL_EXPERTS=q8k DS4CL_SIMD=scalar %s/ds4cl --model-info -m %s", test_bindir(), path);
+    rc = test_runf(&out, "env DS4CL_SIMD=scalar %s/ds4cl --model-info -m %s", test_bindir(), path);
     CHECK_EQ_INT(rc, 0);
     CHECK_CONTAINS(out, "(Q8_K), scalar kernels");
-    rc = test_runf(&out, "env DS4CL_EXPERTS=q8k DS4CL_SIMD=avx1024 %s/ds4cl --model-info -m %s", test_bindir(), path);
+    rc = test_runf(&out, "env DS4CL_SIMD=avx1024 %s/ds4cl --model-info -m %s", test_bindir(), path);
     CHECK_EQ_INT(rc, 0);
     CHECK_CONTAINS(out, "DS4CL_SIMD=avx1024 is not a level");
 }

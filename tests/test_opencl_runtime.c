@@ -370,6 +370,11 @@ TEST(opencl_runtime, model_info_on_the_backend)
     CHECK_CONTAINS(out, "routed experts of layers 0-3 in host memory, on the CPU; layers 4-5 on the device");
     CHECK_CONTAINS(out, "uploaded at load");
     CHECK_CONTAINS(out, "largest context");
+    /* the host's experts follow the CPU backend's arithmetic: 8-bit by default */
+    CHECK_CONTAINS(out, "cpu experts       IQ2_XXS and Q2_K rows by integer dots with 8-bit activations (Q8_K)");
+    rc = test_runf(&out, "DS4CL_EXPERTS=f32 DS4CL_DEVICE_MEM=%llu %s/ds4cl --model-info -m %s --backend opencl --ctx 4096 2>&1",
+                   (unsigned long long)mem, test_bindir(), path);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     CHECK_CONTAINS(out, "cpu experts       exact f32 products");
     rc = test_runf(&out, "DS4CL_DEVICE=%d %s/ds4cl --model-info -m %s --backend opencl 2>&1", n - 1, test_bindir(), path);
     CHECK_EQ_INT(rc, 0);
