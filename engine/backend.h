@@ -42,8 +42,11 @@ struct ds4_backend_ops {
 
     int (*open)(ds4_engine *e, ds4_error *err); /* sets e->impl */
     void (*close)(ds4_engine *e);
-    /* Optional: the devices this backend can run on (ds4_backend_devices). */
-    int (*devices)(const char *want, ds4_device **out, int *n, int *selected, ds4_error *err);
+    /* Optional: the devices this backend can run on, and in *selected the
+     * one `piece` names (one piece of a device list, already resolved by
+     * engine_device_pieces: NULL is the backend's default; src names where
+     * it came from for messages), -1 with err when it names none. */
+    int (*devices)(const char *piece, const char *src, ds4_device **out, int *n, int *selected, ds4_error *err);
     /* Optional: backend/device names into info. */
     void (*describe)(const ds4_engine *e, ds4_model_info *info);
     uint64_t (*session_bytes)(const ds4_engine *e, int n_ctx);
@@ -79,6 +82,12 @@ struct ds4_backend_ops {
     int (*save)(void *st, strbuf *out, ds4_error *err);
     int (*load)(void *st, const void *payload, size_t len, size_t n_tokens, ds4_error *err);
 };
+
+/* The device list a backend is asked for: want ("0,1", one device, or
+ * NULL/"" for $DS4CL_DEVICE) split into pieces (ds4_parse_devices), *src
+ * naming where it came from ("--device", "DS4CL_DEVICE"). Returns how many
+ * pieces (0: the backend's default device), or -1 with err. */
+int engine_device_pieces(const char *want, char (*pieces)[DS4_DEVICE_PIECE_MAX], const char **src, ds4_error *err);
 
 /* The backends (cpu/, opencl/, engine/testkit/). */
 extern const ds4_backend_ops ds4_backend_cpu;

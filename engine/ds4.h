@@ -213,6 +213,32 @@ typedef struct {
  * platform, a backend without devices). */
 int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *n, int *selected, ds4_error *err);
 
+/* ---- device lists, shares and layer ranges ------------------------------- */
+
+/* The one reading of each placement argument, for every front end (the
+ * command line, preflight, the MPI split) and the engine itself. */
+#define DS4_DEVICE_PIECE_MAX 128
+
+/* The pieces of a device list: "0,1" names two devices, "1" or "gfx" one
+ * (an index or a name substring, ds4_engine_options.device). Returns how
+ * many pieces (0 for NULL or ""), or -1 with err (src names the flag or
+ * variable: "--device") for an empty or overlong piece or more than
+ * DS4_MAX_DEVICES. */
+int ds4_parse_devices(const char *list, const char *src, char (*pieces)[DS4_DEVICE_PIECE_MAX], ds4_error *err);
+
+/* Relative shares "3,1": exactly n positive numbers separated by commas,
+ * into out. -1 with err otherwise; what names the argument in the message
+ * ("--split 3", "DS4CL_MPI_SPLIT=3"), unit what each share is for
+ * ("device", "rank"). */
+int ds4_parse_shares(const char *s, int n, double *out, const char *what, const char *unit, ds4_error *err);
+
+/* Splits n_layer layers into n contiguous ranges in proportion to the
+ * shares w[0..n), each range at least one layer: part k gets [bound[k],
+ * bound[k+1]) (bound has n + 1 entries). -1 with err (unit names the
+ * parts: "rank", "device") when there are more parts than layers or a
+ * share is not positive. */
+int ds4_split_layers(int n_layer, int n, const double *w, const char *unit, int *bound, ds4_error *err);
+
 /* How the CPU backend multiplies the routed experts under numerics mode q:
  * a line naming the arithmetic (exact f32, or 8-bit activations and the
  * SIMD level of their kernels). *note, when not NULL, gets why a SIMD

@@ -140,7 +140,26 @@ int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *
     *n = 0;
     *selected = -1;
     if (!ops || !ops->devices) return ds4_error_set(err, "the %s backend runs on no device", backend_label(b));
-    return ops->devices(want, out, n, selected, err);
+    char pieces[DS4_MAX_DEVICES][DS4_DEVICE_PIECE_MAX];
+    const char *src;
+    ds4_error bad = { "" };
+    int np = engine_device_pieces(want, pieces, &src, &bad);
+    if (ops->devices(np > 0 ? pieces[0] : NULL, src, out, n, selected, err)) return -1;
+    if (np < 0) {
+        *selected = -1;
+        ds4_error_set(err, "%s", bad.msg);
+        return 0;
+    }
+    /* a list: every piece must name a device; the first is the one picked */
+    for (int k = 1; k < np && *selected >= 0; k++) {
+        ds4_device *more = NULL;
+        int m = 0, sel = -1;
+        int rc = ops->devices(pieces[k], src, &more, &m, &sel, err);
+        free(more);
+        if (rc) return -1;
+        if (sel < 0) *selected = -1;
+    }
+    return 0;
 }
 
 const ds4_tokenizer *ds4_engine_tokenizer(const ds4_engine *e) { return e->tok; }

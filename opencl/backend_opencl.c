@@ -124,7 +124,11 @@ static int place_model(ds4_engine *e, int n_dev, ds4_error *err)
     if (n_dev > 1)
         snprintf(p->device_name, sizeof p->device_name, "%d OpenCL devices: %.40s, %.40s%s", n_dev, p->dev[0].name,
                  p->dev[1].name, n_dev > 2 ? ", …" : "");
-    if (e->opt.split && *e->opt.split && plan_parse_split(e->opt.split, n_dev, in.split, err)) return -1;
+    if (e->opt.split && *e->opt.split) {
+        char what[160];
+        snprintf(what, sizeof what, "--split %s", e->opt.split);
+        if (ds4_parse_shares(e->opt.split, n_dev, in.split, what, "device", err)) return -1;
+    }
     if (plan_split(e->model, &in, p, err)) return -1;
     e->placed = true;
     /* each range's state on its device before sizing the sessions */
@@ -149,36 +153,28 @@ static int place_model(ds4_engine *e, int n_dev, ds4_error *err)
     return 0;
 }
 
-/* The device pieces of opt.device ("0,1": several; NULL or one piece:
- * one), each opened as a context without weights, the first as the
- * engine's own backend. Returns how many, or -1. */
+/* The devices of opt.device ("0,1": several; NULL or one piece: one),
+ * each opened as a context without weights, the first as the engine's
+ * own backend. Returns how many, or -1. */
 static int open_devices(ds4_engine *e, clo_options *o, ds4_error *err)
 {
-    const char *want = e->opt.device;
-    char pieces[DS4_MAX_DEVICES][128];
-    int n = 0;
-    if (want && strchr(want, ',')) {
-        for (const char *p = want; n <= DS4_MAX_DEVICES;) {
-            size_t k = strcspn(p, ",");
-            if (n == DS4_MAX_DEVICES) return ds4_error_set(err, "--device %s: at most %d devices", want, DS4_MAX_DEVICES);
-            if (k == 0 || k >= sizeof pieces[0]) return ds4_error_set(err, "--device %s: an empty or overlong device", want);
-            memcpy(pieces[n], p, k);
-            pieces[n++][k] = 0;
-            if (!p[k]) break;
-            p += k + 1;
-        }
-    }
+    char pieces[DS4_MAX_DEVICES][DS4_DEVICE_PIECE_MAX];
+    const char *src;
+    int n = engine_device_pieces(e->opt.device, pieces, &src, err);
+    if (n < 0) return -1;
     int count = n ? n : 1;
     int index[DS4_MAX_DEVICES];
     for (int d = 0; d < count; d++) {
-        o->device = n ? pieces[d] : want;
+        /* the piece resolved: $DS4CL_DEVICE is read once, above */
+        o->device = n ? pieces[d] : NULL;
         void *ctx = clo_new(e->model, o, err);
         if (!ctx) return -1;
         index[d] = clrt_dev(clo_runtime(ctx))->index;
         for (int k = 0; k < d; k++)
             if (index[k] == index[d]) {
                 clo_free(ctx);
-                return ds4_error_set(err, "--device %s: device %d is named twice", want, index[d]);
+                return ds4_error_set(err, "%s %s: device %d is named twice", src,
+                                     src[0] == '-' ? e->opt.device : getenv("DS4CL_DEVICE"), index[d]);
             }
         bool host_cores = (clrt_dev(clo_runtime(ctx))->type & CL_DEVICE_TYPE_CPU) != 0;
         int rc = d == 0 ? fwd_backend_open(e, &clo_ops, ctx, clo_free, err)
@@ -186,7 +182,7 @@ static int open_devices(ds4_engine *e, clo_options *o, ds4_error *err)
         if (rc) return -1;
         fwd_set_on_host_cores(e->impl, d, host_cores);
     }
-    o->device = want;
+    o->device = NULL;
     return count;
 }
 
@@ -254,7 +250,7 @@ static ds4_device_kind kind_of(cl_device_type t)
     return DS4_DEVICE_OTHER;
 }
 
-static int ocl_devices(const char *want, ds4_device **out, int *n, int *selected, ds4_error *err)
+static int ocl_devices(const char *piece, const char *src, ds4_device **out, int *n, int *selected, ds4_error *err)
 {
     clrt_device *devs;
     if (clrt_devices(&devs, n, err) != 0) return -1;
@@ -274,7 +270,7 @@ static int ocl_devices(const char *want, ds4_device **out, int *n, int *selected
         snprintf(d[i].driver, sizeof d[i].driver, "%s", c->driver);
         snprintf(d[i].version, sizeof d[i].version, "%s", c->c_version);
     }
-    *selected = clrt_pick(devs, *n, want, err);
+    *selected = clrt_pick_piece(devs, *n, piece, src, err);
     free(devs);
     *out = d;
     return 0;
