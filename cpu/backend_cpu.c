@@ -80,6 +80,7 @@ static int cpu_devices(const char *piece, const char *src, ds4_device **out, int
 }
 
 const ds4_backend_ops ds4_backend_cpu = {
+    .id = DS4_BACKEND_CPU,
     .name = "cpu",
     .needs_model = true,
     .open = cpu_open,

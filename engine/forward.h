@@ -198,9 +198,9 @@ int fwd_backend_load(void *st, const void *payload, size_t len, size_t n_tokens,
 
 /* The session members of a forward-based backend's ds4_backend_ops: every
  * such backend keeps its sessions in the schedule's state. */
-#define FWD_BACKEND_SESSION_OPS                                                                           \
-    .state_new = fwd_backend_state_new, .state_free = fwd_backend_state_free, .eval = fwd_backend_eval, \
-    .rewind = fwd_backend_rewind, .reset = fwd_backend_reset, .kv_bytes = fwd_backend_kv_bytes,         \
-    .save = fwd_backend_save, .load = fwd_backend_load
+#define FWD_BACKEND_SESSION_OPS                                                                                      \
+    .session = { .state_new = fwd_backend_state_new, .state_free = fwd_backend_state_free, .eval = fwd_backend_eval, \
+                 .rewind = fwd_backend_rewind, .reset = fwd_backend_reset, .kv_bytes = fwd_backend_kv_bytes,         \
+                 .save = fwd_backend_save, .load = fwd_backend_load }
 
 #endif

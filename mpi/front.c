@@ -1,7 +1,8 @@
 /* front.c — rank 0 of the layer split: greets the other ranks, chooses
- * the layer ranges, and wraps the engine's session members so that every
- * session, evaluation, rewind, reset and snapshot involves every rank
- * (dmpi.h; dmpi_impl.h has the messages). */
+ * the layer ranges, and hooks the engine's session members
+ * (engine_hook_sessions) so that every session, evaluation, rewind, reset
+ * and snapshot involves every rank (dmpi.h; dmpi_impl.h has the
+ * messages). */
 #include "mpi/dmpi_impl.h"
 
 #include <pthread.h>
@@ -20,8 +21,7 @@ typedef struct {
 static struct {
     bool planned, attached, stopped, broken;
     char why[768];                /* why the job cannot go on (broken) */
-    const ds4_backend_ops *base;  /* the engine's own members */
-    ds4_backend_ops ops;          /* what the engine uses from attach on */
+    const ds4_session_ops *base;  /* the engine's own members */
     fwd_engine *f;
     int n;                        /* ranks */
     int *bound;                   /* [n + 1]: rank k runs layers [bound[k], bound[k+1]) */
@@ -432,17 +432,12 @@ int dmpi_attach(ds4_engine *e, ds4_error *err)
     int rc = fwd_set_layers(g.f, 0, g.bound[1], err);
     if (rc == 0) {
         fwd_set_next(g.f, next_stage, NULL);
-        g.base = e->ops;
-        g.ops = *e->ops;
-        g.ops.state_new = w_state_new;
-        g.ops.state_free = w_state_free;
-        g.ops.eval = w_eval;
-        g.ops.rewind = w_rewind;
-        g.ops.reset = w_reset;
-        g.ops.kv_bytes = w_kv_bytes;
-        g.ops.save = w_save;
-        g.ops.load = w_load;
-        e->ops = &g.ops;
+        static const ds4_session_ops hook = { .state_new = w_state_new, .state_free = w_state_free, .eval = w_eval,
+                                              .rewind = w_rewind, .reset = w_reset, .kv_bytes = w_kv_bytes,
+                                              .save = w_save, .load = w_load };
+        rc = engine_hook_sessions(e, &hook, &g.base, err);
+    }
+    if (rc == 0) {
         g.attached = true;
         g.stats.ranks = g.n;
     }
