@@ -1,10 +1,12 @@
 /* ds4.h — the engine's public API.
  *
- * Everything outside engine/ and opencl/ talks to the model through this
- * header only: open a DS4 GGUF on a backend, tokenize and render chat
- * transcripts, keep a session whose KV state equals a token prefix, read
- * logits, sample, and save/restore session snapshots. No tensor, quant block
- * or kernel is visible here.
+ * Everything outside the engine, its backends (cpu/, opencl/) and its
+ * hooks (mpi/) talks to the model through this header only: open a DS4
+ * GGUF on a backend (or only plan its placement), describe the file, list
+ * the backends' devices, read device lists and shares the one way, tokenize
+ * and render chat transcripts, keep a session whose KV state equals a
+ * token prefix, read logits, sample, and save/restore session snapshots.
+ * No tensor, quant block or kernel is visible here.
  *
  * Conventions: functions that can fail take a `ds4_error *` (may be NULL)
  * and return NULL / -1 / DS4_ERROR on failure with a human-readable message
@@ -244,6 +246,21 @@ int ds4_split_layers(int n_layer, int n, const double *w, const char *unit, int 
  * SIMD level of their kernels). *note, when not NULL, gets why a SIMD
  * level asked for (DS4CL_SIMD) is not used, or "". */
 const char *ds4_cpu_experts_mode(ds4_quant_sim q, const char **note);
+
+/* What e's model file holds, as lines of text (--model-info): the file
+ * (size, GGUF version, tensors, metadata keys, alignment), name, identity,
+ * shape (layers and their compression ratios, widths, attention,
+ * indexer, experts and their quant types, routing, hyper-connections,
+ * RoPE) and tensor bytes by quant type. Appended to out; -1 with err when
+ * e's backend binds no model (the script engine). */
+int ds4_engine_describe_model(const ds4_engine *e, strbuf *out, ds4_error *err);
+/* Bytes of a session's state at n_ctx tokens as the model counts them (f32
+ * raw windows, compressed and indexer rows, compressor frontiers,
+ * logits), whatever the backend; 0 without a model. */
+uint64_t ds4_model_context_bytes(const ds4_engine *e, int n_ctx);
+/* How many of e's tensors are larger than max_alloc bytes (a device
+ * splits those over several buffers). */
+int ds4_engine_tensors_over(const ds4_engine *e, uint64_t max_alloc);
 
 /* Bytes a session of n_ctx tokens needs on this engine's backend (KV,
  * compressed rows, scratch), for memory planning before opening it. */

@@ -56,13 +56,15 @@ ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
     e->gguf = gguf_open(e->model_path, err);
     if (!e->gguf) goto fail;
     e->identity = gguf_identity(e->gguf);
-    e->tok = tokenizer_from_gguf(e->gguf, err);
-    if (!e->tok) goto fail;
-    e->n_vocab = ds4_vocab_size(e->tok);
+    /* the binding first: a file of another architecture says so, not
+     * that its tokenizer is missing */
     if (ops->needs_model) {
         e->model = model_bind(e->gguf, err);
         if (!e->model) goto fail;
     }
+    e->tok = tokenizer_from_gguf(e->gguf, err);
+    if (!e->tok) goto fail;
+    e->n_vocab = ds4_vocab_size(e->tok);
     if ((ops->device ? place_open(e, err) : ops->open(e, err)) != 0) goto fail;
     if (opt->load_progress) opt->load_progress(opt->load_ud, 1.0, "ready");
     return e;
