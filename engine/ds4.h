@@ -110,6 +110,18 @@ typedef struct ds4_engine ds4_engine;
 ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err);
 void ds4_engine_close(ds4_engine *e);
 
+/* The one plan-only entry point's second step: e (opened with plan_only,
+ * or opened before) becomes the engine opt describes, without reading the
+ * model file again. Only opt's plan_only, plan_ctx, layer_first,
+ * layer_end, load_progress and load_ud are taken (the rest stays what e
+ * was opened with): the backend and its placement are opened anew for
+ * them, the file, its tokenizer and the weights binding are kept. The
+ * caller plans on the plan-only engine (the context, the ranks' layer
+ * ranges), then opens it to run. 0, or -1 with err; e then has no
+ * backend, and only ds4_engine_close is valid. Not while a session is
+ * open or a hook is in place. */
+int ds4_engine_reopen(ds4_engine *e, const ds4_engine_options *opt, ds4_error *err);
+
 typedef struct {
     int n_vocab, n_layer, n_embd, n_head, head_dim;
     int n_expert, n_expert_used;

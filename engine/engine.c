@@ -74,13 +74,41 @@ fail:
     return NULL;
 }
 
-void ds4_engine_close(ds4_engine *e)
+static void close_backend(ds4_engine *e)
 {
-    if (!e) return;
     if (e->impl) {
         if (e->backend->device) place_close(e);
         else if (e->backend->close) e->backend->close(e);
     }
+    e->impl = NULL;
+    e->placed = false;
+    memset(&e->place, 0, sizeof e->place);
+}
+
+int ds4_engine_reopen(ds4_engine *e, const ds4_engine_options *opt, ds4_error *err)
+{
+    if (e->n_sessions > 0) return ds4_error_set(err, "an engine with open sessions cannot be opened again");
+    if (e->sess != &e->backend->session) return ds4_error_set(err, "an engine with a hook cannot be opened again");
+    close_backend(e);
+    e->opt.plan_only = opt->plan_only;
+    e->opt.plan_ctx = opt->plan_ctx;
+    e->opt.layer_first = opt->layer_first;
+    e->opt.layer_end = opt->layer_end;
+    e->opt.load_progress = opt->load_progress;
+    e->opt.load_ud = opt->load_ud;
+    if (opt->load_progress) opt->load_progress(opt->load_ud, 0.0, "reading model");
+    if ((e->backend->device ? place_open(e, err) : e->backend->open(e, err)) != 0) {
+        e->impl = NULL;
+        return -1;
+    }
+    if (opt->load_progress) opt->load_progress(opt->load_ud, 1.0, "ready");
+    return 0;
+}
+
+void ds4_engine_close(ds4_engine *e)
+{
+    if (!e) return;
+    close_backend(e);
     if (e->model) model_free(e->model);
     if (e->tok) ds4_tokenizer_free(e->tok);
     if (e->gguf) gguf_close(e->gguf);

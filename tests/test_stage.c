@@ -4,6 +4,7 @@
  * stages' snapshot blocks make the full pass's payload and restore from
  * it. This is what mpi/ builds on, without MPI. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -277,5 +278,44 @@ TEST(stage, an_engine_hook_wraps_the_sessions_before_the_first)
     ds4_session_close(a);
     ds4_session_close(b);
     ds4_engine_close(plain);
+    ds4_engine_close(e);
+}
+
+/* The one plan-only entry point: an engine opened to plan opens again to
+ * run without reading its file again (here the file is gone by then), and
+ * computes what an engine opened to run at once does. */
+TEST(stage, a_plan_only_engine_opens_to_run_without_the_file)
+{
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.vocab = MK_VOCAB_TINY;
+    const char *path = test_tmp_path("tiny.gguf"), *gone = test_tmp_path("gone.gguf");
+    ds4_error err = { "" };
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    CHECK_MSG(mk_write_file(&s, gone, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = gone, .backend = DS4_BACKEND_CPU, .threads = 1, .quant_sim = DS4_QSIM_NONE,
+                             .plan_only = true };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    CHECK(ds4_session_open(e, 32, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "plan memory only");
+    CHECK(remove(gone) == 0);
+    o.plan_only = false;
+    CHECK_MSG(ds4_engine_reopen(e, &o, &err) == 0, "%s", err.msg);
+    ds4_engine *ref = open_tiny(path);
+    fwd_set_chunk(fwd_of(e), 4);
+    const int32_t ids[] = { 2, 4, 6, 8, 10, 12 };
+    const int nv = ds4_vocab_size(ds4_engine_tokenizer(e));
+    ds4_session *a = ds4_session_open(ref, 32, &err), *b = ds4_session_open(e, 32, &err);
+    CHECK_MSG(a && b, "%s", err.msg);
+    CHECK(ds4_session_sync(a, ids, 6, NULL, &err) == DS4_OK);
+    CHECK(ds4_session_sync(b, ids, 6, NULL, &err) == DS4_OK);
+    same(ds4_session_logits(a), ds4_session_logits(b), nv, "reopened");
+    /* not under an open session */
+    CHECK(ds4_engine_reopen(e, &o, &err) != 0);
+    CHECK_CONTAINS(err.msg, "open sessions");
+    ds4_session_close(a);
+    ds4_session_close(b);
+    ds4_engine_close(ref);
     ds4_engine_close(e);
 }
