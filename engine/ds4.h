@@ -143,7 +143,7 @@ void ds4_engine_info(const ds4_engine *e, ds4_model_info *out);
  * the others on the device; the embedding table in host memory whenever
  * any experts are (one row per token is all a step reads of it). The
  * device may use its memory less a reserve (1/16 of it, at most 1 GiB)
- * for its weights and a session of n_ctx tokens. */
+ * for its weights and a session of n_ctx tokens (ds4_memory_reserve). */
 #define DS4_MAX_DEVICES 4
 
 /* One device's share: a contiguous range of layers (their dense parts and
@@ -273,6 +273,12 @@ uint64_t ds4_model_context_bytes(const ds4_engine *e, int n_ctx);
 /* How many of e's tensors are larger than max_alloc bytes (a device
  * splits those over several buffers). */
 int ds4_engine_tensors_over(const ds4_engine *e, uint64_t max_alloc);
+
+/* The memory kept free of a pool of `memory` bytes, a device's or the
+ * host's: 1/16 of it, at most 1 GiB. The one reserve rule: the placement's
+ * device budgets and the memory planner's host budget both leave it (the
+ * planner warns besides when a plan takes more than 90 % of the rest). */
+uint64_t ds4_memory_reserve(uint64_t memory);
 
 /* Bytes a session of n_ctx tokens needs on this engine's backend (KV,
  * compressed rows, scratch), for memory planning before opening it. */

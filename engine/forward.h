@@ -5,7 +5,9 @@
  * A backend's open() creates its ops context, then fwd_open() with it,
  * and stores the result in e->impl; its ds4_backend_ops then uses the
  * fwd_backend_* functions below for everything per session. The CPU
- * backend (cpu/backend_cpu.c) is the example.
+ * backend (cpu/backend_cpu.c) is the example. A backend with devices
+ * (ds4_device_ops) leaves the opening to the engine, which places the
+ * model over its devices (engine/place.c).
  *
  * Evaluation: tokens are computed in chunks of up to `chunk` tokens,
  * layer-major inside a chunk; decode is a chunk of one. The logits of a

@@ -56,7 +56,7 @@ uint64_t plan_part_bytes(const ds4_model *m, plan_part part, int layer)
     return n;
 }
 
-uint64_t plan_reserve(uint64_t memory)
+uint64_t ds4_memory_reserve(uint64_t memory)
 {
     uint64_t r = memory / 16;
     return r < (1ull << 30) ? r : 1ull << 30;
@@ -109,7 +109,7 @@ int plan_split(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4
     for (int d = 0; d < nd; d++) given |= in->split[d] > 0;
     /* by memory where it is known; equal shares where it is not */
     for (int d = 0; d < nd; d++)
-        w[d] = given ? in->split[d] : in->memory[d] ? (double)(in->memory[d] - plan_reserve(in->memory[d])) : 1.0;
+        w[d] = given ? in->split[d] : in->memory[d] ? (double)(in->memory[d] - ds4_memory_reserve(in->memory[d])) : 1.0;
     int bound[DS4_MAX_DEVICES + 1];
     if (ds4_split_layers(l1 - l0, nd, w, "device", bound, err)) return -1;
     out->n_devices = nd;
@@ -241,7 +241,7 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
         ds4_placement_device *dv = &out->dev[d];
         dv->memory = in->memory[d];
         dv->shares_host_memory = in->shares_host_memory[d];
-        dv->budget = dv->memory - plan_reserve(dv->memory);
+        dv->budget = dv->memory - ds4_memory_reserve(dv->memory);
     }
     /* The embedding goes to the host as soon as any experts do; a device
      * that needed host layers only for the embedding's room keeps none. */

@@ -17,6 +17,9 @@
  * to their memory or to given shares; the embedding lives on the first
  * device (or the host), the output head on the last.
  *
+ * The engine applies the plan (engine/place.c) over the devices a
+ * backend's device table opens; the backend never sees it.
+ *
  * The arithmetic is pure: the device's memory, the reserve, the weight
  * bytes of each part and the session's bytes at a context (a function,
  * since the backend knows its buffers) give the smallest number of host
@@ -58,9 +61,6 @@ typedef struct {
     plan_session_fn session_bytes;
     void *ud;
 } plan_input;
-
-/* The reserve left free on a device of `memory` bytes: 1/16, at most 1 GiB. */
-uint64_t plan_reserve(uint64_t memory);
 
 /* Step 1: each device's range of layers (out->n_devices, out->dev[d]
  * first_layer, n_layers, head; ds4_split_layers over in->split, or each
