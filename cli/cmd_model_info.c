@@ -1,10 +1,11 @@
 /* cmd_model_info.c — `ds4cl --model-info -m FILE [--ctx N]`: what a DS4
  * GGUF holds (shape, layer kinds, tensor bytes per type) and the memory a
- * session of N tokens needs. Opens and binds the file exactly as the engine
- * does, so a file this accepts is one the engine can load. With
- * `--backend opencl` also the device the engine would pick and what the
- * model and the session take there: the engine is opened to plan only, so
- * no weights are uploaded. */
+ * session of N tokens needs. The engine is opened once, to plan only (no
+ * weight is read or uploaded), and describes its own binding, so a file
+ * this accepts is one the engine can load. With `--backend opencl` also
+ * the device the engine would pick and what the model and the session take
+ * there (with --ctx auto the context is decided first, on an engine of its
+ * own: the placement is made for it). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +16,6 @@
 #include "cli/memplan.h"
 #include "cli/model_path.h"
 #include "engine/expert_warm.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/quant.h"
 
 #define DEFAULT_INFO_CTX 32768
 
@@ -29,39 +27,6 @@ static void print_bytes(uint64_t b)
     else printf("%llu B", (unsigned long long)b);
 }
 
-static void print_ratios(const ds4_hparams *hp)
-{
-    for (int l = 0; l < hp->n_layer; l++) {
-        /* runs of a repeating pattern would be shorter, but the list is exact */
-        printf("%s%d", l ? "," : "", hp->compress_ratio[l]);
-        if (l == 15 && hp->n_layer > 20) {
-            printf(",…");
-            break;
-        }
-    }
-}
-
-static const char *expert_types(const ds4_model *m, char *buf, size_t size)
-{
-    const ds4_layer *L = &m->layers[0];
-    bool uniform = true;
-    for (int l = 1; l < m->hp.n_layer; l++)
-        if (m->layers[l].ffn_gate_exps.type != L->ffn_gate_exps.type ||
-            m->layers[l].ffn_down_exps.type != L->ffn_down_exps.type)
-            uniform = false;
-    snprintf(buf, size, "gate/up %s, down %s%s", quant_type_name(L->ffn_gate_exps.type),
-             quant_type_name(L->ffn_down_exps.type), uniform ? "" : " (layer 0; other layers differ)");
-    return buf;
-}
-
-static void print_split(const ds4_model *m, uint64_t max_alloc)
-{
-    const gguf_file *f = m->file;
-    int split = 0;
-    for (size_t i = 0; i < gguf_n_tensors(f); i++) split += gguf_tensor_at(f, i)->nbytes > max_alloc;
-    if (split) printf("; %d tensor%s larger than one buffer, split", split, split == 1 ? "" : "s");
-}
-
 /* What the OpenCL backend would use: its device and the placement of the
  * model for a session of n_ctx tokens. */
 typedef struct {
@@ -69,9 +34,33 @@ typedef struct {
     ds4_placement place;
 } opencl_plan;
 
-/* 0, or -1 after printing why the backend cannot open: before any other
- * output, so that a wrong --device is not lost below the model's details. */
-static int plan_opencl(const ds4cl_options *o, const char *path, int n_ctx, opencl_plan *p)
+/* A plan-only engine on o's backend (the CPU backend's binding for the
+ * script engine) placing a session of plan_ctx tokens, its routed experts
+ * through a cache of expert_cache bytes (0: mapped); NULL after printing
+ * why. */
+static ds4_engine *open_plan(const ds4cl_options *o, const char *path, int plan_ctx, uint64_t expert_cache)
+{
+    bool cl = o->backend == DS4_BACKEND_OPENCL;
+    ds4_engine_options eo = { .model_path = path, .backend = cl ? DS4_BACKEND_OPENCL : DS4_BACKEND_CPU,
+                              .device = o->device, .quant_sim = o->quant_sim, .plan_only = true,
+                              .host_expert_layers = o->host_expert_layers, .plan_ctx = plan_ctx, .split = o->split,
+                              .stream_experts = o->stream_experts, .expert_cache = expert_cache,
+                              .device_memory = cl ? memplan_device_memory_override() : 0 };
+    ds4_error err = { { 0 } };
+    ds4_engine *e = ds4_engine_open(&eo, &err);
+    if (!e) {
+        /* errors of the file itself already start with its path */
+        size_t pl = strlen(path);
+        bool named = !strncmp(err.msg, path, pl);
+        fprintf(stderr, "ds4cl: %s%s%s\n", named ? "" : path, named ? "" : ": ", err.msg);
+    }
+    return e;
+}
+
+/* 0, or -1 after printing why the backend has no such device: before any
+ * other output, so that a wrong --device is not lost below the model's
+ * details. */
+static int pick_opencl(const ds4cl_options *o, opencl_plan *p)
 {
     ds4_device *devs;
     int n, pick;
@@ -86,19 +75,6 @@ static int plan_opencl(const ds4cl_options *o, const char *path, int n_ctx, open
         fprintf(stderr, "ds4cl: %s\n", derr.msg);
         return -1;
     }
-    ds4_engine_options eo = { .model_path = path, .backend = DS4_BACKEND_OPENCL, .device = o->device,
-                              .quant_sim = o->quant_sim, .plan_only = true,
-                              .host_expert_layers = o->host_expert_layers, .plan_ctx = n_ctx, .split = o->split,
-                              .stream_experts = o->stream_experts,
-                              .device_memory = memplan_device_memory_override() };
-    ds4_error err = { { 0 } };
-    ds4_engine *e = ds4_engine_open(&eo, &err);
-    if (!e) {
-        fprintf(stderr, "ds4cl: %s\n", err.msg);
-        return -1;
-    }
-    ds4_engine_placement(e, &p->place);
-    ds4_engine_close(e);
     return 0;
 }
 
@@ -108,7 +84,7 @@ static void print_layers(int from, int to)
     else printf("layers %d-%d", from, to - 1);
 }
 
-static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds4_quant_sim q)
+static void print_opencl(const opencl_plan *p, const ds4_engine *e, uint64_t weights_bytes, int n_ctx, ds4_quant_sim q)
 {
     const ds4_device *d = &p->dev;
     const ds4_placement *pl = &p->place;
@@ -123,7 +99,8 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds
     }
     printf(", largest buffer ");
     print_bytes(d->max_alloc);
-    print_split(m, d->max_alloc);
+    int split = ds4_engine_tensors_over(e, d->max_alloc);
+    if (split) printf("; %d tensor%s larger than one buffer, split", split, split == 1 ? "" : "s");
     printf("\n  placement         ");
     int h = pl->host_expert_layers, nl = pl->n_layer;
     if (h == 0) printf("everything on the device%s", pl->n_devices > 1 ? "s, the layers split between them" : "");
@@ -174,7 +151,7 @@ static void print_opencl(const opencl_plan *p, const ds4_model *m, int n_ctx, ds
     printf("\n  in host memory    ");
     print_bytes(pl->host_weights);
     printf(" of weights computed by the CPU (the file is mapped whole: ");
-    print_bytes(m->weights_bytes);
+    print_bytes(weights_bytes);
     printf(")\n  per token         ");
     print_bytes(pl->token_device_bytes);
     printf(" of weights read from device memory, ");
@@ -245,24 +222,14 @@ static void print_streaming(const ds4cl_options *o, const char *path, uint64_t i
 }
 
 /* --ctx auto: the context a session would get on this machine, and why
- * (the planner's account), as -p and the interactive agent would plan it;
- * 0 after printing the refusal when none fits. */
-static int plan_auto(const ds4cl_options *o, const char *path, char *why, size_t whylen)
+ * (the planner's account), as -p and the interactive agent would plan it,
+ * on e (a plan-only engine); 0 after printing the refusal when none fits. */
+static int plan_auto(const ds4_engine *e, const ds4cl_options *o, char *why, size_t whylen)
 {
-    expert_setup_result xs;
-    if (expert_setup(o, path, 0, true, &xs) != 0) return 0;
-    ds4_engine_options eo = { .model_path = path, .backend = o->backend, .device = o->device,
-                              .quant_sim = o->quant_sim, .plan_only = true, .expert_cache = xs.plan.cache_bytes };
     ds4_error err = { { 0 } };
-    ds4_engine *e = ds4_engine_open(&eo, &err);
-    if (!e) {
-        fprintf(stderr, "ds4cl: %s\n", err.msg);
-        return 0;
-    }
     int n_ctx = 0;
     int rc = memplan_session_ctx_why(e, o->backend, o->device, -1, DEFAULT_INFO_CTX, 0, &n_ctx, why, whylen, &err);
     if (rc != 0) fprintf(stderr, "ds4cl: %s\n", err.msg);
-    ds4_engine_close(e);
     return rc == 0 ? n_ctx : 0;
 }
 
@@ -277,95 +244,57 @@ int cmd_model_info(const ds4cl_options *o)
     char path_buf[PATH_MAX];
     const char *path = model_path_resolve(o->model_path, path_buf, sizeof path_buf);
     if (!path) return EXIT_ERROR;
+    bool cl = o->backend == DS4_BACKEND_OPENCL;
     int n_ctx = o->ctx > 0 ? o->ctx : DEFAULT_INFO_CTX;
     char why[1024] = "";
-    if (o->ctx == -1 && !(n_ctx = plan_auto(o, path, why, sizeof why))) return EXIT_ERROR;
-    ds4_error err = { { 0 } };
-    gguf_file *f = gguf_open(path, &err);
-    if (!f) {
-        fprintf(stderr, "ds4cl: %s\n", err.msg);
-        return EXIT_ERROR;
-    }
-    ds4_model *m = model_bind(f, &err);
-    if (!m) {
-        fprintf(stderr, "ds4cl: %s: %s\n", path, err.msg);
-        gguf_close(f);
-        return EXIT_ERROR;
+    ds4_engine *e = NULL;
+    if (o->ctx == -1) {
+        /* the CPU backend plans the context beside the expert cache it
+         * would stream through, not beside every expert */
+        expert_setup_result xs;
+        memset(&xs, 0, sizeof xs);
+        if (!cl && expert_setup(o, path, 0, true, &xs) != 0) return EXIT_ERROR;
+        e = open_plan(o, path, 0, xs.plan.cache_bytes);
+        n_ctx = e ? plan_auto(e, o, why, sizeof why) : 0;
+        /* the placement on the devices is made for the context decided */
+        if (!n_ctx || cl) ds4_engine_close(e), e = NULL;
+        if (!n_ctx) return EXIT_ERROR;
     }
     opencl_plan clp;
-    if (o->backend == DS4_BACKEND_OPENCL && plan_opencl(o, path, n_ctx, &clp) != 0) {
-        model_free(m);
-        gguf_close(f);
+    memset(&clp, 0, sizeof clp);
+    if (cl && pick_opencl(o, &clp) != 0) return EXIT_ERROR;
+    if (!e && !(e = open_plan(o, path, n_ctx, 0))) return EXIT_ERROR;
+    if (cl) ds4_engine_placement(e, &clp.place);
+    strbuf text = { 0 };
+    ds4_error err = { { 0 } };
+    if (ds4_engine_describe_model(e, &text, &err) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
+        sb_free(&text);
+        ds4_engine_close(e);
         return EXIT_ERROR;
     }
-    const ds4_hparams *hp = &m->hp;
-    printf("file          %s\n", path);
-    printf("size          ");
-    print_bytes(gguf_size(f));
-    printf(" (GGUF v%u, %zu tensors, %zu metadata keys, alignment %u)\n", gguf_version(f), gguf_n_tensors(f),
-           gguf_n_kv(f), gguf_alignment(f));
-    printf("name          %s\n", m->name[0] ? m->name : "(none)");
-    printf("identity      %016llx\n", (unsigned long long)gguf_identity(f));
-    printf("layers        %d (compress ratios ", hp->n_layer);
-    print_ratios(hp);
-    printf("; hash-routed layers: %d)\n", hp->n_hash_layer);
-    printf("embedding     %d, vocabulary %d", hp->n_embd, hp->n_vocab);
-    if (hp->n_ctx_train) printf(", trained context %lld", (long long)hp->n_ctx_train);
-    printf("\n");
-    printf("attention     %d heads x %d (RoPE on the last %d), q-lora %d, output %d groups x %d, window %d\n",
-           hp->n_head, hp->head_dim, hp->n_rot, hp->q_lora, hp->n_out_group, hp->o_lora, hp->n_swa);
-    printf("indexer       %d heads x %d, top-k %d\n", hp->n_indexer_head, hp->indexer_head_dim, hp->indexer_top_k);
-    char et[160];
-    printf("experts       %d routed (%d per token) + %d shared, width %d; %s\n", hp->n_expert, hp->n_expert_used,
-           hp->n_expert_shared, hp->n_ff_exp, expert_types(m, et, sizeof et));
-    printf("routing       weights scale %g, %snormalized, SwiGLU clamp %g\n", hp->expert_weights_scale,
-           hp->expert_weights_norm ? "" : "not ", hp->swiglu_clamp[0]);
-    printf("hyper-conn    %d streams, %d Sinkhorn iterations, epsilon %g\n", hp->n_hc, hp->hc_sinkhorn_iters,
-           hp->hc_eps);
-    printf("rope          base %g; compressed layers base %g, YaRN factor %g, beta %g/%g, original context %lld\n",
-           hp->rope_base, hp->compress_rope_base, hp->yarn_factor, hp->yarn_beta_fast, hp->yarn_beta_slow,
-           (long long)hp->yarn_orig_ctx);
-    printf("rms epsilon   %g\n", hp->rms_eps);
-
-    printf("\ntensor bytes by type\n");
-    uint64_t bytes[64] = { 0 }, count[64] = { 0 }, total = 0;
-    for (size_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (t->type < 64) {
-            bytes[t->type] += t->nbytes;
-            count[t->type]++;
-        }
-        total += t->nbytes;
-    }
-    for (uint32_t t = 0; t < 64; t++) {
-        if (!count[t]) continue;
-        printf("  %-8s %6llu tensors  ", quant_type_name(t), (unsigned long long)count[t]);
-        print_bytes(bytes[t]);
-        printf("\n");
-    }
-    printf("  %-8s %6zu tensors  ", "total", gguf_n_tensors(f));
-    print_bytes(total);
-    printf("\n");
-
-    uint64_t ctx_bytes = model_context_bytes(m, n_ctx);
+    fputs(sb_str(&text), stdout);
+    sb_free(&text);
+    ds4_model_info info;
+    ds4_engine_info(e, &info);
+    uint64_t ctx_bytes = ds4_model_context_bytes(e, n_ctx);
     printf("\nmemory for %d tokens\n", n_ctx);
     if (why[0]) printf("  %s\n", why);
     printf("  weights (mapped)  ");
-    print_bytes(m->weights_bytes);
+    print_bytes(info.weights_bytes);
     printf("\n  session state     ");
     print_bytes(ctx_bytes);
     printf("  (f32 raw windows, compressed and indexer rows, compressor frontiers, logits)\n");
     printf("  total             ");
-    print_bytes(m->weights_bytes + ctx_bytes);
+    print_bytes(info.weights_bytes + ctx_bytes);
     printf("\n");
-    if (o->backend == DS4_BACKEND_OPENCL) print_opencl(&clp, m, n_ctx, o->quant_sim);
+    if (cl) print_opencl(&clp, e, info.weights_bytes, n_ctx, o->quant_sim);
     else {
-        print_streaming(o, path, gguf_identity(f), hp->n_layer, hp->n_expert);
-        const char *why = "";
-        printf("\ncpu experts   %s\n", ds4_cpu_experts_mode(o->quant_sim, &why));
-        if (*why) printf("              (%s)\n", why);
+        print_streaming(o, path, info.identity, info.n_layer, info.n_expert);
+        const char *note = "";
+        printf("\ncpu experts   %s\n", ds4_cpu_experts_mode(o->quant_sim, &note));
+        if (*note) printf("              (%s)\n", note);
     }
-    model_free(m);
-    gguf_close(f);
+    ds4_engine_close(e);
     return EXIT_DONE;
 }

@@ -19,8 +19,6 @@
 memplan_policy memplan_default_policy(void)
 {
     return (memplan_policy){
-        .reserve_min = 1ull << 30,
-        .reserve_fraction = 0.05,
         .comfort_fraction = 0.90,
         .granularity = 1024,
         .min_ctx = 4096,
@@ -67,8 +65,7 @@ int memplan_largest_ctx(const memplan_input *in, uint64_t budget, int lo, int hi
 static void budgets(const memplan_input *in, const memplan_policy *pol, memplan_result *out)
 {
     uint64_t avail = in->available_bytes;
-    uint64_t reserve = (uint64_t)((double)avail * pol->reserve_fraction);
-    if (reserve < pol->reserve_min) reserve = pol->reserve_min;
+    uint64_t reserve = pol->reserve_bytes ? pol->reserve_bytes : ds4_memory_reserve(avail);
     out->reserve_bytes = reserve;
     out->usable_bytes = avail > reserve ? avail - reserve : 0;
     out->comfortable_bytes = (uint64_t)((double)out->usable_bytes * pol->comfort_fraction);
@@ -497,8 +494,7 @@ int memplan_session_ctx_why(const ds4_engine *e, ds4_backend backend, const char
         snprintf(pl.source, sizeof pl.source, "%s", memplan_device_memory_override() ? "DS4CL_DEVICE_MEM" : place.device_name);
         weights = place.device_weights;
         if (requested > 0 && !place.fits) return placement_refusal(&place, least, err);
-        pol.reserve_min = place.device_memory - place.device_budget;
-        pol.reserve_fraction = 0;
+        pol.reserve_bytes = place.device_memory - place.device_budget;
         pol.comfort_fraction = 1.0;
     } else if (session_pool(backend, device, &pl) != 0) {
         if (requested == -1 && why) snprintf(why, whylen, "cannot tell how much memory is free; using --ctx %d", fallback);

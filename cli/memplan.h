@@ -8,7 +8,8 @@
  * OpenCL). A headroom policy keeps a reserve free and calls a plan "tight"
  * when it uses more than a share of the rest:
  *
- *   reserve     = max(reserve_min, reserve_fraction × available)
+ *   reserve     = ds4_memory_reserve(available)  (1/16, at most 1 GiB: the
+ *                 engine's one rule, which its device placement keeps too)
  *   usable      = available − reserve        (a plan must fit in this)
  *   comfortable = comfort_fraction × usable  (beyond this: a warning)
  *
@@ -38,15 +39,14 @@
 #define MEMPLAN_MAX_CTX 1048576
 
 typedef struct {
-    uint64_t reserve_min;    /* bytes always left free */
-    double reserve_fraction; /* share of the memory always left free */
+    uint64_t reserve_bytes;  /* bytes always left free; 0: ds4_memory_reserve of the pool */
     double comfort_fraction; /* share of usable memory a comfortable plan stays under */
     int granularity;         /* auto contexts are multiples of this */
     int min_ctx;             /* smallest context worth running */
     int tight_ctx;           /* auto's pick when no context is comfortable (if it fits) */
 } memplan_policy;
 
-/* 1 GiB or 5 % reserve, comfortable under 90 % of the rest, contexts in
+/* The engine's reserve, comfortable under 90 % of the rest, contexts in
  * steps of 1024 from 4096; 32768 tokens when nothing is comfortable. */
 memplan_policy memplan_default_policy(void);
 

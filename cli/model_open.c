@@ -71,8 +71,12 @@ static bool plan_ctx(ds4_engine *e, const ds4cl_options *o, int default_ctx, int
     return false;
 }
 
-static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool plan_only, int plan_ctx, int layer_end,
-                               uint64_t expert_cache, ds4_error *why)
+/* Opens the engine (e NULL) or opens e again (ds4_engine_reopen: the file
+ * is not read again) for plan_only, plan_ctx, layer_end and an expert
+ * cache of expert_cache bytes (0: none). NULL after printing why; e is
+ * closed then. */
+static ds4_engine *open_engine(ds4_engine *e, const ds4cl_options *o, const char *path, bool plan_only, int plan_ctx,
+                               int layer_end, uint64_t expert_cache, ds4_error *why)
 {
     char stats[4096];
     progress p;
@@ -97,7 +101,12 @@ static ds4_engine *open_engine(const ds4cl_options *o, const char *path, bool pl
         .load_ud = plan_only ? NULL : &p,
     };
     ds4_error err = { "" };
-    ds4_engine *e = ds4_engine_open(&eo, &err);
+    if (!e) {
+        e = ds4_engine_open(&eo, &err);
+    } else if (ds4_engine_reopen(e, &eo, &err) != 0) {
+        ds4_engine_close(e);
+        e = NULL;
+    }
     if (!plan_only) progress_finish(&p, NULL);
     if (!e) {
         /* errors of the file itself already start with its path */
@@ -138,35 +147,41 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
         }
     }
 
-    /* A layer split over MPI ranks: the ranks get their layers first, so
-     * that every engine (here the first range's) holds only its own. */
+    /* The model is opened once. Planning comes first where it decides
+     * what the engine that runs holds: an OpenCL placement for the
+     * context (a refusal then costs no upload), and a layer split over
+     * MPI ranks (the ranks get their layers first, so that every engine,
+     * here the first range's, holds only its own); the plan-only engine
+     * then opens to run (ds4_engine_reopen). */
+    bool opencl = o->backend == DS4_BACKEND_OPENCL;
+    bool plan_first = !scripted && (opencl || SPLIT_RANKS() > 1);
     int layer_end = 0;
+    ds4_engine *e = NULL;
+    if (plan_first) {
+        e = open_engine(NULL, o, path, true, o->ctx > 0 ? o->ctx : default_ctx, 0, 0, why);
+        if (!e) return NULL;
+    }
 #ifdef DS4CL_MPI
     if (!scripted && SPLIT_RANKS() > 1) {
-        ds4_engine *pe = open_engine(o, path, true, 0, 0, 0, why);
-        if (!pe) return NULL;
         ds4_error err = { "" };
-        int rc = dmpi_plan(pe, &layer_end, &err);
-        ds4_engine_close(pe);
-        if (rc != 0) {
+        if (dmpi_plan(e, &layer_end, &err) != 0) {
             fprintf(stderr, "ds4cl: cannot split the model over the MPI ranks: %s\n", err.msg);
+            ds4_engine_close(e);
             return NULL;
         }
+        /* the placement covers this rank's range only */
+        if (opencl && layer_end > 0 &&
+            !(e = open_engine(e, o, path, true, o->ctx > 0 ? o->ctx : default_ctx, layer_end, 0, why)))
+            return NULL;
     }
 #endif
-    /* Opening for OpenCL uploads the weights: the plan is made on an
-     * engine opened without them, so that a refusal costs no upload. */
-    if (o->backend == DS4_BACKEND_OPENCL) {
-        ds4_engine *plan = open_engine(o, path, true, o->ctx > 0 ? o->ctx : default_ctx, layer_end, 0, why);
-        if (!plan) return NULL;
-        bool ok = plan_ctx(plan, o, default_ctx, n_ctx, exit_code, check, why);
-        ds4_engine_close(plan);
-        if (!ok) return NULL;
+    if (opencl && !plan_ctx(e, o, default_ctx, n_ctx, exit_code, check, why)) {
+        ds4_engine_close(e);
+        return NULL;
     }
     double t0 = base_now_ms();
     /* an OpenCL engine places the model for the context just decided */
-    ds4_engine *e = open_engine(o, path, false, o->backend == DS4_BACKEND_OPENCL ? *n_ctx : 0, layer_end,
-                                xs.plan.cache_bytes, why);
+    e = open_engine(e, o, path, false, opencl ? *n_ctx : 0, layer_end, xs.plan.cache_bytes, why);
     if (!e) return NULL;
 #ifdef DS4CL_MPI
     if (!scripted) {
@@ -181,7 +196,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
 #endif
     /* the context is decided before the weights are read: a refusal
      * should not cost minutes of disk reads */
-    if (o->backend != DS4_BACKEND_OPENCL && !plan_ctx(e, o, default_ctx, n_ctx, exit_code, check, why)) {
+    if (!opencl && !plan_ctx(e, o, default_ctx, n_ctx, exit_code, check, why)) {
         ds4_engine_close(e);
         return NULL;
     }

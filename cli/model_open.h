@@ -16,8 +16,10 @@
  * the default (memplan_session_ctx, counting the expert cache instead of
  * the experts), refused with the numbers when it cannot fit, or below the caller's least (the agent's system prompt must
  * fit in it), still before any weight is read or uploaded —
- * OpenCL plans on an engine opened without weights first; the weights
- * read into memory (page_warm; not when the experts stream) with a progress
+ * OpenCL (and a split over MPI ranks) plans on the engine opened without
+ * weights first, then opens it to run without reading the file again
+ * (ds4_engine_reopen); the weights read into memory (page_warm; not when
+ * the experts stream) with a progress
  * line on a terminal; "loaded NAME in X s". The scripted test engine skips
  * the memory steps, the reading and the load report.
  */

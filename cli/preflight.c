@@ -1,6 +1,5 @@
 /* preflight.c — see preflight.h. */
 #include "cli/preflight.h"
-#include "engine/plan.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -49,16 +48,16 @@ static int check_device(const ds4cl_options *o, ds4_error *why)
     }
     if (o->backend != DS4_BACKEND_OPENCL) return EXIT_DONE;
     if (o->split) {
-        int n = 1;
-        for (const char *p = o->device ? o->device : ""; *p; p++) n += *p == ',';
+        char pieces[DS4_MAX_DEVICES][DS4_DEVICE_PIECE_MAX], what[160];
         double shares[DS4_MAX_DEVICES];
         ds4_error serr = { "" };
+        int n = ds4_parse_devices(o->device, "--device", pieces, &serr);
+        if (n < 0) return refuse(why, EXIT_USAGE, "%s", serr.msg);
         if (n < 2) {
             return refuse(why, EXIT_USAGE, "--split %s needs several devices (--device A,B)", o->split);
         }
-        if (n > DS4_MAX_DEVICES || plan_parse_split(o->split, n, shares, &serr)) {
-            return refuse(why, EXIT_USAGE, "%s", n > DS4_MAX_DEVICES ? "--device: too many devices" : serr.msg);
-        }
+        snprintf(what, sizeof what, "--split %s", o->split);
+        if (ds4_parse_shares(o->split, n, shares, what, "device", &serr)) return refuse(why, EXIT_USAGE, "%s", serr.msg);
     }
     ds4_device *devs = NULL;
     int n = 0, pick = -1;

@@ -90,11 +90,11 @@ static uint64_t cpu_session_bytes(const ds4_engine *e, int n_ctx)
                                     cpu_ops_threads(fwd_ops_ctx(f)));
 }
 
-/* One device: the host, whatever `want` says (the CPU backend takes no
+/* One device: the host, whatever `piece` says (the CPU backend takes no
  * device selection). */
-static int cpu_devices(const char *want, ds4_device **out, int *n, int *selected, ds4_error *err)
+static int cpu_devices(const char *piece, const char *src, ds4_device **out, int *n, int *selected, ds4_error *err)
 {
-    (void)want;
+    (void)piece, (void)src;
     ds4_device *d = calloc(1, sizeof *d);
     if (!d) return ds4_error_set(err, "out of memory");
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE), cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -111,6 +111,7 @@ static int cpu_devices(const char *want, ds4_device **out, int *n, int *selected
 }
 
 const ds4_backend_ops ds4_backend_cpu = {
+    .id = DS4_BACKEND_CPU,
     .name = "cpu",
     .needs_model = true,
     .open = cpu_open,

@@ -5,10 +5,12 @@
  * (cpu/, opencl/) and the MPI layer split (mpi/) plug in below it through
  * engine/backend.h and engine/ops.h, and tests and bench/ may look inside.
  * build-aux/arrows.sh checks this on every `make test` and lists the few
- * includes that still break it. Here: open a DS4 GGUF on a backend,
- * tokenize and render chat transcripts, keep a session whose KV state
- * equals a token prefix, read logits, sample, and save/restore session
- * snapshots. No tensor, quant block or kernel is visible here.
+ * includes that still break it. Here: open a DS4 GGUF on a backend (or
+ * only plan its placement), describe the file, list the backends' devices,
+ * read device lists and shares the one way, tokenize and render chat
+ * transcripts, keep a session whose KV state equals a token prefix, read
+ * logits, sample, and save/restore session snapshots. No tensor, quant
+ * block or kernel is visible here.
  *
  * Conventions: functions that can fail take a `ds4_error *` (may be NULL)
  * and return NULL / -1 / DS4_ERROR on failure with a human-readable message
@@ -122,6 +124,18 @@ typedef struct ds4_engine ds4_engine;
 ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err);
 void ds4_engine_close(ds4_engine *e);
 
+/* The one plan-only entry point's second step: e (opened with plan_only,
+ * or opened before) becomes the engine opt describes, without reading the
+ * model file again. Only opt's plan_only, plan_ctx, layer_first,
+ * layer_end, load_progress and load_ud are taken (the rest stays what e
+ * was opened with): the backend and its placement are opened anew for
+ * them, the file, its tokenizer and the weights binding are kept. The
+ * caller plans on the plan-only engine (the context, the ranks' layer
+ * ranges), then opens it to run. 0, or -1 with err; e then has no
+ * backend, and only ds4_engine_close is valid. Not while a session is
+ * open or a hook is in place. */
+int ds4_engine_reopen(ds4_engine *e, const ds4_engine_options *opt, ds4_error *err);
+
 typedef struct {
     int n_vocab, n_layer, n_embd, n_head, head_dim;
     int n_expert, n_expert_used;
@@ -145,7 +159,7 @@ void ds4_engine_info(const ds4_engine *e, ds4_model_info *out);
  * the others on the device; the embedding table in host memory whenever
  * any experts are (one row per token is all a step reads of it). The
  * device may use its memory less a reserve (1/16 of it, at most 1 GiB)
- * for its weights and a session of n_ctx tokens. */
+ * for its weights and a session of n_ctx tokens (ds4_memory_reserve). */
 #define DS4_MAX_DEVICES 4
 
 /* One device's share: a contiguous range of layers (their dense parts and
@@ -231,6 +245,32 @@ typedef struct {
  * platform, a backend without devices). */
 int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *n, int *selected, ds4_error *err);
 
+/* ---- device lists, shares and layer ranges ------------------------------- */
+
+/* The one reading of each placement argument, for every front end (the
+ * command line, preflight, the MPI split) and the engine itself. */
+#define DS4_DEVICE_PIECE_MAX 128
+
+/* The pieces of a device list: "0,1" names two devices, "1" or "gfx" one
+ * (an index or a name substring, ds4_engine_options.device). Returns how
+ * many pieces (0 for NULL or ""), or -1 with err (src names the flag or
+ * variable: "--device") for an empty or overlong piece or more than
+ * DS4_MAX_DEVICES. */
+int ds4_parse_devices(const char *list, const char *src, char (*pieces)[DS4_DEVICE_PIECE_MAX], ds4_error *err);
+
+/* Relative shares "3,1": exactly n positive numbers separated by commas,
+ * into out. -1 with err otherwise; what names the argument in the message
+ * ("--split 3", "DS4CL_MPI_SPLIT=3"), unit what each share is for
+ * ("device", "rank"). */
+int ds4_parse_shares(const char *s, int n, double *out, const char *what, const char *unit, ds4_error *err);
+
+/* Splits n_layer layers into n contiguous ranges in proportion to the
+ * shares w[0..n), each range at least one layer: part k gets [bound[k],
+ * bound[k+1]) (bound has n + 1 entries). -1 with err (unit names the
+ * parts: "rank", "device") when there are more parts than layers or a
+ * share is not positive. */
+int ds4_split_layers(int n_layer, int n, const double *w, const char *unit, int *bound, ds4_error *err);
+
 /* How the CPU backend multiplies the routed experts under numerics mode q
  * (8-bit activations under the release numerics unless DS4CL_EXPERTS=f32;
  * exact f32 under the others): a line naming the arithmetic and, for 8-bit
@@ -238,6 +278,27 @@ int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *
  * why DS4CL_EXPERTS or a SIMD level asked for (DS4CL_SIMD) is not
  * followed, or "". */
 const char *ds4_cpu_experts_mode(ds4_quant_sim q, const char **note);
+
+/* What e's model file holds, as lines of text (--model-info): the file
+ * (size, GGUF version, tensors, metadata keys, alignment), name, identity,
+ * shape (layers and their compression ratios, widths, attention,
+ * indexer, experts and their quant types, routing, hyper-connections,
+ * RoPE) and tensor bytes by quant type. Appended to out; -1 with err when
+ * e's backend binds no model (the script engine). */
+int ds4_engine_describe_model(const ds4_engine *e, strbuf *out, ds4_error *err);
+/* Bytes of a session's state at n_ctx tokens as the model counts them (f32
+ * raw windows, compressed and indexer rows, compressor frontiers,
+ * logits), whatever the backend; 0 without a model. */
+uint64_t ds4_model_context_bytes(const ds4_engine *e, int n_ctx);
+/* How many of e's tensors are larger than max_alloc bytes (a device
+ * splits those over several buffers). */
+int ds4_engine_tensors_over(const ds4_engine *e, uint64_t max_alloc);
+
+/* The memory kept free of a pool of `memory` bytes, a device's or the
+ * host's: 1/16 of it, at most 1 GiB. The one reserve rule: the placement's
+ * device budgets and the memory planner's host budget both leave it (the
+ * planner warns besides when a plan takes more than 90 % of the rest). */
+uint64_t ds4_memory_reserve(uint64_t memory);
 
 /* Bytes a session of n_ctx tokens needs on this engine's backend (KV,
  * compressed rows, scratch), for memory planning before opening it. */

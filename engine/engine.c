@@ -1,31 +1,31 @@
 /* engine.c — opening a model on a backend: GGUF, tokenizer, weights
  * binding, then the backend itself. */
-#include "engine/backend.h"
 #include "engine/expert_cache.h"
+#include "engine/place.h"
 #include "engine/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const ds4_backend_ops *backend_for(ds4_backend b)
+/* The backends of this build, in ds4_backend order: each answers for
+ * itself through its table (backend.h); nothing here names what a
+ * backend does. */
+static const ds4_backend_ops *const registry[] = { &ds4_backend_cpu, &ds4_backend_opencl, &ds4_backend_script };
+#define N_REGISTERED (sizeof registry / sizeof registry[0])
+
+const ds4_backend_ops *engine_backend(ds4_backend b)
 {
-    switch (b) {
-    case DS4_BACKEND_CPU: return &ds4_backend_cpu;
-    case DS4_BACKEND_OPENCL: return &ds4_backend_opencl;
-    case DS4_BACKEND_SCRIPT: return &ds4_backend_script;
-    }
+    for (size_t i = 0; i < N_REGISTERED; i++)
+        if (registry[i]->id == b) return registry[i];
     return NULL;
 }
 
-static const char *backend_label(ds4_backend b)
+const ds4_backend_ops *engine_host_backend(void)
 {
-    switch (b) {
-    case DS4_BACKEND_CPU: return "cpu";
-    case DS4_BACKEND_OPENCL: return "opencl";
-    case DS4_BACKEND_SCRIPT: return "script";
-    }
-    return "?";
+    for (size_t i = 0; i < N_REGISTERED; i++)
+        if (registry[i]->ops_new) return registry[i];
+    return NULL;
 }
 
 ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
@@ -34,15 +34,12 @@ ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
         ds4_error_set(err, "no model file given");
         return NULL;
     }
-    const ds4_backend_ops *ops = backend_for(opt->backend);
+    const ds4_backend_ops *ops = engine_backend(opt->backend);
     if (!ops) {
         ds4_error_set(err, "unknown backend %d", (int)opt->backend);
         return NULL;
     }
-    if (opt->backend == DS4_BACKEND_SCRIPT && !opt->script_path) {
-        ds4_error_set(err, "the script engine needs a script file (--engine script:FILE)");
-        return NULL;
-    }
+    if (ops->check && ops->check(opt, err)) return NULL;
     ds4_engine *e = xcalloc(1, sizeof *e);
     e->opt = *opt;
     e->model_path = xstrdup(opt->model_path);
@@ -55,20 +52,23 @@ ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
     e->opt.script_path = e->script_path;
     e->opt.device = e->device;
     e->opt.split = e->split;
-    e->ops = ops;
+    e->backend = ops;
+    e->sess = &ops->session;
 
     if (opt->load_progress) opt->load_progress(opt->load_ud, 0.0, "reading model");
     e->gguf = gguf_open(e->model_path, err);
     if (!e->gguf) goto fail;
     e->identity = gguf_identity(e->gguf);
-    e->tok = tokenizer_from_gguf(e->gguf, err);
-    if (!e->tok) goto fail;
-    e->n_vocab = ds4_vocab_size(e->tok);
+    /* the binding first: a file of another architecture says so, not
+     * that its tokenizer is missing */
     if (ops->needs_model) {
         e->model = model_bind(e->gguf, err);
         if (!e->model) goto fail;
     }
-    if (ops->open(e, err) != 0) goto fail;
+    e->tok = tokenizer_from_gguf(e->gguf, err);
+    if (!e->tok) goto fail;
+    e->n_vocab = ds4_vocab_size(e->tok);
+    if ((ops->device ? place_open(e, err) : ops->open(e, err)) != 0) goto fail;
     if (opt->load_progress) opt->load_progress(opt->load_ud, 1.0, "ready");
     return e;
 
@@ -77,10 +77,41 @@ fail:
     return NULL;
 }
 
+static void close_backend(ds4_engine *e)
+{
+    if (e->impl) {
+        if (e->backend->device) place_close(e);
+        else if (e->backend->close) e->backend->close(e);
+    }
+    e->impl = NULL;
+    e->placed = false;
+    memset(&e->place, 0, sizeof e->place);
+}
+
+int ds4_engine_reopen(ds4_engine *e, const ds4_engine_options *opt, ds4_error *err)
+{
+    if (e->n_sessions > 0) return ds4_error_set(err, "an engine with open sessions cannot be opened again");
+    if (e->sess != &e->backend->session) return ds4_error_set(err, "an engine with a hook cannot be opened again");
+    close_backend(e);
+    e->opt.plan_only = opt->plan_only;
+    e->opt.plan_ctx = opt->plan_ctx;
+    e->opt.layer_first = opt->layer_first;
+    e->opt.layer_end = opt->layer_end;
+    e->opt.load_progress = opt->load_progress;
+    e->opt.load_ud = opt->load_ud;
+    if (opt->load_progress) opt->load_progress(opt->load_ud, 0.0, "reading model");
+    if ((e->backend->device ? place_open(e, err) : e->backend->open(e, err)) != 0) {
+        e->impl = NULL;
+        return -1;
+    }
+    if (opt->load_progress) opt->load_progress(opt->load_ud, 1.0, "ready");
+    return 0;
+}
+
 void ds4_engine_close(ds4_engine *e)
 {
     if (!e) return;
-    if (e->impl && e->ops->close) e->ops->close(e);
+    close_backend(e);
     if (e->model) model_free(e->model);
     if (e->tok) ds4_tokenizer_free(e->tok);
     if (e->gguf) gguf_close(e->gguf);
@@ -90,6 +121,15 @@ void ds4_engine_close(ds4_engine *e)
     free(e->split);
     free(e->expert_stats);
     free(e);
+}
+
+int engine_hook_sessions(ds4_engine *e, const ds4_session_ops *hook, const ds4_session_ops **base, ds4_error *err)
+{
+    if (e->n_sessions > 0) return ds4_error_set(err, "an engine hook comes before the first session");
+    if (e->sess != &e->backend->session) return ds4_error_set(err, "the engine has a hook already");
+    *base = e->sess;
+    e->sess = hook;
+    return 0;
 }
 
 int ds4_engine_placement(const ds4_engine *e, ds4_placement *out)
@@ -112,23 +152,30 @@ void ds4_engine_info(const ds4_engine *e, ds4_model_info *out)
     }
     out->n_vocab = e->n_vocab;
     out->identity = e->identity;
-    out->backend_name = e->ops->name;
+    out->backend_name = e->backend->name;
     if (!out->name[0]) {
         const char *base = strrchr(e->model_path, '/');
         snprintf(out->name, sizeof out->name, "%s", base ? base + 1 : e->model_path);
     }
-    if (e->ops->describe) e->ops->describe(e, out);
-    if (!out->device_name[0]) snprintf(out->device_name, sizeof out->device_name, "%s", e->ops->name);
+    if (e->placed && e->place.n_devices > 1)
+        snprintf(out->device_name, sizeof out->device_name, "%.100s (layers split)", e->place.device_name);
+    else if (e->backend->describe) e->backend->describe(e, out);
+    if (!out->device_name[0]) snprintf(out->device_name, sizeof out->device_name, "%s", e->backend->name);
 }
 
 const ds4_backend *ds4_backends(int *n)
 {
-    static const ds4_backend all[] = { DS4_BACKEND_CPU, DS4_BACKEND_OPENCL, DS4_BACKEND_SCRIPT };
-    *n = (int)(sizeof all / sizeof all[0]);
+    static ds4_backend all[N_REGISTERED];
+    for (size_t i = 0; i < N_REGISTERED; i++) all[i] = registry[i]->id;
+    *n = (int)N_REGISTERED;
     return all;
 }
 
-const char *ds4_backend_name(ds4_backend b) { return backend_label(b); }
+const char *ds4_backend_name(ds4_backend b)
+{
+    const ds4_backend_ops *ops = engine_backend(b);
+    return ops ? ops->name : "?";
+}
 
 const char *ds4_device_kind_name(ds4_device_kind k)
 {
@@ -143,17 +190,37 @@ const char *ds4_device_kind_name(ds4_device_kind k)
 
 int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *n, int *selected, ds4_error *err)
 {
-    const ds4_backend_ops *ops = backend_for(b);
+    const ds4_backend_ops *ops = engine_backend(b);
     *out = NULL;
     *n = 0;
     *selected = -1;
-    if (!ops || !ops->devices) return ds4_error_set(err, "the %s backend runs on no device", backend_label(b));
-    return ops->devices(want, out, n, selected, err);
+    if (!ops || !ops->devices) return ds4_error_set(err, "the %s backend runs on no device", ds4_backend_name(b));
+    char pieces[DS4_MAX_DEVICES][DS4_DEVICE_PIECE_MAX];
+    const char *src;
+    ds4_error bad = { "" };
+    int np = engine_device_pieces(want, pieces, &src, &bad);
+    if (ops->devices(np > 0 ? pieces[0] : NULL, src, out, n, selected, err)) return -1;
+    if (np < 0) {
+        *selected = -1;
+        ds4_error_set(err, "%s", bad.msg);
+        return 0;
+    }
+    /* a list: every piece must name a device; the first is the one picked */
+    for (int k = 1; k < np && *selected >= 0; k++) {
+        ds4_device *more = NULL;
+        int m = 0, sel = -1;
+        int rc = ops->devices(pieces[k], src, &more, &m, &sel, err);
+        free(more);
+        if (rc) return -1;
+        if (sel < 0) *selected = -1;
+    }
+    return 0;
 }
 
 const ds4_tokenizer *ds4_engine_tokenizer(const ds4_engine *e) { return e->tok; }
 
 uint64_t ds4_session_bytes_estimate(const ds4_engine *e, int n_ctx)
 {
-    return e->ops->session_bytes ? e->ops->session_bytes(e, n_ctx) : 0;
+    if (e->backend->device) return place_session_bytes(e, n_ctx);
+    return e->backend->session_bytes ? e->backend->session_bytes(e, n_ctx) : 0;
 }

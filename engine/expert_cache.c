@@ -461,7 +461,7 @@ int expert_cache_wait(expert_cache *c, ds4_error *err)
 
 const expert_cache *expert_cache_of(const ds4_engine *e)
 {
-    return e && e->ops && e->ops->expert_cache ? e->ops->expert_cache(e) : NULL;
+    return e && e->backend && e->backend->expert_cache ? e->backend->expert_cache(e) : NULL;
 }
 
 uint32_t *expert_cache_popularity(expert_cache *c, int *n_layer, int *n_expert)

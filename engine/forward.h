@@ -5,7 +5,9 @@
  * A backend's open() creates its ops context, then fwd_open() with it,
  * and stores the result in e->impl; its ds4_backend_ops then uses the
  * fwd_backend_* functions below for everything per session. The CPU
- * backend (cpu/backend_cpu.c) is the example.
+ * backend (cpu/backend_cpu.c) is the example. A backend with devices
+ * (ds4_device_ops) leaves the opening to the engine, which places the
+ * model over its devices (engine/place.c).
  *
  * Evaluation: tokens are computed in chunks of up to `chunk` tokens,
  * layer-major inside a chunk; decode is a chunk of one. The logits of a
@@ -198,9 +200,9 @@ int fwd_backend_load(void *st, const void *payload, size_t len, size_t n_tokens,
 
 /* The session members of a forward-based backend's ds4_backend_ops: every
  * such backend keeps its sessions in the schedule's state. */
-#define FWD_BACKEND_SESSION_OPS                                                                           \
-    .state_new = fwd_backend_state_new, .state_free = fwd_backend_state_free, .eval = fwd_backend_eval, \
-    .rewind = fwd_backend_rewind, .reset = fwd_backend_reset, .kv_bytes = fwd_backend_kv_bytes,         \
-    .save = fwd_backend_save, .load = fwd_backend_load
+#define FWD_BACKEND_SESSION_OPS                                                                                      \
+    .session = { .state_new = fwd_backend_state_new, .state_free = fwd_backend_state_free, .eval = fwd_backend_eval, \
+                 .rewind = fwd_backend_rewind, .reset = fwd_backend_reset, .kv_bytes = fwd_backend_kv_bytes,         \
+                 .save = fwd_backend_save, .load = fwd_backend_load }
 
 #endif

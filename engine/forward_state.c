@@ -70,7 +70,7 @@ void fwd_close(fwd_engine *f)
 fwd_engine *fwd_of(const ds4_engine *e)
 {
     fwd_engine *f = e ? e->impl : NULL;
-    return f && e->ops && e->ops->eval == fwd_backend_eval && f->magic == FWD_MAGIC ? f : NULL;
+    return f && e->backend && e->backend->session.eval == fwd_backend_eval && f->magic == FWD_MAGIC ? f : NULL;
 }
 
 void *fwd_ops_ctx(const fwd_engine *f) { return f->be.be[0].ctx; }
@@ -262,7 +262,7 @@ void fwd_backend_close(ds4_engine *e, void (*free_ctx)(void *))
 
 void *fwd_backend_state_new(ds4_engine *e, int n_ctx, ds4_error *err)
 {
-    /* e->impl, not fwd_of(e): a layer split (mpi/) wraps these members */
+    /* e->impl, not fwd_of(e): an engine hook (mpi/) wraps these members */
     fwd_engine *f = e->impl;
     if (!f || f->magic != FWD_MAGIC) {
         ds4_error_set(err, "engine has no forward pass");

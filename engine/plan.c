@@ -56,26 +56,10 @@ uint64_t plan_part_bytes(const ds4_model *m, plan_part part, int layer)
     return n;
 }
 
-uint64_t plan_reserve(uint64_t memory)
+uint64_t ds4_memory_reserve(uint64_t memory)
 {
     uint64_t r = memory / 16;
     return r < (1ull << 30) ? r : 1ull << 30;
-}
-
-int plan_parse_split(const char *s, int n, double *out, ds4_error *err)
-{
-    int k = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        double v = strtod(p, &end);
-        if (end == p || !(v > 0) || v > 1e9 || (*end && *end != ',') || k >= n)
-            return ds4_error_set(err, "--split %s: expected %d positive numbers separated by commas, one per device", s, n);
-        out[k++] = v;
-        p = *end ? end + 1 : end;
-    }
-    if (k != n) return ds4_error_set(err, "--split %s: expected %d numbers, one per device, not %d", s, n, k);
-    return 0;
 }
 
 /* The model's bytes by part, summed once. */
@@ -118,32 +102,23 @@ static int range_of(const ds4_model *m, const plan_input *in, int *first)
 int plan_split(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_error *err)
 {
     int l0, l1 = range_of(m, in, &l0);
-    int nl = l1 - l0, nd = in->n_devices;
+    int nd = in->n_devices;
     if (nd < 1 || nd > DS4_MAX_DEVICES) return ds4_error_set(err, "%d devices: from 1 to %d can share a model", nd, DS4_MAX_DEVICES);
-    if (nd > nl) return ds4_error_set(err, "%d devices for a model of %d layers: each device needs a layer", nd, nl);
-    double w[DS4_MAX_DEVICES], total = 0;
+    double w[DS4_MAX_DEVICES];
     bool given = false;
     for (int d = 0; d < nd; d++) given |= in->split[d] > 0;
-    for (int d = 0; d < nd; d++) {
-        /* by memory where it is known; equal shares where it is not */
-        w[d] = given ? in->split[d] : in->memory[d] ? (double)(in->memory[d] - plan_reserve(in->memory[d])) : 1.0;
-        total += w[d];
-    }
+    /* by memory where it is known; equal shares where it is not */
+    for (int d = 0; d < nd; d++)
+        w[d] = given ? in->split[d] : in->memory[d] ? (double)(in->memory[d] - ds4_memory_reserve(in->memory[d])) : 1.0;
+    int bound[DS4_MAX_DEVICES + 1];
+    if (ds4_split_layers(l1 - l0, nd, w, "device", bound, err)) return -1;
     out->n_devices = nd;
     out->n_layer = m->hp.n_layer;
-    double cum = 0;
-    int first = 0;
     for (int d = 0; d < nd; d++) {
-        cum += w[d];
-        int end = d == nd - 1 ? nl : (int)(cum / total * nl + 0.5);
-        /* at least one layer each, and one left for every later device */
-        if (end < first + 1) end = first + 1;
-        if (end > nl - (nd - 1 - d)) end = nl - (nd - 1 - d);
-        out->dev[d].first_layer = l0 + first;
-        out->dev[d].n_layers = end - first;
+        out->dev[d].first_layer = l0 + bound[d];
+        out->dev[d].n_layers = bound[d + 1] - bound[d];
         /* the stage that starts the pass also ends it */
         out->dev[d].head = d == nd - 1 && l0 == 0;
-        first = end;
     }
     return 0;
 }
@@ -266,7 +241,7 @@ int plan_make(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_
         ds4_placement_device *dv = &out->dev[d];
         dv->memory = in->memory[d];
         dv->shares_host_memory = in->shares_host_memory[d];
-        dv->budget = dv->memory - plan_reserve(dv->memory);
+        dv->budget = dv->memory - ds4_memory_reserve(dv->memory);
     }
     /* The embedding goes to the host as soon as any experts do; a device
      * that needed host layers only for the embedding's room keeps none. */

@@ -17,6 +17,9 @@
  * to their memory or to given shares; the embedding lives on the first
  * device (or the host), the output head on the last.
  *
+ * The engine applies the plan (engine/place.c) over the devices a
+ * backend's device table opens; the backend never sees it.
+ *
  * The arithmetic is pure: the device's memory, the reserve, the weight
  * bytes of each part and the session's bytes at a context (a function,
  * since the backend knows its buffers) give the smallest number of host
@@ -59,16 +62,9 @@ typedef struct {
     void *ud;
 } plan_input;
 
-/* The reserve left free on a device of `memory` bytes: 1/16, at most 1 GiB. */
-uint64_t plan_reserve(uint64_t memory);
-
-/* Parses "3,1" into n shares (n = the number of devices): 0, or -1 with
- * err when the list is malformed or has another length. */
-int plan_parse_split(const char *s, int n, double *out, ds4_error *err);
-
 /* Step 1: each device's range of layers (out->n_devices, out->dev[d]
- * first_layer, n_layers, head). Every device gets at least one layer;
- * -1 with err when there are more devices than layers. */
+ * first_layer, n_layers, head; ds4_split_layers over in->split, or each
+ * device's budget). -1 with err when there are more devices than layers. */
 int plan_split(const ds4_model *m, const plan_input *in, ds4_placement *out, ds4_error *err);
 
 /* Step 2, once the caller's forward pass runs each range on its device

@@ -33,19 +33,21 @@ ds4_session *ds4_session_open(ds4_engine *e, int n_ctx, ds4_error *err)
     s->e = e;
     s->n_ctx = n_ctx;
     s->logits = xcalloc((size_t)e->n_vocab, sizeof *s->logits);
-    s->st = e->ops->state_new(e, n_ctx, err);
+    s->st = e->sess->state_new(e, n_ctx, err);
     if (!s->st) {
         free(s->logits);
         free(s);
         return NULL;
     }
+    e->n_sessions++;
     return s;
 }
 
 void ds4_session_close(ds4_session *s)
 {
     if (!s) return;
-    s->e->ops->state_free(s->st);
+    s->e->sess->state_free(s->st);
+    s->e->n_sessions--;
     ds4_tokens_free(&s->toks);
     free(s->logits);
     free(s);
@@ -53,7 +55,7 @@ void ds4_session_close(ds4_session *s)
 
 static void reset_state(ds4_session *s)
 {
-    s->e->ops->reset(s->st);
+    s->e->sess->reset(s->st);
     s->toks.n = 0;
     s->logits_at = 0;
 }
@@ -111,12 +113,12 @@ ds4_status ds4_session_sync_from(ds4_session *s, const int32_t *ids, size_t n, c
         if (ds4_session_restore(s, base, base_len, &ignored) == 0) keep = s->toks.n;
     }
     if (keep < s->toks.n) {
-        if (!s->e->ops->rewind || s->e->ops->rewind(s->st, keep) != 0)
+        if (!s->e->sess->rewind || s->e->sess->rewind(s->st, keep) != 0)
             keep = start_from_base(s, ids, n, base, base_len);
         s->toks.n = keep;
         if (s->logits_at > keep) s->logits_at = 0;
     }
-    long done = s->e->ops->eval(s->st, ids, keep, n - keep, s->logits, cb, err);
+    long done = s->e->sess->eval(s->st, ids, keep, n - keep, s->logits, cb, err);
     if (done < 0) {
         reset_state(s);
         return DS4_ERROR;
@@ -138,7 +140,7 @@ ds4_status ds4_session_eval(ds4_session *s, int32_t id, const ds4_callbacks *cb,
         return DS4_ERROR;
     }
     ds4_tokens_push(&s->toks, id);
-    long done = s->e->ops->eval(s->st, s->toks.ids, s->toks.n - 1, 1, s->logits, cb, err);
+    long done = s->e->sess->eval(s->st, s->toks.ids, s->toks.n - 1, 1, s->logits, cb, err);
     if (done < 0) {
         reset_state(s);
         return DS4_ERROR;
@@ -164,7 +166,7 @@ size_t ds4_session_last_prefilled(const ds4_session *s) { return s->last_prefill
 
 uint64_t ds4_session_kv_bytes(const ds4_session *s)
 {
-    return s->e->ops->kv_bytes ? s->e->ops->kv_bytes(s->st) : 0;
+    return s->e->sess->kv_bytes ? s->e->sess->kv_bytes(s->st) : 0;
 }
 
 /* ---- snapshots -----------------------------------------------------------
@@ -201,7 +203,7 @@ static uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
 int ds4_session_snapshot(const ds4_session *s, void **buf, size_t *len, ds4_error *err)
 {
     strbuf payload = { 0 };
-    if (s->e->ops->save(s->st, &payload, err) != 0) {
+    if (s->e->sess->save(s->st, &payload, err) != 0) {
         sb_free(&payload);
         return -1;
     }
@@ -298,13 +300,13 @@ int ds4_session_restore(ds4_session *s, const void *buf, size_t len, ds4_error *
     }
     /* Load into a fresh state first so a payload error leaves the session
      * as it was. */
-    void *st = s->e->ops->state_new(s->e, s->n_ctx, err);
+    void *st = s->e->sess->state_new(s->e, s->n_ctx, err);
     if (!st) return -1;
-    if (s->e->ops->load(st, body + tok_bytes + logit_bytes, (size_t)payload_len, (size_t)n_tokens, err) != 0) {
-        s->e->ops->state_free(st);
+    if (s->e->sess->load(st, body + tok_bytes + logit_bytes, (size_t)payload_len, (size_t)n_tokens, err) != 0) {
+        s->e->sess->state_free(st);
         return -1;
     }
-    s->e->ops->state_free(s->st);
+    s->e->sess->state_free(s->st);
     s->st = st;
     s->toks.n = 0;
     ds4_tokens_append(&s->toks, (const int32_t *)(const void *)body, (size_t)n_tokens);

@@ -12,7 +12,8 @@
  * scatters it).
  *
  * Ranges follow each rank's device memory, or DS4CL_MPI_SPLIT (e.g. "3,1":
- * relative shares, one per rank). Every wait for another rank has a
+ * relative shares, one per rank), through the engine's one reading of
+ * shares and ranges (ds4_parse_shares, ds4_split_layers). Every wait for another rank has a
  * deadline (DS4CL_MPI_TIMEOUT seconds of silence, default 120; a rank at
  * work sends a beat between layers): a rank that died or a link that
  * failed ends the turn with an error naming the rank, and every later
@@ -54,11 +55,6 @@ int dmpi_attach(ds4_engine *e, ds4_error *err);
 /* Rank 0: tells the other ranks to quit and ends MPI (installed with
  * atexit by dmpi_start; harmless when called again). */
 void dmpi_stop(void);
-
-/* Splits n_layer layers into n contiguous ranges in proportion to the
- * shares w[0..n) (each range at least one layer): rank k gets [bound[k],
- * bound[k+1]). 0, or -1 with err (more ranks than layers, a share ≤ 0). */
-int dmpi_split_layers(int n_layer, int n, const double *w, int *bound, ds4_error *err);
 
 /* The job as rank 0 sees it. hops: stream messages between ranks; bytes:
  * the bytes they carried; ms: wall time rank 0 waited for the other ranks

@@ -1,10 +1,10 @@
 /* front.c — rank 0 of the layer split: greets the other ranks, chooses
- * the layer ranges, and wraps the engine's session members so that every
- * session, evaluation, rewind, reset and snapshot involves every rank
- * (dmpi.h; dmpi_impl.h has the messages). */
+ * the layer ranges, and hooks the engine's session members
+ * (engine_hook_sessions) so that every session, evaluation, rewind, reset
+ * and snapshot involves every rank (dmpi.h; dmpi_impl.h has the
+ * messages). */
 #include "mpi/dmpi_impl.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +21,7 @@ typedef struct {
 static struct {
     bool planned, attached, stopped, broken;
     char why[768];                /* why the job cannot go on (broken) */
-    const ds4_backend_ops *base;  /* the engine's own members */
-    ds4_backend_ops ops;          /* what the engine uses from attach on */
+    const ds4_session_ops *base;  /* the engine's own members */
     fwd_engine *f;
     int n;                        /* ranks */
     int *bound;                   /* [n + 1]: rank k runs layers [bound[k], bound[k+1]) */
@@ -314,47 +313,6 @@ static int next_stage(void *ud, void *st, const int32_t *tok, const float *S, in
 
 /* ---- attach -------------------------------------------------------------------- */
 
-int dmpi_split_layers(int n_layer, int n, const double *w, int *bound, ds4_error *err)
-{
-    if (n > n_layer) return ds4_error_set(err, "%d ranks need at least as many layers; the model has %d", n, n_layer);
-    double sum = 0;
-    for (int k = 0; k < n; k++) {
-        if (!(w[k] > 0)) return ds4_error_set(err, "rank %d has no share of the layers", k);
-        sum += w[k];
-    }
-    double acc = 0;
-    bound[0] = 0;
-    for (int k = 1; k < n; k++) {
-        acc += w[k - 1];
-        int b = (int)(n_layer * acc / sum + 0.5);
-        /* every rank keeps at least one layer */
-        if (b < bound[k - 1] + 1) b = bound[k - 1] + 1;
-        if (b > n_layer - (n - k)) b = n_layer - (n - k);
-        bound[k] = b;
-    }
-    bound[n] = n_layer;
-    return 0;
-}
-
-/* DS4CL_MPI_SPLIT "3,1": one share per rank. */
-static int parse_split(const char *s, int n, double *w, ds4_error *err)
-{
-    int k = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        double v = strtod(p, &end);
-        if (end == p || errno || !(v > 0) || k == n)
-            return ds4_error_set(err, "DS4CL_MPI_SPLIT=%s: wants %d positive shares, one per rank (e.g. 3,1)", s, n);
-        w[k++] = v;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return ds4_error_set(err, "DS4CL_MPI_SPLIT=%s: wants numbers separated by commas", s);
-    }
-    if (k != n) return ds4_error_set(err, "DS4CL_MPI_SPLIT=%s: gives %d shares for %d ranks", s, k, n);
-    return 0;
-}
-
 static uint64_t own_memory(const ds4_engine *e)
 {
     ds4_device *d = NULL;
@@ -405,7 +363,9 @@ static int choose_ranges(const ds4_engine *e, double *mem, ds4_error *err)
     double *w = xcalloc((size_t)g.n, sizeof *w);
     int rc = 0;
     if (env && *env) {
-        rc = parse_split(env, g.n, w, err);
+        char what[160];
+        snprintf(what, sizeof what, "DS4CL_MPI_SPLIT=%s", env);
+        rc = ds4_parse_shares(env, g.n, w, what, "rank", err);
     } else {
         /* by memory; a rank that cannot say gets an even share */
         double known = 0;
@@ -414,7 +374,7 @@ static int choose_ranges(const ds4_engine *e, double *mem, ds4_error *err)
             if (mem[k] > 0) known += mem[k], n_known++;
         for (int k = 0; k < g.n; k++) w[k] = mem[k] > 0 ? mem[k] : n_known ? known / n_known : 1.0;
     }
-    if (rc == 0) rc = dmpi_split_layers(e->model->hp.n_layer, g.n, w, g.bound, err);
+    if (rc == 0) rc = ds4_split_layers(e->model->hp.n_layer, g.n, w, "rank", g.bound, err);
     free(w);
     return rc;
 }
@@ -472,17 +432,12 @@ int dmpi_attach(ds4_engine *e, ds4_error *err)
     int rc = fwd_set_layers(g.f, 0, g.bound[1], err);
     if (rc == 0) {
         fwd_set_next(g.f, next_stage, NULL);
-        g.base = e->ops;
-        g.ops = *e->ops;
-        g.ops.state_new = w_state_new;
-        g.ops.state_free = w_state_free;
-        g.ops.eval = w_eval;
-        g.ops.rewind = w_rewind;
-        g.ops.reset = w_reset;
-        g.ops.kv_bytes = w_kv_bytes;
-        g.ops.save = w_save;
-        g.ops.load = w_load;
-        e->ops = &g.ops;
+        static const ds4_session_ops hook = { .state_new = w_state_new, .state_free = w_state_free, .eval = w_eval,
+                                              .rewind = w_rewind, .reset = w_reset, .kv_bytes = w_kv_bytes,
+                                              .save = w_save, .load = w_load };
+        rc = engine_hook_sessions(e, &hook, &g.base, err);
+    }
+    if (rc == 0) {
         g.attached = true;
         g.stats.ranks = g.n;
     }

@@ -145,7 +145,7 @@ static int open_range(server *s, int l0, int l1, ds4_error *err)
 static int open_session(server *s, int sid, int n_ctx)
 {
     ds4_error err = { "" };
-    void *st = s->e->ops->state_new(s->e, n_ctx, &err);
+    void *st = s->e->sess->state_new(s->e, n_ctx, &err);
     if (!st) return fail(err.msg);
     s->ss = xrealloc(s->ss, (size_t)(s->n_ss + 1) * sizeof *s->ss);
     s->ss[s->n_ss++] = (srv_session){ sid, st };
@@ -156,7 +156,7 @@ static void close_session(server *s, int sid)
 {
     srv_session *x = find(s, sid);
     if (!x) return;
-    s->e->ops->state_free(x->st);
+    s->e->sess->state_free(x->st);
     *x = s->ss[--s->n_ss];
 }
 

@@ -202,32 +202,12 @@ int clrt_devices(clrt_device **out, int *n, ds4_error *err)
 
 int clrt_pick(const clrt_device *devs, int n, const char *want, ds4_error *err)
 {
-    const char *src = "--device";
-    if (!want || !*want) {
-        want = getenv("DS4CL_DEVICE");
-        src = "DS4CL_DEVICE";
-    }
-    if (want && strchr(want, ',')) {
-        /* a list (a layer split): every piece must name a device; the
-         * first is the one picked */
-        int first = -1;
-        for (const char *p = want;;) {
-            char piece[128];
-            size_t k = strcspn(p, ",");
-            if (k == 0 || k >= sizeof piece) {
-                ds4_error_set(err, "%s=%s: an empty or overlong device in the list", src, want);
-                return -1;
-            }
-            memcpy(piece, p, k);
-            piece[k] = 0;
-            int i = clrt_pick(devs, n, piece, err);
-            if (i < 0) return -1;
-            if (first < 0) first = i;
-            if (!p[k]) break;
-            p += k + 1;
-        }
-        return first;
-    }
+    if (!want || !*want) return clrt_pick_piece(devs, n, getenv("DS4CL_DEVICE"), "DS4CL_DEVICE", err);
+    return clrt_pick_piece(devs, n, want, "--device", err);
+}
+
+int clrt_pick_piece(const clrt_device *devs, int n, const char *want, const char *src, ds4_error *err)
+{
     if (!want || !*want) {
         for (int i = 0; i < n; i++)
             if (devs[i].type & CL_DEVICE_TYPE_GPU) return i;

@@ -105,8 +105,13 @@ void clrt_describe_limits(const clrt_device *d, char *buf, size_t n);
 int clrt_devices(clrt_device **out, int *n, ds4_error *err);
 
 /* Index into devs of the device `want` selects (rule above), or -1 with a
- * message in err. */
+ * message in err. want is one device: a list ("0,1") is split by the
+ * engine (ds4_parse_devices), which picks each of its pieces. */
 int clrt_pick(const clrt_device *devs, int n, const char *want, ds4_error *err);
+/* The same for a piece already resolved: NULL or "" is the default (the
+ * first GPU), $DS4CL_DEVICE is not read; src names the piece's origin in
+ * messages ("--device", "DS4CL_DEVICE"). */
+int clrt_pick_piece(const clrt_device *devs, int n, const char *want, const char *src, ds4_error *err);
 
 /* "GPU", "CPU", "accelerator", … */
 const char *clrt_type_name(cl_device_type t);

@@ -68,8 +68,8 @@ static ds4_placement plan_of(const char *path, int host_layers, uint64_t memory,
 static uint64_t memory_for(uint64_t need)
 {
     uint64_t m = need + need / 15;
-    while (m - plan_reserve(m) < need) m++;
-    while (m > 0 && m - 1 - plan_reserve(m - 1) >= need) m--;
+    while (m - ds4_memory_reserve(m) < need) m++;
+    while (m > 0 && m - 1 - ds4_memory_reserve(m - 1) >= need) m--;
     return m;
 }
 
@@ -105,7 +105,7 @@ TEST(hybrid, the_plan_takes_the_fewest_host_layers_that_fit)
     CHECK_EQ_INT(p.host_expert_layers, 3);
     CHECK(p.fits && p.embed_on_host);
     CHECK(p.device_weights + p.device_session <= p.device_budget);
-    CHECK_EQ_INT(p.device_budget, mem - plan_reserve(mem));
+    CHECK_EQ_INT(p.device_budget, mem - ds4_memory_reserve(mem));
     /* what left the device is what the host holds, and per token the
      * host serves 6 of 16 experts of three layers plus an embedding row */
     ds4_error err = { "" };

@@ -42,36 +42,37 @@ static int expected_largest(uint64_t budget, uint64_t weights, const memplan_lin
 TEST(memplan_plan, verdicts_follow_the_headroom_policy)
 {
     memplan_linear lin = { .fixed = 2 * GiB, .per_token = 14000 };
-    memplan_input in = linear_input(&lin, 80 * GiB, 100 * GiB);
+    memplan_input in = linear_input(&lin, 84 * GiB, 100 * GiB);
     memplan_policy pol = memplan_default_policy();
     memplan_result r;
 
     memplan_check(&in, &pol, 65536, &r);
     CHECK_EQ_INT(r.verdict, MEMPLAN_FITS);
-    CHECK_EQ_INT(r.reserve_bytes, 5 * GiB);       /* 5 % beats the 1 GiB floor */
-    CHECK_EQ_INT(r.usable_bytes, 95 * GiB);
-    CHECK_EQ_INT(r.comfortable_bytes, (uint64_t)(95.0 * GiB * 0.9));
+    CHECK_EQ_INT(r.reserve_bytes, 1 * GiB);       /* 1/16 would be more: the 1 GiB cap */
+    CHECK_EQ_INT(r.reserve_bytes, ds4_memory_reserve(100 * GiB));
+    CHECK_EQ_INT(r.usable_bytes, 99 * GiB);
+    CHECK_EQ_INT(r.comfortable_bytes, (uint64_t)(99.0 * GiB * 0.9));
     CHECK_EQ_INT(r.ctx_bytes, 2 * GiB + 14000ull * 65536);
-    CHECK_EQ_INT(r.need_bytes, 82 * GiB + 14000ull * 65536);
+    CHECK_EQ_INT(r.need_bytes, 86 * GiB + 14000ull * 65536);
 
-    /* 80 + 2 + 14000·n crosses 85.5 GiB (comfortable) near n = 268k and
-     * 95 GiB (usable) near n = 997k */
+    /* 84 + 2 + 14000·n crosses 89.1 GiB (comfortable) near n = 238k and
+     * 99 GiB (usable) near n = 997k */
     memplan_check(&in, &pol, 524288, &r);
     CHECK_EQ_INT(r.verdict, MEMPLAN_TIGHT);
     memplan_check(&in, &pol, 1048576, &r);
     CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
 
-    CHECK_EQ_INT(r.largest_fit, expected_largest(95 * GiB, 80 * GiB, &lin, 1048576));
-    CHECK_EQ_INT(r.largest_comfortable, expected_largest(r.comfortable_bytes, 80 * GiB, &lin, 1048576));
+    CHECK_EQ_INT(r.largest_fit, expected_largest(99 * GiB, 84 * GiB, &lin, 1048576));
+    CHECK_EQ_INT(r.largest_comfortable, expected_largest(r.comfortable_bytes, 84 * GiB, &lin, 1048576));
     CHECK(r.largest_fit > 900000 && r.largest_fit < 1048576);
-    CHECK(r.largest_comfortable > 250000 && r.largest_comfortable < 300000);
+    CHECK(r.largest_comfortable > 200000 && r.largest_comfortable < 250000);
 
-    /* small memory: the 1 GiB floor is the reserve */
+    /* small memory: 1/16 of it is the reserve, as on a device */
     in.available_bytes = 10 * GiB;
     in.weights_bytes = 1 * GiB;
     memplan_check(&in, &pol, 4096, &r);
-    CHECK_EQ_INT(r.reserve_bytes, 1 * GiB);
-    CHECK_EQ_INT(r.usable_bytes, 9 * GiB);
+    CHECK_EQ_INT(r.reserve_bytes, 10 * GiB / 16);
+    CHECK_EQ_INT(r.usable_bytes, 10 * GiB - 10 * GiB / 16);
 }
 
 TEST(memplan_plan, largest_context_is_exact_at_the_boundary)
@@ -121,19 +122,19 @@ TEST(memplan_plan, auto_falls_back_to_tight_then_refuses)
     memplan_linear lin = { .fixed = 0, .per_token = 1 << 20 }; /* 1 MiB a token */
     memplan_policy pol = memplan_default_policy();
     memplan_result r;
-    /* usable = 40 − 2 = 38 GiB, comfortable 34.2 GiB; weights 33 GiB leave
-     * 1.2 GiB comfortable (below 4096 tokens = 4 GiB) but 5 GiB usable */
+    /* usable = 40 − 1 = 39 GiB, comfortable 35.1 GiB; weights 33 GiB leave
+     * 2.1 GiB comfortable (below 4096 tokens = 4 GiB) but 6 GiB usable */
     memplan_input in = linear_input(&lin, 33 * GiB, 40 * GiB);
     memplan_auto(&in, &pol, 0, &r);
     CHECK_EQ_INT(r.verdict, MEMPLAN_TIGHT);
-    CHECK_EQ_INT(r.n_ctx, 5120);
+    CHECK_EQ_INT(r.n_ctx, 6144);
     CHECK_EQ_INT(r.largest_comfortable, 0);
 
     /* plenty fits but nothing is comfortable: a modest context, not all of it */
-    memplan_input big = linear_input(&lin, 340 * GiB, 400 * GiB);
-    memplan_auto(&big, &pol, 0, &r); /* comfortable 342 GiB − 340 < 4096 MiB; fits up to 40 GiB */
+    memplan_input big = linear_input(&lin, 356 * GiB, 400 * GiB);
+    memplan_auto(&big, &pol, 0, &r); /* comfortable 359.1 GiB − 356 < 4096 MiB; fits up to 43 GiB */
     CHECK_EQ_INT(r.verdict, MEMPLAN_TIGHT);
-    CHECK_EQ_INT(r.largest_fit, 40960);
+    CHECK_EQ_INT(r.largest_fit, 44032);
     CHECK_EQ_INT(r.n_ctx, pol.tight_ctx);
 
     in.weights_bytes = 39 * GiB;
@@ -160,7 +161,7 @@ TEST(memplan_plan, beyond_the_model_limit_is_refused)
 TEST(memplan_plan, messages_carry_the_numbers)
 {
     memplan_linear lin = { .fixed = 2 * GiB, .per_token = 14000 };
-    memplan_input in = linear_input(&lin, 80 * GiB, 64 * GiB);
+    memplan_input in = linear_input(&lin, 84 * GiB, 64 * GiB);
     memplan_policy pol = memplan_default_policy();
     memplan_result r;
     char msg[1024];
@@ -169,15 +170,15 @@ TEST(memplan_plan, messages_carry_the_numbers)
     memplan_check(&in, &pol, 65536, &r);
     CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
     memplan_explain(&r, &in, 65536, "memory", "MemAvailable", msg, sizeof msg);
-    CHECK_CONTAINS(msg, "the weights alone need 80.0 GiB");
-    CHECK_CONTAINS(msg, "usable 60.8 GiB: 64.0 GiB available (MemAvailable) minus 3.20 GiB kept free");
+    CHECK_CONTAINS(msg, "the weights alone need 84.0 GiB");
+    CHECK_CONTAINS(msg, "usable 63.0 GiB: 64.0 GiB available (MemAvailable) minus 1.00 GiB kept free");
 
     /* context too big: the largest that fits is named */
     in.available_bytes = 100 * GiB;
     memplan_check(&in, &pol, 1048576, &r);
     memplan_explain(&r, &in, 1048576, "memory", "DS4CL_MEM_AVAILABLE", msg, sizeof msg);
     CHECK_CONTAINS(msg, "--ctx 1048576 does not fit in memory");
-    CHECK_CONTAINS(msg, "weights 80.0 GiB + context");
+    CHECK_CONTAINS(msg, "weights 84.0 GiB + context");
     CHECK_CONTAINS(msg, test_printf("the largest context that fits is %d tokens", r.largest_fit));
     CHECK_CONTAINS(msg, test_printf("--ctx auto picks %d", r.largest_comfortable));
 
@@ -449,11 +450,10 @@ TEST(memplan_plan, session_context_on_a_real_engine)
     CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, 0, &n, &err), -1);
     unsetenv("DS4CL_MEM_AVAILABLE");
     /* device memory that holds the session but not the weights beside it is
-     * refused: the OpenCL backend copies every tensor to a discrete device
-     * (1 GiB is the planner's minimum reserve) */
+     * refused: the OpenCL backend copies every tensor to a discrete device */
     CHECK(info.weights_bytes > 0);
     char mem[64];
-    snprintf(mem, sizeof mem, "%llu", (unsigned long long)((1ull << 30) + s1 + info.weights_bytes / 2));
+    snprintf(mem, sizeof mem, "%llu", (unsigned long long)(s1 + info.weights_bytes / 2));
     setenv("DS4CL_DEVICE_MEM", mem, 1);
     CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, 0, &n, &err), -1);
     snprintf(mem, sizeof mem, "%llu", (unsigned long long)(4 * (info.weights_bytes + s2) + (1ull << 30)));
@@ -536,7 +536,7 @@ TEST(memplan_open, golden_model_loads_with_an_auto_context)
     ds4_engine_close(e);
 
     /* a context that cannot fit is refused before the weights are read */
-    setenv("DS4CL_MEM_AVAILABLE", "1100M", 1);
+    setenv("DS4CL_MEM_AVAILABLE", "300M", 1);
     o.ctx = 1000000;
     CHECK(open_capturing(&o, &n, &msg) == NULL);
     CHECK_CONTAINS(msg, "does not fit in memory");

@@ -106,7 +106,7 @@ TEST(model_info, ctx_auto_says_what_it_picked_and_why)
     ds4_error err = { { 0 } };
     CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
     char *out;
-    int rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1200M %s/ds4cl --model-info -m %s --ctx auto", test_bindir(), path);
+    int rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=300M %s/ds4cl --model-info -m %s --ctx auto", test_bindir(), path);
     CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
     const char *at = strstr(out, "--ctx auto: ");
     CHECK_MSG(at != NULL, "%s", out);
@@ -116,7 +116,7 @@ TEST(model_info, ctx_auto_says_what_it_picked_and_why)
     CHECK_CONTAINS(at, "usable memory");
     CHECK_CONTAINS(at, "the largest context, in steps of 1024, that keeps within 90% of it");
     /* less memory, a smaller pick */
-    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1150M %s/ds4cl --model-info -m %s --ctx auto", test_bindir(), path);
+    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=250M %s/ds4cl --model-info -m %s --ctx auto", test_bindir(), path);
     CHECK_EQ_INT(rc, 0);
     at = strstr(out, "--ctx auto: ");
     CHECK(at && atoi(at + 12) < picked);

@@ -230,27 +230,24 @@ TEST(mpi, a_rank_with_another_model_refuses_to_start)
     CHECK_CONTAINS(o, "is not rank 0's");
 }
 
+/* The engine's one splitting of layers by shares, which the ranks use. */
 TEST(mpi, layer_ranges_follow_the_shares)
 {
-#ifndef DS4CL_MPI
-    SKIP("built without MPI (make MPI=1)");
-#else
     int b[5];
     ds4_error err = { "" };
     double even[] = { 1, 1 }, three_one[] = { 3, 1 }, skew[] = { 100, 1, 1 }, zero[] = { 1, 0 };
-    CHECK(dmpi_split_layers(6, 2, even, b, &err) == 0);
+    CHECK(ds4_split_layers(6, 2, even, "rank", b, &err) == 0);
     CHECK(b[0] == 0 && b[1] == 3 && b[2] == 6);
-    CHECK(dmpi_split_layers(43, 2, three_one, b, &err) == 0);
+    CHECK(ds4_split_layers(43, 2, three_one, "rank", b, &err) == 0);
     CHECK_EQ_INT(b[1], 32);
     CHECK_EQ_INT(b[2], 43);
     /* every rank keeps a layer however small its share */
-    CHECK(dmpi_split_layers(6, 3, skew, b, &err) == 0);
+    CHECK(ds4_split_layers(6, 3, skew, "rank", b, &err) == 0);
     CHECK(b[1] == 4 && b[2] == 5 && b[3] == 6);
-    CHECK(dmpi_split_layers(2, 3, skew, b, &err) != 0);
+    CHECK(ds4_split_layers(2, 3, skew, "rank", b, &err) != 0);
     CHECK_CONTAINS(err.msg, "3 ranks need at least");
-    CHECK(dmpi_split_layers(6, 2, zero, b, &err) != 0);
+    CHECK(ds4_split_layers(6, 2, zero, "rank", b, &err) != 0);
     CHECK_CONTAINS(err.msg, "no share");
-#endif
 }
 
 /* --mpi-bench: one row on rank 0 alone and one split over the ranks, in

@@ -221,3 +221,40 @@ TEST(split, bad_device_lists_and_splits_are_refused)
     CHECK_CONTAINS(out, ": layers 0-1;");
     CHECK_CONTAINS(out, ": layers 2-5 and the head;");
 }
+
+/* Device lists and shares have one reading, whoever reads them (the
+ * engine, the command line's checks, the MPI split), and the layer ranges
+ * one splitting: the same pieces, the same refusals. */
+TEST(split, one_reading_of_device_lists_shares_and_ranges)
+{
+    char p[DS4_MAX_DEVICES][DS4_DEVICE_PIECE_MAX];
+    ds4_error err = { "" };
+    CHECK_EQ_INT(ds4_parse_devices(NULL, "--device", p, &err), 0);
+    CHECK_EQ_INT(ds4_parse_devices("gfx", "--device", p, &err), 1);
+    CHECK_STR_EQ(p[0], "gfx");
+    CHECK_EQ_INT(ds4_parse_devices("0,pthread,2", "--device", p, &err), 3);
+    CHECK_STR_EQ(p[1], "pthread");
+    CHECK_STR_EQ(p[2], "2");
+    CHECK_EQ_INT(ds4_parse_devices("0,,1", "--device", p, &err), -1);
+    CHECK_CONTAINS(err.msg, "--device 0,,1: an empty");
+    CHECK_EQ_INT(ds4_parse_devices("0,1,2,3,4", "DS4CL_DEVICE", p, &err), -1);
+    CHECK_CONTAINS(err.msg, "at most 4 devices");
+
+    double w[DS4_MAX_DEVICES];
+    CHECK_EQ_INT(ds4_parse_shares("3,1", 2, w, "--split 3,1", "device", &err), 0);
+    CHECK(w[0] == 3 && w[1] == 1);
+    CHECK_EQ_INT(ds4_parse_shares("3,1,1", 2, w, "DS4CL_MPI_SPLIT=3,1,1", "rank", &err), -1);
+    CHECK_CONTAINS(err.msg, "DS4CL_MPI_SPLIT=3,1,1: expected 2 positive numbers");
+    CHECK_CONTAINS(err.msg, "one per rank");
+    CHECK_EQ_INT(ds4_parse_shares("1", 2, w, "--split 1", "device", &err), -1);
+    CHECK_CONTAINS(err.msg, "expected 2 numbers, one per device, not 1");
+    CHECK_EQ_INT(ds4_parse_shares("1,0", 2, w, "--split 1,0", "device", &err), -1);
+    CHECK_EQ_INT(ds4_parse_shares("1,1e999", 2, w, "--split 1,1e999", "device", &err), -1);
+
+    int b[DS4_MAX_DEVICES + 1];
+    const double three_one[] = { 3, 1 };
+    CHECK_EQ_INT(ds4_split_layers(8, 2, three_one, "device", b, &err), 0);
+    CHECK(b[0] == 0 && b[1] == 6 && b[2] == 8);
+    CHECK_EQ_INT(ds4_split_layers(1, 2, three_one, "device", b, &err), -1);
+    CHECK_CONTAINS(err.msg, "2 devices need at least as many layers");
+}

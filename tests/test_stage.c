@@ -4,6 +4,7 @@
  * stages' snapshot blocks make the full pass's payload and restore from
  * it. This is what mpi/ builds on, without MPI. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -227,4 +228,94 @@ TEST(stage, opencl_stages_hold_only_their_layers)
     ds4_engine_close(e2);
     ds4_engine_close(e1);
     ds4_engine_close(full);
+}
+
+/* The engine hook mpi/ joins the engine through: sessions go through the
+ * hook, which calls on to the backend's own members; it comes before the
+ * first session and only once. */
+static const ds4_session_ops *hooked_base;
+static int hooked_evals;
+
+static long hooked_eval(void *st, const int32_t *tokens, size_t pos, size_t n, float *logits, const ds4_callbacks *cb,
+                        ds4_error *err)
+{
+    hooked_evals++;
+    return hooked_base->eval(st, tokens, pos, n, logits, cb, err);
+}
+
+TEST(stage, an_engine_hook_wraps_the_sessions_before_the_first)
+{
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.vocab = MK_VOCAB_TINY;
+    const char *path = test_tmp_path("tiny.gguf");
+    ds4_error err = { "" };
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine *plain = open_tiny(path), *e = open_tiny(path);
+    /* a session open: too late for a hook */
+    ds4_session *early = ds4_session_open(plain, 32, &err);
+    CHECK_MSG(early != NULL, "%s", err.msg);
+    ds4_session_ops hook = plain->backend->session;
+    hook.eval = hooked_eval;
+    const ds4_session_ops *base = NULL;
+    CHECK(engine_hook_sessions(plain, &hook, &base, &err) != 0);
+    CHECK_CONTAINS(err.msg, "before the first session");
+    ds4_session_close(early);
+
+    CHECK_MSG(engine_hook_sessions(e, &hook, &hooked_base, &err) == 0, "%s", err.msg);
+    CHECK(hooked_base == &e->backend->session);
+    CHECK(engine_hook_sessions(e, &hook, &base, &err) != 0);
+    CHECK_CONTAINS(err.msg, "a hook already");
+    /* the hooked engine computes what the plain one does, through the hook */
+    const int32_t ids[] = { 1, 5, 9, 3, 7 };
+    const int nv = ds4_vocab_size(ds4_engine_tokenizer(e));
+    ds4_session *a = ds4_session_open(plain, 32, &err), *b = ds4_session_open(e, 32, &err);
+    CHECK_MSG(a && b, "%s", err.msg);
+    CHECK(ds4_session_sync(a, ids, 5, NULL, &err) == DS4_OK);
+    CHECK(ds4_session_sync(b, ids, 5, NULL, &err) == DS4_OK);
+    CHECK(hooked_evals > 0);
+    same(ds4_session_logits(a), ds4_session_logits(b), nv, "hooked");
+    ds4_session_close(a);
+    ds4_session_close(b);
+    ds4_engine_close(plain);
+    ds4_engine_close(e);
+}
+
+/* The one plan-only entry point: an engine opened to plan opens again to
+ * run without reading its file again (here the file is gone by then), and
+ * computes what an engine opened to run at once does. */
+TEST(stage, a_plan_only_engine_opens_to_run_without_the_file)
+{
+    mk_spec s;
+    mk_spec_tiny(&s);
+    s.vocab = MK_VOCAB_TINY;
+    const char *path = test_tmp_path("tiny.gguf"), *gone = test_tmp_path("gone.gguf");
+    ds4_error err = { "" };
+    CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
+    CHECK_MSG(mk_write_file(&s, gone, NULL, NULL, &err) == 0, "%s", err.msg);
+    ds4_engine_options o = { .model_path = gone, .backend = DS4_BACKEND_CPU, .threads = 1, .quant_sim = DS4_QSIM_NONE,
+                             .plan_only = true };
+    ds4_engine *e = ds4_engine_open(&o, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    CHECK(ds4_session_open(e, 32, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "plan memory only");
+    CHECK(remove(gone) == 0);
+    o.plan_only = false;
+    CHECK_MSG(ds4_engine_reopen(e, &o, &err) == 0, "%s", err.msg);
+    ds4_engine *ref = open_tiny(path);
+    fwd_set_chunk(fwd_of(e), 4);
+    const int32_t ids[] = { 2, 4, 6, 8, 10, 12 };
+    const int nv = ds4_vocab_size(ds4_engine_tokenizer(e));
+    ds4_session *a = ds4_session_open(ref, 32, &err), *b = ds4_session_open(e, 32, &err);
+    CHECK_MSG(a && b, "%s", err.msg);
+    CHECK(ds4_session_sync(a, ids, 6, NULL, &err) == DS4_OK);
+    CHECK(ds4_session_sync(b, ids, 6, NULL, &err) == DS4_OK);
+    same(ds4_session_logits(a), ds4_session_logits(b), nv, "reopened");
+    /* not under an open session */
+    CHECK(ds4_engine_reopen(e, &o, &err) != 0);
+    CHECK_CONTAINS(err.msg, "open sessions");
+    ds4_session_close(a);
+    ds4_session_close(b);
+    ds4_engine_close(ref);
+    ds4_engine_close(e);
 }

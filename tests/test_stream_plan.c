@@ -108,9 +108,9 @@ TEST(stream_plan, model_info_says_what_is_where_and_what_a_token_costs)
 {
     const char *path = fixture();
     char *out;
-    /* 1 GiB is the planner's reserve: 76 MiB usable, the file and a
+    /* 81 MiB less the planner's reserve (1/16): 76 MiB usable, the file and a
      * session do not fit, the non-routed 19 MiB and a cache do */
-    int rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1100M %s/ds4cl --model-info -m %s 2>&1", test_bindir(), path);
+    int rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=81M %s/ds4cl --model-info -m %s 2>&1", test_bindir(), path);
     CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
     CHECK_CONTAINS(out, "routed experts  read from the file through an expert cache");
     CHECK_CONTAINS(out, "the non-routed weights 19.27 MiB, an expert cache of");
@@ -127,7 +127,7 @@ TEST(stream_plan, model_info_says_what_is_where_and_what_a_token_costs)
     CHECK_EQ_INT(rc, 0);
     CHECK_CONTAINS(out, "an expert cache of 4.00 MiB (32 of 384 experts");
     /* too little for the non-routed weights: the refusal says so in numbers */
-    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1040M %s/ds4cl --model-info -m %s 2>&1", test_bindir(), path);
+    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=17M %s/ds4cl --model-info -m %s 2>&1", test_bindir(), path);
     CHECK_CONTAINS(out, "the non-routed weights (19.3 MiB) and a session");
     CHECK_CONTAINS(out, "no expert cache fits");
 }
@@ -137,23 +137,23 @@ TEST(stream_plan, a_session_is_planned_where_the_file_does_not_fit)
     const char *path = fixture();
     char *out;
     /* off: the weights must all fit, and with 76 MiB usable no context does */
-    int rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1100M DS4CL_EXPERT_CACHE=off %s/ds4cl --model-info --ctx auto -m %s 2>&1",
+    int rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=81M DS4CL_EXPERT_CACHE=off %s/ds4cl --model-info --ctx auto -m %s 2>&1",
                        test_bindir(), path);
     CHECK_MSG(rc != 0, "%s", out);
     CHECK_CONTAINS(out, "the model does not fit in memory: the weights need 59.8 MiB");
     /* auto (the default): the routed experts stream and a context fits */
-    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1100M %s/ds4cl --model-info --ctx auto -m %s 2>&1", test_bindir(), path);
+    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=81M %s/ds4cl --model-info --ctx auto -m %s 2>&1", test_bindir(), path);
     CHECK_MSG(rc == 0, "%s", out);
     CHECK_CONTAINS(out, "--ctx auto: 4096 tokens");
     CHECK_CONTAINS(out, "read from the file through an expert cache");
     /* a run: the other weights' refusal before loading is gone; with
      * --ctx 4096 it stops at the next step (below what the agent needs),
      * still before any weight is read */
-    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1100M %s/ds4cl -m %s --ctx 4096 -p hi -n 1 2>&1", test_bindir(), path);
+    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=81M %s/ds4cl -m %s --ctx 4096 -p hi -n 1 2>&1", test_bindir(), path);
     CHECK_CONTAINS(out, "the routed experts (40.5 MiB) are read from the file as needed, through an expert cache");
     CHECK_CONTAINS(out, "--ctx 4096 is too small");
     /* too little even for the non-routed weights and a session: refused before loading */
-    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=1070M %s/ds4cl -m %s -p hi -n 1 2>&1", test_bindir(), path);
+    rc = test_runf(&out, "DS4CL_MEM_AVAILABLE=49M %s/ds4cl -m %s -p hi -n 1 2>&1", test_bindir(), path);
     CHECK(rc != 0);
     CHECK_CONTAINS(out, "the model does not fit in memory: the non-routed weights (19.3 MiB) and a session");
 }
@@ -178,7 +178,7 @@ TEST(stream_plan, model_info_measures_the_hit_rate_on_earlier_routing)
     ds4_session_close(s);
     ds4_engine_close(e); /* writes the popularity */
     char *out;
-    int rc = test_runf(&out, "XDG_CACHE_HOME=%s DS4CL_MEM_AVAILABLE=1100M %s/ds4cl --model-info -m %s 2>&1", cache,
+    int rc = test_runf(&out, "XDG_CACHE_HOME=%s DS4CL_MEM_AVAILABLE=81M %s/ds4cl --model-info -m %s 2>&1", cache,
                        test_bindir(), path);
     CHECK_MSG(rc == 0, "%s", out);
     const char *at = strstr(out, "(the routing of earlier runs)");

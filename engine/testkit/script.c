@@ -150,6 +150,12 @@ static int parse_line(ds4_engine *e, script_engine *se, const char *text, size_t
     return 0;
 }
 
+static int script_check(const ds4_engine_options *opt, ds4_error *err)
+{
+    if (!opt->script_path) return ds4_error_set(err, "the script engine needs a script file (--engine script:FILE)");
+    return 0;
+}
+
 static int script_open(ds4_engine *e, ds4_error *err)
 {
     size_t len;
@@ -404,18 +410,20 @@ static int script_load(void *p, const void *payload, size_t len, size_t n_tokens
 }
 
 const ds4_backend_ops ds4_backend_script = {
+    .id = DS4_BACKEND_SCRIPT,
     .name = "script",
     .needs_model = false,
+    .check = script_check,
     .open = script_open,
     .close = script_close,
     .describe = script_describe,
     .session_bytes = script_session_bytes,
-    .state_new = script_state_new,
-    .state_free = script_state_free,
-    .eval = script_eval,
-    .rewind = script_rewind,
-    .reset = script_reset,
-    .kv_bytes = script_kv_bytes,
-    .save = script_save,
-    .load = script_load,
+    .session = { .state_new = script_state_new,
+                 .state_free = script_state_free,
+                 .eval = script_eval,
+                 .rewind = script_rewind,
+                 .reset = script_reset,
+                 .kv_bytes = script_kv_bytes,
+                 .save = script_save,
+                 .load = script_load },
 };
