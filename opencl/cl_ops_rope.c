@@ -58,10 +58,17 @@ int clo_sim(void *ctx, ds4_buf *x, int64_t n_rows, int dim, ds4_sim kind)
     clo_arg_buf(&k, x, F4);
     clrt_arg_int(&k, dim);
     clrt_arg_float(&k, (float)(1.0 / sqrt((double)dim)));
-    clrt_arg_int(&k, kind == DS4_SIM_HADAMARD_FP4);
     clrt_arg_int(&k, (cl_int)n_rows);
     size_t g = (size_t)n_rows, l = clo_group(c, k.k, 16);
-    return clrt_enqueue(&k, 1, &g, &l);
+    if (clrt_enqueue(&k, 1, &g, &l)) return -1;
+    if (kind != DS4_SIM_HADAMARD_FP4) return 0;
+    /* then the e2m1 round trip, a work-item per block of 32 (rope.cl) */
+    k = clrt_begin(c->rt, clo_kernel(c, PROG, "sim_fp4"));
+    clo_arg_buf(&k, x, F4);
+    clrt_arg_int(&k, dim);
+    clrt_arg_int(&k, (cl_int)n_rows);
+    size_t g2[2] = { (size_t)(dim + 31) / 32, (size_t)n_rows }, l2[2] = { 1, clo_group(c, k.k, 16) };
+    return clrt_enqueue(&k, 2, g2, l2);
 }
 
 int clo_store_rows(void *ctx, ds4_buf *src, int64_t n_rows, int dim, ds4_buf *dst, ds4_cache_type ct, int64_t row0,

@@ -64,10 +64,37 @@ inline float fp4_e2m1_round(float v)
     return v < 0.0f ? -q : q;
 }
 
-inline float pow2_scale(float amax, float fmax_)
+/* exp2(ceil(log2(r))) as the host computes it (engine/numerics.c, a
+ * correctly rounded log2f), from the float's bits: the library's log2
+ * reads lookup tables that a driver may reach through a hidden kernel
+ * argument, read inside control flow (Mesa's llvmpipe warns then).
+ * r = f·2^e: r itself when f = 1; else log2 r = e + log2 f rounds to e
+ * when log2 f is below half a unit in the last place of e (of the finer
+ * binade just above a negative power of two), so 2^e; else 2^(e+1).
+ * Checked equal to the host's on every 7th positive float. */
+inline float pow2_at_least(float r)
 {
-    return exp2(ceil(log2(amax / fmax_)));
+    int adj = 0;
+    if (r < 1.17549435e-38f) { /* subnormal: scale into the normal range */
+        r *= 16777216.0f;
+        adj = -24;
+    }
+    uint b = as_uint(r), man = b & 0x7fffffu;
+    int e = (int)(b >> 23) - 127 + adj;
+    if (man) {
+        int ae = abs(e), keep = 0;
+        if (ae > 0) {
+            int hb = 31 - (int)clz((uint)ae);
+            if (e < 0 && (ae & (ae - 1)) == 0) hb -= 1;
+            float half_ulp = as_float((uint)(hb - 24 + 127) << 23);
+            keep = (float)man * 1.1920929e-7f * 1.44269504f < half_ulp;
+        }
+        if (!keep) e += 1;
+    }
+    return e >= -126 ? as_float((uint)(e + 127) << 23) : as_float(1u << (e + 149));
 }
+
+inline float pow2_scale(float amax, float fmax_) { return pow2_at_least(amax / fmax_); }
 
 /* One work-item per (block of 64, row): e4m3 round trip of dims [0, n). */
 __kernel void sim_fp8(__global float *x, ulong x_off, int dim, int n, int n_rows)
@@ -89,9 +116,8 @@ __kernel void sim_fp8(__global float *x, ulong x_off, int dim, int n, int n_rows
 }
 
 /* One work-item per row: the Walsh–Hadamard butterflies in place (dim a
- * power of two), the scale, then with fp4 the e2m1 round trip in blocks of
- * 32. */
-__kernel void sim_hadamard(__global float *x, ulong x_off, int dim, float scale, int fp4, int n_rows)
+ * power of two), then the scale. */
+__kernel void sim_hadamard(__global float *x, ulong x_off, int dim, float scale, int n_rows)
 {
     int r = get_global_id(0);
     if (r >= n_rows) return;
@@ -104,18 +130,29 @@ __kernel void sim_hadamard(__global float *x, ulong x_off, int dim, float scale,
                 p[j + h] = a - b;
             }
     for (int i = 0; i < dim; i++) p[i] *= scale;
-    if (!fp4) return;
-    for (int b0 = 0; b0 < dim; b0 += 32) {
-        int m = dim - b0 < 32 ? dim - b0 : 32;
-        float amax = 0.0f;
-        for (int i = 0; i < m; i++) amax = fmax(amax, fabs(p[b0 + i]));
-        if (amax < 7.052966104933725e-38f) amax = 7.052966104933725e-38f;
-        float s = pow2_scale(amax, 6.0f);
-        for (int i = 0; i < m; i++) {
-            float v = p[b0 + i] / s;
-            v = v > 6.0f ? 6.0f : v < -6.0f ? -6.0f : v;
-            p[b0 + i] = fp4_e2m1_round(v) * s;
-        }
+}
+
+/* One work-item per (block of 32, row): the e2m1 round trip after the
+ * rotation. A work-item of its own per block, as sim_fp8, so that
+ * pow2_scale runs outside any loop or branch: the library's log2 reads
+ * lookup tables that a driver may reach through a hidden kernel argument,
+ * read where it is used (Mesa's llvmpipe warns when that is inside
+ * control flow). */
+__kernel void sim_fp4(__global float *x, ulong x_off, int dim, int n_rows)
+{
+    int blk = get_global_id(0), r = get_global_id(1);
+    int b0 = blk * 32;
+    if (b0 >= dim || r >= n_rows) return;
+    __global float *p = x + x_off + (ulong)r * dim + b0;
+    int m = dim - b0 < 32 ? dim - b0 : 32;
+    float amax = 0.0f;
+    for (int i = 0; i < m; i++) amax = fmax(amax, fabs(p[i]));
+    if (amax < 7.052966104933725e-38f) amax = 7.052966104933725e-38f;
+    float s = pow2_scale(amax, 6.0f);
+    for (int i = 0; i < m; i++) {
+        float v = p[i] / s;
+        v = v > 6.0f ? 6.0f : v < -6.0f ? -6.0f : v;
+        p[i] = fp4_e2m1_round(v) * s;
     }
 }
 
