@@ -96,23 +96,30 @@ inline float pow2_at_least(float r)
 
 inline float pow2_scale(float amax, float fmax_) { return pow2_at_least(amax / fmax_); }
 
+/* One block's round trip through a small float format: the scale is the
+ * power of two that brings the block's largest magnitude (at least
+ * amax_min) within ±fmax_, then each value is clamped and rounded to the
+ * format (fp4: e2m1, else e4m3) and scaled back. */
+inline void block_round_trip(__global float *p, int m, float amax_min, float fmax_, bool fp4)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < m; i++) amax = fmax(amax, fabs(p[i]));
+    if (amax < amax_min) amax = amax_min;
+    float s = pow2_scale(amax, fmax_);
+    for (int i = 0; i < m; i++) {
+        float v = p[i] / s;
+        v = v > fmax_ ? fmax_ : v < -fmax_ ? -fmax_ : v;
+        p[i] = (fp4 ? fp4_e2m1_round(v) : fp8_e4m3_round(v)) * s;
+    }
+}
+
 /* One work-item per (block of 64, row): e4m3 round trip of dims [0, n). */
 __kernel void sim_fp8(__global float *x, ulong x_off, int dim, int n, int n_rows)
 {
     int blk = get_global_id(0), r = get_global_id(1);
     int b0 = blk * 64;
     if (b0 >= n || r >= n_rows) return;
-    __global float *p = x + x_off + (ulong)r * dim + b0;
-    int m = n - b0 < 64 ? n - b0 : 64;
-    float amax = 0.0f;
-    for (int i = 0; i < m; i++) amax = fmax(amax, fabs(p[i]));
-    if (amax < 1e-4f) amax = 1e-4f;
-    float s = pow2_scale(amax, 448.0f);
-    for (int i = 0; i < m; i++) {
-        float v = p[i] / s;
-        v = v > 448.0f ? 448.0f : v < -448.0f ? -448.0f : v;
-        p[i] = fp8_e4m3_round(v) * s;
-    }
+    block_round_trip(x + x_off + (ulong)r * dim + b0, n - b0 < 64 ? n - b0 : 64, 1e-4f, 448.0f, false);
 }
 
 /* One work-item per row: the Walsh–Hadamard butterflies in place (dim a
@@ -133,27 +140,15 @@ __kernel void sim_hadamard(__global float *x, ulong x_off, int dim, float scale,
 }
 
 /* One work-item per (block of 32, row): the e2m1 round trip after the
- * rotation. A work-item of its own per block, as sim_fp8, so that
- * pow2_scale runs outside any loop or branch: the library's log2 reads
- * lookup tables that a driver may reach through a hidden kernel argument,
- * read where it is used (Mesa's llvmpipe warns when that is inside
- * control flow). */
+ * rotation, a work-item per block as for fp8 (the blocks are
+ * independent, and the rotation's kernel stays a plain loop). */
 __kernel void sim_fp4(__global float *x, ulong x_off, int dim, int n_rows)
 {
     int blk = get_global_id(0), r = get_global_id(1);
     int b0 = blk * 32;
     if (b0 >= dim || r >= n_rows) return;
-    __global float *p = x + x_off + (ulong)r * dim + b0;
-    int m = dim - b0 < 32 ? dim - b0 : 32;
-    float amax = 0.0f;
-    for (int i = 0; i < m; i++) amax = fmax(amax, fabs(p[i]));
-    if (amax < 7.052966104933725e-38f) amax = 7.052966104933725e-38f;
-    float s = pow2_scale(amax, 6.0f);
-    for (int i = 0; i < m; i++) {
-        float v = p[i] / s;
-        v = v > 6.0f ? 6.0f : v < -6.0f ? -6.0f : v;
-        p[i] = fp4_e2m1_round(v) * s;
-    }
+    block_round_trip(x + x_off + (ulong)r * dim + b0, dim - b0 < 32 ? dim - b0 : 32, 7.052966104933725e-38f, 6.0f,
+                     true);
 }
 
 /* ---- cache stores ---- */
