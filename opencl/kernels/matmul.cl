@@ -1076,13 +1076,18 @@ INL void moe_down_dec(const int type, MOE_DOWN_ARGS, int T)
     float sum[4];
     for (int slot = 0; slot < k; slot++) {
         int p = t * k + slot, e = sel[sel_off + p];
+        /* The rows' addresses are taken outside the branch on the expert
+         * (clamped into this launch's range): an argument first read inside
+         * a branch that differs between work-items may be read as if all
+         * agreed (Mesa's llvmpipe warns then). */
+        const int ec = clamp(e, e_lo, e_hi - 1);
+        const __global uchar *w[4];
+        for (int j = 0; j < 4; j++)
+            w[j] = Wd + Wd_off + ((ulong)(ec - e_lo) * D + (ulong)min(i + j * S, D - 1)) * row_bytes;
+        const __global float *xm = mid + (ulong)p * F;
+        const int n = F;
         float o[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-        if (e >= e_lo && e < e_hi) {
-            const __global uchar *w[4];
-            for (int j = 0; j < 4; j++)
-                w[j] = Wd + Wd_off + ((ulong)(e - e_lo) * D + (ulong)min(i + j * S, D - 1)) * row_bytes;
-            rows_dot(iq2g, iq2s, type, 4, w, mid + (ulong)p * F, F, o);
-        }
+        if (e >= e_lo && e < e_hi) rows_dot(iq2g, iq2s, type, 4, w, xm, n, o);
         for (int j = 0; j < 4; j++) sum[j] = slot == 0 ? o[j] : sum[j] + o[j];
     }
     for (int j = 0; j < 4; j++)
