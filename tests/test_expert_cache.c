@@ -303,14 +303,7 @@ TEST(expert_cache, hybrid_host_experts_through_the_cache_keep_the_bits)
 TEST(expert_cache, flash_width_logits_are_bit_identical_when_every_layer_evicts)
 {
     mk_spec s;
-    mk_spec_flash_width(&s, 3);
-    int ratios[] = { 0, 4, 128 };
-    memcpy(s.ratios, ratios, sizeof ratios);
-    s.n_expert = 16;
-    s.n_hash_layer = 1;
-    s.indexer_top_k = 16;
-    s.vocab = MK_VOCAB_TINY;
-    s.seed = 2;
+    mk_spec_flash_width_small(&s);
     const char *path = test_tmp_path("flash.gguf");
     ds4_error err = { "" };
     CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "fixture: %s", err.msg);

@@ -137,14 +137,7 @@ TEST(mpi, flash_width_logits_equal_the_single_process_on_2_and_3_ranks)
 {
     need_mpi();
     mk_spec s;
-    mk_spec_flash_width(&s, 3);
-    int ratios[] = { 0, 4, 128 };
-    memcpy(s.ratios, ratios, sizeof ratios);
-    s.n_expert = 16;
-    s.n_hash_layer = 1;
-    s.indexer_top_k = 16;
-    s.vocab = MK_VOCAB_TINY;
-    s.seed = 2;
+    mk_spec_flash_width_small(&s);
     const char *model = write_model(&s, "flash.gguf");
     static const char *const two[] = { "", NULL };
     static const char *const three[] = { "", NULL };

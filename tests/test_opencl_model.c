@@ -148,14 +148,7 @@ TEST(opencl_model, other_shape_q4_experts_agrees_with_the_cpu)
 TEST(opencl_model, flash_width_agrees_with_the_cpu)
 {
     mk_spec s;
-    mk_spec_flash_width(&s, 3);
-    int ratios[] = { 0, 4, 128 };
-    memcpy(s.ratios, ratios, sizeof ratios);
-    s.n_expert = 16;
-    s.n_hash_layer = 1;
-    s.indexer_top_k = 16;
-    s.vocab = MK_VOCAB_TINY;
-    s.seed = 2;
+    mk_spec_flash_width_small(&s);
     run_shape rs = { .n_tokens = 320, .prefill = 256, .chunk = 100, .ids_seed = 7, .hybrid = 3 };
     cpu_and_opencl_agree(&s, &rs);
 }

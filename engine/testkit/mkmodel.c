@@ -45,6 +45,18 @@ void mk_spec_tiny(mk_spec *s)
     s->name = "ds4cl-tiny";
 }
 
+void mk_spec_flash_width_small(mk_spec *s)
+{
+    mk_spec_flash_width(s, 3);
+    static const int ratios[] = { 0, 4, 128 };
+    memcpy(s->ratios, ratios, sizeof ratios);
+    s->n_expert = 16;
+    s->n_hash_layer = 1;
+    s->indexer_top_k = 16;
+    s->vocab = MK_VOCAB_TINY;
+    s->seed = 2;
+}
+
 void mk_spec_flash_width(mk_spec *s, int n_layer)
 {
     mk_spec_tiny(s);

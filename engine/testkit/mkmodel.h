@@ -66,6 +66,11 @@ void mk_spec_tiny(mk_spec *s);
  * (0, 0, then 4 on even and 128 on odd layers), q2 experts, V4 vocabulary
  * from vocab_path. */
 void mk_spec_flash_width(mk_spec *s, int n_layer);
+/* Flash's widths cut down for tests that run the whole model: 3 layers of
+ * ratios 0, 4, 128, 16 routed experts, one hash-routed layer, indexer
+ * top-16 (so that it ranks within a few hundred tokens), the tiny
+ * vocabulary, seed 2 (~800 MB). */
+void mk_spec_flash_width_small(mk_spec *s);
 /* Flash's ratio schedule for layers [0, n_layer). */
 void mk_ratio_schedule(mk_spec *s);
 /* "q2" (IQ2_XXS gate/up, Q2_K down) or "q4" (Q4_K); -1 when unknown. */
