@@ -29,7 +29,6 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "cli/memplan.h"
 #include "cli/page_warm.h"
 #include "engine/expert_cache.h"
 #include "engine/gguf.h"

@@ -13,7 +13,6 @@
 
 #include "cli/commands.h"
 #include "cli/expert_setup.h"
-#include "cli/memplan.h"
 #include "cli/model_path.h"
 #include "engine/expert_warm.h"
 
@@ -45,7 +44,7 @@ static ds4_engine *open_plan(const ds4cl_options *o, const char *path, int plan_
                               .device = o->device, .quant_sim = o->quant_sim, .plan_only = true,
                               .host_expert_layers = o->host_expert_layers, .plan_ctx = plan_ctx, .split = o->split,
                               .stream_experts = o->stream_experts, .expert_cache = expert_cache,
-                              .device_memory = cl ? memplan_device_memory_override() : 0 };
+                              .device_memory = cl ? ds4_memory_device_override() : 0 };
     ds4_error err = { { 0 } };
     ds4_engine *e = ds4_engine_open(&eo, &err);
     if (!e) {
@@ -93,7 +92,7 @@ static void print_opencl(const opencl_plan *p, const ds4_engine *e, uint64_t wei
     print_bytes(pl->device_memory ? pl->device_memory : d->memory);
     if (pl->shares_host_memory) printf(" (shared with the host)");
     else {
-        printf("%s, ", memplan_device_memory_override() ? " (DS4CL_DEVICE_MEM)" : "");
+        printf("%s, ", ds4_memory_device_override() ? " (DS4CL_DEVICE_MEM)" : "");
         print_bytes(pl->device_budget);
         printf(" usable");
     }
@@ -228,7 +227,7 @@ static int plan_auto(const ds4_engine *e, const ds4cl_options *o, char *why, siz
 {
     ds4_error err = { { 0 } };
     int n_ctx = 0;
-    int rc = memplan_session_ctx_why(e, o->backend, o->device, -1, DEFAULT_INFO_CTX, 0, &n_ctx, why, whylen, &err);
+    int rc = ds4_memory_session_ctx(e, o->backend, o->device, -1, DEFAULT_INFO_CTX, 0, &n_ctx, why, whylen, &err);
     if (rc != 0) fprintf(stderr, "ds4cl: %s\n", err.msg);
     return rc == 0 ? n_ctx : 0;
 }
@@ -236,7 +235,7 @@ static int plan_auto(const ds4_engine *e, const ds4cl_options *o, char *why, siz
 int cmd_model_info(const ds4cl_options *o)
 {
     ds4_error env_err = { { 0 } };
-    if (memplan_env_check(&env_err) != 0) {
+    if (ds4_memory_env_check(&env_err) != 0) {
         fprintf(stderr, "ds4cl: %s\n", env_err.msg);
         return EXIT_USAGE;
     }

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "cli/memplan.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 
@@ -21,6 +20,14 @@ static const char *setting(const ds4cl_options *o)
     if (!strcmp(env, "auto") || !strcmp(env, "off") || (num_parse_size(env, &v, NULL) == 0 && v)) return env;
     fprintf(stderr, "ds4cl: ignoring DS4CL_EXPERT_CACHE=%s (want a size such as 12G, auto or off)\n", env);
     return "auto";
+}
+
+int expert_setup_precheck(const char *path, ds4_backend backend)
+{
+    ds4_error err = { "" };
+    if (ds4_memory_precheck_file(path, backend, &err) == 0) return 0;
+    fprintf(stderr, "ds4cl: %s\n", err.msg);
+    return -1;
 }
 
 /* The model's shape and the bytes of a session of n_ctx tokens, from an
@@ -49,23 +56,23 @@ int expert_setup(const ds4cl_options *o, const char *path, int least_ctx, bool q
     memset(out, 0, sizeof *out);
     if (o->backend != DS4_BACKEND_CPU) return 0;
     const char *set = setting(o);
-    if (!strcmp(set, "off")) return memplan_precheck_file(path, o->backend);
+    if (!strcmp(set, "off")) return expert_setup_precheck(path, o->backend);
     uint64_t want = 0;
     bool force = strcmp(set, "auto") != 0;
     if (force) num_parse_size(set, &want, NULL);
-    memplan_policy pol = memplan_default_policy();
+    ds4_memory_policy pol = ds4_memory_default_policy();
     /* the smallest session decides a refusal; the wanted one the budget */
     int n_ctx = o->ctx > 0 ? o->ctx : pol.min_ctx, want_ctx = o->ctx > 0 ? o->ctx : least_ctx > n_ctx ? least_ctx : n_ctx;
     uint64_t avail = 0;
-    bool known = memplan_host_available(&avail, out->source, sizeof out->source) == 0;
+    bool known = ds4_memory_host_available(&avail, out->source, sizeof out->source) == 0;
     if (!known && !force) return 0; /* nothing to plan with: the mapping, as without a cache */
     /* a file that does not bind: the size check of old (the loader then
      * reports what is wrong with it) */
-    if (measure(o, path, n_ctx, want_ctx, out) != 0) return memplan_precheck_file(path, o->backend);
+    if (measure(o, path, n_ctx, want_ctx, out) != 0) return expert_setup_precheck(path, o->backend);
     if (known) {
-        memplan_input in = { .available_bytes = avail };
-        memplan_result r;
-        memplan_check(&in, &pol, 0, &r);
+        ds4_memory_input in = { .available_bytes = avail };
+        ds4_memory_result r;
+        ds4_memory_check(&in, &pol, 0, &r);
         out->usable = r.usable_bytes;
     } else {
         out->usable = UINT64_MAX / 4;

@@ -5,7 +5,8 @@
  * --expert-cache SIZE|auto|off, else $DS4CL_EXPERT_CACHE, else auto:
  * SIZE streams through a cache of SIZE whatever the memory; auto streams
  * when the file and the smallest session do not fit in the usable memory
- * (memplan.h: detected or $DS4CL_MEM_AVAILABLE, less its reserve), with a
+ * (ds4_memory_host_available: detected or $DS4CL_MEM_AVAILABLE, less
+ * its reserve), with a
  * budget of STREAM_CACHE_SHARE of what the non-routed weights leave; off
  * never streams and keeps the plain refusal of a file that does not fit.
  * Other backends: never (OpenCL keeps its own placement).
@@ -35,6 +36,10 @@ typedef struct {
  * leaves room for where it can (0: the smallest). quiet: no line about
  * the cache. A file that cannot be read is left to the loader. */
 int expert_setup(const ds4cl_options *o, const char *path, int want_ctx, bool quiet, expert_setup_result *out);
+
+/* Before loading without an expert cache: ds4_memory_precheck_file, its
+ * refusal printed on stderr. 0, or -1 when the weights cannot fit. */
+int expert_setup_precheck(const char *path, ds4_backend backend);
 
 /* Where the experts' popularity of the model file `model` is kept between
  * runs ($XDG_CACHE_HOME/ds4cl/expert-popularity/NAME.pop); NULL when there

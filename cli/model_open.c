@@ -8,7 +8,6 @@
 
 #include "base/base.h"
 #include "cli/expert_setup.h"
-#include "cli/memplan.h"
 #include "cli/model_path.h"
 #include "cli/page_warm.h"
 #include "base/progress.h"
@@ -42,7 +41,7 @@ static int refuse_small(const ds4_engine *e, const ds4cl_options *o, const model
     char quiet[8];
     ds4_error fit = { "" };
     int rc = o->backend == DS4_BACKEND_SCRIPT ? 0
-           : memplan_session_ctx_why(e, o->backend, o->device, least, least, least, &n, quiet, sizeof quiet, &fit);
+           : ds4_memory_session_ctx(e, o->backend, o->device, least, least, least, &n, quiet, sizeof quiet, &fit);
     if (rc == 0) {
         ds4_error_set(err, "--ctx %d is too small: %s take at least %d tokens", o->ctx, check->what, least);
         return -2;
@@ -61,9 +60,13 @@ static bool plan_ctx(ds4_engine *e, const ds4cl_options *o, int default_ctx, int
     int least = check && check->least ? check->least(e, check->ud) : 0;
     ds4_error err = { "" };
     int rc = 0;
+    char said[1100] = "";
     if (o->ctx > 0 && o->ctx < least) rc = refuse_small(e, o, check, least, &err);
     else if (o->backend == DS4_BACKEND_SCRIPT) *n_ctx = o->ctx > 0 ? o->ctx : default_ctx;
-    else rc = memplan_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, least, n_ctx, &err);
+    else
+        rc = ds4_memory_session_ctx(e, o->backend, o->device, o->ctx, default_ctx, least, n_ctx, said, sizeof said,
+                                    &err);
+    if (said[0]) fprintf(stderr, "ds4cl: %s\n", said);
     if (rc == 0) return true;
     fprintf(stderr, "ds4cl: %s\n%s", err.msg, rc == -2 && o->ctx < least ? "Try 'ds4cl --help'.\n" : "");
     if (why) *why = err;
@@ -94,7 +97,7 @@ static ds4_engine *open_engine(ds4_engine *e, const ds4cl_options *o, const char
         .layer_end = layer_end,
         .stream_experts = o->stream_experts,
         .plan_ctx = plan_ctx,
-        .device_memory = memplan_device_memory_override(),
+        .device_memory = ds4_memory_device_override(),
         .expert_cache = expert_cache,
         .expert_stats = expert_cache ? expert_stats_path(path, stats, sizeof stats) : NULL,
         .load_progress = plan_only ? NULL : progress_load_callback,
@@ -140,7 +143,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
         /* the CPU backend streams the routed experts when the file does not fit */
         int rc = scripted || SPLIT_RANKS() > 1 ? 0
                : o->backend == DS4_BACKEND_CPU ? expert_setup(o, path, default_ctx, false, &xs)
-               : memplan_precheck_file(path, o->backend);
+               : expert_setup_precheck(path, o->backend);
         if (rc != 0) {
             if (why) ds4_error_set(why, "the model's weights do not fit in memory (the numbers are on stderr)");
             return NULL;

@@ -9,12 +9,12 @@
  *
  * Steps: -m or the default model (model_path_resolve: explains how to
  * download one when there is none); the weights against the backend's
- * memory before anything is read (memplan_precheck_file; for the CPU
- * backend expert_setup, which streams the routed experts through an
- * expert cache when the file does not fit); ds4_engine_open
+ * memory before anything is read (the engine's ds4_memory_precheck_file;
+ * for the CPU backend expert_setup, which streams the routed experts
+ * through an expert cache when the file does not fit); ds4_engine_open
  * with a progress line on a terminal; the context from --ctx N / auto /
- * the default (memplan_session_ctx, counting the expert cache instead of
- * the experts), refused with the numbers when it cannot fit, or below the caller's least (the agent's system prompt must
+ * the default (the engine's ds4_memory_session_ctx, counting the expert
+ * cache instead of the experts; its account printed on stderr), refused with the numbers when it cannot fit, or below the caller's least (the agent's system prompt must
  * fit in it), still before any weight is read or uploaded —
  * OpenCL (and a split over MPI ranks) plans on the engine opened without
  * weights first, then opens it to run without reading the file again

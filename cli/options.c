@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "agent/agent.h"
-#include "cli/memplan.h"
 #include "tools/tools.h"
 
 enum {
@@ -210,10 +209,10 @@ int options_parse(int argc, char **argv, ds4cl_options *o)
         case 'm': o->model_path = optarg; break;
         case OPT_CTX:
             if (!strcmp(optarg, "auto")) o->ctx = -1;
-            else if (!num_parse_long(optarg, 1, MEMPLAN_MAX_CTX, &iv, NULL)) o->ctx = (int)iv; /* the least: below */
+            else if (!num_parse_long(optarg, 1, DS4_MAX_CTX, &iv, NULL)) o->ctx = (int)iv; /* the least: below */
             else if (beyond_ctx_limit(optarg))
                 return ctx_error("--ctx %s is beyond the model's limit: ds4cl takes at most %d tokens", optarg,
-                                 MEMPLAN_MAX_CTX);
+                                 DS4_MAX_CTX);
             else return usage_error("--ctx wants a number of tokens or 'auto', not '%s'", optarg);
             break;
         case OPT_MODEL_INFO: o->mode = MODE_MODEL_INFO; break;

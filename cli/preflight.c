@@ -9,7 +9,6 @@
 
 #include "base/base.h"
 #include "cli/commands.h"
-#include "cli/memplan.h"
 #include "tools/tools.h"
 
 /* Prints the refusal and keeps its text for the caller. */
@@ -91,7 +90,7 @@ static int check_rules(const ds4cl_options *o, const char *ws, ds4_error *why)
 static int check_memory_env(ds4_error *why)
 {
     ds4_error err = { "" };
-    if (memplan_env_check(&err) == 0) return EXIT_DONE;
+    if (ds4_memory_env_check(&err) == 0) return EXIT_DONE;
     return refuse(why, EXIT_USAGE, "%s", err.msg);
 }
 

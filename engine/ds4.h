@@ -6,7 +6,8 @@
  * engine/backend.h and engine/ops.h, and tests and bench/ may look inside.
  * build-aux/arrows.sh checks this on every `make test` and lists the few
  * includes that still break it. Here: open a DS4 GGUF on a backend (or
- * only plan its placement), describe the file, list the backends' devices,
+ * only plan its placement), plan memory (the context that fits),
+ * describe the file, list the backends' devices,
  * read device lists and shares the one way, tokenize and render chat
  * transcripts, keep a session whose KV state equals a token prefix, read
  * logits, sample, and save/restore session snapshots. No tensor, quant
@@ -294,15 +295,176 @@ uint64_t ds4_model_context_bytes(const ds4_engine *e, int n_ctx);
  * splits those over several buffers). */
 int ds4_engine_tensors_over(const ds4_engine *e, uint64_t max_alloc);
 
+/* Bytes a session of n_ctx tokens needs on this engine's backend (KV,
+ * compressed rows, scratch), for memory planning before opening it. */
+uint64_t ds4_session_bytes_estimate(const ds4_engine *e, int n_ctx);
+
+/* ---- memory planning (engine/memory.c, engine/memory_detect.c) ----------- */
+
+/* Will the model and a context of N tokens fit, and what is the largest
+ * context that does? Pure arithmetic over numbers: resident weights, fixed
+ * overhead, a function giving the context-dependent bytes (KV, compressed
+ * rows, frontiers, scratch) for n_ctx, and the memory of the pool they all
+ * live in (host RAM for the CPU backend, device memory for OpenCL). A
+ * headroom policy keeps a reserve free and calls a plan "tight" when it
+ * uses more than a share of the rest:
+ *
+ *   reserve     = ds4_memory_reserve(available)
+ *   usable      = available − reserve        (a plan must fit in this)
+ *   comfortable = comfort_fraction × usable  (beyond this: a warning)
+ *
+ * `--ctx auto` picks the largest comfortable context, a multiple of
+ * `granularity`, never above the model's limit; when even the smallest
+ * context is not comfortable it takes tight_ctx (or the largest that
+ * fits, if smaller), with a warning — no point in filling the last bytes
+ * of a machine that is already short; when nothing fits it refuses.
+ *
+ * Around it: detection of the memory available (MemAvailable from
+ * /proc/meminfo, lowered by a cgroup v2/v1 memory limit; the environment
+ * variables DS4CL_MEM_AVAILABLE and DS4CL_DEVICE_MEM override host and
+ * device memory, in bytes or with a K/M/G/T suffix), and the plan of a
+ * session on an opened engine with its account in words. */
+
 /* The memory kept free of a pool of `memory` bytes, a device's or the
  * host's: 1/16 of it, at most 1 GiB. The one reserve rule: the placement's
  * device budgets and the memory planner's host budget both leave it (the
  * planner warns besides when a plan takes more than 90 % of the rest). */
 uint64_t ds4_memory_reserve(uint64_t memory);
 
-/* Bytes a session of n_ctx tokens needs on this engine's backend (KV,
- * compressed rows, scratch), for memory planning before opening it. */
-uint64_t ds4_session_bytes_estimate(const ds4_engine *e, int n_ctx);
+/* The model's limit when its file does not say (DeepSeek V4 Flash's), and
+ * the most --ctx takes. */
+#define DS4_MAX_CTX 1048576
+
+typedef struct {
+    uint64_t reserve_bytes;  /* bytes always left free; 0: ds4_memory_reserve of the pool */
+    double comfort_fraction; /* share of usable memory a comfortable plan stays under */
+    int granularity;         /* auto contexts are multiples of this */
+    int min_ctx;             /* smallest context worth running */
+    int tight_ctx;           /* auto's pick when no context is comfortable (if it fits) */
+} ds4_memory_policy;
+
+/* The engine's reserve, comfortable under 90 % of the rest, contexts in
+ * steps of 1024 from 4096; 32768 tokens when nothing is comfortable. */
+ds4_memory_policy ds4_memory_default_policy(void);
+
+/* Context-dependent bytes for n_ctx tokens; must not decrease with n_ctx. */
+typedef uint64_t (*ds4_memory_ctx_bytes_fn)(void *ud, int n_ctx);
+
+typedef struct {
+    uint64_t weights_bytes;     /* resident weights in this pool */
+    uint64_t fixed_bytes;       /* other context-independent needs */
+    ds4_memory_ctx_bytes_fn ctx_bytes;
+    void *ctx_ud;
+    uint64_t available_bytes;   /* memory of the pool */
+    int max_ctx;                /* the model's limit; 0 = DS4_MAX_CTX */
+    int least_ctx;              /* the least the caller can use (0: the policy's min_ctx); for ds4_memory_explain */
+} ds4_memory_input;
+
+/* The simplest ctx_bytes: fixed + per_token × n_ctx (ud is a ds4_memory_linear *). */
+typedef struct {
+    uint64_t fixed, per_token;
+} ds4_memory_linear;
+uint64_t ds4_memory_linear_bytes(void *ud, int n_ctx);
+
+typedef enum {
+    DS4_MEMORY_FITS = 0,  /* within the comfortable share */
+    DS4_MEMORY_TIGHT,     /* fits, but leaves little room: warn */
+    DS4_MEMORY_TOO_BIG,   /* does not fit: refuse */
+} ds4_memory_verdict;
+
+typedef struct {
+    ds4_memory_verdict verdict;
+    int n_ctx;                  /* the context planned (0: none fits) */
+    uint64_t ctx_bytes;         /* ctx_bytes(n_ctx) */
+    uint64_t need_bytes;        /* weights + fixed + ctx_bytes */
+    uint64_t reserve_bytes;
+    uint64_t usable_bytes;
+    uint64_t comfortable_bytes;
+    int largest_fit;            /* largest context within usable; 0 = none */
+    int largest_comfortable;    /* largest within comfortable; 0 = none */
+} ds4_memory_result;
+
+/* Plans exactly n_ctx tokens (n_ctx above the model's limit: TOO_BIG). */
+void ds4_memory_check(const ds4_memory_input *in, const ds4_memory_policy *pol, int n_ctx, ds4_memory_result *out);
+
+/* Plans the largest comfortable context not above cap (0 = the model's
+ * limit): see above. */
+void ds4_memory_auto(const ds4_memory_input *in, const ds4_memory_policy *pol, int cap, ds4_memory_result *out);
+
+/* Largest n_ctx in [lo, hi] with weights + fixed + ctx_bytes(n) ≤ budget,
+ * a multiple of step unless it is hi itself; 0 when lo does not fit. */
+int ds4_memory_largest_ctx(const ds4_memory_input *in, uint64_t budget, int lo, int hi, int step);
+
+/* Human text of a plan, one or more lines (no trailing newline), e.g. the
+ * refusal with the numbers and the largest context that fits. what is the
+ * pool ("memory", "device memory"), source where its size came from. */
+void ds4_memory_explain(const ds4_memory_result *r, const ds4_memory_input *in, int requested, const char *what,
+                        const char *source, char *buf, size_t n);
+
+/* Value of KEY ("MemAvailable") in /proc/meminfo text, in bytes; -1 when absent. */
+int ds4_memory_parse_meminfo(const char *text, const char *key, uint64_t *out);
+
+/* Memory still available under the cgroup limits along the process's
+ * cgroup path (v2 unified: memory.max − memory.current + inactive file
+ * cache, the smallest over the path's levels; v1: memory.limit_in_bytes −
+ * memory.usage_in_bytes). sysfs_root is normally "/sys/fs/cgroup",
+ * proc_cgroup the text of /proc/self/cgroup. Returns 0 and the bytes, or
+ * -1 when no limit applies. */
+int ds4_memory_cgroup_available(const char *sysfs_root, const char *proc_cgroup, uint64_t *out);
+
+/* Host memory available to this process: $DS4CL_MEM_AVAILABLE, else
+ * MemAvailable lowered by any cgroup limit (a variable that is not a size
+ * is passed over here: ds4_memory_env_check refuses it before a command
+ * starts). source names where the number came from. -1 when nothing
+ * could be read. */
+int ds4_memory_host_available(uint64_t *bytes, char *source, size_t source_n);
+
+/* -1 with err naming the variable when DS4CL_MEM_AVAILABLE or
+ * DS4CL_DEVICE_MEM is set to something that is not a size (or 0): a
+ * setting that is ignored would plan with memory the user said is not
+ * there. 0 when both are unset or sizes. */
+int ds4_memory_env_check(ds4_error *err);
+
+/* $DS4CL_DEVICE_MEM, or 0 when unset (or not a size: ds4_memory_env_check
+ * refuses that before a command starts). */
+uint64_t ds4_memory_device_override(void);
+
+typedef struct {
+    char name[128];
+    uint64_t global_mem; /* CL_DEVICE_GLOBAL_MEM_SIZE (total, not free) */
+    bool unified;        /* shares host memory (integrated GPU, CPU device) */
+} ds4_memory_device;
+
+/* The OpenCL device the engine picks for `device` (ds4_engine_options.
+ * device rule): 0, or -1 when none matches or it reports no memory. */
+int ds4_memory_opencl_device(const char *device, ds4_memory_device *out);
+
+/* Before loading: do the weights (≈ the file size) fit in host memory at
+ * all? Every backend maps them from the file, so host memory it is, also
+ * for OpenCL. -1 with the refusal in err (its numbers and what to do) when
+ * they cannot; 0 otherwise (also when the memory is unknown, or the file
+ * cannot be read: the loader reports that). */
+int ds4_memory_precheck_file(const char *model_path, ds4_backend backend, ds4_error *err);
+
+/* Decides the context of a session on e. The pool: host memory holding
+ * the weights and the session (CPU, and OpenCL devices with unified
+ * memory); the device memory of a discrete OpenCL device (selected by
+ * `device` as ds4_memory_opencl_device does, or $DS4CL_DEVICE_MEM) holding
+ * the session. requested > 0 is checked exactly (refused with the largest
+ * context that fits when too big; a warning when tight), -1 is --ctx
+ * auto, 0 takes default_ctx or, when that is not comfortable, the largest
+ * comfortable context below it. least > 0 is the least context the caller
+ * can use (the agent's system prompt): auto and the default never pick
+ * less, and a refusal never suggests less. Returns 0 with *n_ctx set and
+ * in why (may be NULL) the account of the context chosen (--ctx auto, a
+ * reduced default, a tight fit: "warning: …"), "" when there is nothing to
+ * say; else the refusal in err (its last line the hint about the override
+ * variables when memory is the matter) and -2 when a requested context is
+ * refused that a smaller one would avoid (beyond the model's limit, or
+ * more than the memory holds while a context of at least `least` fits),
+ * else -1. */
+int ds4_memory_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
+                           int default_ctx, int least, int *n_ctx, char *why, size_t whylen, ds4_error *err);
 
 /* ---- tokenizer --------------------------------------------------------- */
 

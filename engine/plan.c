@@ -56,12 +56,6 @@ uint64_t plan_part_bytes(const ds4_model *m, plan_part part, int layer)
     return n;
 }
 
-uint64_t ds4_memory_reserve(uint64_t memory)
-{
-    uint64_t r = memory / 16;
-    return r < (1ull << 30) ? r : 1ull << 30;
-}
-
 /* The model's bytes by part, summed once. */
 typedef struct {
     int n_layer;

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "cli/memplan.h"
 #include "cli/model_open.h"
 #include "engine/state_size.h"
 #include "tests/test.h"
@@ -19,11 +18,11 @@
 
 /* ---- planner over a linear cost ------------------------------------------ */
 
-static memplan_input linear_input(memplan_linear *lin, uint64_t weights, uint64_t avail)
+static ds4_memory_input linear_input(ds4_memory_linear *lin, uint64_t weights, uint64_t avail)
 {
-    return (memplan_input){
+    return (ds4_memory_input){
         .weights_bytes = weights,
-        .ctx_bytes = memplan_linear_bytes,
+        .ctx_bytes = ds4_memory_linear_bytes,
         .ctx_ud = lin,
         .available_bytes = avail,
         .max_ctx = 1048576,
@@ -31,7 +30,7 @@ static memplan_input linear_input(memplan_linear *lin, uint64_t weights, uint64_
 }
 
 /* The largest multiple of 1024 whose cost fits budget, counted by hand. */
-static int expected_largest(uint64_t budget, uint64_t weights, const memplan_linear *lin, int max_ctx)
+static int expected_largest(uint64_t budget, uint64_t weights, const ds4_memory_linear *lin, int max_ctx)
 {
     if (budget < weights + lin->fixed) return 0;
     uint64_t n = (budget - weights - lin->fixed) / lin->per_token;
@@ -39,15 +38,15 @@ static int expected_largest(uint64_t budget, uint64_t weights, const memplan_lin
     return (int)(n / 1024 * 1024);
 }
 
-TEST(memplan_plan, verdicts_follow_the_headroom_policy)
+TEST(memory_plan, verdicts_follow_the_headroom_policy)
 {
-    memplan_linear lin = { .fixed = 2 * GiB, .per_token = 14000 };
-    memplan_input in = linear_input(&lin, 84 * GiB, 100 * GiB);
-    memplan_policy pol = memplan_default_policy();
-    memplan_result r;
+    ds4_memory_linear lin = { .fixed = 2 * GiB, .per_token = 14000 };
+    ds4_memory_input in = linear_input(&lin, 84 * GiB, 100 * GiB);
+    ds4_memory_policy pol = ds4_memory_default_policy();
+    ds4_memory_result r;
 
-    memplan_check(&in, &pol, 65536, &r);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_FITS);
+    ds4_memory_check(&in, &pol, 65536, &r);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_FITS);
     CHECK_EQ_INT(r.reserve_bytes, 1 * GiB);       /* 1/16 would be more: the 1 GiB cap */
     CHECK_EQ_INT(r.reserve_bytes, ds4_memory_reserve(100 * GiB));
     CHECK_EQ_INT(r.usable_bytes, 99 * GiB);
@@ -57,10 +56,10 @@ TEST(memplan_plan, verdicts_follow_the_headroom_policy)
 
     /* 84 + 2 + 14000·n crosses 89.1 GiB (comfortable) near n = 238k and
      * 99 GiB (usable) near n = 997k */
-    memplan_check(&in, &pol, 524288, &r);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_TIGHT);
-    memplan_check(&in, &pol, 1048576, &r);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
+    ds4_memory_check(&in, &pol, 524288, &r);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_TIGHT);
+    ds4_memory_check(&in, &pol, 1048576, &r);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_TOO_BIG);
 
     CHECK_EQ_INT(r.largest_fit, expected_largest(99 * GiB, 84 * GiB, &lin, 1048576));
     CHECK_EQ_INT(r.largest_comfortable, expected_largest(r.comfortable_bytes, 84 * GiB, &lin, 1048576));
@@ -70,127 +69,127 @@ TEST(memplan_plan, verdicts_follow_the_headroom_policy)
     /* small memory: 1/16 of it is the reserve, as on a device */
     in.available_bytes = 10 * GiB;
     in.weights_bytes = 1 * GiB;
-    memplan_check(&in, &pol, 4096, &r);
+    ds4_memory_check(&in, &pol, 4096, &r);
     CHECK_EQ_INT(r.reserve_bytes, 10 * GiB / 16);
     CHECK_EQ_INT(r.usable_bytes, 10 * GiB - 10 * GiB / 16);
 }
 
-TEST(memplan_plan, largest_context_is_exact_at_the_boundary)
+TEST(memory_plan, largest_context_is_exact_at_the_boundary)
 {
-    memplan_linear lin = { .fixed = 123456789, .per_token = 7777 };
-    memplan_input in = linear_input(&lin, 3 * GiB, 0);
+    ds4_memory_linear lin = { .fixed = 123456789, .per_token = 7777 };
+    ds4_memory_input in = linear_input(&lin, 3 * GiB, 0);
     for (uint64_t budget = 3 * GiB + 200000000; budget < 3 * GiB + 2000000000; budget += 97654321) {
-        int n = memplan_largest_ctx(&in, budget, 16, 1048576, 1);
+        int n = ds4_memory_largest_ctx(&in, budget, 16, 1048576, 1);
         CHECK(n > 0);
-        CHECK(memplan_linear_bytes(&lin, n) + 3 * GiB <= budget);
-        CHECK(memplan_linear_bytes(&lin, n + 1) + 3 * GiB > budget);
-        int stepped = memplan_largest_ctx(&in, budget, 16, 1048576, 1024);
+        CHECK(ds4_memory_linear_bytes(&lin, n) + 3 * GiB <= budget);
+        CHECK(ds4_memory_linear_bytes(&lin, n + 1) + 3 * GiB > budget);
+        int stepped = ds4_memory_largest_ctx(&in, budget, 16, 1048576, 1024);
         CHECK_EQ_INT(stepped, n / 1024 * 1024);
     }
     /* nothing fits: 0; everything fits: the top */
-    CHECK_EQ_INT(memplan_largest_ctx(&in, 3 * GiB, 16, 1048576, 1024), 0);
-    CHECK_EQ_INT(memplan_largest_ctx(&in, 100 * GiB, 16, 65536, 1024), 65536);
+    CHECK_EQ_INT(ds4_memory_largest_ctx(&in, 3 * GiB, 16, 1048576, 1024), 0);
+    CHECK_EQ_INT(ds4_memory_largest_ctx(&in, 100 * GiB, 16, 65536, 1024), 65536);
 }
 
-TEST(memplan_plan, auto_picks_the_largest_comfortable_context)
+TEST(memory_plan, auto_picks_the_largest_comfortable_context)
 {
-    memplan_linear lin = { .fixed = 1 * GiB, .per_token = 50000 };
-    memplan_input in = linear_input(&lin, 20 * GiB, 32 * GiB);
-    memplan_policy pol = memplan_default_policy();
-    memplan_result r;
-    memplan_auto(&in, &pol, 0, &r);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_FITS);
+    ds4_memory_linear lin = { .fixed = 1 * GiB, .per_token = 50000 };
+    ds4_memory_input in = linear_input(&lin, 20 * GiB, 32 * GiB);
+    ds4_memory_policy pol = ds4_memory_default_policy();
+    ds4_memory_result r;
+    ds4_memory_auto(&in, &pol, 0, &r);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_FITS);
     CHECK_EQ_INT(r.n_ctx, expected_largest(r.comfortable_bytes, 20 * GiB, &lin, 1048576));
     CHECK_EQ_INT(r.n_ctx % 1024, 0);
     CHECK(r.need_bytes <= r.comfortable_bytes);
-    CHECK(memplan_linear_bytes(&lin, r.n_ctx + 1024) + 20 * GiB > r.comfortable_bytes);
+    CHECK(ds4_memory_linear_bytes(&lin, r.n_ctx + 1024) + 20 * GiB > r.comfortable_bytes);
 
     /* a cap (the default context) bounds it */
-    memplan_auto(&in, &pol, 32768, &r);
+    ds4_memory_auto(&in, &pol, 32768, &r);
     CHECK_EQ_INT(r.n_ctx, 32768);
 
     /* the model's own limit bounds it too */
     in.available_bytes = 4096 * GiB;
     in.max_ctx = 163840;
-    memplan_auto(&in, &pol, 0, &r);
+    ds4_memory_auto(&in, &pol, 0, &r);
     CHECK_EQ_INT(r.n_ctx, 163840);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_FITS);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_FITS);
 }
 
-TEST(memplan_plan, auto_falls_back_to_tight_then_refuses)
+TEST(memory_plan, auto_falls_back_to_tight_then_refuses)
 {
-    memplan_linear lin = { .fixed = 0, .per_token = 1 << 20 }; /* 1 MiB a token */
-    memplan_policy pol = memplan_default_policy();
-    memplan_result r;
+    ds4_memory_linear lin = { .fixed = 0, .per_token = 1 << 20 }; /* 1 MiB a token */
+    ds4_memory_policy pol = ds4_memory_default_policy();
+    ds4_memory_result r;
     /* usable = 40 − 1 = 39 GiB, comfortable 35.1 GiB; weights 33 GiB leave
      * 2.1 GiB comfortable (below 4096 tokens = 4 GiB) but 6 GiB usable */
-    memplan_input in = linear_input(&lin, 33 * GiB, 40 * GiB);
-    memplan_auto(&in, &pol, 0, &r);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_TIGHT);
+    ds4_memory_input in = linear_input(&lin, 33 * GiB, 40 * GiB);
+    ds4_memory_auto(&in, &pol, 0, &r);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_TIGHT);
     CHECK_EQ_INT(r.n_ctx, 6144);
     CHECK_EQ_INT(r.largest_comfortable, 0);
 
     /* plenty fits but nothing is comfortable: a modest context, not all of it */
-    memplan_input big = linear_input(&lin, 356 * GiB, 400 * GiB);
-    memplan_auto(&big, &pol, 0, &r); /* comfortable 359.1 GiB − 356 < 4096 MiB; fits up to 43 GiB */
-    CHECK_EQ_INT(r.verdict, MEMPLAN_TIGHT);
+    ds4_memory_input big = linear_input(&lin, 356 * GiB, 400 * GiB);
+    ds4_memory_auto(&big, &pol, 0, &r); /* comfortable 359.1 GiB − 356 < 4096 MiB; fits up to 43 GiB */
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_TIGHT);
     CHECK_EQ_INT(r.largest_fit, 44032);
     CHECK_EQ_INT(r.n_ctx, pol.tight_ctx);
 
     in.weights_bytes = 39 * GiB;
-    memplan_auto(&in, &pol, 0, &r);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
+    ds4_memory_auto(&in, &pol, 0, &r);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_TOO_BIG);
     CHECK_EQ_INT(r.n_ctx, 0);
     CHECK_EQ_INT(r.largest_fit, 0);
 }
 
-TEST(memplan_plan, beyond_the_model_limit_is_refused)
+TEST(memory_plan, beyond_the_model_limit_is_refused)
 {
-    memplan_linear lin = { .fixed = 0, .per_token = 1 };
-    memplan_input in = linear_input(&lin, 1 * GiB, 64 * GiB);
+    ds4_memory_linear lin = { .fixed = 0, .per_token = 1 };
+    ds4_memory_input in = linear_input(&lin, 1 * GiB, 64 * GiB);
     in.max_ctx = 65536;
-    memplan_policy pol = memplan_default_policy();
-    memplan_result r;
-    memplan_check(&in, &pol, 131072, &r);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
+    ds4_memory_policy pol = ds4_memory_default_policy();
+    ds4_memory_result r;
+    ds4_memory_check(&in, &pol, 131072, &r);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_TOO_BIG);
     char msg[1024];
-    memplan_explain(&r, &in, 131072, "memory", "MemAvailable", msg, sizeof msg);
+    ds4_memory_explain(&r, &in, 131072, "memory", "MemAvailable", msg, sizeof msg);
     CHECK_CONTAINS(msg, "--ctx 131072 is beyond the model's limit of 65536 tokens");
 }
 
-TEST(memplan_plan, messages_carry_the_numbers)
+TEST(memory_plan, messages_carry_the_numbers)
 {
-    memplan_linear lin = { .fixed = 2 * GiB, .per_token = 14000 };
-    memplan_input in = linear_input(&lin, 84 * GiB, 64 * GiB);
-    memplan_policy pol = memplan_default_policy();
-    memplan_result r;
+    ds4_memory_linear lin = { .fixed = 2 * GiB, .per_token = 14000 };
+    ds4_memory_input in = linear_input(&lin, 84 * GiB, 64 * GiB);
+    ds4_memory_policy pol = ds4_memory_default_policy();
+    ds4_memory_result r;
     char msg[1024];
 
     /* weights alone too big */
-    memplan_check(&in, &pol, 65536, &r);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
-    memplan_explain(&r, &in, 65536, "memory", "MemAvailable", msg, sizeof msg);
+    ds4_memory_check(&in, &pol, 65536, &r);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_TOO_BIG);
+    ds4_memory_explain(&r, &in, 65536, "memory", "MemAvailable", msg, sizeof msg);
     CHECK_CONTAINS(msg, "the weights alone need 84.0 GiB");
     CHECK_CONTAINS(msg, "usable 63.0 GiB: 64.0 GiB available (MemAvailable) minus 1.00 GiB kept free");
 
     /* context too big: the largest that fits is named */
     in.available_bytes = 100 * GiB;
-    memplan_check(&in, &pol, 1048576, &r);
-    memplan_explain(&r, &in, 1048576, "memory", "DS4CL_MEM_AVAILABLE", msg, sizeof msg);
+    ds4_memory_check(&in, &pol, 1048576, &r);
+    ds4_memory_explain(&r, &in, 1048576, "memory", "DS4CL_MEM_AVAILABLE", msg, sizeof msg);
     CHECK_CONTAINS(msg, "--ctx 1048576 does not fit in memory");
     CHECK_CONTAINS(msg, "weights 84.0 GiB + context");
     CHECK_CONTAINS(msg, test_printf("the largest context that fits is %d tokens", r.largest_fit));
     CHECK_CONTAINS(msg, test_printf("--ctx auto picks %d", r.largest_comfortable));
 
     /* tight: a warning that says what would be comfortable */
-    memplan_check(&in, &pol, 524288, &r);
-    memplan_explain(&r, &in, 524288, "memory", "MemAvailable", msg, sizeof msg);
+    ds4_memory_check(&in, &pol, 524288, &r);
+    ds4_memory_explain(&r, &in, 524288, "memory", "MemAvailable", msg, sizeof msg);
     CHECK_CONTAINS(msg, "--ctx 524288 leaves little memory: it needs");
     CHECK_CONTAINS(msg, test_printf("--ctx %d would be comfortable", r.largest_comfortable));
 
     /* auto: what it picked */
-    memplan_auto(&in, &pol, 0, &r);
-    memplan_explain(&r, &in, -1, "memory", "MemAvailable", msg, sizeof msg);
+    ds4_memory_auto(&in, &pol, 0, &r);
+    ds4_memory_explain(&r, &in, -1, "memory", "MemAvailable", msg, sizeof msg);
     CHECK_CONTAINS(msg, test_printf("--ctx auto: %d tokens, needing", r.n_ctx));
 }
 
@@ -210,7 +209,7 @@ static state_shape flash_shape(void)
     };
 }
 
-TEST(memplan_state, flash_counts_match_section_11_1)
+TEST(memory_state, flash_counts_match_section_11_1)
 {
     state_shape s = flash_shape();
     const uint64_t n = 100003;
@@ -230,7 +229,7 @@ TEST(memplan_state, flash_counts_match_section_11_1)
     CHECK(b.state > 6 * GiB && b.state < 8 * GiB);
 }
 
-TEST(memplan_state, any_shape_from_its_hyper_parameters)
+TEST(memory_state, any_shape_from_its_hyper_parameters)
 {
     int ratios[4] = { 0, 4, 16, 4 };
     state_shape s = {
@@ -247,7 +246,7 @@ TEST(memplan_state, any_shape_from_its_hyper_parameters)
     CHECK_EQ_INT(b.logits_tokens, 1000 * 4 + 1000 * 4);
 }
 
-TEST(memplan_state, scratch_counts_one_prefill_chunk)
+TEST(memory_state, scratch_counts_one_prefill_chunk)
 {
     state_shape s = flash_shape();
     s.prefill_chunk = 2048;
@@ -281,41 +280,41 @@ static uint64_t shape_bytes(void *ud, int n_ctx)
     return state_size_total(ud, n_ctx);
 }
 
-TEST(memplan_state, planner_over_the_formula)
+TEST(memory_state, planner_over_the_formula)
 {
     state_shape s = flash_shape();
-    memplan_input in = {
+    ds4_memory_input in = {
         .weights_bytes = 86586540032ull, /* the q2 file */
         .ctx_bytes = shape_bytes,
         .ctx_ud = &s,
         .available_bytes = 96 * GiB,
         .max_ctx = 1048576,
     };
-    memplan_policy pol = memplan_default_policy();
-    memplan_result r;
-    memplan_auto(&in, &pol, 0, &r);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_FITS);
+    ds4_memory_policy pol = ds4_memory_default_policy();
+    ds4_memory_result r;
+    ds4_memory_auto(&in, &pol, 0, &r);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_FITS);
     CHECK(r.need_bytes <= r.comfortable_bytes);
     if (r.n_ctx < 1048576) CHECK(shape_bytes(&s, r.n_ctx + 1024) + in.weights_bytes > r.comfortable_bytes);
     in.available_bytes = 64 * GiB;
-    memplan_check(&in, &pol, 32768, &r);
-    CHECK_EQ_INT(r.verdict, MEMPLAN_TOO_BIG);
+    ds4_memory_check(&in, &pol, 32768, &r);
+    CHECK_EQ_INT(r.verdict, DS4_MEMORY_TOO_BIG);
     CHECK_EQ_INT(r.largest_fit, 0);
 }
 
 /* ---- detection -------------------------------------------------------------- */
 
-TEST(memplan_detect, meminfo)
+TEST(memory_detect, meminfo)
 {
     const char *text = "MemTotal:       32768000 kB\nMemFree:         1000000 kB\n"
                        "MemAvailable:   24224892 kB\nBuffers:           12 kB\n";
     uint64_t v;
-    CHECK_EQ_INT(memplan_parse_meminfo(text, "MemAvailable", &v), 0);
+    CHECK_EQ_INT(ds4_memory_parse_meminfo(text, "MemAvailable", &v), 0);
     CHECK_EQ_INT(v, 24224892ull * 1024);
-    CHECK_EQ_INT(memplan_parse_meminfo(text, "MemTotal", &v), 0);
+    CHECK_EQ_INT(ds4_memory_parse_meminfo(text, "MemTotal", &v), 0);
     CHECK_EQ_INT(v, 32768000ull * 1024);
-    CHECK_EQ_INT(memplan_parse_meminfo(text, "SwapFree", &v), -1);
-    CHECK_EQ_INT(memplan_parse_meminfo(text, "Mem", &v), -1);
+    CHECK_EQ_INT(ds4_memory_parse_meminfo(text, "SwapFree", &v), -1);
+    CHECK_EQ_INT(ds4_memory_parse_meminfo(text, "Mem", &v), -1);
 }
 
 static void put(const char *rel, const char *text)
@@ -328,7 +327,7 @@ static void put(const char *rel, const char *text)
     test_write_file(p, text, strlen(text));
 }
 
-TEST(memplan_detect, cgroup_v2_takes_the_tightest_level)
+TEST(memory_detect, cgroup_v2_takes_the_tightest_level)
 {
     put("cg/a/b/memory.max", "8589934592\n");           /* 8 GiB */
     put("cg/a/b/memory.current", "3221225472\n");       /* 3 GiB */
@@ -336,18 +335,18 @@ TEST(memplan_detect, cgroup_v2_takes_the_tightest_level)
     put("cg/a/memory.max", "max\n");
     put("cg/a/memory.current", "9999999999\n");
     uint64_t v;
-    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), "0::/a/b\n", &v), 0);
+    CHECK_EQ_INT(ds4_memory_cgroup_available(test_tmp_path("cg"), "0::/a/b\n", &v), 0);
     CHECK_EQ_INT(v, 6 * GiB); /* 8 − (3 − 1 reclaimable) */
     /* a tighter parent wins */
     put("cg/a/memory.max", "5368709120\n"); /* 5 GiB */
     put("cg/a/memory.current", "4294967296\n"); /* 4 GiB */
-    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), "0::/a/b\n", &v), 0);
+    CHECK_EQ_INT(ds4_memory_cgroup_available(test_tmp_path("cg"), "0::/a/b\n", &v), 0);
     CHECK_EQ_INT(v, 1 * GiB);
     /* no limit anywhere */
-    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), "0::/elsewhere\n", &v), -1);
+    CHECK_EQ_INT(ds4_memory_cgroup_available(test_tmp_path("cg"), "0::/elsewhere\n", &v), -1);
 }
 
-TEST(memplan_detect, cgroup_v1_memory_controller)
+TEST(memory_detect, cgroup_v1_memory_controller)
 {
     put("cg/memory/x/memory.limit_in_bytes", "4294967296\n");
     put("cg/memory/x/memory.usage_in_bytes", "1073741824\n");
@@ -355,51 +354,45 @@ TEST(memplan_detect, cgroup_v1_memory_controller)
     put("cg/memory/memory.usage_in_bytes", "1\n");
     uint64_t v;
     const char *proc = "9:name=systemd:/\n4:memory:/x\n0::/\n";
-    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), proc, &v), 0);
+    CHECK_EQ_INT(ds4_memory_cgroup_available(test_tmp_path("cg"), proc, &v), 0);
     CHECK_EQ_INT(v, 3 * GiB);
-    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), "4:cpu,memory:/x\n", &v), 0);
+    CHECK_EQ_INT(ds4_memory_cgroup_available(test_tmp_path("cg"), "4:cpu,memory:/x\n", &v), 0);
     CHECK_EQ_INT(v, 3 * GiB);
-    CHECK_EQ_INT(memplan_cgroup_available(test_tmp_path("cg"), "4:memory:/\n", &v), -1);
+    CHECK_EQ_INT(ds4_memory_cgroup_available(test_tmp_path("cg"), "4:memory:/\n", &v), -1);
 }
 
-TEST(memplan_detect, overrides_from_the_environment)
+TEST(memory_detect, overrides_from_the_environment)
 {
     uint64_t v;
     char src[64];
     setenv("DS4CL_MEM_AVAILABLE", "48G", 1);
-    CHECK_EQ_INT(memplan_host_available(&v, src, sizeof src), 0);
+    CHECK_EQ_INT(ds4_memory_host_available(&v, src, sizeof src), 0);
     CHECK_EQ_INT(v, 48 * GiB);
     CHECK_STR_EQ(src, "DS4CL_MEM_AVAILABLE");
     unsetenv("DS4CL_MEM_AVAILABLE");
-    CHECK_EQ_INT(memplan_host_available(&v, src, sizeof src), 0);
+    CHECK_EQ_INT(ds4_memory_host_available(&v, src, sizeof src), 0);
     CHECK(v > 0);
     CHECK(!strcmp(src, "MemAvailable") || !strcmp(src, "cgroup memory limit"));
     setenv("DS4CL_DEVICE_MEM", "80000000000", 1);
-    CHECK_EQ_INT(memplan_device_memory_override(), 80000000000ull);
+    CHECK_EQ_INT(ds4_memory_device_override(), 80000000000ull);
     unsetenv("DS4CL_DEVICE_MEM");
-    CHECK_EQ_INT(memplan_device_memory_override(), 0);
+    CHECK_EQ_INT(ds4_memory_device_override(), 0);
 }
 
 /* ---- before loading ------------------------------------------------------------ */
 
-static int precheck_capturing(const char *path, ds4_backend b, char **err_text)
+static ds4_error precheck_err;
+
+/* The precheck's verdict, and its refusal's text ("" when none). */
+static int precheck_text(const char *path, ds4_backend b, char **err_text)
 {
-    const char *cap = test_tmp_path("stderr.txt");
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(cap, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CHECK(saved >= 0 && fd >= 0);
-    dup2(fd, 2);
-    close(fd);
-    int rc = memplan_precheck_file(path, b);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    *err_text = test_read_file(cap, NULL);
+    precheck_err.msg[0] = 0;
+    int rc = ds4_memory_precheck_file(path, b, &precheck_err);
+    *err_text = precheck_err.msg;
     return rc;
 }
 
-TEST(memplan_plan, weights_that_cannot_fit_are_refused_before_loading)
+TEST(memory_plan, weights_that_cannot_fit_are_refused_before_loading)
 {
     /* a sparse 20 GiB "model" */
     const char *model = test_tmp_path("big.gguf");
@@ -409,24 +402,24 @@ TEST(memplan_plan, weights_that_cannot_fit_are_refused_before_loading)
     close(fd);
     char *msg;
     setenv("DS4CL_MEM_AVAILABLE", "16G", 1);
-    CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_CPU, &msg), -1);
+    CHECK_EQ_INT(precheck_text(model, DS4_BACKEND_CPU, &msg), -1);
     CHECK_CONTAINS(msg, "its weights need 20.0 GiB, 15.0 GiB is usable");
     CHECK_CONTAINS(msg, "DS4CL_MEM_AVAILABLE");
     setenv("DS4CL_MEM_AVAILABLE", "64G", 1);
-    CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_CPU, &msg), 0);
+    CHECK_EQ_INT(precheck_text(model, DS4_BACKEND_CPU, &msg), 0);
     CHECK_STR_EQ(msg, "");
     /* OpenCL maps the weights into host memory too: the device's size does
      * not matter here */
     setenv("DS4CL_DEVICE_MEM", "8G", 1);
-    CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_OPENCL, &msg), 0);
+    CHECK_EQ_INT(precheck_text(model, DS4_BACKEND_OPENCL, &msg), 0);
     setenv("DS4CL_MEM_AVAILABLE", "16G", 1);
-    CHECK_EQ_INT(precheck_capturing(model, DS4_BACKEND_OPENCL, &msg), -1);
+    CHECK_EQ_INT(precheck_text(model, DS4_BACKEND_OPENCL, &msg), -1);
     CHECK_CONTAINS(msg, "does not fit in memory");
 }
 
 /* ---- a real engine, when this build has one ------------------------------------ */
 
-TEST(memplan_plan, session_context_on_a_real_engine)
+TEST(memory_plan, session_context_on_a_real_engine)
 {
     const char *model = test_golden_path("A/model.gguf");
     if (!model) SKIP("golden model absent");
@@ -440,14 +433,14 @@ TEST(memplan_plan, session_context_on_a_real_engine)
     CHECK(s2 >= s1);
     int n = 0;
     setenv("DS4CL_MEM_AVAILABLE", "1T", 1);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, 0, &n, &err), 0);
+    CHECK_EQ_INT(ds4_memory_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, 0, &n, NULL, 0, &err), 0);
     CHECK_EQ_INT(n, 256);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, -1, 0, 0, &n, &err), 0);
+    CHECK_EQ_INT(ds4_memory_session_ctx(e, DS4_BACKEND_CPU, NULL, -1, 0, 0, &n, NULL, 0, &err), 0);
     CHECK(n >= 256);
     if (info.n_ctx_train > 0) CHECK(n <= info.n_ctx_train);
     /* no memory at all: refused */
     setenv("DS4CL_MEM_AVAILABLE", "1", 1);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, 0, &n, &err), -1);
+    CHECK_EQ_INT(ds4_memory_session_ctx(e, DS4_BACKEND_CPU, NULL, 256, 0, 0, &n, NULL, 0, &err), -1);
     unsetenv("DS4CL_MEM_AVAILABLE");
     /* device memory that holds the session but not the weights beside it is
      * refused: the OpenCL backend copies every tensor to a discrete device */
@@ -455,10 +448,10 @@ TEST(memplan_plan, session_context_on_a_real_engine)
     char mem[64];
     snprintf(mem, sizeof mem, "%llu", (unsigned long long)(s1 + info.weights_bytes / 2));
     setenv("DS4CL_DEVICE_MEM", mem, 1);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, 0, &n, &err), -1);
+    CHECK_EQ_INT(ds4_memory_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, 0, &n, NULL, 0, &err), -1);
     snprintf(mem, sizeof mem, "%llu", (unsigned long long)(4 * (info.weights_bytes + s2) + (1ull << 30)));
     setenv("DS4CL_DEVICE_MEM", mem, 1);
-    CHECK_EQ_INT(memplan_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, 0, &n, &err), 0);
+    CHECK_EQ_INT(ds4_memory_session_ctx(e, DS4_BACKEND_OPENCL, NULL, 256, 0, 0, &n, NULL, 0, &err), 0);
     unsetenv("DS4CL_DEVICE_MEM");
     ds4_engine_close(e);
 }
@@ -482,7 +475,7 @@ static ds4_engine *open_capturing(const ds4cl_options *o, int *n_ctx, char **err
     return e;
 }
 
-TEST(memplan_open, no_model_explains_how_to_get_one)
+TEST(memory_open, no_model_explains_how_to_get_one)
 {
     setenv("XDG_DATA_HOME", test_tmp_path("xdg"), 1);
     ds4cl_options o;
@@ -493,7 +486,7 @@ TEST(memplan_open, no_model_explains_how_to_get_one)
     CHECK_CONTAINS(msg, "ds4cl download q2-imatrix");
 }
 
-TEST(memplan_open, weights_too_big_are_refused_before_loading)
+TEST(memory_open, weights_too_big_are_refused_before_loading)
 {
     const char *model = test_tmp_path("big.gguf");
     int fd = open(model, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -511,7 +504,7 @@ TEST(memplan_open, weights_too_big_are_refused_before_loading)
     CHECK(strstr(msg, "loaded") == NULL);
 }
 
-TEST(memplan_open, golden_model_loads_with_an_auto_context)
+TEST(memory_open, golden_model_loads_with_an_auto_context)
 {
     const char *model = test_golden_path("A/model.gguf");
     if (!model) SKIP("golden model absent");
@@ -543,23 +536,23 @@ TEST(memplan_open, golden_model_loads_with_an_auto_context)
     CHECK(strstr(msg, "loaded") == NULL);
 }
 
-TEST(memplan_detect, opencl_device_selection)
+TEST(memory_detect, opencl_device_selection)
 {
     unsetenv("DS4CL_DEVICE");
-    memplan_device d, again;
-    if (memplan_opencl_device(NULL, &d) != 0) SKIP("no OpenCL device");
+    ds4_memory_device d, again;
+    if (ds4_memory_opencl_device(NULL, &d) != 0) SKIP("no OpenCL device");
     CHECK(d.name[0] != 0);
     CHECK(d.global_mem > 0);
     /* the same device by index (the default is a GPU or device 0) and by name */
     char part[8];
     snprintf(part, sizeof part, "%.5s", d.name);
-    CHECK_EQ_INT(memplan_opencl_device(part, &again), 0);
+    CHECK_EQ_INT(ds4_memory_opencl_device(part, &again), 0);
     CHECK(strncasecmp(again.name, part, strlen(part)) == 0 || strcasestr(again.name, part) != NULL);
-    CHECK_EQ_INT(memplan_opencl_device("no-such-device-xyz", &again), -1);
-    CHECK_EQ_INT(memplan_opencl_device("999", &again), -1);
+    CHECK_EQ_INT(ds4_memory_opencl_device("no-such-device-xyz", &again), -1);
+    CHECK_EQ_INT(ds4_memory_opencl_device("999", &again), -1);
     setenv("DS4CL_DEVICE", "no-such-device-xyz", 1);
-    CHECK_EQ_INT(memplan_opencl_device(NULL, &again), -1);
+    CHECK_EQ_INT(ds4_memory_opencl_device(NULL, &again), -1);
     unsetenv("DS4CL_DEVICE");
-    CHECK_EQ_INT(memplan_opencl_device("0", &again), 0);
+    CHECK_EQ_INT(ds4_memory_opencl_device("0", &again), 0);
     CHECK(again.global_mem > 0);
 }
