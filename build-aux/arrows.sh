@@ -15,9 +15,7 @@ cd "${ARROWS_ROOT:-$(dirname "$0")/..}"
 # arrows that are still there, each to go with the change that moves its
 # code — the backend registry naming each backend's table (engine.o), the
 # MPI join as an engine hook (model_open, main_ds4cl), the UTF-8 helpers
-# out of engine/unicode.h, the expert cache's set-up and its popularity
-# file behind engine/ds4.h (cmd_model_info, expert_setup). Nothing else
-# may be added.
+# out of engine/unicode.h. Nothing else may be added.
 known='
 engine/engine.o ds4_backend_cpu
 engine/engine.o ds4_backend_opencl
@@ -28,10 +26,6 @@ cli/main_mkmodel.c engine/npm_vocab.h
 cli/cmd_prompt.c engine/unicode.h
 serve/worker.c engine/unicode.h
 dsml/dsml.c engine/unicode.h
-cli/cmd_model_info.c engine/expert_warm.h
-cli/expert_setup.c engine/gguf.h
-cli/expert_setup.c engine/model.h
-cli/expert_setup.h engine/stream_plan.h
 '
 
 out=$(mktemp "${TMPDIR:-/tmp}/arrows.XXXXXX")

@@ -14,7 +14,6 @@
 #include "cli/commands.h"
 #include "cli/expert_setup.h"
 #include "cli/model_path.h"
-#include "engine/expert_warm.h"
 
 #define DEFAULT_INFO_CTX 32768
 
@@ -180,9 +179,9 @@ static void print_opencl(const opencl_plan *p, const ds4_engine *e, uint64_t wei
  * then costs in reads from the file. */
 static void print_streaming(const ds4cl_options *o, const char *path, uint64_t identity, int n_layer, int n_expert)
 {
-    expert_setup_result xs;
+    ds4_expert_setup xs;
     bool ok = expert_setup(o, path, 0, true, &xs) == 0;
-    const stream_shape *sh = &xs.shape;
+    const ds4_expert_shape *sh = &xs.shape;
     if (!ok) {
         printf("\nrouted experts  no expert cache fits (the numbers are above)\n");
         return;
@@ -203,15 +202,15 @@ static void print_streaming(const ds4cl_options *o, const char *path, uint64_t i
     printf("; a token reads %d per layer: ", sh->min_slots);
     print_bytes(sh->token_bytes);
     printf("\n");
-    double rates[] = { stream_uniform_hit_rate(sh, xs.plan.slots), 0.8, 0 };
+    double rates[] = { ds4_expert_uniform_hit_rate(sh, xs.plan.slots), 0.8, 0 };
     const char *what[] = { "uniform routing", "skewed routing", "the routing of earlier runs" };
     char stats[4096];
     int n_rates = 2;
     if (expert_stats_path(path, stats, sizeof stats) &&
-        expert_warm_hit_rate(stats, identity, n_layer, n_expert, xs.plan.slots, &rates[2]) == 0)
+        ds4_expert_stats_hit_rate(stats, identity, n_layer, n_expert, xs.plan.slots, &rates[2]) == 0)
         n_rates = 3;
     for (int i = 0; i < n_rates; i++) {
-        uint64_t b = stream_disk_bytes(sh, rates[i]);
+        uint64_t b = ds4_expert_disk_bytes(sh, rates[i]);
         printf("  hit rate %.2f     (%s) ", rates[i], what[i]);
         print_bytes(b);
         printf(" from disk per token");
@@ -250,7 +249,7 @@ int cmd_model_info(const ds4cl_options *o)
     if (o->ctx == -1) {
         /* the CPU backend plans the context beside the expert cache it
          * would stream through, not beside every expert */
-        expert_setup_result xs;
+        ds4_expert_setup xs;
         memset(&xs, 0, sizeof xs);
         if (!cl && expert_setup(o, path, 0, true, &xs) != 0) return EXIT_ERROR;
         e = open_plan(o, path, 0, xs.plan.cache_bytes);

@@ -1,5 +1,5 @@
-/* expert_setup.c — the expert cache decision before loading (see
- * expert_setup.h). */
+/* expert_setup.c — the expert cache's setting, the engine's plan for it,
+ * and what is said about it (see expert_setup.h). */
 #include "cli/expert_setup.h"
 
 #include <stdio.h>
@@ -7,8 +7,6 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
 
 /* The setting in force: the option, else the environment, else "auto". */
 static const char *setting(const ds4cl_options *o)
@@ -30,59 +28,22 @@ int expert_setup_precheck(const char *path, ds4_backend backend)
     return -1;
 }
 
-/* The model's shape and the bytes of a session of n_ctx tokens, from an
- * engine opened to plan only (nothing is read but the header). */
-static int measure(const ds4cl_options *o, const char *path, int least, int want, expert_setup_result *out)
-{
-    ds4_error err = { "" };
-    gguf_file *f = gguf_open(path, &err);
-    ds4_model *m = f ? model_bind(f, &err) : NULL;
-    if (m) stream_shape_of(m, &out->shape);
-    model_free(m);
-    gguf_close(f);
-    if (!m) return -1; /* the loader reports the file's problem */
-    ds4_engine_options eo = { .model_path = path, .backend = o->backend, .threads = o->threads,
-                              .quant_sim = o->quant_sim, .plan_only = true };
-    ds4_engine *e = ds4_engine_open(&eo, &err);
-    if (!e) return -1;
-    out->session = ds4_session_bytes_estimate(e, least);
-    out->session_want = ds4_session_bytes_estimate(e, want);
-    ds4_engine_close(e);
-    return 0;
-}
-
-int expert_setup(const ds4cl_options *o, const char *path, int least_ctx, bool quiet, expert_setup_result *out)
+int expert_setup(const ds4cl_options *o, const char *path, int least_ctx, bool quiet, ds4_expert_setup *out)
 {
     memset(out, 0, sizeof *out);
     if (o->backend != DS4_BACKEND_CPU) return 0;
     const char *set = setting(o);
     if (!strcmp(set, "off")) return expert_setup_precheck(path, o->backend);
-    uint64_t want = 0;
-    bool force = strcmp(set, "auto") != 0;
-    if (force) num_parse_size(set, &want, NULL);
-    ds4_memory_policy pol = ds4_memory_default_policy();
+    ds4_expert_setup_request rq = { .model_path = path, .backend = o->backend, .threads = o->threads,
+                                    .quant_sim = o->quant_sim };
+    if (strcmp(set, "auto") != 0) num_parse_size(set, &rq.budget, NULL);
     /* the smallest session decides a refusal; the wanted one the budget */
-    int n_ctx = o->ctx > 0 ? o->ctx : pol.min_ctx, want_ctx = o->ctx > 0 ? o->ctx : least_ctx > n_ctx ? least_ctx : n_ctx;
-    uint64_t avail = 0;
-    bool known = ds4_memory_host_available(&avail, out->source, sizeof out->source) == 0;
-    if (!known && !force) return 0; /* nothing to plan with: the mapping, as without a cache */
-    /* a file that does not bind: the size check of old (the loader then
-     * reports what is wrong with it) */
-    if (measure(o, path, n_ctx, want_ctx, out) != 0) return expert_setup_precheck(path, o->backend);
-    if (known) {
-        ds4_memory_input in = { .available_bytes = avail };
-        ds4_memory_result r;
-        ds4_memory_check(&in, &pol, 0, &r);
-        out->usable = r.usable_bytes;
-    } else {
-        out->usable = UINT64_MAX / 4;
-    }
-    if (stream_plan_make(&out->shape, out->usable, out->session, out->session_want, want, force, &out->plan) != 0) {
-        char a[32];
-        fprintf(stderr, "ds4cl: the model does not fit in memory: %s\n  (%s available per %s, for a context of %d "
-                        "tokens).\nFree some memory, or use a smaller model (DS4CL_MEM_AVAILABLE=BYTES overrides "
-                        "the detected memory).\n",
-                out->plan.refusal, format_bytes(a, sizeof a, avail), out->source, n_ctx);
+    int min_ctx = ds4_memory_default_policy().min_ctx;
+    rq.least_ctx = o->ctx > 0 ? o->ctx : min_ctx;
+    rq.want_ctx = o->ctx > 0 ? o->ctx : least_ctx > rq.least_ctx ? least_ctx : rq.least_ctx;
+    ds4_error err = { "" };
+    if (ds4_expert_setup_plan(&rq, out, &err) != 0) {
+        fprintf(stderr, "ds4cl: %s\n", err.msg);
         return -1;
     }
     if (out->plan.streaming && !quiet) {

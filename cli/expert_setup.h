@@ -1,15 +1,13 @@
-/* expert_setup.h — whether the CPU backend reads the routed experts from
- * the model file through an expert cache, and with what budget, decided
- * before the weights are read (engine/stream_plan.h does the arithmetic).
+/* expert_setup.h — the front end of the expert cache's set-up before
+ * loading: which setting is in force and what is said about it; the
+ * decision itself is the engine's (engine/ds4.h, ds4_expert_setup_plan).
  *
  * --expert-cache SIZE|auto|off, else $DS4CL_EXPERT_CACHE, else auto:
  * SIZE streams through a cache of SIZE whatever the memory; auto streams
- * when the file and the smallest session do not fit in the usable memory
- * (ds4_memory_host_available: detected or $DS4CL_MEM_AVAILABLE, less
- * its reserve), with a
- * budget of STREAM_CACHE_SHARE of what the non-routed weights leave; off
- * never streams and keeps the plain refusal of a file that does not fit.
- * Other backends: never (OpenCL keeps its own placement).
+ * when the file and the smallest session do not fit in the usable memory;
+ * off never streams and keeps the plain refusal of a file that does not
+ * fit (ds4_memory_precheck_file). Other backends: never (OpenCL keeps its
+ * own placement).
  */
 #ifndef DS4CL_EXPERT_SETUP_H
 #define DS4CL_EXPERT_SETUP_H
@@ -19,23 +17,14 @@
 #include <stdint.h>
 
 #include "cli/options.h"
-#include "engine/stream_plan.h"
-
-typedef struct {
-    stream_shape shape;
-    stream_plan plan;
-    uint64_t usable;   /* the memory planned with (0: unknown) */
-    uint64_t session;  /* the smallest session planned for */
-    uint64_t session_want; /* the session of the context wanted */
-    char source[160];  /* where the memory figure came from */
-} expert_setup_result;
+#include "engine/ds4.h"
 
 /* 0 with out->plan (streaming or not), or -1 after printing why nothing
  * fits. A session of --ctx N, else of the planner's smallest context,
  * must fit beside the cache; want_ctx: the context the automatic budget
  * leaves room for where it can (0: the smallest). quiet: no line about
  * the cache. A file that cannot be read is left to the loader. */
-int expert_setup(const ds4cl_options *o, const char *path, int want_ctx, bool quiet, expert_setup_result *out);
+int expert_setup(const ds4cl_options *o, const char *path, int want_ctx, bool quiet, ds4_expert_setup *out);
 
 /* Before loading without an expert cache: ds4_memory_precheck_file, its
  * refusal printed on stderr. 0, or -1 when the weights cannot fit. */

@@ -129,7 +129,7 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     /* the steps that print more than a line say what and where to look */
     if (why) ds4_error_set(why, "the model could not be opened (the reason is on stderr)");
     bool scripted = o->backend == DS4_BACKEND_SCRIPT;
-    expert_setup_result xs;
+    ds4_expert_setup xs;
     memset(&xs, 0, sizeof xs);
     char buf[PATH_MAX];
     const char *path = o->model_path;

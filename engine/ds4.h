@@ -6,8 +6,8 @@
  * engine/backend.h and engine/ops.h, and tests and bench/ may look inside.
  * build-aux/arrows.sh checks this on every `make test` and lists the few
  * includes that still break it. Here: open a DS4 GGUF on a backend (or
- * only plan its placement), plan memory (the context that fits),
- * describe the file, list the backends' devices,
+ * only plan its placement), plan memory (the context that fits, the
+ * expert cache), describe the file, list the backends' devices,
  * read device lists and shares the one way, tokenize and render chat
  * transcripts, keep a session whose KV state equals a token prefix, read
  * logits, sample, and save/restore session snapshots. No tensor, quant
@@ -465,6 +465,79 @@ int ds4_memory_precheck_file(const char *model_path, ds4_backend backend, ds4_er
  * else -1. */
 int ds4_memory_session_ctx(const ds4_engine *e, ds4_backend backend, const char *device, int requested,
                            int default_ctx, int least, int *n_ctx, char *why, size_t whylen, ds4_error *err);
+
+/* ---- the expert cache's set-up (engine/expert_setup.c) ------------------- */
+
+/* Whether the CPU backend reads the routed experts from the model file
+ * through an expert cache (ds4_engine_options.expert_cache), and with what
+ * budget, decided before the weights are read: a budget asked for streams
+ * through a cache of that size whatever the memory; the automatic choice
+ * streams when the file and the smallest session do not fit in the usable
+ * host memory (ds4_memory_host_available less its reserve), with a budget
+ * of a share of what the non-routed weights leave. Other backends never
+ * stream (OpenCL keeps its own placement). */
+
+/* A model's routed experts as the cache sees them. */
+typedef struct {
+    uint64_t weights_bytes;  /* tensor bytes of the file */
+    uint64_t expert_bytes;   /* the routed experts among them */
+    uint64_t resident_bytes; /* the rest: kept in memory */
+    uint64_t slot_bytes;     /* one cache slot */
+    uint64_t n_experts;      /* layers × routed experts */
+    int min_slots;           /* experts per token (a layer's request) */
+    uint64_t token_bytes;    /* routed expert bytes one decoded token reads */
+} ds4_expert_shape;
+
+typedef struct {
+    bool streaming;         /* the experts go through a cache */
+    uint64_t cache_bytes;   /* its budget (whole slots) */
+    uint64_t slots;
+    char refusal[512];      /* why no plan works, in numbers; "" otherwise */
+} ds4_expert_plan;
+
+typedef struct {
+    const char *model_path;
+    ds4_backend backend;
+    int threads;
+    ds4_quant_sim quant_sim;
+    int least_ctx;   /* the context a session must hold beside the cache */
+    int want_ctx;    /* the context the automatic budget leaves room for where it can */
+    uint64_t budget; /* a cache of this many bytes asked for; 0: automatic */
+} ds4_expert_setup_request;
+
+typedef struct {
+    ds4_expert_shape shape;
+    ds4_expert_plan plan;
+    uint64_t available;    /* the host memory detected (0: unknown) */
+    uint64_t usable;       /* the memory planned with (0: unknown, nothing planned;
+                              unbounded when unknown and a budget was asked for) */
+    uint64_t session;      /* a session of least_ctx tokens */
+    uint64_t session_want; /* a session of want_ctx tokens */
+    char source[160];      /* where the memory figure came from */
+} ds4_expert_setup;
+
+/* Plans rq on an engine opened to plan only (nothing is read of the file
+ * but its header): 0 with out->plan (streaming or not; not when the memory
+ * is unknown and no budget was asked for), or -1 with the refusal in err,
+ * in numbers: no expert cache fits beside the other weights and the
+ * session, or (a file that does not bind, whose problem the loader then
+ * reports) the weights do not fit at all (ds4_memory_precheck_file). */
+int ds4_expert_setup_plan(const ds4_expert_setup_request *rq, ds4_expert_setup *out, ds4_error *err);
+
+/* Bytes read from the file per decoded token at a cache hit rate. */
+uint64_t ds4_expert_disk_bytes(const ds4_expert_shape *s, double hit_rate);
+
+/* The hit rate of a cache of `slots` under uniform routing (the worst
+ * case): the share of the experts it holds. */
+double ds4_expert_uniform_hit_rate(const ds4_expert_shape *s, uint64_t slots);
+
+/* The hit rate a cache of `slots` experts would have had on the routing
+ * the popularity file at path recorded (ds4_engine_options.expert_stats):
+ * the share of the requests that went to its `slots` most popular
+ * experts. 0 with *rate, or -1 when the file is absent or not this
+ * model's (identity, n_layer, n_expert). */
+int ds4_expert_stats_hit_rate(const char *path, uint64_t identity, int n_layer, int n_expert, uint64_t slots,
+                              double *rate);
 
 /* ---- tokenizer --------------------------------------------------------- */
 

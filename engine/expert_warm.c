@@ -68,7 +68,8 @@ static int cmp_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int expert_warm_hit_rate(const char *path, uint64_t identity, int n_layer, int n_expert, uint64_t slots, double *rate)
+int ds4_expert_stats_hit_rate(const char *path, uint64_t identity, int n_layer, int n_expert, uint64_t slots,
+                              double *rate)
 {
     size_t cells = (size_t)n_layer * (size_t)n_expert;
     uint32_t *pop = cells ? malloc(cells * sizeof *pop) : NULL;

@@ -22,10 +22,6 @@ int expert_warm_save(expert_cache *c, uint64_t identity, const char *path, ds4_e
  * model's (nothing changed). */
 int expert_warm_load(expert_cache *c, uint64_t identity, const char *path);
 
-/* The hit rate a cache of `slots` experts would have had on the routing
- * the file recorded: the share of the requests that went to its `slots`
- * most popular experts. 0 with *rate, or -1 when the file is absent or
- * not this model's (identity, n_layer, n_expert). */
-int expert_warm_hit_rate(const char *path, uint64_t identity, int n_layer, int n_expert, uint64_t slots, double *rate);
+/* ds4_expert_stats_hit_rate (engine/ds4.h) reads such a file too. */
 
 #endif

@@ -7,7 +7,7 @@
 #include "base/base.h"
 #include "engine/expert_cache.h"
 
-void stream_shape_of(const ds4_model *m, stream_shape *out)
+void stream_shape_of(const ds4_model *m, ds4_expert_shape *out)
 {
     memset(out, 0, sizeof *out);
     const ds4_hparams *hp = &m->hp;
@@ -20,8 +20,8 @@ void stream_shape_of(const ds4_model *m, stream_shape *out)
     out->token_bytes = hp->n_expert ? out->expert_bytes / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used : 0;
 }
 
-int stream_plan_make(const stream_shape *s, uint64_t usable, uint64_t session, uint64_t session_want, uint64_t want,
-                     bool force, stream_plan *out)
+int stream_plan_make(const ds4_expert_shape *s, uint64_t usable, uint64_t session, uint64_t session_want, uint64_t want,
+                     bool force, ds4_expert_plan *out)
 {
     memset(out, 0, sizeof *out);
     if (session_want < session) session_want = session;
@@ -58,14 +58,14 @@ int stream_plan_make(const stream_shape *s, uint64_t usable, uint64_t session, u
     return 0;
 }
 
-uint64_t stream_disk_bytes(const stream_shape *s, double hit_rate)
+uint64_t ds4_expert_disk_bytes(const ds4_expert_shape *s, double hit_rate)
 {
     if (hit_rate < 0) hit_rate = 0;
     if (hit_rate > 1) hit_rate = 1;
     return (uint64_t)((double)s->token_bytes * (1.0 - hit_rate) + 0.5);
 }
 
-double stream_uniform_hit_rate(const stream_shape *s, uint64_t slots)
+double ds4_expert_uniform_hit_rate(const ds4_expert_shape *s, uint64_t slots)
 {
     return s->n_experts ? (double)(slots < s->n_experts ? slots : s->n_experts) / (double)s->n_experts : 1.0;
 }

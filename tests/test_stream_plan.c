@@ -13,10 +13,10 @@
 
 #define MiB (1024ull * 1024ull)
 
-static stream_shape flash_like(void)
+static ds4_expert_shape flash_like(void)
 {
     /* Flash's q2 file in round numbers: 43 layers × 256 experts of 6.75 MiB */
-    stream_shape s = { 0 };
+    ds4_expert_shape s = { 0 };
     s.slot_bytes = 7 * MiB;
     s.n_experts = 43 * 256;
     s.expert_bytes = s.n_experts * (uint64_t)(6.75 * MiB);
@@ -29,8 +29,8 @@ static stream_shape flash_like(void)
 
 TEST(stream_plan, a_file_that_fits_is_mapped_and_one_that_does_not_streams)
 {
-    stream_shape s = flash_like();
-    stream_plan p;
+    ds4_expert_shape s = flash_like();
+    ds4_expert_plan p;
     uint64_t session = 2048 * MiB;
     CHECK_EQ_INT(stream_plan_make(&s, s.weights_bytes + session, session, session, 0, false, &p), 0);
     CHECK(!p.streaming);
@@ -66,8 +66,8 @@ TEST(stream_plan, a_file_that_fits_is_mapped_and_one_that_does_not_streams)
 
 TEST(stream_plan, refuses_only_when_the_other_weights_and_a_session_leave_no_room)
 {
-    stream_shape s = flash_like();
-    stream_plan p;
+    ds4_expert_shape s = flash_like();
+    ds4_expert_plan p;
     uint64_t session = 2048 * MiB;
     /* room for exactly one layer's request */
     uint64_t usable = s.resident_bytes + session + 6 * s.slot_bytes;
@@ -83,12 +83,12 @@ TEST(stream_plan, refuses_only_when_the_other_weights_and_a_session_leave_no_roo
 
 TEST(stream_plan, bytes_from_disk_per_token)
 {
-    stream_shape s = flash_like();
-    CHECK(stream_disk_bytes(&s, 0.0) == s.token_bytes);
-    CHECK(stream_disk_bytes(&s, 1.0) == 0);
-    CHECK(stream_disk_bytes(&s, 0.75) == (s.token_bytes + 2) / 4);
-    CHECK(stream_uniform_hit_rate(&s, s.n_experts / 4) == 0.25);
-    CHECK(stream_uniform_hit_rate(&s, s.n_experts * 2) == 1.0);
+    ds4_expert_shape s = flash_like();
+    CHECK(ds4_expert_disk_bytes(&s, 0.0) == s.token_bytes);
+    CHECK(ds4_expert_disk_bytes(&s, 1.0) == 0);
+    CHECK(ds4_expert_disk_bytes(&s, 0.75) == (s.token_bytes + 2) / 4);
+    CHECK(ds4_expert_uniform_hit_rate(&s, s.n_experts / 4) == 0.25);
+    CHECK(ds4_expert_uniform_hit_rate(&s, s.n_experts * 2) == 1.0);
 }
 
 /* A fixture whose routed experts are two thirds of its 60 MiB. */
