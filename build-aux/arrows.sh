@@ -25,9 +25,6 @@ cli/main_ds4cl.c mpi/dmpi.h
 cli/model_open.c mpi/dmpi.h
 cli/main_mkmodel.c engine/testkit/mkmodel.h
 cli/main_mkmodel.c engine/npm_vocab.h
-cli/cmd_prompt.c engine/unicode.h
-serve/worker.c engine/unicode.h
-dsml/dsml.c engine/unicode.h
 cli/cmd_model_info.c engine/expert_warm.h
 cli/expert_setup.c engine/gguf.h
 cli/expert_setup.c engine/model.h
