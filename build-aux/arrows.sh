@@ -23,8 +23,6 @@ engine/engine.o ds4_backend_cpu
 engine/engine.o ds4_backend_opencl
 cli/main_ds4cl.c mpi/dmpi.h
 cli/model_open.c mpi/dmpi.h
-cli/main_mkmodel.c engine/testkit/mkmodel.h
-cli/main_mkmodel.c engine/npm_vocab.h
 cli/cmd_model_info.c engine/expert_warm.h
 cli/expert_setup.c engine/gguf.h
 cli/expert_setup.c engine/model.h
