@@ -92,7 +92,9 @@ GEN_SRCS    := $(GENDIR)/clrt_sources.c $(GENDIR)/prompt_texts.c
 
 # The main_*.c are the program entry points; bench/ belongs to ds4cl-bench
 # alone; every other .c of MODULES is library code that every program and
-# the tests link.
+# the tests link, as plain objects: the backends and the MPI job join the
+# engine from constructors in their own files (engine/backend.h), which a
+# static archive would drop.
 MAIN_SRCS  := cli/main_ds4cl.c bench/main_bench.c engine/testkit/main_mkmodel.c
 BENCH_SRCS := $(filter-out bench/main_bench.c,$(sort $(wildcard bench/*.c)))
 LIB_SRCS   := $(filter-out $(MAIN_SRCS) $(BENCH_SRCS),$(sort $(foreach m,$(MODULES),$(wildcard $(m)/*.c))))

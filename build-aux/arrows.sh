@@ -19,8 +19,6 @@ cd "${ARROWS_ROOT:-$(dirname "$0")/..}"
 # file behind engine/ds4.h (cmd_model_info, expert_setup). Nothing else
 # may be added.
 known='
-engine/engine.o ds4_backend_cpu
-engine/engine.o ds4_backend_opencl
 cli/main_ds4cl.c mpi/dmpi.h
 cli/model_open.c mpi/dmpi.h
 cli/cmd_model_info.c engine/expert_warm.h
