@@ -13,14 +13,9 @@ cd "${ARROWS_ROOT:-$(dirname "$0")/..}"
 
 # Known exceptions, one "FILE HEADER" (or "OBJECT SYMBOL") per line:
 # arrows that are still there, each to go with the change that moves its
-# code — the backend registry naming each backend's table (engine.o), the
-# MPI join as an engine hook (model_open, main_ds4cl), the UTF-8 helpers
-# out of engine/unicode.h, the expert cache's set-up and its popularity
-# file behind engine/ds4.h (cmd_model_info, expert_setup). Nothing else
-# may be added.
+# code — the expert cache's set-up and its popularity file behind
+# engine/ds4.h (cmd_model_info, expert_setup). Nothing else may be added.
 known='
-cli/main_ds4cl.c mpi/dmpi.h
-cli/model_open.c mpi/dmpi.h
 cli/cmd_model_info.c engine/expert_warm.h
 cli/expert_setup.c engine/gguf.h
 cli/expert_setup.c engine/model.h

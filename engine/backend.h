@@ -171,7 +171,31 @@ const ds4_backend_ops *engine_backend(ds4_backend b);
  * there (the first by id with ops_new), or NULL. */
 const ds4_backend_ops *engine_host_backend(void);
 
-/* An engine hook (mpi/: one model split over the ranks of a job): from
+/* ---- the job hook -------------------------------------------------------------
+ * A job of several processes (mpi/, in a `make MPI=1` build: one model
+ * split by layers over the ranks of an MPI job) joins the engine the way
+ * a backend does: it hands its table to ds4_job_register from a
+ * constructor (DS4_JOB_REGISTER), and the front ends reach it through
+ * engine/ds4.h (ds4_job_start, …), which answers for a job of one process
+ * when no hook registered. Each member is what ds4.h's function of the
+ * same name promises. */
+typedef struct {
+    int (*start)(int *argc, char ***argv);
+    int (*ranks)(void);
+    int (*serve)(void);
+    int (*plan)(const ds4_engine *e, int *layer_end, ds4_error *err);
+    int (*attach)(ds4_engine *e, ds4_error *err);
+    const char *(*split_text)(void);
+} ds4_job_ops;
+
+/* Installs the job hook; a second one is a fault of the build (the
+ * process says so and aborts). */
+void ds4_job_register(const ds4_job_ops *job);
+
+#define DS4_JOB_REGISTER(job)                                                                      \
+    __attribute__((constructor)) static void job##_register(void) { ds4_job_register(&(job)); }
+
+/* A session hook (the job's rank 0 mirrors sessions on every rank): from
  * now on e's sessions go through hook, whose members call on to the
  * backend's own, given in *base. 0, or -1 with err when a session is open
  * or another hook is in place. */

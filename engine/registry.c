@@ -1,5 +1,6 @@
 /* registry.c — what joins the engine from outside it: the backends' tables,
- * kept in id order (backend.h). */
+ * kept in id order, and the job hook, with the answers for a job of one
+ * process when no hook joined (backend.h). */
 #include "engine/backend.h"
 
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 static const ds4_backend_ops *registry[MAX_BACKENDS];
 static size_t n_registered;
+static const ds4_job_ops *job_hook;
 
 /* Called from constructors, before main: nothing to report an error to
  * yet, and a build that registers wrongly must not run at all. */
@@ -60,3 +62,29 @@ const char *ds4_backend_name(ds4_backend b)
     const ds4_backend_ops *ops = engine_backend(b);
     return ops ? ops->name : "?";
 }
+
+void ds4_job_register(const ds4_job_ops *job)
+{
+    if (job_hook) registry_fault("two job hooks registered", "");
+    job_hook = job;
+}
+
+int ds4_job_start(int *argc, char ***argv) { return job_hook ? job_hook->start(argc, argv) : 0; }
+
+int ds4_job_ranks(void) { return job_hook ? job_hook->ranks() : 1; }
+
+int ds4_job_serve(void)
+{
+    /* only a rank above 0 serves, and only a job hook gives ranks */
+    return job_hook ? job_hook->serve() : 1;
+}
+
+int ds4_job_plan(const ds4_engine *e, int *layer_end, ds4_error *err)
+{
+    *layer_end = 0;
+    return job_hook ? job_hook->plan(e, layer_end, err) : 0;
+}
+
+int ds4_job_attach(ds4_engine *e, ds4_error *err) { return job_hook ? job_hook->attach(e, err) : 0; }
+
+const char *ds4_job_split_text(void) { return job_hook ? job_hook->split_text() : ""; }
