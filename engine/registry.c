@@ -19,6 +19,7 @@ static const ds4_job_ops *job_hook;
 static void registry_fault(const char *what, const char *name)
 {
     fprintf(stderr, "ds4cl: %s: %s\n", what, name);
+    fflush(stderr); /* abort flushes nothing, and stderr may be a file */
     abort();
 }
 
