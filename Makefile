@@ -2,8 +2,9 @@
 #
 # Every module directory contributes its *.c files to the library objects
 # that all programs and the tests link in full (a missing function is a
-# link error); cli/main_ds4cl.c and cli/main_mkmodel.c are two program
-# entry points, bench/ holds the third program (ds4cl-bench: main_bench.c
+# link error); cli/main_ds4cl.c and engine/testkit/main_mkmodel.c (the
+# fixture generator, beside its code) are two program entry points, bench/
+# holds the third program (ds4cl-bench: main_bench.c
 # and the benchmarks, linked into it only); tests/ holds the test runner
 # and one test file per area. New files are picked up automatically.
 #
@@ -91,8 +92,10 @@ GEN_SRCS    := $(GENDIR)/clrt_sources.c $(GENDIR)/prompt_texts.c
 
 # The main_*.c are the program entry points; bench/ belongs to ds4cl-bench
 # alone; every other .c of MODULES is library code that every program and
-# the tests link.
-MAIN_SRCS  := cli/main_ds4cl.c bench/main_bench.c cli/main_mkmodel.c
+# the tests link, as plain objects: the backends and the MPI job join the
+# engine from constructors in their own files (engine/backend.h), which a
+# static archive would drop.
+MAIN_SRCS  := cli/main_ds4cl.c bench/main_bench.c engine/testkit/main_mkmodel.c
 BENCH_SRCS := $(filter-out bench/main_bench.c,$(sort $(wildcard bench/*.c)))
 LIB_SRCS   := $(filter-out $(MAIN_SRCS) $(BENCH_SRCS),$(sort $(foreach m,$(MODULES),$(wildcard $(m)/*.c))))
 LIB_OBJS   := $(patsubst %.c,$(OBJDIR)/%.o,$(LIB_SRCS)) \
@@ -203,7 +206,7 @@ $(BINDIR)/ds4cl-bench: $(OBJDIR)/bench/main_bench.o $(BENCH_OBJS) $(LIB_OBJS) $(
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $(filter %.o,$^) $(LDLIBS)
 
-$(BINDIR)/ds4cl-mkmodel: $(OBJDIR)/cli/main_mkmodel.o $(LIB_OBJS) $(FLAVOR_STAMP)
+$(BINDIR)/ds4cl-mkmodel: $(OBJDIR)/engine/testkit/main_mkmodel.o $(LIB_OBJS) $(FLAVOR_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDSAN) -o $@ $(filter %.o,$^) $(LDLIBS)
 

@@ -35,12 +35,12 @@
 
 #include "agent/agent.h"
 #include "base/base.h"
+#include "base/utf8.h"
 #include "cli/agent_setup.h"
 #include "cli/commands.h"
 #include "cli/model_open.h"
 #include "cli/preflight.h"
 #include "cli/workspace.h"
-#include "engine/unicode.h"
 #include "sessions/sessions.h"
 
 #define STREAM_SCHEMA 1

@@ -1,21 +1,16 @@
 /* main_ds4cl.c — entry point of `ds4cl`: parse the command line, run the
  * selected mode. */
 #include "cli/commands.h"
+#include "engine/ds4.h"
 
 #include <string.h>
 
-#ifdef DS4CL_MPI
-#include "mpi/dmpi.h"
-#endif
-
 int main(int argc, char **argv)
 {
-#ifdef DS4CL_MPI
     /* under mpirun, every rank but 0 runs a layer range of rank 0's model */
-    int rank = dmpi_start(&argc, &argv);
+    int rank = ds4_job_start(&argc, &argv);
     if (rank < 0) return 1;
-    if (rank > 0) return dmpi_serve();
-#endif
+    if (rank > 0) return ds4_job_serve();
     /* `ds4cl serve` has flags of its own and parses them itself */
     if (argc > 1 && !strcmp(argv[1], "serve")) return cmd_serve(argc - 1, argv + 1);
     ds4cl_options o;

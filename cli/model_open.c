@@ -12,12 +12,7 @@
 #include "cli/page_warm.h"
 #include "base/progress.h"
 
-#ifdef DS4CL_MPI
-#include "mpi/dmpi.h"
-#define SPLIT_RANKS() dmpi_ranks()
-#else
-#define SPLIT_RANKS() 1
-#endif
+#define SPLIT_RANKS() ds4_job_ranks()
 
 static const char *base_name(const char *path)
 {
@@ -164,10 +159,9 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
         e = open_engine(NULL, o, path, true, o->ctx > 0 ? o->ctx : default_ctx, 0, 0, why);
         if (!e) return NULL;
     }
-#ifdef DS4CL_MPI
     if (!scripted && SPLIT_RANKS() > 1) {
         ds4_error err = { "" };
-        if (dmpi_plan(e, &layer_end, &err) != 0) {
+        if (ds4_job_plan(e, &layer_end, &err) != 0) {
             fprintf(stderr, "ds4cl: cannot split the model over the MPI ranks: %s\n", err.msg);
             ds4_engine_close(e);
             return NULL;
@@ -177,7 +171,6 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
             !(e = open_engine(e, o, path, true, o->ctx > 0 ? o->ctx : default_ctx, layer_end, 0, why)))
             return NULL;
     }
-#endif
     if (opencl && !plan_ctx(e, o, default_ctx, n_ctx, exit_code, check, why)) {
         ds4_engine_close(e);
         return NULL;
@@ -186,17 +179,16 @@ ds4_engine *model_open(const ds4cl_options *o, int default_ctx, int *n_ctx, int 
     /* an OpenCL engine places the model for the context just decided */
     e = open_engine(e, o, path, false, opencl ? *n_ctx : 0, layer_end, xs.plan.cache_bytes, why);
     if (!e) return NULL;
-#ifdef DS4CL_MPI
     if (!scripted) {
         ds4_error err = { "" };
-        if (dmpi_attach(e, &err) != 0) {
+        if (ds4_job_attach(e, &err) != 0) {
             fprintf(stderr, "ds4cl: cannot split the model over the MPI ranks: %s\n", err.msg);
             ds4_engine_close(e);
             return NULL;
         }
-        if (*dmpi_split_text()) fprintf(stderr, "ds4cl: split over %d ranks: %s\n", dmpi_ranks(), dmpi_split_text());
+        if (*ds4_job_split_text())
+            fprintf(stderr, "ds4cl: split over %d ranks: %s\n", ds4_job_ranks(), ds4_job_split_text());
     }
-#endif
     /* the context is decided before the weights are read: a refusal
      * should not cost minutes of disk reads */
     if (!opencl && !plan_ctx(e, o, default_ctx, n_ctx, exit_code, check, why)) {

@@ -110,7 +110,7 @@ static int cpu_devices(const char *piece, const char *src, ds4_device **out, int
     return 0;
 }
 
-const ds4_backend_ops ds4_backend_cpu = {
+static const ds4_backend_ops cpu_backend = {
     .id = DS4_BACKEND_CPU,
     .name = "cpu",
     .needs_model = true,
@@ -123,3 +123,4 @@ const ds4_backend_ops ds4_backend_cpu = {
     .expert_cache = cpu_expert_cache,
     FWD_BACKEND_SESSION_OPS,
 };
+DS4_BACKEND_REGISTER(cpu_backend)

@@ -4,7 +4,7 @@
  * and text a token at a time for the front ends that stream them. */
 #include "dsml/dsml_gram_impl.h"
 #include "base/base.h"
-#include "engine/unicode.h"
+#include "base/utf8.h"
 
 #include <json-c/json.h>
 #include <stdarg.h>

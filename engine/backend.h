@@ -140,22 +140,65 @@ struct ds4_backend_ops {
  * pieces (0: the backend's default device), or -1 with err. */
 int engine_device_pieces(const char *want, char (*pieces)[DS4_DEVICE_PIECE_MAX], const char **src, ds4_error *err);
 
-/* The backends (cpu/, opencl/, engine/testkit/), each listed once in the
- * engine's registry (engine.c); the engine reaches them only through it. */
-extern const ds4_backend_ops ds4_backend_cpu;
-extern const ds4_backend_ops ds4_backend_opencl;
-extern const ds4_backend_ops ds4_backend_script;
+/* ---- the registry -----------------------------------------------------------
+ * The engine names no backend: each backend (cpu/, opencl/, the script
+ * engine of engine/testkit/) hands its table to ds4_backend_register
+ * itself, from a constructor that DS4_BACKEND_REGISTER writes in its own
+ * file. That needs nothing but the linker: every program and the tests
+ * link the library as plain object files (Makefile), and the constructor
+ * of each linked object runs before main, although nothing calls it by
+ * name. (A constructor in an archive member that nothing references
+ * would be dropped: the library must not become a static archive without
+ * a list of its backends at link level instead.) The constructors run in
+ * link order; the registry keeps its tables sorted by id, so that every
+ * lookup (ds4_backends, engine_host_backend) answers in ds4_backend order
+ * whatever that order is. Registration ends before main: the registry is
+ * read, never written, once threads exist. */
 
-/* An engine hook (mpi/: one model split over the ranks of a job): from
- * now on e's sessions go through hook, whose members call on to the
- * backend's own, given in *base. 0, or -1 with err when a session is open
- * or another hook is in place. */
-int engine_hook_sessions(ds4_engine *e, const ds4_session_ops *hook, const ds4_session_ops **base, ds4_error *err);
+/* Adds a backend's table. Two tables with one id, or more backends than
+ * the registry holds, are a fault of the build: the process says so and
+ * aborts. */
+void ds4_backend_register(const ds4_backend_ops *ops);
+
+/* In a backend's file, at file scope: registers its table `ops` (a
+ * ds4_backend_ops object) before main. */
+#define DS4_BACKEND_REGISTER(ops)                                                                  \
+    __attribute__((constructor)) static void ops##_register(void) { ds4_backend_register(&(ops)); }
 
 /* The registry's entry for b, NULL when this build has none. */
 const ds4_backend_ops *engine_backend(ds4_backend b);
 /* The backend that computes from host memory the parts a placement keeps
- * there (the first registered with ops_new), or NULL. */
+ * there (the first by id with ops_new), or NULL. */
 const ds4_backend_ops *engine_host_backend(void);
+
+/* ---- the job hook -------------------------------------------------------------
+ * A job of several processes (mpi/, in a `make MPI=1` build: one model
+ * split by layers over the ranks of an MPI job) joins the engine the way
+ * a backend does: it hands its table to ds4_job_register from a
+ * constructor (DS4_JOB_REGISTER), and the front ends reach it through
+ * engine/ds4.h (ds4_job_start, …), which answers for a job of one process
+ * when no hook registered. Each member is what ds4.h's function of the
+ * same name promises. */
+typedef struct {
+    int (*start)(int *argc, char ***argv);
+    int (*ranks)(void);
+    int (*serve)(void);
+    int (*plan)(const ds4_engine *e, int *layer_end, ds4_error *err);
+    int (*attach)(ds4_engine *e, ds4_error *err);
+    const char *(*split_text)(void);
+} ds4_job_ops;
+
+/* Installs the job hook; a second one is a fault of the build (the
+ * process says so and aborts). */
+void ds4_job_register(const ds4_job_ops *job);
+
+#define DS4_JOB_REGISTER(job)                                                                      \
+    __attribute__((constructor)) static void job##_register(void) { ds4_job_register(&(job)); }
+
+/* A session hook (the job's rank 0 mirrors sessions on every rank): from
+ * now on e's sessions go through hook, whose members call on to the
+ * backend's own, given in *base. 0, or -1 with err when a session is open
+ * or another hook is in place. */
+int engine_hook_sessions(ds4_engine *e, const ds4_session_ops *hook, const ds4_session_ops **base, ds4_error *err);
 
 #endif

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "engine/ds4.h"
-#include "engine/unicode.h"
+#include "base/utf8.h"
 
 size_t ds4_detok_feed(ds4_detok *d, const ds4_tokenizer *t, int32_t id, char *out)
 {

@@ -246,6 +246,43 @@ typedef struct {
  * platform, a backend without devices). */
 int ds4_backend_devices(ds4_backend b, const char *want, ds4_device **out, int *n, int *selected, ds4_error *err);
 
+/* ---- a job of several processes ------------------------------------------
+ * One model split by layers over the ranks of an MPI job (`make MPI=1`,
+ * `mpirun -np N ds4cl …`; doc/mpi.md). The job joins the engine as its
+ * hook (backend.h); in a build without one, or a process not started by
+ * a launcher, the job is this process alone: rank 0 of 1, nothing to
+ * plan or attach. Rank 0 is the program itself; every other rank serves
+ * rank 0's commands instead of running the program. */
+
+/* Joins the job when the process was launched as part of one; returns
+ * this process's rank (0 also when not launched so), or -1 after saying
+ * why on stderr. Call first thing in main: it may take arguments of the
+ * launcher's own out of argc/argv. */
+int ds4_job_start(int *argc, char ***argv);
+
+/* Ranks in the job (1 without one). */
+int ds4_job_ranks(void);
+
+/* Ranks above 0: open the model rank 0 names and serve its commands until
+ * it says quit. Returns the exit status. */
+int ds4_job_serve(void);
+
+/* Rank 0, before opening the engine that runs: gives each other rank its
+ * range of layers, chosen from their memory, with e an engine of the same
+ * model and options opened to plan only. *layer_end gets rank 0's own
+ * range's end (its range starts at layer 0; 0 when the job has one rank):
+ * open the engine that runs with that range. 0, or -1 with err. */
+int ds4_job_plan(const ds4_engine *e, int *layer_end, ds4_error *err);
+
+/* Rank 0: spreads the layers of e (before any session is opened) over the
+ * job's ranks, as ds4_job_plan chose. 0 when done or when the job has one
+ * rank; -1 with err (a rank refused: its reason is in err). */
+int ds4_job_attach(ds4_engine *e, ds4_error *err);
+
+/* "layers 0-1 on rank 0 (host), 2-3 on rank 1 (host)": the split after
+ * ds4_job_attach, "" before or without one. */
+const char *ds4_job_split_text(void);
+
 /* ---- device lists, shares and layer ranges ------------------------------- */
 
 /* The one reading of each placement argument, for every front end (the

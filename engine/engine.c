@@ -8,26 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The backends of this build, in ds4_backend order: each answers for
- * itself through its table (backend.h); nothing here names what a
- * backend does. */
-static const ds4_backend_ops *const registry[] = { &ds4_backend_cpu, &ds4_backend_opencl, &ds4_backend_script };
-#define N_REGISTERED (sizeof registry / sizeof registry[0])
-
-const ds4_backend_ops *engine_backend(ds4_backend b)
-{
-    for (size_t i = 0; i < N_REGISTERED; i++)
-        if (registry[i]->id == b) return registry[i];
-    return NULL;
-}
-
-const ds4_backend_ops *engine_host_backend(void)
-{
-    for (size_t i = 0; i < N_REGISTERED; i++)
-        if (registry[i]->ops_new) return registry[i];
-    return NULL;
-}
-
 ds4_engine *ds4_engine_open(const ds4_engine_options *opt, ds4_error *err)
 {
     if (!opt || !opt->model_path) {
@@ -161,20 +141,6 @@ void ds4_engine_info(const ds4_engine *e, ds4_model_info *out)
         snprintf(out->device_name, sizeof out->device_name, "%.100s (layers split)", e->place.device_name);
     else if (e->backend->describe) e->backend->describe(e, out);
     if (!out->device_name[0]) snprintf(out->device_name, sizeof out->device_name, "%s", e->backend->name);
-}
-
-const ds4_backend *ds4_backends(int *n)
-{
-    static ds4_backend all[N_REGISTERED];
-    for (size_t i = 0; i < N_REGISTERED; i++) all[i] = registry[i]->id;
-    *n = (int)N_REGISTERED;
-    return all;
-}
-
-const char *ds4_backend_name(ds4_backend b)
-{
-    const ds4_backend_ops *ops = engine_backend(b);
-    return ops ? ops->name : "?";
 }
 
 const char *ds4_device_kind_name(ds4_device_kind k)

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 
 #include "engine/pretok.h"
+#include "base/utf8.h"
 #include "engine/unicode.h"
 
 /* ASCII classes: avoid the table walk for the common case. */

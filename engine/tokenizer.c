@@ -19,7 +19,7 @@
 
 #include "engine/pretok.h"
 #include "engine/tokenizer.h"
-#include "engine/unicode.h"
+#include "base/utf8.h"
 
 /* ---- allocation ------------------------------------------------------- */
 
@@ -118,7 +118,7 @@ static size_t token_decode(const unsigned char *s, size_t len, unsigned char *ou
     for (size_t i = 0; i < len;) {
         uint32_t cp;
         i += utf8_decode(s + i, len - i, &cp);
-        int b = cp == UNICODE_INVALID ? -1 : cp_to_byte(cp);
+        int b = cp == UTF8_INVALID ? -1 : cp_to_byte(cp);
         if (b < 0) {
             memcpy(out, s, len);
             return len;

@@ -19,6 +19,11 @@
  * failed ends the turn with an error naming the rank, and every later
  * evaluation fails with it at once. Ranks whose model file (identity) or
  * build differs from rank 0's refuse to start, with the reason.
+ *
+ * The front ends never include this header: mpi/join.c installs start,
+ * ranks, serve, plan, attach and split_text as the engine's job hook
+ * (engine/backend.h), and they call engine/ds4.h's ds4_job_* instead. The
+ * statistics below are for benchmarks and tests.
  */
 #ifndef DS4CL_DMPI_H
 #define DS4CL_DMPI_H

@@ -128,7 +128,7 @@ static int ocl_devices(const char *piece, const char *src, ds4_device **out, int
     return 0;
 }
 
-const ds4_backend_ops ds4_backend_opencl = {
+static const ds4_backend_ops opencl_backend = {
     .id = DS4_BACKEND_OPENCL,
     .name = "opencl",
     .needs_model = true,
@@ -137,3 +137,4 @@ const ds4_backend_ops ds4_backend_opencl = {
     .describe = ocl_describe,
     FWD_BACKEND_SESSION_OPS,
 };
+DS4_BACKEND_REGISTER(opencl_backend)

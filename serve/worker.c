@@ -30,8 +30,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/utf8.h"
 #include "dsml/dsml.h"
-#include "engine/unicode.h"
 #include "serve/serve_impl.h"
 
 #define MAX_SLOTS 16

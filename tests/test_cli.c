@@ -1,5 +1,6 @@
 /* The three programs answer --help and --version and reject unknown flags
- * with exit status 2 and a message naming the flag. */
+ * with exit status 2 and a message naming the flag; each finds the
+ * backends it offers. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,5 +176,40 @@ TEST(cli, memory_variables_that_are_not_sizes_are_refused)
         rc = test_runf(&out, "cd '%s' && %s=64G '%s/ds4cl' -m '%s' -p x", test_tmpdir(), vars[i], test_bindir(),
                        missing);
         CHECK_MSG(!strstr(out, "not a memory size"), "%s=64G:\n%s", vars[i], out);
+    }
+}
+
+/* No program names a backend: each backend registers itself before main
+ * (engine/backend.h), so what the programs link decides what they find.
+ * Each program opens a model on each backend it offers; one that lost a
+ * backend would answer that the backend is unknown. */
+TEST(cli, every_program_opens_each_backend)
+{
+    const char *model = test_tmp_path("backends.gguf");
+    char *out;
+    int rc = test_runf(&out, "'%s/ds4cl-mkmodel' --tiny-vocab --layers 1 -q -o '%s'", test_bindir(), model);
+    CHECK_MSG(rc == 0, "ds4cl-mkmodel exited %d:\n%s", rc, out);
+
+    rc = test_runf(&out, "'%s/ds4cl' -m '%s' --engine cpu --model-info", test_bindir(), model);
+    CHECK_MSG(rc == 0, "ds4cl on the cpu backend exited %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "cpu experts");
+    /* without an OpenCL platform the backend still answers, with why */
+    rc = test_runf(&out, "'%s/ds4cl' -m '%s' --engine opencl --model-info", test_bindir(), model);
+    CHECK_MSG(!strstr(out, "unknown backend") && !strstr(out, "the ? backend"), "ds4cl has no opencl backend:\n%s", out);
+    CHECK_CONTAINS(out, "OpenCL");
+    const char *script = test_tmp_path("backends.jsonl");
+    static const char reply[] = "{\"assistant\": \"</think>scripted hello\"}\n";
+    test_write_file(script, reply, strlen(reply));
+    rc = test_runf(&out, "cd '%s' && '%s/ds4cl' -m '%s' --engine 'script:%s' -p hi", test_tmpdir(), test_bindir(), model,
+                   script);
+    CHECK_MSG(rc == 0, "ds4cl on the script backend exited %d:\n%s", rc, out);
+    CHECK_CONTAINS(out, "scripted hello");
+
+    const char *logits = test_tmp_path("backends.f32");
+    for (int cl = 0; cl < 2; cl++) {
+        rc = test_runf(&out, "'%s/ds4cl-bench' --logits '%s' -m '%s' --token-ids 1,2 --decode 1 --threads 1 --backend %s",
+                       test_bindir(), logits, model, cl ? "opencl" : "cpu");
+        CHECK_MSG(!strstr(out, "unknown backend"), "ds4cl-bench has no %s backend:\n%s", cl ? "opencl" : "cpu", out);
+        if (!cl) CHECK_MSG(rc == 0, "ds4cl-bench on the cpu backend exited %d:\n%s", rc, out);
     }
 }

@@ -1,9 +1,14 @@
 /* test_devices.c — the engine's list of backends and their devices: what
  * the command line shows without reaching into a backend; and OpenCL
  * devices over several drivers at once. */
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "engine/backend.h"
 #include "engine/ds4.h"
 #include "opencl/cl_runtime.h"
 #include "tests/icd_util.h"
@@ -18,6 +23,46 @@ TEST(devices, backends_are_listed_by_name)
     CHECK_STR_EQ(ds4_backend_name(b[0]), "cpu");
     CHECK_STR_EQ(ds4_backend_name(b[1]), "opencl");
     CHECK_STR_EQ(ds4_backend_name(b[2]), "script");
+}
+
+/* The registry keeps the backends in id order whatever order they
+ * register in (each test runs in a process of its own, so the tables
+ * added here go with it). */
+TEST(devices, backends_registered_later_are_listed_by_id)
+{
+    static const ds4_backend_ops late = { .id = (ds4_backend)7, .name = "late" };
+    static const ds4_backend_ops early = { .id = (ds4_backend)5, .name = "early" };
+    ds4_backend_register(&late);
+    ds4_backend_register(&early);
+    int n;
+    const ds4_backend *b = ds4_backends(&n);
+    CHECK_EQ_INT(n, 5);
+    static const char *const names[] = { "cpu", "opencl", "script", "early", "late" };
+    for (int i = 0; i < n && i < 5; i++) CHECK_STR_EQ(ds4_backend_name(b[i]), names[i]);
+    CHECK_STR_EQ(ds4_backend_name((ds4_backend)6), "?");
+    /* the host backend is still the first with host ops */
+    CHECK_STR_EQ(engine_host_backend()->name, "cpu");
+}
+
+/* Two tables with one id are a broken build: the program stops before it
+ * could pick either, and says which. */
+TEST(devices, a_second_backend_with_one_id_stops_the_program)
+{
+    const char *log = test_tmp_path("register.log");
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(log, "w", stderr)) _exit(3);
+        static const ds4_backend_ops again = { .id = DS4_BACKEND_OPENCL, .name = "opencl-again" };
+        ds4_backend_register(&again);
+        _exit(0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "the second table was taken (status %d)", st);
+    char *text = test_read_file(log, NULL);
+    CHECK(text != NULL);
+    CHECK_CONTAINS(text, "two backends registered with one id: opencl-again");
 }
 
 /* The CPU backend runs on the host: one device sharing host memory. */

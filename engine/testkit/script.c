@@ -409,7 +409,7 @@ static int script_load(void *p, const void *payload, size_t len, size_t n_tokens
     return 0;
 }
 
-const ds4_backend_ops ds4_backend_script = {
+static const ds4_backend_ops script_backend = {
     .id = DS4_BACKEND_SCRIPT,
     .name = "script",
     .needs_model = false,
@@ -427,3 +427,4 @@ const ds4_backend_ops ds4_backend_script = {
                  .save = script_save,
                  .load = script_load },
 };
+DS4_BACKEND_REGISTER(script_backend)
