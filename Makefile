@@ -103,13 +103,15 @@ LIB_OBJS   := $(patsubst %.c,$(OBJDIR)/%.o,$(LIB_SRCS)) \
 BENCH_OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(BENCH_SRCS))
 
 # The integer 2-bit kernels of each x86 SIMD level (*/qk_avx*.c), the
-# f32-activation kernels of each width (cpu/quant_f32_x*.c) and the 256-bit
-# row decoders (cpu/quant_x256.c), name their instructions per
+# f32-activation kernels of each width (cpu/quant_f32_x*.c), the 256-bit
+# row decoders (cpu/quant_x256.c) and the CPU kernels of each level
+# (cpu/cpu_kernels_*.c, the scalar one with them so that it is the same
+# code in every build), name their instructions per
 # function and run only where CPUID (or the build's own target) says they
 # may, so they are built for the x86-64 baseline whatever ARCHFLAGS says: a
 # -march=native must not let the compiler use, in a level's code, an
 # instruction of a higher level.
-QK_LEVEL_SRCS := $(filter %/qk_avx2.c %/qk_avx2vnni.c %/qk_avx2vnni_evex.c %/qk_avx512.c %/qk_avx512vbmi.c %/quant_x256.c %/quant_f32_x256.c %/quant_f32_x512.c,$(LIB_SRCS))
+QK_LEVEL_SRCS := $(filter %/qk_avx2.c %/qk_avx2vnni.c %/qk_avx2vnni_evex.c %/qk_avx512.c %/qk_avx512vbmi.c %/quant_x256.c %/quant_f32_x256.c %/quant_f32_x512.c %/cpu_kernels_avx512vbmi.c %/cpu_kernels_avx512.c %/cpu_kernels_avx2.c %/cpu_kernels_scalar.c,$(LIB_SRCS))
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine 2>/dev/null)),)
 $(patsubst %.c,$(OBJDIR)/%.o,$(QK_LEVEL_SRCS)): override ARCHFLAGS := -march=x86-64 -mtune=generic
 endif

@@ -2,16 +2,22 @@
  * products over any weight format, and the f32/f16 row helpers of the
  * attention and indexer.
  *
+ * The SIMD level is chosen at run time, once: the level qk.h reports (the
+ * best one CPUID and the OS allow, or the one DS4CL_SIMD names), the same
+ * for these kernels as for the integer and f32-activation ones. avx512 and
+ * avx512vbmi run 16-lane kernels, avx2 and avx2vnni 8-lane ones with fused
+ * multiply-add, scalar portable C (8 lanes, multiply then add).
+ *
  * Products are exactly dequant(W)·x in f32 with one fixed arithmetic per
- * (row, token) pair: the row is dequantized in pieces into an f32 buffer
- * and multiplied into a vector accumulator of CPU_VL lanes (element k goes
- * to lane k mod CPU_VL, fused multiply-add where the build has it), then
- * the lanes are summed in a fixed order. That arithmetic does not depend
- * on how many rows or tokens are computed together, so a token in a
- * prefill chunk and the same token decoded alone give identical bits, for
- * any thread count. Rows are tiled four at a time and tokens up to four at
- * a time to reuse each dequantized row across tokens (prefill) and each
- * activation load across rows (decode).
+ * (row, token) pair and level: the row is dequantized in pieces into an
+ * f32 buffer and multiplied into a vector accumulator of the level's lanes
+ * (element k goes to lane k mod lanes), then the lanes are summed in a
+ * fixed order. That arithmetic does not depend on how many rows or tokens
+ * are computed together, so within a level a token in a prefill chunk and
+ * the same token decoded alone give identical bits, for any thread count;
+ * different levels agree within rounding. Rows are tiled four at a time
+ * and tokens up to four at a time to reuse each dequantized row across
+ * tokens (prefill) and each activation load across rows (decode).
  */
 #ifndef DS4CL_CPU_KERNELS_H
 #define DS4CL_CPU_KERNELS_H
@@ -53,7 +59,7 @@ void cpu_f16_to_f32(float *dst, const uint16_t *src, int64_t n);
 bool cpu_indexer_fast(int nh);
 float cpu_indexer_score(const float *qT, const float *wscaled, const float *k, int hd, int nh);
 
-/* "avx512", "avx2" or "scalar". */
+/* The width of the level in use: "avx512", "avx2" or "scalar". */
 const char *cpu_kernels_isa(void);
 
 #endif

@@ -27,7 +27,8 @@ typedef struct {
     void (*dequant_row)(uint32_t type, const void *row, float *y, int64_t n);
 } quant_f32_kernels;
 
-/* All zeros off x86-64 (no such level there). */
+/* Both from the template quant_f32_x.h; all zeros off x86-64 (no such
+ * level there). */
 extern const quant_f32_kernels quant_f32_x512; /* quant_f32_x512.c */
 extern const quant_f32_kernels quant_f32_x256; /* quant_f32_x256.c */
 

@@ -1,12 +1,16 @@
 /* test_cpu.c — the CPU backend's building blocks: the products over every
- * weight format against a double-precision reference, their independence
- * of how many rows and tokens share a call, and the thread pool. */
+ * weight format against a double-precision reference and the scalar
+ * level's kernels, their independence of how many rows and tokens share a
+ * call, every SIMD level this CPU runs (chosen through DS4CL_SIMD), and
+ * the thread pool. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/cpu_kernels_impl.h"
+#include "cpu/qk.h"
 #include "engine/quant.h"
 #include "cpu/quant_f32_impl.h"
 #include "cpu/threadpool.h"
@@ -22,9 +26,11 @@ static float frand(void)
 }
 
 /* rows × n weights of `type` (random, quantized), T activation rows; checks
- * every product against dequant(W)·x in double, and that computing the
- * tokens alone gives the same bits as together. */
-static void check_type(uint32_t type, int64_t n, int rows, int T)
+ * every product against dequant(W)·x in double and against the scalar
+ * level's kernels within rounding, and that computing the tokens alone
+ * gives the same bits as together. Returns how many products differ in
+ * any bit from the scalar level's. */
+static int check_type(uint32_t type, int64_t n, int rows, int T)
 {
     size_t rb = (size_t)quant_row_bytes(type, (uint64_t)n);
     uint8_t *w = test_alloc(rb * (size_t)rows);
@@ -46,6 +52,11 @@ static void check_type(uint32_t type, int64_t n, int rows, int T)
     float *scratch = aligned_alloc(64, (cpu_mm_scratch_floats(n) * 4 + 63) & ~(size_t)63);
     cpu_weight cw = { type, w, rb, n };
     cpu_mm_rows(&cw, 0, rows, T, xp, yp, scratch);
+    float *ys = test_alloc((size_t)rows * (size_t)T * 4);
+    float **ysp = test_alloc((size_t)T * sizeof *ysp);
+    for (int t = 0; t < T; t++) ysp[t] = ys + (int64_t)t * rows;
+    cpu_kernels_scalar.mm_rows(&cw, 0, rows, T, xp, ysp, scratch);
+    int differ = 0;
     for (int t = 0; t < T; t++)
         for (int r = 0; r < rows; r++) {
             double ref = 0, mag = 0;
@@ -55,6 +66,10 @@ static void check_type(uint32_t type, int64_t n, int rows, int T)
             }
             CHECK_MSG(fabs(y[t * rows + r] - ref) <= 1e-6 * mag + 1e-6, "%s n=%lld row %d token %d: %.9g vs %.9g",
                       quant_type_name(type), (long long)n, r, t, y[t * rows + r], ref);
+            CHECK_MSG(fabs(y[t * rows + r] - ys[t * rows + r]) <= 1e-6 * mag + 1e-6,
+                      "%s n=%lld row %d token %d: %.9g vs the scalar level's %.9g", quant_type_name(type), (long long)n,
+                      r, t, y[t * rows + r], ys[t * rows + r]);
+            differ += memcmp(&y[t * rows + r], &ys[t * rows + r], 4) != 0;
         }
     /* each token alone, and rows in an odd split: the same bits */
     for (int t = 0; t < T; t++) {
@@ -65,16 +80,108 @@ static void check_type(uint32_t type, int64_t n, int rows, int T)
         CHECK_MSG(memcmp(y1, y + t * rows, (size_t)rows * 4) == 0, "%s token %d alone differs", quant_type_name(type), t);
     }
     free(scratch);
+    return differ;
+}
+
+static const uint32_t all_types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                      GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_IQ2_XXS };
+
+/* Every format through both paths; the products differing from the
+ * scalar level's in any bit. */
+static int check_all_types(void)
+{
+    int differ = 0;
+    for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++) {
+        int64_t block = quant_type(all_types[i])->block_elems;
+        differ += check_type(all_types[i], block == 1 ? 300 : 512, 7, 9); /* many tokens: the whole-row path */
+        differ += check_type(all_types[i], block == 1 ? 37 : 256, 5, 3);  /* few tokens; a ragged f32 tail */
+    }
+    return differ;
 }
 
 TEST(cpu_kernels, products_match_a_double_reference_for_every_format)
 {
-    static const uint32_t types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                      GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_IQ2_XXS };
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        int64_t block = quant_type(types[i])->block_elems;
-        check_type(types[i], block == 1 ? 300 : 512, 7, 9);  /* many tokens: the whole-row path */
-        check_type(types[i], block == 1 ? 37 : 256, 5, 3);   /* few tokens; a ragged f32 tail */
+    check_all_types();
+}
+
+/* The row helpers of the level in use against the scalar level's: the
+ * conversions and the f32 axpy bit for bit (each rounds once per
+ * element), the dots within rounding. */
+static void check_helpers(void)
+{
+    enum { N = 301 };
+    float a[N], b[N], back[N], sback[N], y[N] = { 0 }, sy[N] = { 0 }, y16[N] = { 0 }, sy16[N] = { 0 };
+    uint16_t h[N], sh[N];
+    double mag = 0;
+    for (int i = 0; i < N; i++) {
+        a[i] = frand() * 3.0f;
+        b[i] = frand();
+        mag += fabs((double)a[i] * b[i]);
+    }
+    cpu_f32_to_f16(h, a, N);
+    cpu_kernels_scalar.f32_to_f16(sh, a, N);
+    CHECK(memcmp(h, sh, sizeof h) == 0);
+    cpu_f16_to_f32(back, h, N);
+    cpu_kernels_scalar.f16_to_f32(sback, h, N);
+    CHECK(memcmp(back, sback, sizeof back) == 0);
+    CHECK_NEAR(cpu_dot_f32(a, b, N), cpu_kernels_scalar.dot_f32(a, b, N), 1e-6 * mag);
+    CHECK_NEAR(cpu_dot_f16(h, b, N), cpu_kernels_scalar.dot_f16(h, b, N), 1e-6 * mag);
+    cpu_axpy_f32(y, -0.75f, a, N);
+    cpu_kernels_scalar.axpy_f32(sy, -0.75f, a, N);
+    cpu_axpy_f16(y16, 1.25f, h, N);
+    cpu_kernels_scalar.axpy_f16(sy16, 1.25f, h, N);
+    CHECK(memcmp(y, sy, sizeof y) == 0);
+    CHECK(memcmp(y16, sy16, sizeof y16) == 0);
+}
+
+/* Level l chosen through DS4CL_SIMD, as a user would: the kernels in use
+ * are that level's (isa), and agree with the scalar level's within
+ * rounding; a vector level's fused multiply-adds or wider lanes show in
+ * some product's last bits, so the scalar kernels did not stand in. */
+static void check_level(qk_level l, const char *isa)
+{
+    if (!qk_level_supported(l)) SKIP("this CPU does not run the %s level", qk_level_name(l));
+    setenv("DS4CL_SIMD", qk_level_name(l), 1);
+    CHECK_STR_EQ(qk_level_error(), "");
+    CHECK_STR_EQ(cpu_kernels_isa(), isa);
+    CHECK_STR_EQ(cpu_kernels_for(l)->name, isa);
+    int differ = check_all_types();
+    if (l == QK_SCALAR) CHECK_EQ_INT(differ, 0);
+    else CHECK_MSG(differ > 0, "the %s level gave the scalar level's bits for every product", qk_level_name(l));
+    check_helpers();
+}
+
+TEST(cpu_kernels, scalar_level_through_ds4cl_simd) { check_level(QK_SCALAR, "scalar"); }
+TEST(cpu_kernels, avx2_level_through_ds4cl_simd) { check_level(QK_AVX2, "avx2"); }
+TEST(cpu_kernels, avx2vnni_level_through_ds4cl_simd) { check_level(QK_AVX2VNNI, "avx2"); }
+TEST(cpu_kernels, avx512_level_through_ds4cl_simd) { check_level(QK_AVX512, "avx512"); }
+TEST(cpu_kernels, avx512vbmi_level_through_ds4cl_simd) { check_level(QK_AVX512VBMI, "avx512"); }
+
+/* The avx512vbmi kernels differ from the avx512 ones in the IQ2_XXS
+ * block setup only, which must not change a bit. */
+TEST(cpu_kernels, avx512vbmi_equals_avx512_bit_for_bit)
+{
+    if (!qk_level_supported(QK_AVX512VBMI)) SKIP("this CPU does not run the avx512vbmi level");
+    for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++) {
+        enum { N = 1024, R = 6, T = 5 };
+        uint32_t type = all_types[i];
+        size_t rb = (size_t)quant_row_bytes(type, N);
+        uint8_t *w = test_alloc(rb * R);
+        float *src = test_alloc(N * 4), *x = test_alloc(N * T * 4), *y = test_alloc(R * T * 4), *z = test_alloc(R * T * 4);
+        for (int r = 0; r < R; r++) {
+            for (int k = 0; k < N; k++) src[k] = frand();
+            CHECK(quant_quantize_row(type, src, N, w + r * rb) == rb);
+        }
+        for (int k = 0; k < N * T; k++) x[k] = frand();
+        const float *xp[T];
+        float *yp[T], *zp[T];
+        for (int t = 0; t < T; t++) xp[t] = x + t * N, yp[t] = y + t * R, zp[t] = z + t * R;
+        float *scratch = aligned_alloc(64, (cpu_mm_scratch_floats(N) * 4 + 63) & ~(size_t)63);
+        cpu_weight cw = { type, w, rb, N };
+        cpu_kernels_avx512vbmi.mm_rows(&cw, 0, R, T, xp, yp, scratch);
+        cpu_kernels_avx512.mm_rows(&cw, 0, R, T, xp, zp, scratch);
+        free(scratch);
+        CHECK_MSG(memcmp(y, z, R * T * 4) == 0, "%s: avx512vbmi and avx512 differ", quant_type_name(type));
     }
 }
 

@@ -1,0 +1,14 @@
+/* cpu_kernels_avx512.c — the CPU kernels for AVX-512 without VBMI (F, BW,
+ * DQ, VL, VNNI), compiled for those instructions whatever the build's
+ * -march (cpu_kernels.c runs them only where CPUID reports them). */
+#include "cpu/cpu_kernels_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CK_WIDTH 512
+#define CK_VBMI 0
+#define CK_TGT __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c,bmi,bmi2")))
+#define CK_NAME cpu_kernels_avx512
+#include "cpu/cpu_kernels_x.h"
+#else
+const cpu_kernel_set cpu_kernels_avx512 = { 0 };
+#endif
