@@ -22,7 +22,7 @@
 
 /* The golden tiny shape written to `file` (one file per engine: a file
  * an engine maps is never rewritten). */
-static ds4_engine *open_tiny_at(ds4_backend b, ds4_quant_sim qs, const char *file)
+static ds4_engine *open_tiny_placed(ds4_backend b, ds4_quant_sim qs, const char *file, int host_expert_layers)
 {
     fwd_require_backend(b);
     mk_spec s;
@@ -30,10 +30,16 @@ static ds4_engine *open_tiny_at(ds4_backend b, ds4_quant_sim qs, const char *fil
     const char *path = test_tmp_path("%s", file);
     ds4_error err = { "" };
     CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
-    ds4_engine_options o = { .model_path = path, .backend = b, .threads = 2, .quant_sim = qs };
+    ds4_engine_options o = { .model_path = path, .backend = b, .threads = 2, .quant_sim = qs,
+                             .host_expert_layers = host_expert_layers };
     ds4_engine *e = ds4_engine_open(&o, &err);
     CHECK_MSG(e != NULL, "%s", err.msg);
     return e;
+}
+
+static ds4_engine *open_tiny_at(ds4_backend b, ds4_quant_sim qs, const char *file)
+{
+    return open_tiny_placed(b, qs, file, 0);
 }
 
 static ds4_engine *open_tiny(ds4_backend b, ds4_quant_sim qs) { return open_tiny_at(b, qs, "tiny.gguf"); }
@@ -116,9 +122,14 @@ static void step(ds4_engine *e, member *ms, const int *on, int k, double rel)
 /* Members at 0, 37 (the indexer already ranks: top-8 of ratio-4 rows),
  * 121 (a ratio-128 window closes during the run) and, from step 6, one
  * prefilled between steps; member 1 leaves after step 13. */
-static void members_agree_with_solo_runs(ds4_backend b, ds4_quant_sim qs, double rel)
+static void members_agree_with_solo_runs(ds4_backend b, ds4_quant_sim qs, double rel, int host_expert_layers)
 {
-    ds4_engine *e = open_tiny(b, qs);
+    ds4_engine *e = open_tiny_placed(b, qs, "tiny.gguf", host_expert_layers);
+    if (host_expert_layers > 0) {
+        ds4_placement pl;
+        ds4_engine_placement(e, &pl);
+        CHECK_EQ_INT(pl.host_expert_layers, host_expert_layers);
+    }
     member ms[MAX_MEMBERS];
     for (int i = 0; i < MAX_MEMBERS; i++) ms[i] = (member){ open_session(e), open_session(e) };
     prefill(e, &ms[1], 1, 37);
@@ -147,17 +158,24 @@ static void members_agree_with_solo_runs(ds4_backend b, ds4_quant_sim qs, double
 
 TEST(batch, members_equal_their_solo_runs_bit_for_bit_release_numerics)
 {
-    members_agree_with_solo_runs(DS4_BACKEND_CPU, DS4_QSIM_FULL, 0);
+    members_agree_with_solo_runs(DS4_BACKEND_CPU, DS4_QSIM_FULL, 0, 0);
 }
 
 TEST(batch, members_equal_their_solo_runs_bit_for_bit_without_simulations)
 {
-    members_agree_with_solo_runs(DS4_BACKEND_CPU, DS4_QSIM_NONE, 0);
+    members_agree_with_solo_runs(DS4_BACKEND_CPU, DS4_QSIM_NONE, 0, 0);
 }
 
 TEST(batch, members_agree_with_their_solo_runs_on_opencl)
 {
-    members_agree_with_solo_runs(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 2e-3);
+    members_agree_with_solo_runs(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 2e-3, DS4_EXPERTS_ON_DEVICE);
+}
+
+/* The routed experts of the first layers in host memory: each layer's
+ * rows are handed to the CPU and back within the one step. */
+TEST(batch, members_agree_with_their_solo_runs_on_opencl_with_experts_on_the_host)
+{
+    members_agree_with_solo_runs(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 2e-3, 3);
 }
 
 /* Says stop at its `at`-th poll. */
