@@ -13,6 +13,10 @@
  * layer-major inside a chunk; decode is a chunk of one. The logits of a
  * chunk's last token are the only data read back. The result does not
  * depend on the chunking (tests hold the CPU backend to identical bits).
+ * A batched decode step (fwd_backend_eval_batch) is the same schedule
+ * over one row of each of several sessions, in the first session's
+ * activation buffers; each row's logits are those of its session alone
+ * (identical bits on the CPU backend).
  *
  * Cancellation: cb->cancel is polled before every chunk and between the
  * layers of a chunk; a chunk cancelled part-way is dropped (the state still
