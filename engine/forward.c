@@ -182,8 +182,9 @@ static int compress_seq(run *r, const fwd_seq *s, int l, bool idx)
     xbuf *front = idx ? &LS->ifront : &LS->cfront, *dst = idx ? &LS->icomp : &LS->comp;
     const int64_t front_rows = idx ? LS->ifront_rows : LS->cfront_rows;
 
-    OP(o->compress(c, ROWS(IN(*ca), in_row, s, s->T), ROWS(IN(*cb), in_row, s, s->T), idx ? &L->idx_comp_ape : &L->comp_ape,
-                   IO(*front), front_rows, R, lanes, d, pos0, s->T, ROWS(OUT(*pooled), out_row, s, n_emit)));
+    const ds4_tensor *ape = idx ? &L->idx_comp_ape : &L->comp_ape;
+    OP(o->compress(c, ROWS(IN(*ca), in_row, s, s->T), ROWS(IN(*cb), in_row, s, s->T), ape, IO(*front), front_rows, R,
+                   lanes, d, pos0, s->T, ROWS(OUT(*pooled), out_row, s, n_emit)));
     if (n_emit == 0) return 0;
     OP(o->rmsnorm(c, ROWS(IO(*pooled), out_row, s, n_emit), idx ? &L->idx_comp_norm : &L->comp_norm, n_emit, d,
                   ROWS(IO(*pooled), out_row, s, n_emit)));

@@ -213,7 +213,8 @@ ds4_status ds4_sessions_eval(ds4_session *const *s, const int32_t *ids, int n, c
 {
     if (check_step(s, ids, n, err)) return DS4_ERROR;
     const ds4_session_ops *so = s[0]->e->sess;
-    if (n == 1 || !so->eval_batch) return n == 1 ? ds4_session_eval(s[0], ids[0], cb, err) : step_each(s, ids, n, cb, err);
+    if (n == 1) return ds4_session_eval(s[0], ids[0], cb, err);
+    if (!so->eval_batch) return step_each(s, ids, n, cb, err);
     void **st = xmalloc((size_t)n * sizeof *st);
     const int32_t **tok = xmalloc((size_t)n * sizeof *tok);
     size_t *pos = xmalloc((size_t)n * sizeof *pos);

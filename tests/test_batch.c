@@ -22,7 +22,8 @@
 
 /* The golden tiny shape written to `file` (one file per engine: a file
  * an engine maps is never rewritten). */
-static ds4_engine *open_tiny_placed(ds4_backend b, ds4_quant_sim qs, const char *file, int host_expert_layers)
+static ds4_engine *open_tiny_placed(ds4_backend b, ds4_quant_sim qs, const char *file, int host_expert_layers,
+                                    const char *device)
 {
     fwd_require_backend(b);
     mk_spec s;
@@ -31,7 +32,7 @@ static ds4_engine *open_tiny_placed(ds4_backend b, ds4_quant_sim qs, const char 
     ds4_error err = { "" };
     CHECK_MSG(mk_write_file(&s, path, NULL, NULL, &err) == 0, "%s", err.msg);
     ds4_engine_options o = { .model_path = path, .backend = b, .threads = 2, .quant_sim = qs,
-                             .host_expert_layers = host_expert_layers };
+                             .host_expert_layers = host_expert_layers, .device = device };
     ds4_engine *e = ds4_engine_open(&o, &err);
     CHECK_MSG(e != NULL, "%s", err.msg);
     return e;
@@ -39,7 +40,7 @@ static ds4_engine *open_tiny_placed(ds4_backend b, ds4_quant_sim qs, const char 
 
 static ds4_engine *open_tiny_at(ds4_backend b, ds4_quant_sim qs, const char *file)
 {
-    return open_tiny_placed(b, qs, file, 0);
+    return open_tiny_placed(b, qs, file, 0, NULL);
 }
 
 static ds4_engine *open_tiny(ds4_backend b, ds4_quant_sim qs) { return open_tiny_at(b, qs, "tiny.gguf"); }
@@ -122,14 +123,14 @@ static void step(ds4_engine *e, member *ms, const int *on, int k, double rel)
 /* Members at 0, 37 (the indexer already ranks: top-8 of ratio-4 rows),
  * 121 (a ratio-128 window closes during the run) and, from step 6, one
  * prefilled between steps; member 1 leaves after step 13. */
-static void members_agree_with_solo_runs(ds4_backend b, ds4_quant_sim qs, double rel, int host_expert_layers)
+static void members_agree_with_solo_runs(ds4_backend b, ds4_quant_sim qs, double rel, int host_expert_layers,
+                                         const char *device)
 {
-    ds4_engine *e = open_tiny_placed(b, qs, "tiny.gguf", host_expert_layers);
-    if (host_expert_layers > 0) {
-        ds4_placement pl;
-        ds4_engine_placement(e, &pl);
-        CHECK_EQ_INT(pl.host_expert_layers, host_expert_layers);
-    }
+    ds4_engine *e = open_tiny_placed(b, qs, "tiny.gguf", host_expert_layers, device);
+    ds4_placement pl;
+    if (host_expert_layers > 0 || device) CHECK(ds4_engine_placement(e, &pl) == 0);
+    if (host_expert_layers > 0) CHECK_EQ_INT(pl.host_expert_layers, host_expert_layers);
+    if (device) CHECK_EQ_INT(pl.n_devices, 2);
     member ms[MAX_MEMBERS];
     for (int i = 0; i < MAX_MEMBERS; i++) ms[i] = (member){ open_session(e), open_session(e) };
     prefill(e, &ms[1], 1, 37);
@@ -158,24 +159,39 @@ static void members_agree_with_solo_runs(ds4_backend b, ds4_quant_sim qs, double
 
 TEST(batch, members_equal_their_solo_runs_bit_for_bit_release_numerics)
 {
-    members_agree_with_solo_runs(DS4_BACKEND_CPU, DS4_QSIM_FULL, 0, 0);
+    members_agree_with_solo_runs(DS4_BACKEND_CPU, DS4_QSIM_FULL, 0, 0, NULL);
 }
 
 TEST(batch, members_equal_their_solo_runs_bit_for_bit_without_simulations)
 {
-    members_agree_with_solo_runs(DS4_BACKEND_CPU, DS4_QSIM_NONE, 0, 0);
+    members_agree_with_solo_runs(DS4_BACKEND_CPU, DS4_QSIM_NONE, 0, 0, NULL);
 }
 
 TEST(batch, members_agree_with_their_solo_runs_on_opencl)
 {
-    members_agree_with_solo_runs(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 2e-3, DS4_EXPERTS_ON_DEVICE);
+    members_agree_with_solo_runs(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 2e-3, DS4_EXPERTS_ON_DEVICE, NULL);
 }
 
 /* The routed experts of the first layers in host memory: each layer's
  * rows are handed to the CPU and back within the one step. */
 TEST(batch, members_agree_with_their_solo_runs_on_opencl_with_experts_on_the_host)
 {
-    members_agree_with_solo_runs(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 2e-3, 3);
+    members_agree_with_solo_runs(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 2e-3, 3, NULL);
+}
+
+/* The layers split over two devices (PoCL gives two with POCL_DEVICES):
+ * the step's rows go from one device's layers to the next's. */
+TEST(batch, members_agree_with_their_solo_runs_with_the_layers_over_two_devices)
+{
+    setenv("POCL_DEVICES", "pthread pthread", 0);
+    fwd_require_backend(DS4_BACKEND_OPENCL);
+    ds4_device *d;
+    int n = 0, pick;
+    ds4_error err = { "" };
+    if (ds4_backend_devices(DS4_BACKEND_OPENCL, NULL, &d, &n, &pick, &err) != 0) SKIP("no OpenCL devices: %s", err.msg);
+    free(d);
+    if (n < 2) SKIP("one OpenCL device only (PoCL gives two with POCL_DEVICES=\"pthread pthread\")");
+    members_agree_with_solo_runs(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 2e-3, DS4_EXPERTS_ON_DEVICE, "0,1");
 }
 
 /* Says stop at its `at`-th poll. */
