@@ -325,3 +325,50 @@ TEST(batch, refused_steps_change_nothing)
     ds4_engine_close(other);
     ds4_engine_close(e);
 }
+
+/* Golden A (rounding simulations off) teacher-forced through batched
+ * steps: one member from the first token, another prefilled with the
+ * first tokens and then stepped beside it at its own positions; both
+ * stay at the tight level against the independent reference. */
+TEST(batch, golden_a_teacher_forced_through_batched_steps_is_tight)
+{
+    golden_set g;
+    golden_load(&g, "A-f32-nosim", "prefix_logits.f32", false);
+    CHECK_EQ_INT(g.n_rows, g.all.n);
+    ds4_engine *e = fwd_test_engine(DS4_QSIM_NONE, 2);
+    const size_t n = g.all.n, nv = (size_t)g.n_vocab, lag = n / 3;
+    float *rows[2] = { test_alloc(n * nv * 4), test_alloc(n * nv * 4) };
+    ds4_error err = { "" };
+    ds4_session *s[2] = { ds4_session_open(e, (int)n, &err), ds4_session_open(e, (int)n, &err) };
+    CHECK(s[0] && s[1]);
+    CHECK_EQ_INT(ds4_session_sync(s[1], g.all.ids, lag, NULL, &err), DS4_OK);
+    memcpy(rows[1] + (lag - 1) * nv, ds4_session_logits(s[1]), nv * 4);
+    uint64_t batched0 = fwd_batched_steps(fwd_of(e));
+    for (size_t t = 0; t < n; t++) {
+        ds4_session *on[2];
+        int32_t ids[2];
+        int who[2], k = 0;
+        for (int m = 0; m < 2; m++) {
+            size_t p = ds4_session_n_tokens(s[m]);
+            if (p >= n) continue; /* done: it leaves the batch */
+            on[k] = s[m];
+            ids[k] = g.all.ids[p];
+            who[k++] = m;
+        }
+        CHECK_MSG(ds4_sessions_eval(on, ids, k, NULL, &err) == DS4_OK, "%s", err.msg);
+        for (int i = 0; i < k; i++)
+            memcpy(rows[who[i]] + (ds4_session_n_tokens(on[i]) - 1) * nv, ds4_session_logits(on[i]), nv * 4);
+    }
+    CHECK_EQ_INT((long)(fwd_batched_steps(fwd_of(e)) - batched0), (long)(n - lag));
+    for (int m = 0; m < 2; m++) {
+        size_t first = m ? lag - 1 : 0;
+        fwd_stats st;
+        fwd_compare(rows[m] + first * nv, g.ref + first * nv, n - first, g.n_vocab, 1e-3, &st);
+        CHECK_MSG(st.max <= 1e-4, "member %d: rel %.3g at row %d", m, st.max, st.worst_pos + (int)first);
+        CHECK_EQ_INT(st.argmax_exempt_misses, 0);
+    }
+    ds4_session_close(s[0]);
+    ds4_session_close(s[1]);
+    ds4_engine_close(e);
+    golden_free(&g);
+}
