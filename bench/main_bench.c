@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bench/bench_attn.h"
+#include "bench/bench_batch.h"
 #include "bench/bench_engine.h"
 #include "bench/bench_hybrid.h"
 #include "bench/bench_mpi.h"
@@ -51,6 +52,9 @@ static void help(void)
           "                   [--split-devices D,D]\n"
           "                   CSV: OpenCL with routed experts in host memory (CPU), or the layers split\n"
           "                   over several devices, vs all on one device\n"
+          "       ds4cl-bench --batch-bench -m MODEL [--batches 1,2,4,8] [--prompt-tokens P] [--gen-tokens G]\n"
+          "                   [--rounds R] [--threads T] [--backend cpu|opencl]\n"
+          "                   CSV: aggregate decode tokens/s of B sessions stepped together, per B\n"
           "       ds4cl-bench --stream-bench -m MODEL [-m MODEL …] [--budgets 10,25,50,100]\n"
           "                   [--prompt-tokens P] [--warm-tokens W] [--gen-tokens G] [--threads T]\n"
           "                   CSV: decode with the routed experts read through an expert cache\n"
@@ -84,6 +88,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--serve-bench")) return bench_serve_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--replay-bench")) return bench_replay_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--hybrid-bench")) return bench_hybrid_main(argc, argv);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--batch-bench")) return bench_batch_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--stream-bench")) return bench_stream_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--logits")) return bench_logits_main(argc, argv);
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--mpi-bench")) return bench_mpi_main(argc, argv);

@@ -38,6 +38,16 @@ typedef struct {
     long (*eval)(void *st, const int32_t *tokens, size_t pos, size_t n,
                  float *logits, const ds4_callbacks *cb, ds4_error *err);
 
+    /* One decode step of n states together (ds4_sessions_eval): evaluates
+     * tokens[i][pos[i]] on state i, which holds tokens[i][0 .. pos[i]),
+     * writing its logits into logits[i]. Returns n when done; 0 when
+     * cancelled (every state unchanged); -1 on error (the states
+     * undefined: the caller resets them); -2 when it cannot step these
+     * states together (nothing done: the caller evaluates them one by
+     * one). May be NULL (one by one). */
+    int (*eval_batch)(void *const *st, const int32_t *const *tokens, const size_t *pos, int n,
+                      float *const *logits, const ds4_callbacks *cb, ds4_error *err);
+
     /* Shrinks the state to its first n tokens. Returns -1 when it cannot,
      * and the caller resets and recomputes from the start. May be NULL. */
     int (*rewind)(void *st, size_t n);

@@ -687,6 +687,29 @@ ds4_status ds4_session_sync_from(ds4_session *s, const int32_t *ids, size_t n, c
 /* Appends one token (decode step). */
 ds4_status ds4_session_eval(ds4_session *s, int32_t id, const ds4_callbacks *cb, ds4_error *err);
 
+/* One decode step of n sessions of the same engine: appends ids[i] to
+ * session s[i], each at its own position with its own state, computed as
+ * one forward step where the backend can (the weights are read once for
+ * all rows; each routed expert once for the rows that chose it).
+ * Afterwards every session is as after ds4_session_eval(s[i], ids[i]):
+ * the same tokens, state and logits (on the CPU backend the same bits;
+ * on other backends within f32 rounding-order differences).
+ *
+ * All or nothing: on DS4_INTERRUPTED (cb->cancel, polled before the step
+ * and between its layers) every session holds exactly what it held
+ * before, logits included. DS4_ERROR before the step (no sessions, a
+ * session twice, sessions of different engines, a full context, a token
+ * outside the vocabulary) changes nothing; an evaluation that fails may
+ * leave sessions of the step reset to empty, as a failed
+ * ds4_session_eval does (a sync then recomputes them).
+ *
+ * A backend that cannot step several sessions at once (the script engine,
+ * a layer split over processes, an engine with a trace hook, more
+ * sessions than its prefill chunk) evaluates them one after another with
+ * the same outcome. Prefill stays per session (ds4_session_sync). */
+ds4_status ds4_sessions_eval(ds4_session *const *s, const int32_t *ids, int n, const ds4_callbacks *cb,
+                             ds4_error *err);
+
 /* Logits (n_vocab floats) after the last evaluated token; NULL when empty. */
 const float *ds4_session_logits(const ds4_session *s);
 

@@ -13,6 +13,10 @@
  * layer-major inside a chunk; decode is a chunk of one. The logits of a
  * chunk's last token are the only data read back. The result does not
  * depend on the chunking (tests hold the CPU backend to identical bits).
+ * A batched decode step (fwd_backend_eval_batch) is the same schedule
+ * over one row of each of several sessions, in the first session's
+ * activation buffers; each row's logits are those of its session alone
+ * (identical bits on the CPU backend).
  *
  * Cancellation: cb->cancel is polled before every chunk and between the
  * layers of a chunk; a chunk cancelled part-way is dropped (the state still
@@ -192,6 +196,19 @@ void *fwd_backend_state_new(ds4_engine *e, int n_ctx, ds4_error *err);
 void fwd_backend_state_free(void *st);
 long fwd_backend_eval(void *st, const int32_t *tokens, size_t pos, size_t n, float *logits, const ds4_callbacks *cb,
                       ds4_error *err);
+/* The eval_batch member (engine/backend.h): the n decode rows go through
+ * the layers as one step (dense products, router and routed experts over
+ * all rows; RoPE, cache stores, compressors, indexer and attention per
+ * state at its own position). It steps them one by one (-2) when they
+ * belong to different engines or placements, when a trace hook or a next
+ * stage is set, or when n exceeds the first state's chunk. A step is not
+ * split: cancellation is polled before it and between its layers, and a
+ * cancelled step leaves every state as it was. */
+int fwd_backend_eval_batch(void *const *st, const int32_t *const *tokens, const size_t *pos, int n,
+                           float *const *logits, const ds4_callbacks *cb, ds4_error *err);
+/* Steps of several states that fwd_backend_eval_batch computed together
+ * since the engine opened. */
+uint64_t fwd_batched_steps(const fwd_engine *f);
 int fwd_backend_rewind(void *st, size_t n);
 void fwd_backend_reset(void *st);
 uint64_t fwd_backend_kv_bytes(void *st);
@@ -202,6 +219,7 @@ int fwd_backend_load(void *st, const void *payload, size_t len, size_t n_tokens,
  * such backend keeps its sessions in the schedule's state. */
 #define FWD_BACKEND_SESSION_OPS                                                                                      \
     .session = { .state_new = fwd_backend_state_new, .state_free = fwd_backend_state_free, .eval = fwd_backend_eval, \
+                 .eval_batch = fwd_backend_eval_batch,                                                             \
                  .rewind = fwd_backend_rewind, .reset = fwd_backend_reset, .kv_bytes = fwd_backend_kv_bytes,         \
                  .save = fwd_backend_save, .load = fwd_backend_load }
 

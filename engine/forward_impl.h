@@ -31,6 +31,10 @@ struct fwd_engine {
     int l0, l1;                        /* the layers this engine evaluates (forward.h, stages) */
     fwd_next_fn next;                  /* where the streams go after layer l1 − 1, or NULL */
     void *next_ud;
+    xbuf blogits;                      /* a batched step's logits (forward.c), blogits_rows rows */
+    int blogits_rows;
+    uint8_t blogits_head;              /* the backend they are on */
+    uint64_t batched;                  /* fwd_batched_steps */
 };
 
 typedef struct {

@@ -58,6 +58,7 @@ fwd_engine *fwd_open(const ds4_model *m, const ds4_ops *ops, void *ctx, ds4_quan
 void fwd_close(fwd_engine *f)
 {
     if (!f) return;
+    xbuf_release(&f->be, &f->blogits);
     for (int i = 1; i < f->be.n; i++)
         if (f->free_ctx[i]) f->free_ctx[i](f->be.be[i].ctx);
     xbuf_set_free(&f->be);

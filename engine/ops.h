@@ -20,6 +20,13 @@
  *   All counts the schedule needs (rows emitted by a compressor in this
  *   chunk, whether the indexer must rank) follow from pos0 and T, so no
  *   size is data dependent.
+ * - A batched decode step (ds4_sessions_eval) holds one row for each of
+ *   several sequences: the ops without a position or session state
+ *   (embed, hc_*, rmsnorm, matmul, swiglu, add, sim, router, moe) get all
+ *   rows at once, whatever sequence each row belongs to; the others
+ *   (rope, store_rows, compress, indexer, attention) get one sequence's
+ *   rows at a time, through views (view) at that sequence's row of the
+ *   step's buffers, so every op must accept a view at any row offset.
  * - Activations are f32. Index buffers (token ids, expert ids, selected
  *   rows) are int32. Cached KV rows are f32 or f16 (ds4_cache_type), chosen
  *   per session by the numerics (f16 when the cache rounding simulation is

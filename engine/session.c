@@ -154,6 +154,99 @@ ds4_status ds4_session_eval(ds4_session *s, int32_t id, const ds4_callbacks *cb,
     return DS4_OK;
 }
 
+/* A step's members, checked before anything changes. */
+static int check_step(ds4_session *const *s, const int32_t *ids, int n, ds4_error *err)
+{
+    if (n < 1 || !s) return ds4_error_set(err, "a step needs at least one session (got %d)", n);
+    for (int i = 0; i < n; i++) {
+        if (!s[i]) return ds4_error_set(err, "session %d of the step is missing", i);
+        if (s[i]->e != s[0]->e) return ds4_error_set(err, "session %d belongs to another engine than session 0", i);
+        for (int j = 0; j < i; j++)
+            if (s[j] == s[i]) return ds4_error_set(err, "session %d appears twice in the step (also as %d)", i, j);
+        if (s[i]->toks.n + 1 > (size_t)s[i]->n_ctx)
+            return ds4_error_set(err, "the context of %d tokens of session %d is full", s[i]->n_ctx, i);
+        if (ids[i] < 0 || ids[i] >= s[i]->e->n_vocab)
+            return ds4_error_set(err, "token id %d of session %d is outside the vocabulary (%d)", ids[i], i,
+                                 s[i]->e->n_vocab);
+    }
+    return 0;
+}
+
+/* Takes back member s's last token, stepped by ds4_session_eval, with the
+ * logits it had before: a rewind by one, or else a reset. */
+static void undo_step(ds4_session *s, const float *logits, size_t logits_at, size_t last_prefilled)
+{
+    if (!s->e->sess->rewind || s->e->sess->rewind(s->st, s->toks.n - 1) != 0) {
+        reset_state(s);
+        return;
+    }
+    s->toks.n--;
+    memcpy(s->logits, logits, (size_t)s->e->n_vocab * sizeof *logits);
+    s->logits_at = logits_at;
+    s->last_prefilled = last_prefilled;
+}
+
+/* The step one member after another; a member interrupted or failed
+ * takes back the members stepped before it. */
+static ds4_status step_each(ds4_session *const *s, const int32_t *ids, int n, const ds4_callbacks *cb,
+                            ds4_error *err)
+{
+    const size_t nv = (size_t)s[0]->e->n_vocab;
+    float *saved = xmalloc((size_t)n * nv * sizeof *saved);
+    size_t *at = xmalloc(2 * (size_t)n * sizeof *at);
+    ds4_status rc = DS4_OK;
+    for (int i = 0; i < n && rc == DS4_OK; i++) {
+        memcpy(saved + (size_t)i * nv, s[i]->logits, nv * sizeof *saved);
+        at[2 * i] = s[i]->logits_at;
+        at[2 * i + 1] = s[i]->last_prefilled;
+        rc = ds4_session_eval(s[i], ids[i], cb, err);
+        if (rc != DS4_OK)
+            for (int j = 0; j < i; j++) undo_step(s[j], saved + (size_t)j * nv, at[2 * j], at[2 * j + 1]);
+    }
+    free(saved);
+    free(at);
+    return rc;
+}
+
+ds4_status ds4_sessions_eval(ds4_session *const *s, const int32_t *ids, int n, const ds4_callbacks *cb,
+                             ds4_error *err)
+{
+    if (check_step(s, ids, n, err)) return DS4_ERROR;
+    const ds4_session_ops *so = s[0]->e->sess;
+    if (n == 1) return ds4_session_eval(s[0], ids[0], cb, err);
+    if (!so->eval_batch) return step_each(s, ids, n, cb, err);
+    void **st = xmalloc((size_t)n * sizeof *st);
+    const int32_t **tok = xmalloc((size_t)n * sizeof *tok);
+    size_t *pos = xmalloc((size_t)n * sizeof *pos);
+    float **lg = xmalloc((size_t)n * sizeof *lg);
+    for (int i = 0; i < n; i++) {
+        ds4_tokens_push(&s[i]->toks, ids[i]);
+        st[i] = s[i]->st;
+        tok[i] = s[i]->toks.ids;
+        pos[i] = s[i]->toks.n - 1;
+        lg[i] = s[i]->logits;
+    }
+    int done = so->eval_batch(st, tok, pos, n, lg, cb, err);
+    free(st);
+    free(tok);
+    free(pos);
+    free(lg);
+    for (int i = 0; i < n; i++) {
+        if (done == n) {
+            s[i]->last_prefilled = 1;
+            s[i]->logits_at = s[i]->toks.n;
+        } else if (done == -1) {
+            reset_state(s[i]);
+        } else {
+            s[i]->toks.n--;
+        }
+    }
+    if (done == n) return DS4_OK;
+    if (done == 0) return DS4_INTERRUPTED;
+    if (done == -1) return DS4_ERROR;
+    return step_each(s, ids, n, cb, err);
+}
+
 const float *ds4_session_logits(const ds4_session *s)
 {
     return s->toks.n > 0 && s->logits_at == s->toks.n ? s->logits : NULL;
