@@ -21,6 +21,7 @@
 #include "opencl/cl_ops_impl.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "engine/quant.h"
 
@@ -52,11 +53,40 @@ static bool expert_type(uint32_t t)
     return t == GGML_TYPE_IQ2_XXS || t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q4_K;
 }
 
+/* The part of matmul.cl (cl_runtime.h) holding the kernels of `family`
+ * ("mm_dec", "moe_gu_tile", …) for weight type `type`. */
+static void part_for(char *buf, size_t n, const char *family, uint32_t type)
+{
+    const char *sfx = type_sfx(type);
+    snprintf(buf, n, PROG ":%s_%s", strncmp(family, "moe_", 4) ? "mm" : "moe", sfx ? sfx : "none");
+}
+
 static cl_kernel kernel_for(clo_ctx *c, const char *family, uint32_t type)
 {
-    char name[64];
-    snprintf(name, sizeof name, "%s_%s", family, type_sfx(type));
-    return clo_kernel(c, PROG, name);
+    char name[64], part[64];
+    const char *sfx = type_sfx(type);
+    snprintf(name, sizeof name, "%s_%s", family, sfx ? sfx : "none");
+    part_for(part, sizeof part, family, type);
+    return clo_kernel(c, part, name);
+}
+
+int clo_build_products(clo_ctx *c, const gguf_file *f)
+{
+    /* bit (2·type + expert) of the parts already built */
+    uint64_t done[2] = { 0 };
+    if (clrt_build(c->rt, PROG ":aux")) return -1;
+    for (size_t i = 0; f && i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        bool expert = t->n_dims >= 3 && t->ne[2] > 1;
+        if (t->n_dims < 2 || t->ne[1] < 2 || !type_sfx(t->type) || (expert && !expert_type(t->type))) continue;
+        unsigned bit = 2 * (t->type & 63) + expert;
+        if (done[bit / 64] >> (bit % 64) & 1) continue;
+        done[bit / 64] |= 1ull << (bit % 64);
+        char part[64];
+        part_for(part, sizeof part, expert ? "moe_" : "mm_", t->type);
+        if (clrt_build(c->rt, part)) return -1;
+    }
+    return 0;
 }
 
 static size_t up_div(size_t a, size_t b) { return (a + b - 1) / b; }
@@ -261,7 +291,7 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
     const int tb = cpu ? P : MOE_TB;
     const size_t n_tiles = cpu ? (size_t)(E < P ? E : P) : max_tiles;
 
-    clrt_call call = clrt_begin(c->rt, clo_kernel(c, PROG, "moe_sort"));
+    clrt_call call = clrt_begin(c->rt, clo_kernel(c, PROG ":aux", "moe_sort"));
     clo_arg_buf(&call, a->sel, 4);
     clrt_arg_int(&call, P);
     clrt_arg_int(&call, E);
@@ -299,7 +329,7 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     }
 
-    call = clrt_begin(c->rt, clo_kernel(c, PROG, "moe_sum"));
+    call = clrt_begin(c->rt, clo_kernel(c, PROG ":aux", "moe_sum"));
     clrt_arg_mem(&call, ys);
     clo_arg_buf(&call, a->sel, 4);
     clrt_arg_int(&call, a->k);

@@ -308,7 +308,9 @@ void clo_weights(void *ctx, clo_weight_info *out) { *out = ((clo_ctx *)ctx)->win
 /* ---- context ------------------------------------------------------------------ */
 
 /* The programs of the op files (cl_ops_impl.h lists which op is where). */
-static const char *const op_programs[] = { "basic", "hc", "rope", "matmul", "attn", "attn_comp", "attn_index", "router" };
+/* matmul.cl is built in the parts the model's weight types use
+ * (clo_build_products). */
+static const char *const op_programs[] = { "basic", "hc", "rope", "attn", "attn_comp", "attn_index", "router" };
 #define N_OP_PROGRAMS (sizeof op_programs / sizeof op_programs[0])
 
 /* At load the kernels are compiled, or read from the binary cache, so
@@ -319,6 +321,8 @@ static int build_programs(clo_ctx *c, const clo_options *o, ds4_error *err)
         if (o->progress) o->progress(o->progress_ud, (double)i / (double)N_OP_PROGRAMS, "building OpenCL programs");
         if (clrt_build(c->rt, op_programs[i])) return ds4_error_set(err, "%s", clrt_error(c->rt));
     }
+    if (o->progress) o->progress(o->progress_ud, 0.9, "building OpenCL programs");
+    if (clo_build_products(c, c->m->file)) return ds4_error_set(err, "%s", clrt_error(c->rt));
     if (o->progress) o->progress(o->progress_ud, 1.0, "OpenCL programs ready");
     return 0;
 }

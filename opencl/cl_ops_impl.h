@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "opencl/cl_ops.h"
@@ -143,6 +144,9 @@ int clo_store_rows(void *ctx, ds4_buf *src, int64_t n_rows, int dim, ds4_buf *ds
                    int64_t ring_rows);
 
 /* cl_matmul.c */
+/* Builds the parts of matmul.cl (cl_runtime.h) that the weights of f
+ * (NULL: none) use, and the auxiliary one. 0, or -1 (recorded). */
+int clo_build_products(clo_ctx *c, const gguf_file *f);
 int clo_matmul(void *ctx, const ds4_tensor *W, ds4_buf *x, int T, int n_groups, ds4_buf *y);
 int clo_moe(void *ctx, const ds4_tensor *gate, const ds4_tensor *up, const ds4_tensor *down, ds4_buf *x, ds4_buf *sel,
             ds4_buf *weights, int T, float clamp, ds4_buf *y);

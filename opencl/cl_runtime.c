@@ -409,11 +409,25 @@ int clrt_finish(clrt *rt)
 
 /* ---- programs ----------------------------------------------------------------- */
 
-/* common.cl, then NAME.cl; NULL when NAME is not an embedded program. */
+/* common.cl, then NAME.cl (for "NAME:PART", after defining CLRT_PART and
+ * CLRT_PART_<PART>); NULL when NAME is not an embedded program or PART is
+ * not a plain identifier. */
 static char *program_source(const clrt *rt, const char *name, size_t *len)
 {
-    if (!strcmp(name, "common")) return NULL;
-    const struct embedded_file *body = embedded_find(rt->sources, name);
+    char file[64];
+    const char *part = strchr(name, ':');
+    size_t fl = part ? (size_t)(part - name) : strlen(name);
+    if (fl >= sizeof file) return NULL;
+    memcpy(file, name, fl);
+    file[fl] = 0;
+    if (part) {
+        part++;
+        if (!*part) return NULL;
+        for (const char *q = part; *q; q++)
+            if (!(isalnum((unsigned char)*q) || *q == '_')) return NULL;
+    }
+    if (!strcmp(file, "common")) return NULL;
+    const struct embedded_file *body = embedded_find(rt->sources, file);
     if (!body) return NULL;
     const struct embedded_file *common = embedded_find(rt->sources, "common");
     strbuf b = { 0 };
@@ -421,7 +435,8 @@ static char *program_source(const clrt *rt, const char *name, size_t *len)
         sb_append(&b, common->data, common->len);
         sb_putc(&b, '\n');
     }
-    sb_printf(&b, "#line 1 \"%s.cl\"\n", name);
+    if (part) sb_printf(&b, "#define CLRT_PART 1\n#define CLRT_PART_%s 1\n", part);
+    sb_printf(&b, "#line 1 \"%s.cl\"\n", file);
     sb_append(&b, body->data, body->len);
     *len = b.len;
     return sb_take(&b);
@@ -566,7 +581,7 @@ static int program_index(clrt *rt, const char *name)
     size_t len;
     char *src = program_source(rt, name, &len);
     if (!src) {
-        clrt_fail(rt, "no OpenCL program named %s (opencl/kernels/%s.cl) in this build", name, name);
+        clrt_fail(rt, "no OpenCL program named %s (opencl/kernels/NAME.cl, or NAME:PART) in this build", name);
         return -1;
     }
     char path[PATH_MAX + 80] = "";

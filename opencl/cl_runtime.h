@@ -22,6 +22,12 @@
  * that divisions and square roots round like the host's. Never fast-math:
  * the kernels must reproduce the CPU backend's f32 arithmetic.
  *
+ * A program may also be built in parts: "NAME:PART" is NAME.cl compiled
+ * with CLRT_PART and CLRT_PART_<PART> defined, which the file uses to keep
+ * only that part's kernels. Compilers spend time per kernel (rusticl took
+ * minutes over all of matmul.cl), so a backend builds the parts it needs.
+ * A part is its own program: its own build, log and cache entry.
+ *
  * An op file gets a kernel by program and kernel name; the program is built
  * on first use and kept, with its kernels, for the runtime's lifetime:
  *

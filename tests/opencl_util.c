@@ -26,8 +26,24 @@ const char *oclt_cache_dir(void)
     return dir;
 }
 
+/* A check that fails while stderr is captured writes its message into the
+ * capture: the test's process then shows what was captured on its way
+ * out, so the message is not lost. */
+static oclt_stderr *g_open_capture;
+static oclt_stderr g_capture_copy;
+
+static void show_open_capture(void)
+{
+    if (!g_open_capture) return;
+    oclt_stderr *c = g_open_capture;
+    g_open_capture = NULL;
+    oclt_captured(c);
+}
+
 oclt_stderr oclt_capture_stderr(void)
 {
+    static bool registered;
+    if (!registered) registered = atexit(show_open_capture) == 0;
     oclt_stderr c = { -1, test_tmp_path("stderr.txt") };
     fflush(stderr);
     int fd = open(c.path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
@@ -35,11 +51,14 @@ oclt_stderr oclt_capture_stderr(void)
     c.saved = dup(2);
     CHECK(c.saved >= 0 && dup2(fd, 2) == 2);
     close(fd);
+    g_capture_copy = c;
+    g_open_capture = &g_capture_copy;
     return c;
 }
 
 const char *oclt_captured(oclt_stderr *c)
 {
+    g_open_capture = NULL;
     fflush(stderr);
     dup2(c->saved, 2);
     close(c->saved);

@@ -187,6 +187,57 @@ TEST(opencl_runtime, build_and_lookup_errors_are_explained)
     CHECK_CONTAINS(err.msg, "no OpenCL device name contains");
 }
 
+/* "NAME:PART" builds NAME.cl with CLRT_PART_<PART> defined: a part is its
+ * own program (its own kernels); a part name that is not an identifier is
+ * refused. */
+TEST(opencl_runtime, a_program_built_in_parts)
+{
+    oclt_require_device();
+    static const char src[] = "#if !defined(CLRT_PART) || defined(CLRT_PART_one)\n"
+                              "__kernel void one(__global float *x) { x[0] = 1.0f; }\n"
+                              "#endif\n"
+                              "#if !defined(CLRT_PART) || defined(CLRT_PART_two)\n"
+                              "__kernel void two(__global float *x) { x[0] = 2.0f; }\n"
+                              "#endif\n";
+    const struct embedded_file table[] = { { "prog", src, sizeof src - 1 }, { NULL, NULL, 0 } };
+    ds4_error err = { "" };
+    clrt_options o = { .cache_dir = "", .sources = table };
+    clrt *rt = clrt_open(&o, &err);
+    CHECK_MSG(rt != NULL, "%s", err.msg);
+    char names[256];
+    CHECK_MSG(clrt_kernel_names(rt, "prog", names, sizeof names) == 0, "%s", clrt_error(rt));
+    CHECK(strstr(names, "one") && strstr(names, "two"));
+    CHECK_MSG(clrt_kernel_names(rt, "prog:one", names, sizeof names) == 0, "%s", clrt_error(rt));
+    CHECK_STR_EQ(names, "one");
+    CHECK(clrt_kernel(rt, "prog:two", "two") != NULL);
+    CHECK(clrt_kernel(rt, "prog:two", "one") == NULL);
+    CHECK_CONTAINS(clrt_error(rt), "CL_INVALID_KERNEL_NAME");
+    CHECK_EQ_INT(clrt_get_stats(rt).builds, 3);
+    CHECK(clrt_kernel(rt, "prog:t wo", "two") == NULL);
+    CHECK_CONTAINS(clrt_error(rt), "no OpenCL program named prog:t wo");
+    CHECK(clrt_kernel(rt, "prog:", "two") == NULL);
+    clrt_close(rt);
+}
+
+/* An engine builds the parts of matmul.cl that its model's weight types
+ * use, and no other: the golden model holds F16 and Q8_0 matrices and
+ * IQ2_XXS / Q2_K experts. */
+TEST(opencl_runtime, an_engine_builds_the_products_of_its_weight_types_only)
+{
+    oclt_require_device();
+    ds4_engine *e = fwd_test_engine_on(DS4_BACKEND_OPENCL, DS4_QSIM_NONE, 1);
+    clrt *rt = clo_runtime(fwd_ops_ctx(fwd_of(e)));
+    static const char *const built[] = { "matmul:mm_f16", "matmul:mm_q8_0", "matmul:moe_iq2_xxs", "matmul:moe_q2_k",
+                                         "matmul:aux" };
+    static const char *const not_built[] = { "matmul", "matmul:mm_q4_k", "matmul:mm_bf16", "matmul:moe_q4_k",
+                                             "matmul:mm_iq2_xxs", "matmul:moe_iq2_xxs_x" };
+    for (size_t i = 0; i < sizeof built / sizeof *built; i++)
+        CHECK_MSG(clrt_build_log(rt, built[i]) != NULL, "%s was not built", built[i]);
+    for (size_t i = 0; i < sizeof not_built / sizeof *not_built; i++)
+        CHECK_MSG(clrt_build_log(rt, not_built[i]) == NULL, "%s was built", not_built[i]);
+    ds4_engine_close(e);
+}
+
 typedef struct {
     int calls;
     double last;

@@ -20,6 +20,11 @@
  * work-group per row with a local reduction, and the prefill tiles as
  * above. The host (cl_matmul.c) mirrors the constants. bench/README.md
  * records what was measured on the way.
+ *
+ * Parts. Built whole, or in parts (cl_runtime.h): "matmul:mm_<type>" the
+ * dense products of one weight type, "matmul:moe_<type>" the experts' of
+ * one type, "matmul:aux" the rest; the backend builds the parts of the
+ * types its model holds.
  */
 
 /* The helpers must melt into each kernel (the type, the tile shape and the
@@ -460,6 +465,7 @@ __constant uint iq2xs_signbits[128 * 8] = {
     __constant uint *iq2s = iq2xs_signbits
 
 /* Copies both tables out, for the test that they are the engine's. */
+#if !defined(CLRT_PART) || defined(CLRT_PART_aux)
 __kernel void iq2_tables(__global float *grid, __global uint *signs)
 {
     IQ2_TABS_AT_ENTRY;
@@ -467,6 +473,7 @@ __kernel void iq2_tables(__global float *grid, __global uint *signs)
     if (i < 256 * 8) grid[i] = iq2g[i];
     if (i < 128 * 8) signs[i] = iq2s[i];
 }
+#endif
 
 /* IEEE halves (bits h) as floats, exactly: the magnitude shifted into
  * place and rescaled by 2^112 covers normal and subnormal values; Inf and
@@ -1008,13 +1015,27 @@ INL void mv_wg(const int type, const __global uchar *W, ulong row_bytes, int n, 
         mv_wg(TYPE, W + W_off, row_bytes, n, p_lo, p_hi, rpg, x + x_off, xs, y + y_off, ys, T, part);            \
     }
 
+#if !defined(CLRT_PART) || defined(CLRT_PART_mm_f32)
 MM_KERNELS(f32, GGML_F32)
+#endif
+#if !defined(CLRT_PART) || defined(CLRT_PART_mm_f16)
 MM_KERNELS(f16, GGML_F16)
+#endif
+#if !defined(CLRT_PART) || defined(CLRT_PART_mm_bf16)
 MM_KERNELS(bf16, GGML_BF16)
+#endif
+#if !defined(CLRT_PART) || defined(CLRT_PART_mm_q8_0)
 MM_KERNELS(q8_0, GGML_Q8_0)
+#endif
+#if !defined(CLRT_PART) || defined(CLRT_PART_mm_q2_k)
 MM_KERNELS(q2_k, GGML_Q2_K)
+#endif
+#if !defined(CLRT_PART) || defined(CLRT_PART_mm_q4_k)
 MM_KERNELS(q4_k, GGML_Q4_K)
+#endif
+#if !defined(CLRT_PART) || defined(CLRT_PART_mm_iq2_xxs)
 MM_KERNELS(iq2_xxs, GGML_IQ2_XXS)
+#endif
 
 /* ---- mixture of experts ----------------------------------------------------------
  * Pairs p = t·k + i (token t, slot i); sel[p] the expert, wt[p] its weight.
@@ -1230,14 +1251,21 @@ INL void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
         moe_down_tile(TYPE, Wd, Wd_off, row_bytes, F, D, e_lo, e_hi, mid, sel, sel_off, k, y, y_off, ws, P, E);  \
     }
 
+#if !defined(CLRT_PART) || defined(CLRT_PART_moe_q2_k)
 MOE_KERNELS(q2_k, GGML_Q2_K)
+#endif
+#if !defined(CLRT_PART) || defined(CLRT_PART_moe_q4_k)
 MOE_KERNELS(q4_k, GGML_Q4_K)
+#endif
+#if !defined(CLRT_PART) || defined(CLRT_PART_moe_iq2_xxs)
 MOE_KERNELS(iq2_xxs, GGML_IQ2_XXS)
+#endif
 
 /* One work-item: groups the P pairs by expert (stable, so pairs keep their
  * order within an expert) and cuts each expert's run into tiles of at most
  * tb pairs. ws = [n_tiles, cursor[E], order[P], tiles[3·max]]; ids
  * outside [0, E) are left out. The work is O(P + E), a few µs. */
+#if !defined(CLRT_PART) || defined(CLRT_PART_aux)
 __kernel void moe_sort(const __global int *sel, ulong sel_off, int P, int E, int tb, __global int *ws)
 {
     if (get_global_id(0) != 0) return;
@@ -1266,9 +1294,11 @@ __kernel void moe_sort(const __global int *sel, ulong sel_off, int P, int E, int
     }
     ws[0] = nt;
 }
+#endif
 
 /* y[t][d] = Σ over slots in order of ys[t·k + i][d] (a slot with an id
  * outside [0, E) adds nothing). */
+#if !defined(CLRT_PART) || defined(CLRT_PART_aux)
 __kernel void moe_sum(const __global float *ys, const __global int *sel, ulong sel_off, int k, int E, int D, int T,
                       __global float *y, ulong y_off)
 {
@@ -1282,3 +1312,4 @@ __kernel void moe_sum(const __global float *ys, const __global int *sel, ulong s
     }
     y[y_off + (ulong)t * D + d] = sum;
 }
+#endif
