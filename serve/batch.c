@@ -5,8 +5,12 @@
  * Policy. The engine runs one thing at a time: a decode step or a prefill
  * piece (the worker reads a prompt in pieces of SV_PREFILL_PIECE tokens,
  * each in a turn of its own). A slot that wants to decode a token queues
- * (session, token) and waits. Whichever waiting slot finds the engine free
- * takes every queued token and runs them as one step, then hands each
+ * (session, token) and waits. A step goes once every decoding slot (one
+ * between sv_batch_join and sv_batch_part) has queued its token: between
+ * two steps a slot only samples, so waiting for it costs little, and going
+ * without it would leave it to a step of its own, the slots taking turns
+ * instead of sharing steps. The waiting slot that finds the engine free
+ * then takes every queued token and runs them as one step, then hands each
  * owner its status (an error of the step is every member's error: the
  * engine may have reset them all, and a later sync recomputes them). A
  * slot whose job ends stops queueing; a slot whose prompt is read joins
@@ -46,6 +50,7 @@ struct sv_batch {
     bool busy;              /* a step or a piece has the engine */
     bool piece_first;       /* the last turn was a step: a waiting piece goes next */
     int pieces_waiting;
+    int decoding;           /* slots between sv_batch_join and sv_batch_part */
     req *head, **tail;
     int n_queued;
     uint64_t steps, shared_steps;
@@ -127,7 +132,25 @@ static void run_step(sv_batch *b)
 /* Whether the engine may go to a step now (mu held). */
 static bool step_may_go(const sv_batch *b)
 {
-    return !b->busy && !(b->piece_first && b->pieces_waiting > 0);
+    return !b->busy && b->n_queued >= b->decoding && !(b->piece_first && b->pieces_waiting > 0);
+}
+
+void sv_batch_join(sv_batch *b)
+{
+    if (!b->on) return;
+    pthread_mutex_lock(&b->mu);
+    b->decoding++;
+    pthread_mutex_unlock(&b->mu);
+}
+
+void sv_batch_part(sv_batch *b)
+{
+    if (!b->on) return;
+    pthread_mutex_lock(&b->mu);
+    b->decoding--;
+    /* the step may have been waiting for this slot's token */
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
 }
 
 ds4_status sv_batch_eval(sv_batch *b, ds4_session *s, int32_t id, int *members, ds4_error *err)

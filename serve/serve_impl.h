@@ -173,6 +173,10 @@ bool sv_batch_on(const sv_batch *b);
 /* Appends id to s as ds4_session_eval does, in the next shared step;
  * *members (may be NULL) gets how many sessions that step had. Waits. */
 ds4_status sv_batch_eval(sv_batch *b, ds4_session *s, int32_t id, int *members, ds4_error *err);
+/* A slot decodes (queues a token after each step) from join to part: a
+ * step waits for the tokens of every such slot. */
+void sv_batch_join(sv_batch *b);
+void sv_batch_part(sv_batch *b);
 /* A turn of the engine for one prefill piece (nothing when off). */
 void sv_batch_enter(sv_batch *b);
 void sv_batch_leave(sv_batch *b);

@@ -414,6 +414,7 @@ static void sample_reply(sv_worker *w, gen *g)
     ds4_tokens sampled = { 0 };
     j->finish = SV_FINISH_STOP;
     bool eos = false;
+    sv_batch_join(w->batch);
     for (;;) {
         if (job_cancelled(g)) {
             j->finish = SV_FINISH_CANCEL;
@@ -459,6 +460,7 @@ static void sample_reply(sv_worker *w, gen *g)
             break;
         }
     }
+    sv_batch_part(w->batch);
     dsml_state ds = dsml_get_state(g->parser);
     if (ds != DSML_DONE && ds != DSML_ERROR) dsml_finish(g->parser);
     ds = dsml_get_state(g->parser);

@@ -7,18 +7,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/serve_util.h"
 
 #define CHAT "/v1/chat/completions"
 
-/* A greedy request without reasoning whose prompt (some 300 tokens) differs from the
+/* A greedy request without reasoning whose prompt (some 1000 tokens) differs from the
  * others' from its start: reading it takes a few prefill pieces. */
 static const char *request(int k, int max_tokens)
 {
     static const char *const words[] = { "alpha", "cache", "prefill", "decode", "token", "slot", "engine", "reply" };
     char *u = test_printf("Request %d:", k);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 20; i++)
         u = test_printf("%s The cache holds snapshots of the session state keyed by their token prefix.", u);
     for (int i = 0; i < 2 + k % 5; i++) u = test_printf("%s %s", u, words[(k * 5 + i) % 8]);
     return test_printf("{\"max_tokens\": %d, \"temperature\": 0, \"thinking\": {\"type\": \"disabled\"}, "
@@ -147,9 +148,13 @@ TEST(serve_batch, a_client_that_leaves_mid_reply_leaves_the_other_reply_unchange
     const char *a = "{\"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"the slow one\"}]}";
     const char *b = "{\"messages\": [{\"role\": \"user\", \"content\": \"the steady one\"}]}";
     const char *b_out = srv_post_bg(&s, CHAT, b);
+    /* B decodes (its prompt is read at once) ... */
+    for (int i = 0; i < 500 && health(&s, "decode_steps") < 2; i++) usleep(20000);
+    CHECK_MSG(health(&s, "decode_steps") >= 2, "B did not begin");
+    /* ... when A comes, and A's client leaves after a few letters, long
+     * before the last, in the middle of B's reply */
     char *out;
-    /* A's client leaves after its first text, long before the last */
-    test_runf(&out, "curl -sN -d '%s' 'http://127.0.0.1:%d%s' | grep -m1 -q '\"content\":\"a'", a, s.port, CHAT);
+    test_runf(&out, "curl -sN -d '%s' 'http://127.0.0.1:%d%s' | grep -m1 -q '\"content\":\" e'", a, s.port, CHAT);
     const char *rc = test_printf("%s.rc", b_out);
     CHECK_MSG(srv_wait_file(rc, "\n", 30000), "B did not end");
     CHECK_STR_EQ(test_read_file(rc, NULL), "0\n");
