@@ -167,3 +167,20 @@ TEST(serve_batch, a_client_that_leaves_mid_reply_leaves_the_other_reply_unchange
     char *log = test_read_file(s.log, NULL);
     CHECK_MSG(strstr(log, "cancelled"), "A was not cancelled:\n%s", log);
 }
+
+TEST(serve_batch, bench_rows_compare_shared_steps_with_each_session_alone)
+{
+    char *out;
+    int rc = test_runf(&out, "'%s/ds4cl-bench' --serve-bench -m '%s' --prompt-file '%s/README.md' --prompt-bytes 120 "
+                             "--gen-tokens 16 --runs 1 --threads 1 --ctx 1024 --parallel 3",
+                       test_bindir(), srv_tiny_model(), test_root());
+    CHECK_MSG(rc == 0, "%s", out);
+    CHECK_CONTAINS(out, "mode,parallel,gen_tokens,wall_ms,tokens_per_s,cpu_ms_per_token,load1,tps_ratio\n");
+    const char *a = strstr(out, "\nbatched,3,"), *b = strstr(out, "\nno_batch,3,");
+    CHECK_MSG(a && b, "%s", out);
+    /* greedy on the same engine: the same replies either way */
+    long ga = strtol(a + 11, NULL, 10), gb = strtol(b + 12, NULL, 10);
+    CHECK_EQ_INT(ga, gb);
+    const char *tps = strchr(strchr(a + 11, ',') + 1, ',') + 1;
+    CHECK_MSG(ga > 0 && strtod(tps, NULL) > 0, "%s", out);
+}
