@@ -11,7 +11,12 @@
  * server's overhead. The runs alternate which path goes first, and the
  * best of each is kept. Beside the
  * wall-clock figures, the process CPU time of each: on a shared machine
- * the load stretches wall time, not the CPU time the work takes. */
+ * the load stretches wall time, not the CPU time the work takes.
+ *
+ * With --parallel N: N such requests at once (their prompts begin
+ * differently) against a server of N sessions, its decode steps shared
+ * (serve/batch.c) or, alternating with it run by run, each session
+ * stepping alone (no_batch); the best round of each is kept. */
 #include "bench/bench_serve.h"
 
 #include <arpa/inet.h>
@@ -20,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,7 +53,7 @@ static double cpu_ms(void)
 static int usage(void)
 {
     fputs("usage: ds4cl-bench --serve-bench -m MODEL --prompt-file F [--prompt-bytes N] [--gen-tokens G]\n"
-          "                   [--runs R] [--threads T] [--ctx N]\n",
+          "                   [--runs R] [--threads T] [--ctx N] [--parallel N]\n",
           stderr);
     return 2;
 }
@@ -171,10 +178,92 @@ static int over_http(int port, const char *text, int gen, result *r)
     return 0;
 }
 
+typedef struct {
+    int port, gen, rc;
+    const char *text;
+    result r;
+} client;
+
+static void *client_main(void *p)
+{
+    client *c = p;
+    c->rc = over_http(c->port, c->text, c->gen, &c->r);
+    return NULL;
+}
+
+/* One round: par requests at once on a server started for it. */
+static int round_of(ds4_engine *e, int ctx, int par, bool no_batch, const char *text, long run, int gen,
+                    double *wall, double *cpu, size_t *tokens)
+{
+    serve_config cfg = { .engine = e, .n_ctx = ctx, .quiet = true, .parallel = par, .no_batch = no_batch };
+    ds4_error err = { "" };
+    serve *s = serve_start(&cfg, &err);
+    if (!s) {
+        fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
+        return -1;
+    }
+    client c[16];
+    pthread_t th[16];
+    strbuf p[16] = { { 0 } };
+    double t0 = base_now_ms(), c0 = cpu_ms();
+    int rc = 0, started = 0;
+    for (int k = 0; k < par; k++) {
+        sb_printf(&p[k], "Run %ld, client %d. %s", run, k + 1, text);
+        c[k] = (client){ .port = serve_port(s), .gen = gen, .text = p[k].s };
+        if (pthread_create(&th[k], NULL, client_main, &c[k]) != 0) break;
+        started++;
+    }
+    *tokens = 0;
+    for (int k = 0; k < started; k++) {
+        pthread_join(th[k], NULL);
+        if (c[k].rc) rc = -1;
+        *tokens += c[k].r.gen;
+    }
+    *wall = base_now_ms() - t0;
+    *cpu = cpu_ms() - c0;
+    if (started < par) rc = -1;
+    for (int k = 0; k < par; k++) sb_free(&p[k]);
+    serve_stop(s);
+    return rc;
+}
+
+static int parallel_bench(ds4_engine *e, int ctx, int par, const char *text, long runs, int gen)
+{
+    /* best round of each mode: shared steps [0], each alone [1] */
+    double wall[2] = { 1e30, 1e30 }, cpu[2] = { 1e30, 1e30 };
+    size_t tokens[2] = { 0, 0 };
+    for (long i = 0; i < runs; i++) {
+        for (int o = 0; o < 2; o++) {
+            int m = (int)((i + o) % 2);
+            double w, c;
+            size_t t;
+            if (round_of(e, ctx, par, m == 1, text, i + 1, gen, &w, &c, &t) != 0) {
+                fprintf(stderr, "ds4cl-bench: a round failed\n");
+                return 1;
+            }
+            if (t && w / (double)t < (tokens[m] ? wall[m] / (double)tokens[m] : 1e30)) {
+                wall[m] = w;
+                cpu[m] = c;
+                tokens[m] = t;
+            }
+        }
+    }
+    double load[3] = { 0, 0, 0 };
+    getloadavg(load, 3);
+    printf("mode,parallel,gen_tokens,wall_ms,tokens_per_s,cpu_ms_per_token,load1,tps_ratio\n");
+    for (int m = 0; m < 2; m++) {
+        double tps = tokens[m] ? (double)tokens[m] / (wall[m] / 1000.0) : 0;
+        double tps0 = tokens[0] ? (double)tokens[0] / (wall[0] / 1000.0) : 0;
+        printf("%s,%d,%zu,%.1f,%.2f,%.2f,%.2f,%.3f\n", m ? "no_batch" : "batched", par, tokens[m], wall[m], tps,
+               tokens[m] ? cpu[m] / (double)tokens[m] : 0, load[0], tps0 > 0 ? tps / tps0 : 0);
+    }
+    return 0;
+}
+
 int bench_serve_main(int argc, char **argv)
 {
     const char *model = NULL, *prompt_file = NULL;
-    long bytes = 2000, gen = 32, runs = 3, threads = 0, ctx = 8192;
+    long bytes = 2000, gen = 32, runs = 3, threads = 0, ctx = 8192, par = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--serve-bench")) continue;
@@ -187,12 +276,13 @@ int bench_serve_main(int argc, char **argv)
                         : !strcmp(a, "--runs")       ? &runs
                         : !strcmp(a, "--threads")    ? &threads
                         : !strcmp(a, "--ctx")        ? &ctx
+                        : !strcmp(a, "--parallel")   ? &par
                                                      : NULL;
             if (!num || num_parse_long(v, 0, 1L << 30, num, NULL)) return usage();
         }
         i++;
     }
-    if (!model || !prompt_file || bytes < 1 || gen < 2 || runs < 1 || ctx < 64) return usage();
+    if (!model || !prompt_file || bytes < 1 || gen < 2 || runs < 1 || ctx < 64 || par > 16) return usage();
     size_t len = 0;
     char *text = file_read_all(prompt_file, &len);
     if (!text) {
@@ -211,6 +301,12 @@ int bench_serve_main(int argc, char **argv)
         fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
         free(text);
         return 1;
+    }
+    if (par > 0) {
+        int prc = parallel_bench(e, (int)ctx, (int)par, text, runs, (int)gen);
+        ds4_engine_close(e);
+        free(text);
+        return prc;
     }
     serve_config cfg = { .engine = e, .n_ctx = (int)ctx, .quiet = true };
     ds4_error serr = { "" };

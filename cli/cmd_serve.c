@@ -44,7 +44,9 @@ static void serve_help(void)
           "      --cache-max MIB     size of the snapshot cache (default 16384)\n"
           "      --no-cache          keep no snapshots on disk\n"
           "      --parallel N        N sessions (1..16), each keeping its own conversation's\n"
-          "                          prefix; their steps interleave on the one engine\n"
+          "                          prefix; their decode tokens go to the engine as one\n"
+          "                          step, their prompts in pieces between those steps\n"
+          "      --no-batch          each session steps on its own (for comparison)\n"
           "      --quiet             no request log on stderr\n"
           "\n"
           "Also: -m FILE, --ctx N|auto, --backend, --device, --threads, --engine, --temp, --top-p,\n"
@@ -69,6 +71,7 @@ static int take_flag(int argc, char **argv, int *i, serve_flags *f)
                                               "--cache-max", "--parallel", NULL };
     if (!strcmp(a, "--no-cache")) return f->no_cache = true, 1;
     if (!strcmp(a, "--quiet")) return f->cfg.quiet = true, 1;
+    if (!strcmp(a, "--no-batch")) return f->cfg.no_batch = true, 1;
     const char *name = NULL, *val = NULL;
     for (size_t k = 0; with_value[k] && !name; k++) {
         size_t n = strlen(with_value[k]);

@@ -306,6 +306,10 @@ static enum MHD_Result route(serve *s, struct MHD_Connection *c, const char *url
     if (!strcmp(p, "/health")) {
         jo *o = json_object_new_object();
         json_object_object_add(o, "status", json_object_new_string("ok"));
+        uint64_t steps, shared;
+        sv_worker_counts(s->w, &steps, &shared);
+        json_object_object_add(o, "decode_steps", json_object_new_int64((int64_t)steps));
+        json_object_object_add(o, "shared_steps", json_object_new_int64((int64_t)shared));
         return send_json(c, 200, o);
     }
     for (size_t i = 0; i < sizeof posts / sizeof posts[0]; i++) {

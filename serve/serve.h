@@ -2,8 +2,8 @@
  * (`ds4cl serve`).
  *
  * serve_start() opens one engine session and starts an HTTP daemon
- * (libmicrohttpd, one thread per connection) plus one engine worker
- * thread. Connection threads parse and render requests; the worker takes
+ * (libmicrohttpd, one thread per connection) plus the engine worker
+ * threads (one per session, --parallel). Connection threads parse and render requests; the worker takes
  * them from a queue one at a time, brings the session to the rendered
  * prompt (keeping the longest common prefix with the live state, or going
  * on from a cached snapshot of a longer one), samples the reply with the
@@ -11,7 +11,8 @@
  * connection, which writes them in the API's shape (one JSON body, or
  * server-sent events).
  *
- * Endpoints: GET /v1/models; POST /v1/chat/completions (OpenAI chat),
+ * Endpoints: GET /health (with the count of decode steps, and of those
+ * shared by several sessions); GET /v1/models; POST /v1/chat/completions (OpenAI chat),
  * /v1/responses (OpenAI responses), /v1/messages and
  * /v1/messages/count_tokens (Anthropic). Errors carry the caller's API
  * shape: {"error":{"message","type",…}} or {"type":"error","error":{…}}.
@@ -58,6 +59,7 @@ typedef struct {
     uint64_t cache_max_bytes;  /* 0 = default */
     bool quiet;                /* no request log on stderr */
     int parallel;              /* sessions, each with its own prefix (1..16); 0 = 1 */
+    bool no_batch;             /* each session steps on its own (serve/batch.c) */
 } serve_config;
 
 typedef struct serve serve;

@@ -1,6 +1,6 @@
 /* serve_impl.h — what the files of serve/ share (request.c: parsing;
  * render.c: prompts as tokens and the reply memory; worker.c: the engine
- * thread; cache.c: snapshot files; reply_*.c: the APIs' output shapes;
+ * threads; batch.c: their decode tokens as shared steps; cache.c: snapshot files; reply_*.c: the APIs' output shapes;
  * http.c: the daemon and the routes; http_door.c, with its own header:
  * accepting, the connection limit and the request head's check). */
 #ifndef DS4CL_SERVE_IMPL_H
@@ -151,6 +151,39 @@ void sv_worker_submit(sv_worker *w, sv_job *j);
 void sv_worker_stop(sv_worker *w);
 void sv_worker_free(sv_worker *w);
 const serve_config *sv_worker_config(const sv_worker *w);
+
+/* Decode steps and prefill pieces so far: steps, and those of several
+ * sessions. */
+void sv_worker_counts(sv_worker *w, uint64_t *steps, uint64_t *shared);
+
+/* ---- the step combiner (batch.c; its policy is there) -------------------------- */
+
+typedef struct sv_batch sv_batch;
+
+/* The worker reads a prompt in pieces of this many tokens (a multiple of
+ * the engine's default prefill chunk, so that the chunks stay the same),
+ * each in a turn of the engine. */
+#define SV_PREFILL_PIECE 256
+
+/* on: combine; off: every call goes to the engine directly. stop: the
+ * server stopping, the only thing that interrupts a step. */
+sv_batch *sv_batch_new(bool on, atomic_bool *stop);
+void sv_batch_free(sv_batch *b);
+bool sv_batch_on(const sv_batch *b);
+/* Appends id to s as ds4_session_eval does, in the next shared step;
+ * *members (may be NULL) gets how many sessions that step had. Waits. */
+ds4_status sv_batch_eval(sv_batch *b, ds4_session *s, int32_t id, int *members, ds4_error *err);
+/* A slot decodes (queues a token after each step) from join to part: a
+ * step waits for the tokens of every such slot. */
+void sv_batch_join(sv_batch *b);
+void sv_batch_part(sv_batch *b);
+/* A turn of the engine for one prefill piece (nothing when off). */
+void sv_batch_enter(sv_batch *b);
+void sv_batch_leave(sv_batch *b);
+/* The prefill piece in tokens; 0: the whole prompt at once (off). */
+size_t sv_batch_piece(const sv_batch *b);
+/* Steps so far, and those of several sessions. */
+void sv_batch_counts(sv_batch *b, uint64_t *steps, uint64_t *shared);
 
 /* ---- the snapshot cache (cache.c) ------------------------------------------------ */
 

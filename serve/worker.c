@@ -3,9 +3,9 @@
  *
  * Jobs arrive rendered (their prompt tokens) in a queue. An idle slot takes
  * the job that suits it best (see fit), leaving a job to another idle slot
- * that suits it better, so that conversations keep to their slots. The engine evaluates one session at a
- * time (its steps interleave; weights are read once per sequence). For
- * each job:
+ * that suits it better, so that conversations keep to their slots. The
+ * slots' decode tokens go to the engine together, as shared steps, and
+ * their prompts in pieces between those steps (batch.c). For each job:
  * the session goes to the prompt keeping the longest common prefix with
  * its live state, or from a cached snapshot of a longer prefix (the live
  * state is saved to the cache first when the prompt leaves it, and the
@@ -63,6 +63,7 @@ struct sv_worker {
     size_t nq, capq;
     uint64_t clock;
     atomic_bool stop;
+    sv_batch *batch;
 };
 
 /* One reply being sampled. */
@@ -80,11 +81,17 @@ typedef struct {
     size_t sent;         /* bytes of j->text handed to the writer */
     size_t hold;         /* longest stop sequence less one */
     bool stopped;        /* a stop sequence matched */
+    size_t shared;       /* tokens decoded in steps with other sessions */
 } gen;
 
 const serve_config *sv_worker_config(const sv_worker *w)
 {
     return &w->cfg;
+}
+
+void sv_worker_counts(sv_worker *w, uint64_t *steps, uint64_t *shared)
+{
+    sv_batch_counts(w->batch, steps, shared);
 }
 
 static const char *token_bytes(void *ud, int32_t id, size_t *len)
@@ -306,6 +313,34 @@ static size_t head_of(const sv_worker *w, const ds4_tokens *p)
 
 static size_t common_prefix(const ds4_session *s, const ds4_tokens *t);
 
+/* ds4_session_sync_from(ids, n, base) in pieces, each in a turn of the
+ * engine, so that the decoding slots' steps run between two of them. The
+ * first piece ends a piece past what the session keeps (its common prefix
+ * with ids, or base_n tokens of the base, which must begin the piece);
+ * the next ones go on from where the last ended, as the engine's chunks
+ * would. *prefilled gets the tokens computed. */
+static ds4_status sync_pieces(sv_worker *w, gen *g, const int32_t *ids, size_t n, const void *base, size_t base_len,
+                              size_t base_n, const ds4_callbacks *cb, ds4_error *err, size_t *prefilled)
+{
+    size_t piece = sv_batch_piece(w->batch), from = 0;
+    const int32_t *cur = ds4_session_tokens(g->sess);
+    size_t have = ds4_session_n_tokens(g->sess);
+    while (from < have && from < n && cur[from] == ids[from]) from++;
+    if (base && base_n > from) from = base_n;
+    size_t upto = piece && from + piece < n ? from + piece : n;
+    ds4_status rc;
+    for (;;) {
+        sv_batch_enter(w->batch);
+        rc = ds4_session_sync_from(g->sess, ids, upto, base, base_len, cb, err);
+        sv_batch_leave(w->batch);
+        *prefilled += ds4_session_last_prefilled(g->sess);
+        base = NULL;
+        base_len = 0;
+        if (rc != DS4_OK || upto == n) return rc;
+        upto = upto + piece < n ? upto + piece : n;
+    }
+}
+
 /* Brings the session to the job's prompt: the live state when the prompt
  * goes on from it; else the longest cached snapshot that begins the prompt
  * (the live state is cached first), the engine keeping whichever shares
@@ -346,17 +381,14 @@ static ds4_status prefill(sv_worker *w, gen *g, ds4_error *err)
     ds4_status rc = DS4_OK;
     size_t head = w->cache ? head_of(w, &j->prompt) : 0, prefilled = 0;
     if (head >= HEAD_MIN_TOKENS && head < n && common < head && base_n < head) {
-        rc = ds4_session_sync_from(g->sess, ids, head, base, base_len, &cb, err);
-        prefilled = ds4_session_last_prefilled(g->sess);
+        rc = sync_pieces(w, g, ids, head, base, base_len, base_n, &cb, err, &prefilled);
         if (rc == DS4_OK && prefilled) checkpoint(w, g->sess, "the system prompt's");
         free(base);
         base = NULL;
         base_len = 0;
+        base_n = 0;
     }
-    if (rc == DS4_OK) {
-        rc = ds4_session_sync_from(g->sess, ids, n, base, base_len, &cb, err);
-        prefilled += ds4_session_last_prefilled(g->sess);
-    }
+    if (rc == DS4_OK) rc = sync_pieces(w, g, ids, n, base, base_len, base_n, &cb, err, &prefilled);
     free(base);
     j->prefilled = prefilled;
     j->prompt_tokens = n;
@@ -380,9 +412,9 @@ static void sample_reply(sv_worker *w, gen *g)
     else if (!w->cfg.seed_given) sp.seed = (uint64_t)base_wall_time_s() * 0x9e3779b97f4a7c15ull ^ j->seq;
     ds4_sampler *sampler = ds4_sampler_new(&sp);
     ds4_tokens sampled = { 0 };
-    ds4_callbacks cb = { .cancel = job_cancelled, .ud = g };
     j->finish = SV_FINISH_STOP;
     bool eos = false;
+    sv_batch_join(w->batch);
     for (;;) {
         if (job_cancelled(g)) {
             j->finish = SV_FINISH_CANCEL;
@@ -412,8 +444,12 @@ static void sample_reply(sv_worker *w, gen *g)
         pend_take(g, false);
         dsml_state ds = dsml_get_state(g->parser);
         if (ds == DSML_DONE || ds == DSML_ERROR || g->stopped) break;
+        /* the step is interrupted by the server stopping only: this job's
+         * cancel flag is looked at before the next token */
         ds4_error err = { "" };
-        ds4_status rc = ds4_session_eval(g->sess, id, &cb, &err);
+        int members = 1;
+        ds4_status rc = sv_batch_eval(w->batch, g->sess, id, &members, &err);
+        if (members > 1) g->shared++;
         if (rc == DS4_INTERRUPTED) {
             j->finish = SV_FINISH_CANCEL;
             break;
@@ -424,6 +460,7 @@ static void sample_reply(sv_worker *w, gen *g)
             break;
         }
     }
+    sv_batch_part(w->batch);
     dsml_state ds = dsml_get_state(g->parser);
     if (ds != DSML_DONE && ds != DSML_ERROR) dsml_finish(g->parser);
     ds = dsml_get_state(g->parser);
@@ -480,9 +517,9 @@ static void run_job(sv_worker *w, slot *sl, sv_job *j)
     }
     if (!w->cfg.quiet)
         fprintf(stderr, "ds4cl serve: request %lu%s: prompt %zu tokens (%zu prefilled, %zu cached) in %.0f ms, "
-                        "%zu generated in %.0f ms, %s%s%s\n",
+                        "%zu generated in %.0f ms (%zu in shared steps), %s%s%s\n",
                 j->seq, w->n_slots > 1 ? slot_name(sl) : "", j->prompt_tokens, j->prefilled, j->cached_tokens, t1 - t0, j->completion_tokens,
-                base_now_ms() - t1,
+                base_now_ms() - t1, g.shared,
                 j->finish == SV_FINISH_CANCEL ? "cancelled" : j->finish == SV_FINISH_ERROR ? j->error
                                                                                            : sv_finish_openai(j->finish),
                 j->req->notes.len ? "; left out: " : "", sb_str(&j->req->notes));
@@ -653,6 +690,7 @@ sv_worker *sv_worker_start(const serve_config *cfg, sv_memo *memo, ds4_error *er
         if (!w->cache) fprintf(stderr, "ds4cl serve: cannot use the cache directory %s\n", cfg->cache_dir);
         else sv_memo_load(memo, sv_cache_memo_path(w->cache));
     }
+    w->batch = sv_batch_new(!cfg->no_batch, &w->stop);
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->cache_mu, NULL);
     pthread_cond_init(&w->cv, NULL);
@@ -720,6 +758,7 @@ void sv_worker_free(sv_worker *w)
     pthread_mutex_destroy(&w->mu);
     pthread_mutex_destroy(&w->cache_mu);
     pthread_cond_destroy(&w->cv);
+    sv_batch_free(w->batch);
     free(w->q);
     free(w);
 }
