@@ -4,8 +4,8 @@
  * ui/, tools/) talk to the model through this header only; the backends
  * (cpu/, opencl/) and the MPI layer split (mpi/) plug in below it through
  * engine/backend.h and engine/ops.h, and tests and bench/ may look inside.
- * build-aux/arrows.sh checks this on every `make test` and lists the few
- * includes that still break it. Here: open a DS4 GGUF on a backend (or
+ * build-aux/arrows.sh checks this on every `make test`, includes and
+ * calls alike. Here: open a DS4 GGUF on a backend (or
  * only plan its placement), plan memory (the context that fits, the
  * expert cache), describe the file, list the backends' devices,
  * read device lists and shares the one way, tokenize and render chat
