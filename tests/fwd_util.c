@@ -80,6 +80,18 @@ void fwd_require_backend(ds4_backend b)
     oclt_require_device();
 }
 
+void fwd_require_two_opencl_devices(void)
+{
+    setenv("POCL_DEVICES", "pthread pthread", 0);
+    fwd_require_backend(DS4_BACKEND_OPENCL);
+    ds4_device *d;
+    int n = 0, pick;
+    ds4_error err = { "" };
+    if (ds4_backend_devices(DS4_BACKEND_OPENCL, NULL, &d, &n, &pick, &err) != 0) SKIP("no OpenCL devices: %s", err.msg);
+    free(d);
+    if (n < 2) SKIP("one OpenCL device only (PoCL gives two with POCL_DEVICES=\"pthread pthread\")");
+}
+
 ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads)
 {
     if (b == DS4_BACKEND_CPU) return fwd_test_engine(qs, threads);

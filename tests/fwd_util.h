@@ -34,6 +34,9 @@ ds4_engine *fwd_test_engine(ds4_quant_sim qs, int threads);
 /* Skips the test unless backend b is in the build and can run here (for
  * OpenCL: a device exists). Call it before allocating anything. */
 void fwd_require_backend(ds4_backend b);
+/* Skips the test unless two OpenCL devices exist (PoCL gives two with
+ * POCL_DEVICES="pthread pthread", set here unless already set). */
+void fwd_require_two_opencl_devices(void);
 /* The same on another backend; skips as fwd_require_backend, and fails
  * when the backend exists here but does not open. */
 ds4_engine *fwd_test_engine_on(ds4_backend b, ds4_quant_sim qs, int threads);

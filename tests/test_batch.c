@@ -183,14 +183,7 @@ TEST(batch, members_agree_with_their_solo_runs_on_opencl_with_experts_on_the_hos
  * the step's rows go from one device's layers to the next's. */
 TEST(batch, members_agree_with_their_solo_runs_with_the_layers_over_two_devices)
 {
-    setenv("POCL_DEVICES", "pthread pthread", 0);
-    fwd_require_backend(DS4_BACKEND_OPENCL);
-    ds4_device *d;
-    int n = 0, pick;
-    ds4_error err = { "" };
-    if (ds4_backend_devices(DS4_BACKEND_OPENCL, NULL, &d, &n, &pick, &err) != 0) SKIP("no OpenCL devices: %s", err.msg);
-    free(d);
-    if (n < 2) SKIP("one OpenCL device only (PoCL gives two with POCL_DEVICES=\"pthread pthread\")");
+    fwd_require_two_opencl_devices();
     members_agree_with_solo_runs(DS4_BACKEND_OPENCL, DS4_QSIM_FULL, 2e-3, DS4_EXPERTS_ON_DEVICE, "0,1");
 }
 

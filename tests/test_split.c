@@ -23,18 +23,6 @@
 #define REL_TOL 1e-3
 
 /* Two OpenCL devices, or a skip saying why not. */
-static void two_devices(void)
-{
-    setenv("POCL_DEVICES", "pthread pthread", 0);
-    fwd_require_backend(DS4_BACKEND_OPENCL);
-    ds4_device *d;
-    int n = 0, pick;
-    ds4_error err = { "" };
-    if (ds4_backend_devices(DS4_BACKEND_OPENCL, NULL, &d, &n, &pick, &err) != 0) SKIP("no OpenCL devices: %s", err.msg);
-    free(d);
-    if (n < 2) SKIP("one OpenCL device only (PoCL gives two with POCL_DEVICES=\"pthread pthread\")");
-}
-
 static const char *fixture(const mk_spec *spec)
 {
     const char *path = test_tmp_path("split.gguf");
@@ -102,7 +90,7 @@ static void splits_agree(const mk_spec *spec, int n, const split_case *cases, in
 
 TEST(split, two_devices_agree_with_one_at_every_position)
 {
-    two_devices();
+    fwd_require_two_opencl_devices();
     mk_spec s;
     mk_spec_tiny(&s);
     s.seed = 31;
@@ -118,7 +106,7 @@ TEST(split, two_devices_agree_with_one_at_every_position)
  * layers, one per device. */
 TEST(split, flash_width_two_devices_agree_with_one)
 {
-    two_devices();
+    fwd_require_two_opencl_devices();
     mk_spec s;
     mk_spec_flash_width(&s, 2);
     int ratios[] = { 4, 128 };
@@ -150,7 +138,7 @@ TEST(split, flash_width_two_devices_agree_with_one)
  * (n_hc × n_embd floats) over the one boundary, and the head's row. */
 TEST(split, snapshots_move_and_a_step_hands_over_one_tokens_streams)
 {
-    two_devices();
+    fwd_require_two_opencl_devices();
     mk_spec s;
     mk_spec_tiny(&s);
     s.seed = 32;
@@ -192,7 +180,7 @@ TEST(split, snapshots_move_and_a_step_hands_over_one_tokens_streams)
 
 TEST(split, bad_device_lists_and_splits_are_refused)
 {
-    two_devices();
+    fwd_require_two_opencl_devices();
     mk_spec s;
     mk_spec_tiny(&s);
     const char *path = fixture(&s);
