@@ -268,7 +268,10 @@ const char *srv_clients_dir(void)
 {
     const char *dir = npm_dir("serve-clients", "serve", "ci", "node_modules/@anthropic-ai/sdk", "the client libraries");
     char *out;
-    int rc = test_runf(&out, "cd '%s' && cp '%s/tests/serve/clients.mjs' clients.mjs.tmp && mv clients.mjs.tmp clients.mjs",
+    /* a temporary name of this shell's own: tests running side by side
+     * each put the same file in place */
+    int rc = test_runf(&out,
+                       "cd '%s' && cp '%s/tests/serve/clients.mjs' clients.mjs.tmp.$$ && mv clients.mjs.tmp.$$ clients.mjs",
                        dir, test_root());
     CHECK_MSG(rc == 0, "%s", out);
     return dir;
