@@ -609,3 +609,22 @@ int main(int argc, char **argv)
     free(pats);
     return failed > 0 || (nsel == 0 && npat > 0) ? 1 : 0;
 }
+
+int test_stderr_begin(void)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(test_tmp_path("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    return saved;
+}
+
+char *test_stderr_end(int saved)
+{
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    return test_read_file(test_tmp_path("stderr.txt"), NULL);
+}

@@ -112,6 +112,10 @@ int test_runf(char **output, const char *fmt, ...) __attribute__((format(printf,
 
 /* Reads a whole file into a runner-owned NUL-terminated buffer; NULL on error. */
 char *test_read_file(const char *path, size_t *len);
+/* Sends stderr to a file of the test's until test_stderr_end(saved),
+ * which puts it back and returns what was written (runner-owned). */
+int test_stderr_begin(void);
+char *test_stderr_end(int saved);
 /* Writes bytes to a file, failing the test on error. */
 void test_write_file(const char *path, const void *data, size_t len);
 

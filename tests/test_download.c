@@ -702,18 +702,9 @@ TEST(download_cli, ctrl_c_keeps_the_part_for_resuming)
 /* Runs model_path_resolve with stderr captured into a runner-owned string. */
 static const char *resolve_capturing(const char *given, char *buf, size_t n, const char **err_text)
 {
-    const char *cap = test_tmp_path("stderr.txt");
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(cap, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CHECK(saved >= 0 && fd >= 0);
-    dup2(fd, 2);
-    close(fd);
+    int saved = test_stderr_begin();
     const char *r = model_path_resolve(given, buf, n);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    *err_text = test_read_file(cap, NULL);
+    *err_text = test_stderr_end(saved);
     return r;
 }
 

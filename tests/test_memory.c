@@ -460,18 +460,9 @@ TEST(memory_plan, session_context_on_a_real_engine)
 
 static ds4_engine *open_capturing(const ds4cl_options *o, int *n_ctx, char **err_text)
 {
-    const char *cap = test_tmp_path("stderr.txt");
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(cap, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CHECK(saved >= 0 && fd >= 0);
-    dup2(fd, 2);
-    close(fd);
+    int saved = test_stderr_begin();
     ds4_engine *e = model_open(o, 4096, n_ctx, NULL, NULL, NULL);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    *err_text = test_read_file(cap, NULL);
+    *err_text = test_stderr_end(saved);
     return e;
 }
 
