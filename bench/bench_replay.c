@@ -30,6 +30,7 @@
 #include <arpa/inet.h>
 #include <json-c/json.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,12 @@ typedef struct {
     long turns, subagents, sub_turns, system_bytes, result_bytes, ctx, threads, max_tokens;
 } plan;
 
+/* How the client sends: one request at a time (serial), or as an agent
+ * CLI does (together): the sub-agents of a group each from a thread of its
+ * own while the main conversation waits for them, and the one-shot title
+ * and background requests beside the main conversation's next request. */
+typedef enum { CLIENTS_SERIAL, CLIENTS_TOGETHER } clients;
+
 typedef struct {
     const char *name;       /* main, agent1, title3, … */
     const char *system;     /* the text after the billing line */
@@ -62,13 +69,16 @@ typedef struct {
 typedef struct {
     char conversation[40];
     int turn;
-    long prompt, prefilled, cached;
+    long prompt, prefilled, cached, output;
+    double seconds;         /* from sending the request to its whole reply */
 } row;
 
 typedef struct {
     int port;
     const char *header;     /* changing, constant, none */
     const plan *p;
+    clients mode;
+    pthread_mutex_t lock;   /* the fields below, written by every client thread */
     unsigned long requests;
     row *rows;
     size_t n_rows;
@@ -172,7 +182,7 @@ static jo *text_block(const char *text)
 }
 
 /* The request body of c's next turn (its messages are up to date). */
-static char *body_of(run *r, const conv *c)
+static char *body_of(run *r, const conv *c, unsigned long number)
 {
     jo *o = json_object_new_object(), *sys = json_object_new_array();
     json_object_object_add(o, "model", json_object_new_string("claude-sonnet-4-5"));
@@ -180,7 +190,7 @@ static char *body_of(run *r, const conv *c)
     if (strcmp(r->header, "none")) {
         char line[160];
         /* a value of the request's own, as the client computes one */
-        uint64_t v = strcmp(r->header, "changing") ? 7 : r->requests + 1;
+        uint64_t v = strcmp(r->header, "changing") ? 7 : number;
         snprintf(line, sizeof line, "x-anthropic-billing-header: cc_version=2.1.197.abc; cc_entrypoint=cli; cch=%05llx;",
                  (unsigned long long)(next_rand(&v) & 0xfffff));
         json_object_array_add(sys, text_block(line));
@@ -200,14 +210,17 @@ static char *body_of(run *r, const conv *c)
     return s;
 }
 
-/* POSTs body to path over HTTP/1.0; the status, the response body in *out. */
+/* POSTs body (GETs when NULL) to path over HTTP/1.0; the status, the
+ * response body in *out. */
 static int post(int port, const char *path, const char *body, char **out)
 {
     *out = NULL;
     strbuf msg = { 0 };
-    sb_printf(&msg, "POST %s HTTP/1.0\r\nContent-Type: application/json\r\nanthropic-version: 2023-06-01\r\n"
-                    "Content-Length: %zu\r\n\r\n%s",
-              path, strlen(body), body);
+    if (body)
+        sb_printf(&msg, "POST %s HTTP/1.0\r\nContent-Type: application/json\r\nanthropic-version: 2023-06-01\r\n"
+                        "Content-Length: %zu\r\n\r\n%s",
+                  path, strlen(body), body);
+    else sb_printf(&msg, "GET %s HTTP/1.0\r\n\r\n", path);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
@@ -282,30 +295,40 @@ static int request(run *r, conv *c, const char *task)
     user_turn(r, c, task);
     json_object_put(c->pending);
     c->pending = NULL;
-    char *body = body_of(r, c), *resp = NULL;
-    r->requests++;
+    pthread_mutex_lock(&r->lock);
+    unsigned long number = ++r->requests;
+    pthread_mutex_unlock(&r->lock);
+    char *body = body_of(r, c, number), *resp = NULL;
     int st = post(r->port, "/v1/messages/count_tokens", body, &resp);
     jo *o = st == 200 ? json_tokener_parse(resp) : NULL, *v;
     long prompt = o && json_object_object_get_ex(o, "input_tokens", &v) ? (long)json_object_get_int64(v) : -1;
     json_object_put(o);
     free(resp);
+    double t0 = base_now_ms();
     st = prompt >= 0 ? post(r->port, "/v1/messages", body, &resp) : 0;
+    double seconds = (base_now_ms() - t0) / 1000.0;
     free(body);
     o = st == 200 ? json_tokener_parse(resp) : NULL;
     jo *content;
     if (!o || !json_object_object_get_ex(o, "content", &content)) {
-        snprintf(r->error, sizeof r->error, "%s turn %d: status %d: %.400s", c->name, c->turn + 1, st,
-                 resp ? resp : "(no response)");
+        pthread_mutex_lock(&r->lock);
+        if (!r->error[0])
+            snprintf(r->error, sizeof r->error, "%s turn %d: status %d: %.400s", c->name, c->turn + 1, st,
+                     resp ? resp : "(no response)");
+        pthread_mutex_unlock(&r->lock);
         json_object_put(o);
         free(resp);
         return -1;
     }
     free(resp);
     row w = { .turn = c->turn + 1, .prompt = prompt, .prefilled = int_at(o, "usage", "input_tokens"),
-              .cached = int_at(o, "usage", "cache_read_input_tokens") };
+              .cached = int_at(o, "usage", "cache_read_input_tokens"), .output = int_at(o, "usage", "output_tokens"),
+              .seconds = seconds };
     snprintf(w.conversation, sizeof w.conversation, "%s", c->name);
+    pthread_mutex_lock(&r->lock);
     r->rows = xrealloc(r->rows, (r->n_rows + 1) * sizeof *r->rows);
     r->rows[r->n_rows++] = w;
+    pthread_mutex_unlock(&r->lock);
     c->pending = json_object_new_array();
     for (size_t i = 0; i < json_object_array_length(content); i++) {
         jo *b = json_object_array_get_idx(content, i), *type;
@@ -343,6 +366,41 @@ static int one_shot(run *r, const char *system, const char *what, long seed)
     return rc;
 }
 
+/* A one-shot request sent beside the main conversation (together), or in
+ * its turn (serial): started, then joined before the next one starts. */
+typedef struct {
+    run *r;
+    const char *system, *what;
+    long seed;
+    int rc;
+    bool started;
+    pthread_t th;
+} side;
+
+static void *side_main(void *arg)
+{
+    side *x = arg;
+    x->rc = one_shot(x->r, x->system, x->what, x->seed);
+    return NULL;
+}
+
+static int side_join(side *x)
+{
+    if (x->started) pthread_join(x->th, NULL);
+    x->started = false;
+    return x->rc;
+}
+
+static int side_start(side *x, run *r, const char *system, const char *what, long seed)
+{
+    int rc = side_join(x);
+    *x = (side){ .r = r, .system = system, .what = what, .seed = seed };
+    if (rc) return rc;
+    if (r->mode == CLIENTS_SERIAL || pthread_create(&x->th, NULL, side_main, x) != 0) return one_shot(r, system, what, seed);
+    x->started = true;
+    return 0;
+}
+
 /* ---- the traffic ------------------------------------------------------------------------- */
 
 /* The sub-agents of group g (the first alone, then pairs that take turns):
@@ -354,22 +412,48 @@ static long group_of(long g, long agents, long *count)
     return first;
 }
 
-static int run_agents(run *r, long first, long count, const char *system, jo *tools)
+typedef struct {
+    run *r;
+    conv c;
+    char name[32];
+    char *task;
+    jo *tools;
+    int rc;
+} agent;
+
+static void *agent_main(void *arg)
 {
-    conv a[2];
-    char names[2][32];
-    char *tasks[2];
+    agent *a = arg;
+    for (long t = 0; t < a->r->p->sub_turns && !a->rc; t++) a->rc = request(a->r, &a->c, a->task);
+    return NULL;
+}
+
+/* A group of sub-agents: in serial, their requests take turns; together,
+ * each agent sends from a thread of its own. The main conversation waits
+ * for them (a client's task tool returns when its agents are done). */
+static int run_agents(run *r, long first, long count, const char *system)
+{
+    agent a[2];
+    pthread_t th[2];
+    bool started[2] = { false, false };
     for (long k = 0; k < count; k++) {
-        snprintf(names[k], sizeof names[k], "agent%ld", first + k + 1);
-        tasks[k] = words_str(200 + (uint64_t)(first + k), 400);
-        a[k] = conv_new(names[k], system, tools, 100 + (uint64_t)(first + k), true);
+        a[k] = (agent){ .r = r, .task = words_str(200 + (uint64_t)(first + k), 400),
+                        .tools = tools_of(false, r->p->system_bytes) };
+        snprintf(a[k].name, sizeof a[k].name, "agent%ld", first + k + 1);
+        a[k].c = conv_new(a[k].name, system, a[k].tools, 100 + (uint64_t)(first + k), true);
     }
     int rc = 0;
+    if (r->mode == CLIENTS_TOGETHER)
+        for (long k = 0; k < count; k++) started[k] = pthread_create(&th[k], NULL, agent_main, &a[k]) == 0;
     for (long t = 0; t < r->p->sub_turns && !rc; t++)
-        for (long k = 0; k < count && !rc; k++) rc = request(r, &a[k], tasks[k]);
+        for (long k = 0; k < count && !rc; k++)
+            if (!started[k]) rc = a[k].rc = request(r, &a[k].c, a[k].task);
     for (long k = 0; k < count; k++) {
-        conv_free(&a[k]);
-        free(tasks[k]);
+        if (started[k]) pthread_join(th[k], NULL);
+        if (!rc) rc = a[k].rc;
+        conv_free(&a[k].c);
+        json_object_put(a[k].tools);
+        free(a[k].task);
     }
     return rc;
 }
@@ -379,31 +463,32 @@ static int replay(run *r)
     const plan *p = r->p;
     char *main_sys = words_str(1, p->system_bytes), *agent_sys = words_str(2, p->system_bytes / 4),
          *title_sys = words_str(3, 300), *bg_sys = words_str(4, 500), *task = words_str(5, 600);
-    jo *main_tools = tools_of(true, p->system_bytes), *agent_tools = tools_of(false, p->system_bytes);
+    jo *main_tools = tools_of(true, p->system_bytes);
     conv m = conv_new("main", main_sys, main_tools, 1, true);
     long groups = 0, n;
     while (group_of(groups, p->subagents, &n), n > 0) groups++;
+    side one = { 0 };
     int rc = 0;
     long g = 0;
     for (long t = 0; t < p->turns && !rc; t++) {
         rc = request(r, &m, task);
-        if (!rc && t == 0) rc = one_shot(r, title_sys, "title", t);
-        if (!rc && t % 6 == 2) rc = one_shot(r, bg_sys, "background", t);
+        if (!rc && t == 0) rc = side_start(&one, r, title_sys, "title", t);
+        if (!rc && t % 6 == 2) rc = side_start(&one, r, bg_sys, "background", t);
         /* the groups of sub-agents start spread over the main conversation */
         if (!rc && g < groups && t + 1 == (g + 1) * p->turns / (groups + 1)) {
             long first = group_of(g++, p->subagents, &n);
-            rc = run_agents(r, first, n, agent_sys, agent_tools);
+            rc = run_agents(r, first, n, agent_sys);
         }
     }
+    int rc_side = side_join(&one);
     conv_free(&m);
     json_object_put(main_tools);
-    json_object_put(agent_tools);
     free(main_sys);
     free(agent_sys);
     free(title_sys);
     free(bg_sys);
     free(task);
-    return rc;
+    return rc ? rc : rc_side;
 }
 
 /* The scripted engine's replies: tool calls of the tools every conversation
@@ -453,58 +538,112 @@ static int write_script(const char *path, ds4_error *err)
 static int usage(void)
 {
     fputs("usage: ds4cl-bench --replay-bench -m MODEL [--engine script|cpu] [--parallel LIST] [--header LIST]\n"
-          "                   [--turns N] [--subagents N] [--sub-turns N] [--system-bytes N] [--result-bytes N]\n"
-          "                   [--max-tokens N] [--ctx N] [--threads T]\n"
-          "  LIST: comma-separated; --parallel 1,4 and --header changing,constant (or none) by default\n",
+          "                   [--clients LIST] [--batch LIST] [--turns N] [--subagents N] [--sub-turns N]\n"
+          "                   [--system-bytes N] [--result-bytes N] [--max-tokens N] [--ctx N] [--threads T]\n"
+          "  LIST: comma-separated; --parallel 1,4, --header changing,constant (or none), --clients serial\n"
+          "  (or together) and --batch on (or off) by default\n",
           stderr);
     return 2;
 }
 
-static void print_sum(const run *r, long parallel, const char *label, bool after_first)
+typedef struct {
+    long parallel;
+    const char *header, *clients, *batch;
+} run_key;
+
+/* The sum of the request rows (after_first: but each conversation's
+ * first); its seconds are the run's wall time. */
+static void print_sum(const run *r, const run_key *k, const char *label, bool after_first, double wall)
 {
-    long count = 0, prompt = 0, prefilled = 0, cached = 0;
+    long count = 0, prompt = 0, prefilled = 0, cached = 0, output = 0;
     for (size_t i = 0; i < r->n_rows; i++) {
         if (after_first && r->rows[i].turn < 2) continue;
         count++;
         prompt += r->rows[i].prompt;
         prefilled += r->rows[i].prefilled;
         cached += r->rows[i].cached;
+        output += r->rows[i].output;
     }
-    printf("%ld,%s,%s,-,%ld,%ld,%ld,%ld,%.1f\n", parallel, r->header, label, count, prompt, prefilled, cached,
-           prompt ? 100.0 * (double)cached / (double)prompt : 0.0);
+    printf("%ld,%s,%s,%s,%s,-,%ld,%ld,%ld,%ld,%.1f,%ld,%.2f\n", k->parallel, k->header, k->clients, k->batch, label,
+           count, prompt, prefilled, cached, prompt ? 100.0 * (double)cached / (double)prompt : 0.0, output, wall);
+}
+
+/* The server's count of decode steps and of those shared by sessions. */
+static void health(int port, long *steps, long *shared)
+{
+    char *resp = NULL;
+    jo *o = post(port, "/health", NULL, &resp) == 200 ? json_tokener_parse(resp) : NULL, *v;
+    *steps = o && json_object_object_get_ex(o, "decode_steps", &v) ? (long)json_object_get_int64(v) : -1;
+    *shared = o && json_object_object_get_ex(o, "shared_steps", &v) ? (long)json_object_get_int64(v) : -1;
+    json_object_put(o);
+    free(resp);
 }
 
 /* One server on a fresh cache directory, the traffic, its rows. */
-static int one_run(ds4_engine *e, const plan *p, long parallel, const char *header, const char *dir)
+static int one_run(ds4_engine *e, const plan *p, const run_key *k, const char *dir)
 {
     char cache[4200];
-    snprintf(cache, sizeof cache, "%s/cache-%ld-%s", dir, parallel, header);
-    serve_config cfg = { .engine = e, .n_ctx = (int)p->ctx, .quiet = true, .cache_dir = cache, .parallel = (int)parallel };
+    snprintf(cache, sizeof cache, "%s/cache-%ld-%s-%s-%s", dir, k->parallel, k->header, k->clients, k->batch);
+    serve_config cfg = { .engine = e, .n_ctx = (int)p->ctx, .quiet = true, .cache_dir = cache,
+                         .parallel = (int)k->parallel, .no_batch = !strcmp(k->batch, "off") };
     ds4_error err = { "" };
     serve *s = serve_start(&cfg, &err);
     if (!s) {
         fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
         return 1;
     }
-    run r = { .port = serve_port(s), .header = header, .p = p };
+    run r = { .port = serve_port(s), .header = k->header, .p = p,
+              .mode = !strcmp(k->clients, "together") ? CLIENTS_TOGETHER : CLIENTS_SERIAL };
+    pthread_mutex_init(&r.lock, NULL);
+    double t0 = base_now_ms();
     int rc = replay(&r);
+    double wall = (base_now_ms() - t0) / 1000.0;
+    long steps, shared;
+    health(r.port, &steps, &shared);
     serve_stop(s);
     if (rc) fprintf(stderr, "ds4cl-bench: %s\n", r.error);
     for (size_t i = 0; i < r.n_rows && !rc; i++)
-        printf("%ld,%s,%zu,%s,%d,%ld,%ld,%ld,%.1f\n", parallel, header, i + 1, r.rows[i].conversation, r.rows[i].turn,
-               r.rows[i].prompt, r.rows[i].prefilled, r.rows[i].cached,
-               r.rows[i].prompt > 0 ? 100.0 * (double)r.rows[i].cached / (double)r.rows[i].prompt : 0.0);
+        printf("%ld,%s,%s,%s,%zu,%s,%d,%ld,%ld,%ld,%.1f,%ld,%.2f\n", k->parallel, k->header, k->clients, k->batch, i + 1,
+               r.rows[i].conversation, r.rows[i].turn, r.rows[i].prompt, r.rows[i].prefilled, r.rows[i].cached,
+               r.rows[i].prompt > 0 ? 100.0 * (double)r.rows[i].cached / (double)r.rows[i].prompt : 0.0,
+               r.rows[i].output, r.rows[i].seconds);
     if (!rc) {
-        print_sum(&r, parallel, "all", false);
-        print_sum(&r, parallel, "after_first", true);
+        print_sum(&r, k, "all", false, wall);
+        print_sum(&r, k, "after_first", true, wall);
+        fflush(stdout); /* the CSV's lines whole, before this one */
+        fprintf(stderr, "ds4cl-bench: --parallel %ld, %s clients, batch %s: %.2f s, %ld decode steps, %ld shared\n",
+                k->parallel, k->clients, k->batch, wall, steps, shared);
     }
+    pthread_mutex_destroy(&r.lock);
     free(r.rows);
     return rc;
 }
 
+/* The next name of a comma-separated list (at *at) that is one of the
+ * allowed; 0 at its end, -1 for one that is not. */
+static int next_name(const char **at, const char *const *allowed, char *name, size_t n)
+{
+    if (!**at) return 0;
+    size_t len = strcspn(*at, ",");
+    snprintf(name, n, "%.*s", (int)len, *at);
+    *at += len + ((*at)[len] == ',');
+    for (size_t i = 0; allowed[i]; i++)
+        if (!strcmp(name, allowed[i])) return 1;
+    return -1;
+}
+
+static bool names_ok(const char *list, const char *const *allowed)
+{
+    char name[16];
+    int got;
+    while ((got = next_name(&list, allowed, name, sizeof name)) > 0) {}
+    return got == 0 && *list == 0;
+}
+
 int bench_replay_main(int argc, char **argv)
 {
-    const char *model = NULL, *engine = "script", *parallel = "1,4", *headers = "changing,constant";
+    const char *model = NULL, *engine = "script", *parallel = "1,4", *headers = "changing,constant",
+               *clients = "serial", *batch = "on";
     plan p = { .turns = 24, .subagents = 3, .sub_turns = 4, .system_bytes = 12000, .result_bytes = 1200,
                .ctx = 65536, .threads = 0, .max_tokens = 256 };
     struct { const char *flag; long *v; long min; } nums[] = {
@@ -521,6 +660,8 @@ int bench_replay_main(int argc, char **argv)
         else if (!strcmp(a, "--engine")) engine = v;
         else if (!strcmp(a, "--parallel")) parallel = v;
         else if (!strcmp(a, "--header")) headers = v;
+        else if (!strcmp(a, "--clients")) clients = v;
+        else if (!strcmp(a, "--batch")) batch = v;
         else known = false;
         for (size_t k = 0; !known && k < sizeof nums / sizeof nums[0]; k++)
             if (!strcmp(a, nums[k].flag)) {
@@ -550,21 +691,24 @@ int bench_replay_main(int argc, char **argv)
     }
     int rc = e ? 0 : 1;
     if (!e) fprintf(stderr, "ds4cl-bench: %s\n", err.msg);
-    else printf("parallel,header,request,conversation,turn,prompt_tokens,prefilled_tokens,cached_tokens,cached_pct\n");
-    /* every --parallel with every --header */
+    else
+        printf("parallel,header,clients,batch,request,conversation,turn,prompt_tokens,prefilled_tokens,cached_tokens,"
+               "cached_pct,output_tokens,seconds\n");
+    /* every --parallel with every --header, --clients and --batch */
+    static const char *const header_names[] = { "changing", "constant", "none", NULL },
+                             *const client_names[] = { "serial", "together", NULL }, *const batch_names[] = { "on", "off", NULL };
     long nps[16];
     int n_np = num_parse_list(parallel, 1, 16, nps, 16, NULL);
-    if (n_np < 0) rc = usage();
+    if (n_np < 0 || !names_ok(headers, header_names) || !names_ok(clients, client_names) || !names_ok(batch, batch_names))
+        rc = usage();
     for (int pi = 0; e && !rc && pi < n_np; pi++) {
-        long np = nps[pi];
-        for (const char *h = headers; !rc && *h;) {
-            size_t len = strcspn(h, ",");
-            char name[16];
-            snprintf(name, sizeof name, "%.*s", (int)len, h);
-            if (strcmp(name, "changing") && strcmp(name, "constant") && strcmp(name, "none")) rc = usage();
-            else rc = one_run(e, &p, np, name, dir);
-            h += len + (h[len] == ',');
-        }
+        char h[16], c[16], b[16];
+        for (const char *hs = headers; !rc && next_name(&hs, header_names, h, sizeof h) > 0;)
+            for (const char *cs = clients; !rc && next_name(&cs, client_names, c, sizeof c) > 0;)
+                for (const char *bs = batch; !rc && next_name(&bs, batch_names, b, sizeof b) > 0;) {
+                    run_key k = { .parallel = nps[pi], .header = h, .clients = c, .batch = b };
+                    rc = one_run(e, &p, &k, dir);
+                }
     }
     ds4_engine_close(e);
     rm_rf(dir);

@@ -149,21 +149,28 @@ static int check_replay(const char *flags, int turns, int agents, int sub_turns,
     char *out;
     int rc = test_runf(&out, "'%s/ds4cl-bench' --replay-bench -m '%s' %s", test_bindir(), srv_tiny_model(), flags);
     CHECK_MSG(rc == 0, "%s", out);
-    const char *head = "parallel,header,request,conversation,turn,prompt_tokens,prefilled_tokens,cached_tokens,cached_pct\n";
+    const char *head = "parallel,header,clients,batch,request,conversation,turn,prompt_tokens,prefilled_tokens,"
+                       "cached_tokens,cached_pct,output_tokens,seconds\n";
+    /* the bench's summary of each run goes to stderr, among the CSV's lines */
+    while (!strncmp(out, "ds4cl-bench: ", 13) && strchr(out, '\n')) out = strchr(out, '\n') + 1;
     CHECK_MSG(!strncmp(out, head, strlen(head)), "%s", out);
     int runs = 0, rows = 0, main_turns = 0, agent_rows = 0, one_shots = 0;
-    long sum[2][4] = { { 0 } };
+    long sum[2][5] = { { 0 } };
     for (char *line = strtok(out + strlen(head), "\n"); line; line = strtok(NULL, "\n")) {
-        char header[16], request[16], conversation[40];
-        long parallel, turn, prompt, prefilled, cached;
-        double pct;
-        CHECK_MSG(sscanf(line, "%ld,%15[^,],%15[^,],%39[^,],%ld,%ld,%ld,%ld,%lf", &parallel, header, request,
-                         conversation, &turn, &prompt, &prefilled, &cached, &pct) == 9,
+        if (!strncmp(line, "ds4cl-bench: ", 13)) continue;
+        char header[16], clients[16], batch[16], request[16], conversation[40];
+        long parallel, turn, prompt, prefilled, cached, output;
+        double pct, seconds;
+        CHECK_MSG(sscanf(line, "%ld,%15[^,],%15[^,],%15[^,],%15[^,],%39[^,],%ld,%ld,%ld,%ld,%lf,%ld,%lf", &parallel,
+                         header, clients, batch, request, conversation, &turn, &prompt, &prefilled, &cached, &pct,
+                         &output, &seconds) == 13,
                   "a bad row: %s", line);
+        CHECK_MSG(output >= 0 && seconds >= 0, "a bad row: %s", line);
         if (!strcmp(request, "all") || !strcmp(request, "after_first")) {
             int k = !strcmp(request, "after_first");
             /* turn: how many requests the row sums */
-            CHECK_MSG(turn == sum[k][0] && prompt == sum[k][1] && prefilled == sum[k][2] && cached == sum[k][3],
+            CHECK_MSG(turn == sum[k][0] && prompt == sum[k][1] && prefilled == sum[k][2] && cached == sum[k][3] &&
+                          output == sum[k][4],
                       "%s does not sum the rows above it", line);
             CHECK_NEAR(pct, 100.0 * (double)cached / (double)prompt, 0.06);
             if (k) {
@@ -193,6 +200,7 @@ static int check_replay(const char *flags, int turns, int agents, int sub_turns,
             sum[k][1] += prompt;
             sum[k][2] += prefilled;
             sum[k][3] += cached;
+            sum[k][4] += output;
         }
     }
     return runs;
@@ -220,4 +228,27 @@ TEST(serve_cache, replay_bench_rows_add_up_on_the_real_engine)
      * the main conversation's first two requests: the second goes on from
      * the first one's saved state */
     CHECK_MSG(cached >= read, "main's second request: %ld cached, its first prompt was %ld", cached, read);
+}
+
+/* The client's conversations sent as an agent CLI sends them (sub-agents
+ * side by side, one-shot requests beside the main conversation), to a
+ * server whose sessions step together and to one whose sessions step
+ * alone: every request answered and counted, whatever the order. */
+TEST(serve_cache, replay_bench_clients_together_on_the_real_engine)
+{
+    long read = 0, cached = 0;
+    CHECK_EQ_INT(check_replay("--engine cpu --threads 1 --turns 3 --subagents 3 --sub-turns 2 --system-bytes 300 "
+                              "--result-bytes 100 --max-tokens 16 --parallel 3 --header constant --clients together "
+                              "--batch on,off --ctx 8192",
+                              3, 3, 2, &read, &cached),
+                 2);
+}
+
+TEST(serve_cache, replay_bench_refuses_an_unknown_list_item)
+{
+    char *out;
+    int rc = test_runf(&out, "'%s/ds4cl-bench' --replay-bench -m '%s' --clients serial,sideways", test_bindir(),
+                       srv_tiny_model());
+    CHECK_EQ_INT(rc, 2);
+    CHECK_CONTAINS(out, "usage");
 }
