@@ -91,6 +91,35 @@ int clo_build_products(clo_ctx *c, const gguf_file *f)
 
 static size_t up_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
+/* The engine's IQ2_XXS tables in the layout the kernels read
+ * (matmul.cl, IQ2_TABS), on the device once. */
+static int iq2_tables(clo_ctx *c)
+{
+    if (c->iq2_grid && c->iq2_signs) return 0;
+    static float grid[256 * 8];
+    static uint32_t signs[128 * 8];
+    for (int i = 0; i < 256 * 8; i++) grid[i] = (float)(uint8_t)(quant_iq2xxs_grid[i / 8] >> (8 * (i % 8)));
+    for (int i = 0; i < 128 * 8; i++) signs[i] = (quant_ksigns_iq2xs[i / 8] >> (i % 8) & 1) ? 0x80000000u : 0u;
+    cl_int rc = CL_SUCCESS;
+    if (!c->iq2_grid)
+        c->iq2_grid = clCreateBuffer(clrt_context(c->rt), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof grid, grid, &rc);
+    if (c->iq2_grid && !c->iq2_signs)
+        c->iq2_signs =
+            clCreateBuffer(clrt_context(c->rt), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof signs, signs, &rc);
+    if (!c->iq2_grid || !c->iq2_signs) return clo_fail(c, "the IQ2_XXS tables on the device: %s", clrt_strerror(rc));
+    return 0;
+}
+
+/* A launch of product kernel k, its first arguments (the tables) set. */
+static int product_begin(clo_ctx *c, cl_kernel k, clrt_call *call)
+{
+    if (!k || iq2_tables(c)) return -1;
+    *call = clrt_begin(c->rt, k);
+    clrt_arg_mem(call, c->iq2_grid);
+    clrt_arg_mem(call, c->iq2_signs);
+    return 0;
+}
+
 /* ---- matmul ------------------------------------------------------------------------ */
 
 /* Rows [r0, r1) of W, all in one device piece. */
@@ -102,9 +131,8 @@ static int matmul_piece(clo_ctx *c, const ds4_tensor *W, int64_t r0, int64_t r1,
     const size_t rb = (size_t)W->row_bytes;
     const bool cpu = clo_is_cpu(c), tiles = T >= MM_TB;
     const char *family = tiles ? "mm_tile" : cpu ? "mm_dec" : "mv_wg";
-    cl_kernel k = kernel_for(c, family, W->type);
-    if (!k) return -1;
-    clrt_call call = clrt_begin(c->rt, k);
+    clrt_call call;
+    if (product_begin(c, kernel_for(c, family, W->type), &call)) return -1;
     if (clo_arg_weight(c, &call, W, (size_t)r0 * rb, (size_t)(r1 - r0) * rb, 1)) return -1;
     clrt_arg_ulong(&call, rb);
     clrt_arg_int(&call, n);
@@ -236,9 +264,8 @@ static int moe_fused(clo_ctx *c, const moe_args *a)
     cl_mem mid = clo_scratch(c, CLO_SCR_A, (size_t)a->P * (size_t)a->F * F4);
     if (!mid) return -1;
     const bool cpu = clo_is_cpu(c);
-    cl_kernel kg = kernel_for(c, cpu ? "moe_gu_dec" : "moe_gu_wg", a->gate->type);
-    if (!kg) return -1;
-    clrt_call call = clrt_begin(c->rt, kg);
+    clrt_call call;
+    if (product_begin(c, kernel_for(c, cpu ? "moe_gu_dec" : "moe_gu_wg", a->gate->type), &call)) return -1;
     if (gu_args(c, &call, a, 0, a->E, mid)) return -1;
     size_t lw = clo_group(c, call.k, 64);
     if (cpu) {
@@ -250,9 +277,7 @@ static int moe_fused(clo_ctx *c, const moe_args *a)
         size_t g[2] = { (size_t)a->F * lw, (size_t)a->P }, l[2] = { lw, 1 };
         if (clrt_enqueue(&call, 2, g, l)) return -1;
     }
-    cl_kernel kd = kernel_for(c, cpu ? "moe_down_dec" : "moe_down_wg", a->down->type);
-    if (!kd) return -1;
-    call = clrt_begin(c->rt, kd);
+    if (product_begin(c, kernel_for(c, cpu ? "moe_down_dec" : "moe_down_wg", a->down->type), &call)) return -1;
     if (down_args(c, &call, a, 0, a->E, mid, NULL, a->y)) return -1;
     if (cpu) {
         clrt_arg_int(&call, a->T);
@@ -304,9 +329,7 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
         int eu;
         if (expert_run(c, a->gate, e0, E, &e1) || expert_run(c, a->up, e0, E, &eu)) return -1;
         if (eu < e1) e1 = eu;
-        cl_kernel k = kernel_for(c, "moe_gu_tile", a->gate->type);
-        if (!k) return -1;
-        call = clrt_begin(c->rt, k);
+        if (product_begin(c, kernel_for(c, "moe_gu_tile", a->gate->type), &call)) return -1;
         if (gu_args(c, &call, a, e0, e1, mid)) return -1;
         clrt_arg_mem(&call, ws);
         clrt_arg_int(&call, P);
@@ -317,9 +340,7 @@ static int moe_sorted(clo_ctx *c, const moe_args *a)
     }
     for (int e0 = 0, e1; e0 < E; e0 = e1) {
         if (expert_run(c, a->down, e0, E, &e1)) return -1;
-        cl_kernel k = kernel_for(c, "moe_down_tile", a->down->type);
-        if (!k) return -1;
-        call = clrt_begin(c->rt, k);
+        if (product_begin(c, kernel_for(c, "moe_down_tile", a->down->type), &call)) return -1;
         if (down_args(c, &call, a, e0, e1, mid, ys, NULL)) return -1;
         clrt_arg_mem(&call, ws);
         clrt_arg_int(&call, P);

@@ -368,6 +368,8 @@ void clo_free(void *ctx)
     for (size_t i = 0; i < c->n_w; i++) clReleaseMemObject(c->w[i].mem);
     for (int i = 0; i < CLO_SCR_SLOTS; i++)
         if (c->scr[i]) clReleaseMemObject(c->scr[i]);
+    if (c->iq2_grid) clReleaseMemObject(c->iq2_grid);
+    if (c->iq2_signs) clReleaseMemObject(c->iq2_signs);
     free(c->w);
     clrt_close(c->rt);
     free(c);

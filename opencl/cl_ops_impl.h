@@ -79,6 +79,9 @@ typedef struct {
     cl_mem lend_mem[CLO_LEND_SLOTS];
     size_t lend_cap[CLO_LEND_SLOTS];
     bool lent;
+    /* the IQ2_XXS tables every product kernel takes (cl_matmul.c), made
+     * at the first product */
+    cl_mem iq2_grid, iq2_signs;
 } clo_ctx;
 
 /* Records a message for last_error(); returns -1. */

@@ -57,8 +57,13 @@ void icd_use_rusticl(void)
     if (!lib) SKIP("rusticl (mesa-opencl-icd) is not installed: make deps");
     setenv("OCL_ICD_VENDORS", icd_vendors_dir(&lib, 1), 1);
     setenv("RUSTICL_ENABLE", "llvmpipe", 1);
-    /* Mesa's own shader cache ($XDG_CACHE_HOME/mesa_shader_cache) and
-     * ours, in the tests' cache */
+    /* Mesa's shader cache a test's own, set before the platform starts:
+     * Mesa says what it thinks of a kernel only while compiling it, so a
+     * cache shared across runs made every run after the first quiet
+     * whatever the kernels (llvmpipe compiles at a kernel's first launch;
+     * with the cache off it compiles again at every launch, seconds each).
+     * Ours stays in the tests' cache. */
+    setenv("MESA_SHADER_CACHE_DIR", test_tmp_path("mesa-cache"), 1);
     setenv("XDG_CACHE_HOME", oclt_cache_dir(), 1);
     oclt_require_device();
 }

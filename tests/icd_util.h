@@ -21,8 +21,10 @@ const char *icd_clover_lib(void);
 const char *icd_vendors_dir(const char *const *libs, int n);
 
 /* Makes this process (and the programs it starts) see only rusticl, on
- * its llvmpipe device (RUSTICL_ENABLE), with the tests' kernel caches;
- * skips with the reason where rusticl is not installed. */
+ * its llvmpipe device (RUSTICL_ENABLE), with the tests' program cache and
+ * a Mesa shader cache of the test's own (cold: every kernel compiled where
+ * Mesa's warnings show); skips with the reason where rusticl is not
+ * installed. */
 void icd_use_rusticl(void);
 
 #endif

@@ -59,421 +59,16 @@
 /* ---- IQ2_XXS tables: the engine's quant_iq2xxs_grid and quant_ksigns_iq2xs
  * in the forms the kernels use (a test compares them) --------------------- */
 
-/* iq2xxs_grid as floats: row i holds its 8 magnitudes */
-__constant float iq2xxs_gridf[256 * 8] = {
-    8, 8, 8, 8, 8, 8, 8, 8,
-    43, 8, 8, 8, 8, 8, 8, 8,
-    25, 25, 8, 8, 8, 8, 8, 8,
-    8, 43, 8, 8, 8, 8, 8, 8,
-    43, 43, 8, 8, 8, 8, 8, 8,
-    25, 8, 25, 8, 8, 8, 8, 8,
-    8, 25, 25, 8, 8, 8, 8, 8,
-    8, 8, 43, 8, 8, 8, 8, 8,
-    43, 8, 43, 8, 8, 8, 8, 8,
-    8, 43, 43, 8, 8, 8, 8, 8,
-    43, 43, 43, 8, 8, 8, 8, 8,
-    25, 8, 8, 25, 8, 8, 8, 8,
-    8, 25, 8, 25, 8, 8, 8, 8,
-    8, 8, 25, 25, 8, 8, 8, 8,
-    8, 43, 25, 25, 8, 8, 8, 8,
-    25, 8, 43, 25, 8, 8, 8, 8,
-    8, 25, 43, 25, 8, 8, 8, 8,
-    8, 8, 8, 43, 8, 8, 8, 8,
-    43, 8, 8, 43, 8, 8, 8, 8,
-    43, 43, 8, 43, 8, 8, 8, 8,
-    43, 8, 43, 43, 8, 8, 8, 8,
-    25, 8, 8, 8, 25, 8, 8, 8,
-    8, 25, 8, 8, 25, 8, 8, 8,
-    8, 8, 25, 8, 25, 8, 8, 8,
-    25, 25, 25, 8, 25, 8, 8, 8,
-    8, 8, 8, 25, 25, 8, 8, 8,
-    8, 25, 8, 43, 25, 8, 8, 8,
-    8, 43, 25, 43, 25, 8, 8, 8,
-    8, 8, 8, 8, 43, 8, 8, 8,
-    43, 8, 8, 8, 43, 8, 8, 8,
-    43, 8, 43, 8, 43, 8, 8, 8,
-    43, 8, 8, 43, 43, 8, 8, 8,
-    25, 8, 8, 8, 8, 25, 8, 8,
-    8, 25, 8, 8, 8, 25, 8, 8,
-    8, 8, 25, 8, 8, 25, 8, 8,
-    25, 8, 43, 8, 8, 25, 8, 8,
-    8, 25, 43, 8, 8, 25, 8, 8,
-    8, 8, 8, 25, 8, 25, 8, 8,
-    43, 8, 8, 25, 8, 25, 8, 8,
-    8, 43, 8, 25, 8, 25, 8, 8,
-    8, 8, 43, 25, 8, 25, 8, 8,
-    25, 8, 8, 43, 8, 25, 8, 8,
-    8, 25, 8, 43, 8, 25, 8, 8,
-    8, 8, 25, 43, 8, 25, 8, 8,
-    8, 25, 43, 43, 8, 25, 8, 8,
-    8, 8, 8, 8, 25, 25, 8, 8,
-    43, 8, 8, 8, 25, 25, 8, 8,
-    8, 43, 8, 8, 25, 25, 8, 8,
-    8, 8, 43, 8, 25, 25, 8, 8,
-    43, 25, 8, 25, 25, 25, 8, 8,
-    25, 43, 43, 25, 25, 25, 8, 8,
-    8, 8, 8, 43, 25, 25, 8, 8,
-    25, 8, 25, 43, 25, 25, 8, 8,
-    25, 43, 8, 8, 43, 25, 8, 8,
-    8, 8, 25, 8, 43, 25, 8, 8,
-    8, 8, 8, 25, 43, 25, 8, 8,
-    8, 25, 8, 43, 43, 25, 8, 8,
-    8, 25, 43, 43, 43, 25, 8, 8,
-    8, 8, 8, 8, 8, 43, 8, 8,
-    25, 25, 8, 8, 8, 43, 8, 8,
-    8, 43, 8, 8, 8, 43, 8, 8,
-    8, 25, 25, 8, 8, 43, 8, 8,
-    8, 43, 43, 8, 8, 43, 8, 8,
-    25, 8, 8, 25, 8, 43, 8, 8,
-    8, 25, 8, 25, 8, 43, 8, 8,
-    8, 8, 25, 25, 8, 43, 8, 8,
-    43, 8, 25, 25, 8, 43, 8, 8,
-    8, 43, 8, 43, 8, 43, 8, 8,
-    8, 25, 8, 8, 25, 43, 8, 8,
-    8, 8, 8, 25, 25, 43, 8, 8,
-    43, 8, 8, 8, 43, 43, 8, 8,
-    8, 25, 25, 8, 43, 43, 8, 8,
-    25, 8, 8, 8, 8, 8, 25, 8,
-    8, 25, 8, 8, 8, 8, 25, 8,
-    8, 8, 25, 8, 8, 8, 25, 8,
-    25, 8, 43, 8, 8, 8, 25, 8,
-    8, 8, 8, 25, 8, 8, 25, 8,
-    8, 8, 43, 25, 8, 8, 25, 8,
-    8, 25, 8, 43, 8, 8, 25, 8,
-    8, 8, 25, 43, 8, 8, 25, 8,
-    25, 25, 25, 43, 8, 8, 25, 8,
-    8, 8, 8, 8, 25, 8, 25, 8,
-    8, 43, 8, 8, 25, 8, 25, 8,
-    8, 8, 43, 8, 25, 8, 25, 8,
-    8, 8, 25, 25, 25, 8, 25, 8,
-    43, 43, 25, 25, 25, 8, 25, 8,
-    8, 8, 8, 43, 25, 8, 25, 8,
-    8, 25, 43, 8, 43, 8, 25, 8,
-    25, 25, 8, 25, 43, 8, 25, 8,
-    8, 8, 8, 8, 8, 25, 25, 8,
-    8, 43, 8, 8, 8, 25, 25, 8,
-    8, 8, 43, 8, 8, 25, 25, 8,
-    25, 25, 43, 8, 8, 25, 25, 8,
-    25, 43, 8, 25, 8, 25, 25, 8,
-    8, 8, 8, 43, 8, 25, 25, 8,
-    8, 43, 25, 8, 25, 25, 25, 8,
-    43, 8, 43, 25, 25, 25, 25, 8,
-    8, 8, 8, 8, 43, 25, 25, 8,
-    43, 25, 25, 8, 43, 25, 25, 8,
-    25, 8, 8, 8, 8, 43, 25, 8,
-    8, 25, 8, 8, 8, 43, 25, 8,
-    8, 8, 25, 8, 8, 43, 25, 8,
-    8, 8, 8, 25, 8, 43, 25, 8,
-    25, 8, 8, 43, 8, 43, 25, 8,
-    8, 8, 8, 8, 25, 43, 25, 8,
-    25, 25, 8, 8, 25, 43, 25, 8,
-    8, 8, 43, 43, 25, 43, 25, 8,
-    25, 8, 25, 25, 43, 43, 25, 8,
-    8, 8, 8, 8, 8, 8, 43, 8,
-    43, 8, 8, 8, 8, 8, 43, 8,
-    43, 43, 8, 8, 8, 8, 43, 8,
-    8, 25, 8, 25, 8, 8, 43, 8,
-    25, 8, 43, 25, 8, 8, 43, 8,
-    8, 8, 8, 43, 8, 8, 43, 8,
-    43, 8, 8, 43, 8, 8, 43, 8,
-    25, 43, 43, 8, 25, 8, 43, 8,
-    8, 43, 8, 25, 25, 8, 43, 8,
-    8, 8, 8, 8, 43, 8, 43, 8,
-    43, 8, 8, 8, 43, 8, 43, 8,
-    25, 8, 8, 8, 8, 25, 43, 8,
-    8, 25, 8, 8, 8, 25, 43, 8,
-    8, 8, 25, 8, 8, 25, 43, 8,
-    8, 8, 8, 25, 8, 25, 43, 8,
-    43, 25, 25, 25, 8, 25, 43, 8,
-    8, 8, 8, 8, 25, 25, 43, 8,
-    25, 8, 8, 25, 25, 25, 43, 8,
-    8, 25, 43, 25, 25, 25, 43, 8,
-    8, 8, 25, 43, 43, 25, 43, 8,
-    8, 43, 8, 8, 8, 43, 43, 8,
-    8, 8, 43, 8, 8, 43, 43, 8,
-    8, 25, 25, 43, 8, 43, 43, 8,
-    8, 25, 8, 25, 43, 43, 43, 8,
-    25, 8, 8, 8, 8, 8, 8, 25,
-    8, 25, 8, 8, 8, 8, 8, 25,
-    8, 8, 25, 8, 8, 8, 8, 25,
-    8, 43, 25, 8, 8, 8, 8, 25,
-    25, 8, 43, 8, 8, 8, 8, 25,
-    8, 25, 43, 8, 8, 8, 8, 25,
-    8, 8, 8, 25, 8, 8, 8, 25,
-    8, 43, 8, 25, 8, 8, 8, 25,
-    43, 25, 25, 25, 8, 8, 8, 25,
-    8, 8, 43, 25, 8, 8, 8, 25,
-    25, 8, 8, 43, 8, 8, 8, 25,
-    8, 25, 8, 43, 8, 8, 8, 25,
-    8, 8, 25, 43, 8, 8, 8, 25,
-    8, 8, 8, 8, 25, 8, 8, 25,
-    8, 8, 43, 8, 25, 8, 8, 25,
-    25, 8, 43, 25, 25, 8, 8, 25,
-    8, 8, 8, 43, 25, 8, 8, 25,
-    25, 25, 8, 43, 25, 8, 8, 25,
-    25, 8, 8, 8, 43, 8, 8, 25,
-    8, 8, 25, 8, 43, 8, 8, 25,
-    8, 43, 8, 25, 43, 8, 8, 25,
-    43, 25, 25, 25, 43, 8, 8, 25,
-    8, 43, 43, 25, 43, 8, 8, 25,
-    8, 8, 8, 8, 8, 25, 8, 25,
-    8, 43, 8, 8, 8, 25, 8, 25,
-    8, 8, 43, 8, 8, 25, 8, 25,
-    8, 8, 8, 43, 8, 25, 8, 25,
-    25, 43, 25, 43, 8, 25, 8, 25,
-    43, 8, 25, 8, 25, 25, 8, 25,
-    8, 25, 43, 8, 25, 25, 8, 25,
-    8, 8, 8, 8, 43, 25, 8, 25,
-    25, 8, 8, 8, 8, 43, 8, 25,
-    8, 25, 8, 8, 8, 43, 8, 25,
-    8, 8, 25, 8, 8, 43, 8, 25,
-    8, 8, 8, 25, 8, 43, 8, 25,
-    25, 25, 8, 25, 8, 43, 8, 25,
-    8, 8, 8, 8, 25, 43, 8, 25,
-    8, 43, 25, 25, 25, 43, 8, 25,
-    25, 8, 43, 25, 25, 43, 8, 25,
-    43, 8, 8, 43, 25, 43, 8, 25,
-    25, 25, 8, 25, 43, 43, 8, 25,
-    8, 8, 25, 43, 43, 43, 8, 25,
-    8, 8, 8, 8, 8, 8, 25, 25,
-    8, 43, 8, 8, 8, 8, 25, 25,
-    25, 8, 25, 8, 8, 8, 25, 25,
-    25, 43, 25, 8, 8, 8, 25, 25,
-    8, 8, 43, 8, 8, 8, 25, 25,
-    8, 8, 8, 43, 8, 8, 25, 25,
-    8, 43, 8, 43, 8, 8, 25, 25,
-    8, 25, 8, 8, 25, 8, 25, 25,
-    43, 8, 8, 25, 25, 8, 25, 25,
-    8, 25, 43, 43, 25, 8, 25, 25,
-    25, 8, 25, 43, 43, 8, 25, 25,
-    8, 8, 25, 43, 8, 25, 25, 25,
-    43, 8, 25, 43, 8, 25, 25, 25,
-    43, 43, 8, 8, 25, 25, 25, 25,
-    25, 8, 8, 8, 43, 25, 25, 25,
-    8, 25, 25, 25, 43, 25, 25, 25,
-    8, 8, 8, 8, 8, 43, 25, 25,
-    25, 8, 25, 8, 8, 43, 25, 25,
-    25, 43, 25, 8, 8, 43, 25, 25,
-    8, 25, 43, 25, 8, 43, 25, 25,
-    8, 8, 8, 25, 25, 43, 25, 25,
-    8, 43, 8, 8, 43, 43, 25, 25,
-    8, 25, 8, 8, 8, 8, 43, 25,
-    8, 8, 25, 8, 8, 8, 43, 25,
-    8, 8, 8, 25, 8, 8, 43, 25,
-    8, 43, 43, 25, 8, 8, 43, 25,
-    8, 8, 8, 8, 25, 8, 43, 25,
-    25, 25, 25, 25, 25, 8, 43, 25,
-    8, 43, 25, 8, 43, 8, 43, 25,
-    8, 8, 43, 25, 43, 8, 43, 25,
-    8, 8, 8, 8, 8, 25, 43, 25,
-    25, 25, 8, 8, 8, 25, 43, 25,
-    8, 8, 25, 8, 25, 25, 43, 25,
-    43, 8, 25, 8, 25, 25, 43, 25,
-    8, 25, 8, 43, 25, 25, 43, 25,
-    43, 8, 8, 25, 8, 43, 43, 25,
-    8, 8, 8, 8, 8, 8, 8, 43,
-    43, 8, 8, 8, 8, 8, 8, 43,
-    43, 43, 8, 8, 8, 8, 8, 43,
-    25, 8, 8, 25, 8, 8, 8, 43,
-    43, 8, 8, 43, 8, 8, 8, 43,
-    8, 25, 8, 8, 25, 8, 8, 43,
-    8, 43, 25, 8, 25, 8, 8, 43,
-    8, 8, 8, 25, 25, 8, 8, 43,
-    25, 8, 25, 8, 43, 8, 8, 43,
-    25, 8, 8, 8, 8, 25, 8, 43,
-    8, 25, 8, 8, 8, 25, 8, 43,
-    8, 8, 25, 8, 8, 25, 8, 43,
-    25, 25, 25, 8, 8, 25, 8, 43,
-    8, 8, 8, 25, 8, 25, 8, 43,
-    8, 8, 43, 25, 8, 25, 8, 43,
-    8, 8, 8, 8, 25, 25, 8, 43,
-    43, 25, 8, 25, 25, 25, 8, 43,
-    8, 25, 25, 43, 25, 25, 8, 43,
-    25, 43, 8, 8, 43, 25, 8, 43,
-    8, 8, 8, 25, 43, 25, 8, 43,
-    8, 8, 43, 25, 43, 25, 8, 43,
-    43, 8, 8, 8, 8, 43, 8, 43,
-    8, 25, 8, 8, 25, 43, 8, 43,
-    25, 8, 25, 8, 43, 43, 8, 43,
-    8, 25, 8, 8, 8, 8, 25, 43,
-    8, 8, 25, 8, 8, 8, 25, 43,
-    8, 25, 43, 8, 8, 8, 25, 43,
-    8, 8, 8, 25, 8, 8, 25, 43,
-    25, 8, 43, 43, 8, 8, 25, 43,
-    43, 25, 25, 8, 25, 8, 25, 43,
-    8, 8, 8, 43, 25, 8, 25, 43,
-    25, 25, 8, 25, 43, 8, 25, 43,
-    8, 8, 8, 8, 8, 25, 25, 43,
-    43, 8, 43, 8, 8, 25, 25, 43,
-    8, 25, 8, 25, 8, 25, 25, 43,
-    25, 8, 25, 25, 25, 25, 25, 43,
-    25, 8, 8, 43, 8, 43, 25, 43,
-    8, 8, 43, 8, 25, 43, 25, 43,
-    43, 8, 8, 8, 8, 8, 43, 43,
-    8, 8, 25, 25, 8, 8, 43, 43,
-    25, 25, 8, 43, 8, 8, 43, 43,
-    25, 43, 8, 8, 25, 8, 43, 43,
-    8, 8, 8, 8, 43, 8, 43, 43,
-    8, 43, 25, 8, 8, 25, 43, 43,
-    8, 8, 25, 25, 8, 43, 43, 43,
-    8, 25, 8, 8, 25, 43, 43, 43,
-};
-
-/* ksigns as float sign bits: entry s, lane j is 0x80000000 when bit j of
- * iq2xs_ksigns[s] is set */
-__constant uint iq2xs_signbits[128 * 8] = {
-    0, 0, 0, 0, 0, 0, 0, 0,
-    0x80000000u, 0, 0, 0, 0, 0, 0, 0x80000000u,
-    0, 0x80000000u, 0, 0, 0, 0, 0, 0x80000000u,
-    0x80000000u, 0x80000000u, 0, 0, 0, 0, 0, 0,
-    0, 0, 0x80000000u, 0, 0, 0, 0, 0x80000000u,
-    0x80000000u, 0, 0x80000000u, 0, 0, 0, 0, 0,
-    0, 0x80000000u, 0x80000000u, 0, 0, 0, 0, 0,
-    0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0, 0, 0x80000000u,
-    0, 0, 0, 0x80000000u, 0, 0, 0, 0x80000000u,
-    0x80000000u, 0, 0, 0x80000000u, 0, 0, 0, 0,
-    0, 0x80000000u, 0, 0x80000000u, 0, 0, 0, 0,
-    0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0, 0, 0x80000000u,
-    0, 0, 0x80000000u, 0x80000000u, 0, 0, 0, 0,
-    0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0, 0, 0x80000000u,
-    0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0, 0x80000000u,
-    0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0, 0,
-    0, 0, 0, 0, 0x80000000u, 0, 0, 0x80000000u,
-    0x80000000u, 0, 0, 0, 0x80000000u, 0, 0, 0,
-    0, 0x80000000u, 0, 0, 0x80000000u, 0, 0, 0,
-    0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0, 0, 0x80000000u,
-    0, 0, 0x80000000u, 0, 0x80000000u, 0, 0, 0,
-    0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0, 0, 0x80000000u,
-    0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0, 0x80000000u,
-    0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0, 0,
-    0, 0, 0, 0x80000000u, 0x80000000u, 0, 0, 0,
-    0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u,
-    0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u,
-    0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0, 0,
-    0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u,
-    0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0,
-    0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0,
-    0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u,
-    0, 0, 0, 0, 0, 0x80000000u, 0, 0x80000000u,
-    0x80000000u, 0, 0, 0, 0, 0x80000000u, 0, 0,
-    0, 0x80000000u, 0, 0, 0, 0x80000000u, 0, 0,
-    0x80000000u, 0x80000000u, 0, 0, 0, 0x80000000u, 0, 0x80000000u,
-    0, 0, 0x80000000u, 0, 0, 0x80000000u, 0, 0,
-    0x80000000u, 0, 0x80000000u, 0, 0, 0x80000000u, 0, 0x80000000u,
-    0, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0, 0x80000000u,
-    0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0, 0,
-    0, 0, 0, 0x80000000u, 0, 0x80000000u, 0, 0,
-    0x80000000u, 0, 0, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u,
-    0, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u,
-    0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0, 0,
-    0, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u,
-    0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0,
-    0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0,
-    0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u,
-    0, 0, 0, 0, 0x80000000u, 0x80000000u, 0, 0,
-    0x80000000u, 0, 0, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u,
-    0, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u,
-    0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0, 0,
-    0, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u,
-    0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0,
-    0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0,
-    0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u,
-    0, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u,
-    0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0,
-    0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0,
-    0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u,
-    0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0,
-    0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u,
-    0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u,
-    0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0,
-    0, 0, 0, 0, 0, 0, 0x80000000u, 0x80000000u,
-    0x80000000u, 0, 0, 0, 0, 0, 0x80000000u, 0,
-    0, 0x80000000u, 0, 0, 0, 0, 0x80000000u, 0,
-    0x80000000u, 0x80000000u, 0, 0, 0, 0, 0x80000000u, 0x80000000u,
-    0, 0, 0x80000000u, 0, 0, 0, 0x80000000u, 0,
-    0x80000000u, 0, 0x80000000u, 0, 0, 0, 0x80000000u, 0x80000000u,
-    0, 0x80000000u, 0x80000000u, 0, 0, 0, 0x80000000u, 0x80000000u,
-    0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0, 0x80000000u, 0,
-    0, 0, 0, 0x80000000u, 0, 0, 0x80000000u, 0,
-    0x80000000u, 0, 0, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u,
-    0, 0x80000000u, 0, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u,
-    0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0, 0x80000000u, 0,
-    0, 0, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u,
-    0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0,
-    0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0,
-    0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u,
-    0, 0, 0, 0, 0x80000000u, 0, 0x80000000u, 0,
-    0x80000000u, 0, 0, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u,
-    0, 0x80000000u, 0, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u,
-    0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0, 0x80000000u, 0,
-    0, 0, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u,
-    0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0,
-    0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0,
-    0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u,
-    0, 0, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u,
-    0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0,
-    0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0,
-    0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u,
-    0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0,
-    0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u,
-    0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u,
-    0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0,
-    0, 0, 0, 0, 0, 0x80000000u, 0x80000000u, 0,
-    0x80000000u, 0, 0, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u,
-    0, 0x80000000u, 0, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u,
-    0x80000000u, 0x80000000u, 0, 0, 0, 0x80000000u, 0x80000000u, 0,
-    0, 0, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u,
-    0x80000000u, 0, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0,
-    0, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0,
-    0x80000000u, 0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u,
-    0, 0, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u,
-    0x80000000u, 0, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0,
-    0, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0,
-    0x80000000u, 0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u,
-    0, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0,
-    0x80000000u, 0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u,
-    0, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u,
-    0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0,
-    0, 0, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u,
-    0x80000000u, 0, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0,
-    0, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0,
-    0x80000000u, 0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u,
-    0, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0,
-    0x80000000u, 0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u,
-    0, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u,
-    0x80000000u, 0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0,
-    0, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0,
-    0x80000000u, 0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u,
-    0, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u,
-    0x80000000u, 0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0,
-    0, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u,
-    0x80000000u, 0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0,
-    0, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0,
-    0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u,
-};
-
-/* The two tables as the kernels reach them: a driver may place a program's
- * __constant data behind a hidden kernel argument, read where the data is
- * first addressed; inside a branch or loop that read need not be uniform
- * (Mesa's llvmpipe then warns that results may be incorrect). So every
- * kernel addresses them once at its entry (IQ2_TABS_AT_ENTRY, the first
- * statement of the helpers kernels start with) and hands them down as
- * pointers (a struct of the two crashes rusticl's compiler). */
+/* The IQ2_XXS tables, as kernel arguments every product kernel takes
+ * first (uploaded by the host from the engine's tables, cl_matmul.c):
+ * iq2g, the grid as floats (row i: its 8 magnitudes), and iq2s, the
+ * signs as float sign bits (entry s, lane j: 0x80000000 where bit j of
+ * ksigns[s] is set). Not program-scope __constant data: a driver may
+ * reach that through a hidden argument read where the data is used, and
+ * Mesa's llvmpipe read it inside the kernels' loops "as uniform, results
+ * may be incorrect"; an argument is read at the kernel's entry. (A struct
+ * of the two crashes rusticl's compiler.) */
 #define IQ2_TABS __constant float *iq2g, __constant uint *iq2s
-#define IQ2_TABS_AT_ENTRY                    \
-    __constant float *iq2g = iq2xxs_gridf;  \
-    __constant uint *iq2s = iq2xs_signbits
-
-/* Copies both tables out, for the test that they are the engine's. */
-#if !defined(CLRT_PART) || defined(CLRT_PART_aux)
-__kernel void iq2_tables(__global float *grid, __global uint *signs)
-{
-    IQ2_TABS_AT_ENTRY;
-    int i = get_global_id(0);
-    if (i < 256 * 8) grid[i] = iq2g[i];
-    if (i < 128 * 8) signs[i] = iq2s[i];
-}
-#endif
 
 /* IEEE halves (bits h) as floats, exactly: the magnitude shifted into
  * place and rescaled by 2^112 covers normal and subnormal values; Inf and
@@ -920,14 +515,13 @@ INL void tile_ids(const int RB, ulong row_bytes, int gid0, int gid1, int *rb, in
     *tb = within / w;
 }
 
-INL void mm_tile(const int type, const int RB, const int TB, const __global uchar *W, ulong row_bytes, int n,
+INL void mm_tile(IQ2_TABS, const int type, const int RB, const int TB, const __global uchar *W, ulong row_bytes, int n,
                     int p_lo, int p_hi, int rpg, int g_lo, int n_g, const __global float *x, ulong xs,
                     __global float *y, ulong ys, int T)
 {
-    IQ2_TABS_AT_ENTRY;
     /* the global ids before any branch: a driver may compute them from a
      * hidden argument (the global offset), read where they are first
-     * asked for (see IQ2_TABS_AT_ENTRY) */
+     * asked for (see IQ2_TABS) */
     const int gid0 = get_global_id(0), gid1 = get_global_id(1), gid2 = get_global_id(2);
     if (gid2 >= n_g) return;
     int g = g_lo + gid2;
@@ -955,10 +549,9 @@ INL void mm_tile(const int type, const int RB, const int TB, const __global ucha
     }
 }
 
-INL void mm_rows(const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
+INL void mm_rows(IQ2_TABS, const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
                  int g_lo, int n_g, const __global float *x, ulong xs, __global float *y, ulong ys, int T)
 {
-    IQ2_TABS_AT_ENTRY;
     const int S = (rpg + 3) / 4, i = get_global_id(0), g = g_lo + (int)get_global_id(2);
     if ((int)get_global_id(2) >= n_g || i >= S) return;
     const int lo = max(g * rpg, p_lo), hi = min(g * rpg + rpg, p_hi);
@@ -981,10 +574,9 @@ INL void mm_rows(const int type, const __global uchar *W, ulong row_bytes, int n
 }
 
 /* GPU decode: a work-group per row (p_lo + group id), every token. */
-INL void mv_wg(const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
+INL void mv_wg(IQ2_TABS, const int type, const __global uchar *W, ulong row_bytes, int n, int p_lo, int p_hi, int rpg,
                   const __global float *x, ulong xs, __global float *y, ulong ys, int T, __local float *part)
 {
-    IQ2_TABS_AT_ENTRY;
     int r = p_lo + (int)get_group_id(0);
     if (r >= p_hi) return;
     int g = r / rpg, lane = get_local_id(0), L = get_local_size(0);
@@ -1000,19 +592,20 @@ INL void mv_wg(const int type, const __global uchar *W, ulong row_bytes, int n, 
         const __global float *x, ulong x_off, ulong xs, __global float *y, ulong y_off, ulong ys, int T, \
         __local float *part
 
-#define MM_KERNELS(SFX, TYPE)                                                                                     \
-    __kernel void mm_dec_##SFX(MM_ARGS)                                                                           \
-    {                                                                                                             \
-        mm_rows(TYPE, W + W_off, row_bytes, n, p_lo, p_hi, rpg, g_lo, n_g, x + x_off, xs, y + y_off, ys, T);     \
-    }                                                                                                             \
-    __kernel void mm_tile_##SFX(MM_ARGS)                                                                          \
-    {                                                                                                             \
-        mm_tile(TYPE, MM_RB, MM_TB, W + W_off, row_bytes, n, p_lo, p_hi, rpg, g_lo, n_g, x + x_off, xs,           \
-                y + y_off, ys, T);                                                                                \
-    }                                                                                                             \
-    __kernel void mv_wg_##SFX(MV_ARGS)                                                                            \
-    {                                                                                                             \
-        mv_wg(TYPE, W + W_off, row_bytes, n, p_lo, p_hi, rpg, x + x_off, xs, y + y_off, ys, T, part);            \
+#define MM_KERNELS(SFX, TYPE)                                                                                        \
+    __kernel void mm_dec_##SFX(IQ2_TABS, MM_ARGS)                                                                    \
+    {                                                                                                                \
+        mm_rows(iq2g, iq2s, TYPE, W + W_off, row_bytes, n, p_lo, p_hi, rpg, g_lo, n_g, x + x_off, xs, y + y_off,     \
+                ys, T);                                                                                              \
+    }                                                                                                                \
+    __kernel void mm_tile_##SFX(IQ2_TABS, MM_ARGS)                                                                   \
+    {                                                                                                                \
+        mm_tile(iq2g, iq2s, TYPE, MM_RB, MM_TB, W + W_off, row_bytes, n, p_lo, p_hi, rpg, g_lo, n_g, x + x_off,      \
+                xs, y + y_off, ys, T);                                                                               \
+    }                                                                                                                \
+    __kernel void mv_wg_##SFX(IQ2_TABS, MV_ARGS)                                                                     \
+    {                                                                                                                \
+        mv_wg(iq2g, iq2s, TYPE, W + W_off, row_bytes, n, p_lo, p_hi, rpg, x + x_off, xs, y + y_off, ys, T, part);    \
     }
 
 #if !defined(CLRT_PART) || defined(CLRT_PART_mm_f32)
@@ -1065,9 +658,8 @@ INL float swiglu_w(float g, float u, float clamp, float w)
 /* Decode: work-item (i, pair p): rows i and i + S (S = ⌈F/2⌉) of gate
  * and up, so four streams; mid[p][r] (zero for an id outside [e_lo,
  * e_hi)). */
-INL void moe_gu_dec(const int type, MOE_GU_ARGS, int P)
+INL void moe_gu_dec(IQ2_TABS, const int type, MOE_GU_ARGS, int P)
 {
-    IQ2_TABS_AT_ENTRY;
     const int S = (F + 1) / 2, i = get_global_id(0), p = get_global_id(1);
     if (i >= S || p >= P) return;
     const int r1 = i + S < F ? i + S : -1;
@@ -1089,26 +681,27 @@ INL void moe_gu_dec(const int type, MOE_GU_ARGS, int P)
 
 /* Decode: work-item (i, token t), rows i + j·S (S = ⌈D/4⌉): y[t][r] = Σ
  * over the slots in order of down_e[r]·mid[t·k + slot]. */
-INL void moe_down_dec(const int type, MOE_DOWN_ARGS, int T)
+INL void moe_down_dec(IQ2_TABS, const int type, MOE_DOWN_ARGS, int T)
 {
-    IQ2_TABS_AT_ENTRY;
     const int S = (D + 3) / 4, i = get_global_id(0), t = get_global_id(1);
     if (i >= S || t >= T) return;
     float sum[4];
     for (int slot = 0; slot < k; slot++) {
         int p = t * k + slot, e = sel[sel_off + p];
-        /* The rows' addresses are taken outside the branch on the expert
-         * (clamped into this launch's range): an argument first read inside
-         * a branch that differs between work-items may be read as if all
-         * agreed (Mesa's llvmpipe warns then). */
+        /* No branch on the expert around the product: a slot outside this
+         * launch's range gets rows clamped into it and a length of zero
+         * (o stays 0). Mesa's llvmpipe compiled the product inside such a
+         * branch with a hidden argument read there as if every work-item
+         * agreed ("results may be incorrect"), for the formats whose
+         * super-block scales sit in private arrays (Q2_K, Q4_K). */
         const int ec = clamp(e, e_lo, e_hi - 1);
         const __global uchar *w[4];
         for (int j = 0; j < 4; j++)
             w[j] = Wd + Wd_off + ((ulong)(ec - e_lo) * D + (ulong)min(i + j * S, D - 1)) * row_bytes;
         const __global float *xm = mid + (ulong)p * F;
         const int n = F;
-        float o[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-        if (e >= e_lo && e < e_hi) rows_dot(iq2g, iq2s, type, 4, w, xm, n, o);
+        float o[4];
+        rows_dot(iq2g, iq2s, type, 4, w, xm, e >= e_lo && e < e_hi ? n : 0, o);
         for (int j = 0; j < 4; j++) sum[j] = slot == 0 ? o[j] : sum[j] + o[j];
     }
     for (int j = 0; j < 4; j++)
@@ -1116,9 +709,8 @@ INL void moe_down_dec(const int type, MOE_DOWN_ARGS, int T)
 }
 
 /* GPU decode: a work-group per (row, pair). */
-INL void moe_gu_wg(const int type, MOE_GU_ARGS, __local float *part)
+INL void moe_gu_wg(IQ2_TABS, const int type, MOE_GU_ARGS, __local float *part)
 {
-    IQ2_TABS_AT_ENTRY;
     int r = get_group_id(0), p = get_group_id(1), lane = get_local_id(0), L = get_local_size(0);
     int e = sel[sel_off + p];
     if (e < e_lo || e >= e_hi) {
@@ -1133,9 +725,8 @@ INL void moe_gu_wg(const int type, MOE_GU_ARGS, __local float *part)
 }
 
 /* GPU decode: a work-group per (row, token), slots in order. */
-INL void moe_down_wg(const int type, MOE_DOWN_ARGS, __local float *part)
+INL void moe_down_wg(IQ2_TABS, const int type, MOE_DOWN_ARGS, __local float *part)
 {
-    IQ2_TABS_AT_ENTRY;
     int r = get_group_id(0), t = get_group_id(1), lane = get_local_id(0), L = get_local_size(0);
     float sum = 0.0f;
     for (int i = 0; i < k; i++) {
@@ -1162,9 +753,8 @@ INL const __global int *ws_tile(const __global int *ws, int E, int P, int i) { r
 /* Gate rows r0 … r0+MOE_GU_RB−1 (clamped to F) and as many up rows in one
  * tile, every x load serving both; the tile's pairs MOE_TB at a time;
  * mid[sorted position][r] = SwiGLU(gate, up)·weight. */
-INL void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
+INL void moe_gu_tile(IQ2_TABS, const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
 {
-    IQ2_TABS_AT_ENTRY;
     const int RB = MOE_GU_RB;
     int r0 = (int)get_global_id(0) * RB, ti = get_global_id(1);
     if (r0 >= F || ti >= ws_tiles(ws)) return;
@@ -1197,9 +787,8 @@ INL void moe_gu_tile(const int type, MOE_GU_ARGS, MOE_TILE_ARGS)
     }
 }
 
-INL void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
+INL void moe_down_tile(IQ2_TABS, const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
 {
-    IQ2_TABS_AT_ENTRY;
     int r0 = (int)get_global_id(0) * MOE_DN_RB, ti = get_global_id(1);
     if (r0 >= D || ti >= ws_tiles(ws)) return;
     const __global int *tile = ws_tile(ws, E, P, ti), *order = ws_order(ws, E);
@@ -1222,33 +811,35 @@ INL void moe_down_tile(const int type, MOE_DOWN_ARGS, MOE_TILE_ARGS)
     }
 }
 
-#define MOE_KERNELS(SFX, TYPE)                                                                                   \
-    __kernel void moe_gu_dec_##SFX(MOE_GU_ARGS, int P)                                                           \
-    {                                                                                                            \
-        moe_gu_dec(TYPE, G, G_off, U, U_off, row_bytes, D, F, e_lo, e_hi, x, x_off, sel, sel_off, wt, wt_off, k,  \
-                   clamp, mid, P);                                                                               \
-    }                                                                                                            \
-    __kernel void moe_down_dec_##SFX(MOE_DOWN_ARGS, int T)                                                       \
-    {                                                                                                            \
-        moe_down_dec(TYPE, Wd, Wd_off, row_bytes, F, D, e_lo, e_hi, mid, sel, sel_off, k, y, y_off, T);          \
-    }                                                                                                            \
-    __kernel void moe_gu_wg_##SFX(MOE_GU_ARGS, __local float *part)                                              \
-    {                                                                                                            \
-        moe_gu_wg(TYPE, G, G_off, U, U_off, row_bytes, D, F, e_lo, e_hi, x, x_off, sel, sel_off, wt, wt_off, k,   \
-                  clamp, mid, part);                                                                             \
-    }                                                                                                            \
-    __kernel void moe_down_wg_##SFX(MOE_DOWN_ARGS, __local float *part)                                          \
-    {                                                                                                            \
-        moe_down_wg(TYPE, Wd, Wd_off, row_bytes, F, D, e_lo, e_hi, mid, sel, sel_off, k, y, y_off, part);        \
-    }                                                                                                            \
-    __kernel void moe_gu_tile_##SFX(MOE_GU_ARGS, MOE_TILE_ARGS)                                                  \
-    {                                                                                                            \
-        moe_gu_tile(TYPE, G, G_off, U, U_off, row_bytes, D, F, e_lo, e_hi, x, x_off, sel, sel_off, wt, wt_off, k, \
-                    clamp, mid, ws, P, E);                                                                       \
-    }                                                                                                            \
-    __kernel void moe_down_tile_##SFX(MOE_DOWN_ARGS, MOE_TILE_ARGS)                                              \
-    {                                                                                                            \
-        moe_down_tile(TYPE, Wd, Wd_off, row_bytes, F, D, e_lo, e_hi, mid, sel, sel_off, k, y, y_off, ws, P, E);  \
+#define MOE_KERNELS(SFX, TYPE)                                                                                       \
+    __kernel void moe_gu_dec_##SFX(IQ2_TABS, MOE_GU_ARGS, int P)                                                     \
+    {                                                                                                                \
+        moe_gu_dec(iq2g, iq2s, TYPE, G, G_off, U, U_off, row_bytes, D, F, e_lo, e_hi, x, x_off, sel, sel_off, wt,    \
+                   wt_off, k, clamp, mid, P);                                                                        \
+    }                                                                                                                \
+    __kernel void moe_down_dec_##SFX(IQ2_TABS, MOE_DOWN_ARGS, int T)                                                 \
+    {                                                                                                                \
+        moe_down_dec(iq2g, iq2s, TYPE, Wd, Wd_off, row_bytes, F, D, e_lo, e_hi, mid, sel, sel_off, k, y, y_off, T);  \
+    }                                                                                                                \
+    __kernel void moe_gu_wg_##SFX(IQ2_TABS, MOE_GU_ARGS, __local float *part)                                        \
+    {                                                                                                                \
+        moe_gu_wg(iq2g, iq2s, TYPE, G, G_off, U, U_off, row_bytes, D, F, e_lo, e_hi, x, x_off, sel, sel_off, wt,     \
+                  wt_off, k, clamp, mid, part);                                                                      \
+    }                                                                                                                \
+    __kernel void moe_down_wg_##SFX(IQ2_TABS, MOE_DOWN_ARGS, __local float *part)                                    \
+    {                                                                                                                \
+        moe_down_wg(iq2g, iq2s, TYPE, Wd, Wd_off, row_bytes, F, D, e_lo, e_hi, mid, sel, sel_off, k, y, y_off,       \
+                    part);                                                                                           \
+    }                                                                                                                \
+    __kernel void moe_gu_tile_##SFX(IQ2_TABS, MOE_GU_ARGS, MOE_TILE_ARGS)                                            \
+    {                                                                                                                \
+        moe_gu_tile(iq2g, iq2s, TYPE, G, G_off, U, U_off, row_bytes, D, F, e_lo, e_hi, x, x_off, sel, sel_off, wt,   \
+                    wt_off, k, clamp, mid, ws, P, E);                                                                \
+    }                                                                                                                \
+    __kernel void moe_down_tile_##SFX(IQ2_TABS, MOE_DOWN_ARGS, MOE_TILE_ARGS)                                        \
+    {                                                                                                                \
+        moe_down_tile(iq2g, iq2s, TYPE, Wd, Wd_off, row_bytes, F, D, e_lo, e_hi, mid, sel, sel_off, k, y, y_off,     \
+                      ws, P, E);                                                                                     \
     }
 
 #if !defined(CLRT_PART) || defined(CLRT_PART_moe_q2_k)
