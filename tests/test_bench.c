@@ -179,3 +179,38 @@ TEST(bench, stream_bench_rows_per_budget)
     CHECK(sscanf(all, "\nmodel.gguf,cache-100%%,100,%lf,%lf,%lf,%lf,", &c, &ptps, &dtps, &ha) == 4);
     CHECK_MSG(ha > hq, "every expert cached hits %.3f, a quarter %.3f", ha, hq);
 }
+
+/* The batch bench's rows: every B batched but the first, and the ceiling
+ * that reading each weight once per step allows, growing with B and
+ * below B (the routed experts chosen by several rows are read once, the
+ * others once each). */
+TEST(bench, batch_bench_rows_and_their_read_ceiling)
+{
+    const char *model = tiny_model();
+    char *out;
+    int rc = test_runf(&out, "%s/ds4cl-bench --batch-bench -m %s --batches 1,2,4 --prompt-tokens 3 --gen-tokens 2 "
+                             "--rounds 1 --threads 1 2>/dev/null",
+                       test_bindir(), model);
+    CHECK_MSG(rc == 0, "%s", out);
+    const char *head = strstr(out, "read_ceiling_vs_batch_1,pct_of_ceiling\n");
+    CHECK_MSG(head != NULL, "%s", out);
+    double last = 0;
+    int rows = 0;
+    for (char *line = strtok(strchr(head, '\n') + 1, "\n"); line; line = strtok(NULL, "\n")) {
+        /* the last columns: batch at 7, batched at 8, the ceiling at 17 */
+        char *col[18];
+        int n = 0;
+        for (char *p = line; n < 18; p++) {
+            col[n++] = p;
+            if (!(p = strchr(p, ','))) break;
+        }
+        CHECK_MSG(n == 18, "a bad row: %s", line);
+        int batch = atoi(col[6]);
+        double ceiling = atof(col[16]);
+        CHECK_MSG(!strncmp(col[7], batch > 1 ? "yes" : "no", batch > 1 ? 3 : 2), "%s", line);
+        CHECK_MSG(batch == 1 ? ceiling == 1.0 : ceiling > last && ceiling <= batch, "%s", line);
+        last = ceiling;
+        rows++;
+    }
+    CHECK_EQ_INT(rows, 3);
+}
