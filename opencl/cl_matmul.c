@@ -96,8 +96,8 @@ static size_t up_div(size_t a, size_t b) { return (a + b - 1) / b; }
 static int iq2_tables(clo_ctx *c)
 {
     if (c->iq2_grid && c->iq2_signs) return 0;
-    static float grid[256 * 8];
-    static uint32_t signs[128 * 8];
+    float grid[256 * 8]; /* copied at the buffers' creation */
+    uint32_t signs[128 * 8];
     for (int i = 0; i < 256 * 8; i++) grid[i] = (float)(uint8_t)(quant_iq2xxs_grid[i / 8] >> (8 * (i % 8)));
     for (int i = 0; i < 128 * 8; i++) signs[i] = (quant_ksigns_iq2xs[i / 8] >> (i % 8) & 1) ? 0x80000000u : 0u;
     cl_int rc = CL_SUCCESS;
