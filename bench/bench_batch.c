@@ -144,28 +144,43 @@ static void cpu_name(char *out, size_t n)
     fclose(f);
 }
 
-/* The aggregate rate a step of B tokens could reach over B = 1 if it
- * took time in proportion to the bytes it reads: the dense weights once
- * (the embedding table not: a row per token), and each routed expert
- * once for the tokens that chose it, expected under uniform routing
- * (n_expert·(1 − (1 − k/n_expert)^B) distinct experts a layer; skewed
- * routing shares more). */
-static double read_ceiling(const char *model, const ds4_model_info *info, int B)
+/* What a step reads: the dense weights (the embedding table not: a row
+ * per token) and the routed experts; from the model file, read once. */
+typedef struct {
+    double dense, experts, n_expert, used;
+} step_bytes;
+
+static step_bytes step_bytes_of(const char *model, const ds4_model_info *info)
 {
+    step_bytes b = { 0 };
     ds4_error err = { "" };
     gguf_file *f = gguf_open(model, &err);
     if (!f || info->n_expert < 1 || info->n_expert_used < 1) {
         gguf_close(f);
-        return 0;
+        return b;
     }
     double embd = 0;
     for (size_t i = 0; i < gguf_n_tensors(f); i++)
         if (!strcmp(gguf_tensor_at(f, i)->name, "token_embd.weight")) embd = (double)gguf_tensor_at(f, i)->nbytes;
     gguf_close(f);
-    const double E = info->n_expert, k = info->n_expert_used, X = (double)info->expert_bytes;
-    const double dense = (double)info->weights_bytes - X - embd;
+    b.experts = (double)info->expert_bytes;
+    b.dense = (double)info->weights_bytes - b.experts - embd;
+    b.n_expert = info->n_expert;
+    b.used = info->n_expert_used;
+    return b;
+}
+
+/* The aggregate rate a step of B tokens could reach over B = 1 if it
+ * took time in proportion to the bytes it reads: the dense weights once,
+ * and each routed expert once for the tokens that chose it, expected
+ * under uniform routing (n_expert·(1 − (1 − k/n_expert)^B) distinct
+ * experts a layer; skewed routing shares more). 0 when unknown. */
+static double read_ceiling(const step_bytes *b, int B)
+{
+    if (b->n_expert < 1) return 0;
+    const double E = b->n_expert, k = b->used, X = b->experts;
     const double distinct = E * (1.0 - pow(1.0 - k / E, B));
-    return B * (dense + X * k / E) / (dense + X * distinct / E);
+    return B * (b->dense + X * k / E) / (b->dense + X * distinct / E);
 }
 
 static double load_avg(void)
@@ -213,8 +228,9 @@ int bench_batch_main(int argc, char **argv)
     printf("model,backend,cpu,threads,load_before,load_after,batch,batched,prompt,gen,step_ms,aggregate_tps,"
            "per_session_tps,vs_batch_1,cpu_ms_per_token,cpu_vs_batch_1,read_ceiling_vs_batch_1,pct_of_ceiling\n");
     double base = rows[0].agg_tps / o.batches[0];
+    step_bytes sb = step_bytes_of(o.model, &info);
     for (int i = 0; i < o.n_batches; i++) {
-        double ceiling = read_ceiling(o.model, &info, o.batches[i]) / read_ceiling(o.model, &info, o.batches[0]);
+        double ceiling = read_ceiling(&sb, o.batches[i]) / read_ceiling(&sb, o.batches[0]);
         printf("%s,%s,%s,%d,%.2f,%.2f,%d,%s,%ld,%ld,%.2f,%.3f,%.3f,%.2f,%.1f,%.2f,%.2f,%.0f\n", info.name, o.backend,
                cpu, o.threads, load0, load1, o.batches[i], rows[i].batched ? "yes" : "no", o.prompt, o.gen,
                rows[i].step_ms, rows[i].agg_tps, rows[i].agg_tps / o.batches[i], rows[i].agg_tps / base, rows[i].cpu_ms,
